@@ -1,0 +1,72 @@
+# colibri — build, test, sanitize.
+#   make                 ./colibri for this CPU (ARCH=native)
+#   make ARCH=portable   a generic x86-64 / armv8-a binary (kernels still
+#                        dispatch at startup on what the CPU offers)
+#   make test            every test, warnings as errors, no network/GPU/pip
+#   make sanitize        the same tests under ASan + UBSan
+CC ?= cc
+ARCH ?= native
+PYTHON ?= python3
+
+ifeq ($(ARCH),portable)
+  ARCHFLAGS :=
+else
+  ARCHFLAGS := -march=$(ARCH)
+endif
+
+# -ffp-contract=off: no silent FMA contraction, so results do not depend on
+# what the compiler fuses (token-exactness across builds).
+BASEFLAGS := -std=c11 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -Wno-format-truncation -D_GNU_SOURCE
+CFLAGS ?=
+LDLIBS := -lm
+
+HEADERS := $(wildcard *.h)
+ENGINE_SRC := colibri.c
+
+all: colibri
+
+colibri: $(ENGINE_SRC) $(HEADERS) Makefile
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $(ENGINE_SRC) $(LDLIBS)
+
+# ---- tests --------------------------------------------------------------
+# Each tests/test_*.c is one program; it includes the header(s) it tests (or
+# colibri.c with COLI_NO_MAIN). They run from the repository root.
+TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+TEST_PY := $(sort $(wildcard tests/test_*.py))
+
+# $(1) = build dir, $(2) = extra flags
+define test_rules
+$(1)/colibri: $(ENGINE_SRC) $(HEADERS) Makefile | $(1)
+	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -o $$@ $(ENGINE_SRC) $$(LDLIBS)
+$(1)/%: tests/%.c $(ENGINE_SRC) $(HEADERS) tests/check.h Makefile | $(1)
+	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ $$< $$(LDLIBS)
+$(1):
+	mkdir -p $$@
+endef
+
+SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+$(eval $(call test_rules,build/test,))
+$(eval $(call test_rules,build/asan,$(SANFLAGS)))
+
+TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS))
+
+define run_tests
+	@set -e; for t in $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)); do echo "== $$t"; $$t; done
+	@set -e; for t in $(TEST_PY); do echo "== $$t"; COLIBRI=$(1)/colibri $(PYTHON) $$t; done
+	@echo "all tests passed ($(1))"
+endef
+
+test: build/test/colibri $(patsubst tests/%.c,build/test/%,$(TEST_SRCS))
+	$(call run_tests,build/test)
+
+sanitize: build/asan/colibri $(patsubst tests/%.c,build/asan/%,$(TEST_SRCS))
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(MAKE) --no-print-directory run-sanitize
+
+run-sanitize:
+	$(call run_tests,build/asan)
+
+clean:
+	rm -rf build colibri
+
+.PHONY: all test sanitize run-sanitize clean
+.SECONDARY:

@@ -1,0 +1,1348 @@
+/* colibri.c — GLM-5 (glm_moe_dsa) inference: config, weights, the forward
+ * pass (MLA with a compressed KV cache, the DSA lightning indexer, dense MLP
+ * and MoE with routed experts read from disk on demand), the run modes and
+ * main.
+ *
+ * The math follows Hugging Face transformers' modeling_glm_moe_dsa.py
+ * (float32 reference): see shared notes glm5-model.md §2. Mechanisms live in
+ * the headers (st.h safetensors, quant.h kernels, env.h knobs, compat.h OS);
+ * this file reads as the model it runs.
+ *
+ * Exit codes: 0 ok, 1 oracle mismatch, 2 bad input or configuration. */
+#include "compat.h"
+#include "env.h"
+#include "json.h"
+#include "quant.h"
+#include "st.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define COLI_VERSION "0.1.0"
+#define EXIT_MISMATCH 1
+#define EXIT_INPUT 2
+#define ORACLE_TOL 1e-3 /* max |Δlogit| against an f32 transformers reference */
+#define MAX_EOS 16
+
+static int coli_nthreads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int coli_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------------ config */
+
+typedef struct {
+    int vocab, dim, n_layers, n_heads;
+    int q_lora, kv_lora, qk_nope, qk_rope, qk_head, v_head;
+    int inter, moe_inter, n_experts, topk, n_shared, n_group, topk_group, norm_topk;
+    float route_scale, rms_eps;
+    double rope_theta;
+    int index_topk, index_heads, index_dim;
+    int max_pos, tie_embed;
+    unsigned char *moe;      /* [n_layers] 1 = MoE MLP, 0 = dense MLP        */
+    unsigned char *idx_full; /* [n_layers] 1 = own indexer, 0 = shared       */
+    int eos[MAX_EOS], n_eos;
+} coli_config;
+
+typedef struct {
+    const js_doc *d;
+    int root;
+    const char *path;
+    char *err;
+    size_t errlen;
+} cfg_reader;
+
+static int cfg_fail(cfg_reader *r, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(r->err, r->errlen, "%s: %s", r->path, msg);
+    return -1;
+}
+
+/* Integer field `key` in [lo, hi]; `def` < lo means required. */
+static int cfg_int(cfg_reader *r, const char *key, long long lo, long long hi, long long def, int *out) {
+    int n = js_get(r->d, r->root, key);
+    if (n < 0 || js_typeof(r->d, n) == JS_NULL) {
+        if (def < lo) return cfg_fail(r, "missing field '%s'", key);
+        *out = (int)def;
+        return 0;
+    }
+    if (!js_is_int(r->d, n)) return cfg_fail(r, "field '%s' must be an integer", key);
+    long long v = js_int(r->d, n);
+    if (v < lo || v > hi) return cfg_fail(r, "field '%s'=%lld is outside [%lld, %lld]", key, v, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+static int cfg_num(cfg_reader *r, const js_doc *d, int obj, const char *key, double lo, double hi, double def, double *out) {
+    int n = js_get(d, obj, key);
+    if (n < 0 || js_typeof(d, n) == JS_NULL) {
+        if (def < lo) return cfg_fail(r, "missing field '%s'", key);
+        *out = def;
+        return 0;
+    }
+    if (!js_is_num(d, n)) return cfg_fail(r, "field '%s' must be a number", key);
+    double v = js_num(d, n);
+    if (!(v >= lo && v <= hi)) return cfg_fail(r, "field '%s'=%g is outside [%g, %g]", key, v, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int cfg_bool(cfg_reader *r, const char *key, int def, int *out) {
+    int n = js_get(r->d, r->root, key);
+    if (n < 0 || js_typeof(r->d, n) == JS_NULL) { *out = def; return 0; }
+    if (!js_is_bool(r->d, n)) return cfg_fail(r, "field '%s' must be true or false", key);
+    *out = js_typeof(r->d, n) == JS_TRUE;
+    return 0;
+}
+
+/* Reads a per-layer list of two words (e.g. "full"/"shared") into flags. */
+static int cfg_layer_words(cfg_reader *r, int node, const char *key, const char *one, const char *zero, int n, unsigned char *out) {
+    if (js_typeof(r->d, node) != JS_ARR || js_count(r->d, node) != n)
+        return cfg_fail(r, "field '%s' must be a list of %d strings", key, n);
+    int i = 0;
+    for (int c = js_first(r->d, node); c >= 0; c = js_next(r->d, c), i++) {
+        const char *s = js_str(r->d, c);
+        if (s && !strcmp(s, one)) out[i] = 1;
+        else if (s && !strcmp(s, zero)) out[i] = 0;
+        else return cfg_fail(r, "%s[%d] must be \"%s\" or \"%s\"", key, i, one, zero);
+    }
+    return 0;
+}
+
+/* Adds the ids of an eos_token_id field (int or list) to the stop set. */
+static int cfg_eos(cfg_reader *r, const js_doc *d, int obj, coli_config *c) {
+    int n = js_get(d, obj, "eos_token_id");
+    if (n < 0 || js_typeof(d, n) == JS_NULL) return 0;
+    int single = js_typeof(d, n) != JS_ARR;
+    for (int e = single ? n : js_first(d, n); e >= 0; e = single ? -1 : js_next(d, e)) {
+        if (!js_is_int(d, e) || js_int(d, e) < 0 || js_int(d, e) >= c->vocab)
+            return cfg_fail(r, "eos_token_id entries must be token ids below vocab_size %d", c->vocab);
+        int id = (int)js_int(d, e), dup = 0;
+        for (int k = 0; k < c->n_eos; k++) dup |= c->eos[k] == id;
+        if (dup) continue;
+        if (c->n_eos == MAX_EOS) return cfg_fail(r, "more than %d eos_token_id entries", MAX_EOS);
+        c->eos[c->n_eos++] = id;
+    }
+    return 0;
+}
+
+static int cfg_dims(cfg_reader *r, coli_config *c) {
+    const int B = 1 << 20;
+    if (cfg_int(r, "vocab_size", 1, 1 << 24, -1, &c->vocab) || cfg_int(r, "hidden_size", 1, B, -1, &c->dim) ||
+        cfg_int(r, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
+        cfg_int(r, "num_attention_heads", 1, 1024, -1, &c->n_heads) || cfg_int(r, "q_lora_rank", 1, B, -1, &c->q_lora) ||
+        cfg_int(r, "kv_lora_rank", 1, B, -1, &c->kv_lora) || cfg_int(r, "qk_nope_head_dim", 1, 65536, -1, &c->qk_nope) ||
+        cfg_int(r, "qk_rope_head_dim", 2, 65536, -1, &c->qk_rope) || cfg_int(r, "v_head_dim", 1, 65536, -1, &c->v_head) ||
+        cfg_int(r, "intermediate_size", 1, B, -1, &c->inter) ||
+        cfg_int(r, "moe_intermediate_size", 1, B, -1, &c->moe_inter) ||
+        cfg_int(r, "n_routed_experts", 1, 65536, -1, &c->n_experts) ||
+        cfg_int(r, "num_experts_per_tok", 1, 1024, -1, &c->topk) ||
+        cfg_int(r, "n_shared_experts", 0, 64, 1, &c->n_shared) || cfg_int(r, "n_group", 1, 65536, 1, &c->n_group) ||
+        cfg_int(r, "topk_group", 1, 65536, 1, &c->topk_group) ||
+        cfg_int(r, "index_topk", 1, 1 << 24, 2048, &c->index_topk) ||
+        cfg_int(r, "index_n_heads", 1, 1024, 32, &c->index_heads) ||
+        cfg_int(r, "index_head_dim", 1, 65536, 128, &c->index_dim) ||
+        cfg_int(r, "max_position_embeddings", 1, 1 << 30, 202752, &c->max_pos))
+        return -1;
+    int kvh;
+    if (cfg_int(r, "num_key_value_heads", 1, 1024, c->n_heads, &kvh)) return -1;
+    if (kvh != c->n_heads) return cfg_fail(r, "num_key_value_heads=%d must equal num_attention_heads=%d (MLA)", kvh, c->n_heads);
+    c->qk_head = c->qk_nope + c->qk_rope;
+    if (c->qk_rope % 2) return cfg_fail(r, "qk_rope_head_dim=%d must be even", c->qk_rope);
+    if (c->index_dim < c->qk_rope) return cfg_fail(r, "index_head_dim=%d is smaller than qk_rope_head_dim=%d", c->index_dim, c->qk_rope);
+    if (c->topk > c->n_experts) return cfg_fail(r, "num_experts_per_tok=%d exceeds n_routed_experts=%d", c->topk, c->n_experts);
+    if (c->n_experts % c->n_group) return cfg_fail(r, "n_routed_experts=%d is not a multiple of n_group=%d", c->n_experts, c->n_group);
+    if (c->topk_group > c->n_group) return cfg_fail(r, "topk_group=%d exceeds n_group=%d", c->topk_group, c->n_group);
+    if (c->n_group > 1 && c->n_experts / c->n_group < 2)
+        return cfg_fail(r, "n_group=%d leaves fewer than 2 experts per group", c->n_group);
+    if (c->topk > c->topk_group * (c->n_experts / c->n_group))
+        return cfg_fail(r, "num_experts_per_tok=%d exceeds the experts in topk_group=%d groups", c->topk, c->topk_group);
+    return 0;
+}
+
+static int cfg_floats(cfg_reader *r, coli_config *c) {
+    double v;
+    if (cfg_num(r, r->d, r->root, "routed_scaling_factor", 0, 1e6, 2.5, &v)) return -1;
+    c->route_scale = (float)v;
+    if (cfg_num(r, r->d, r->root, "rms_norm_eps", 1e-12, 1, 1e-5, &v)) return -1;
+    c->rms_eps = (float)v;
+    if (cfg_bool(r, "norm_topk_prob", 1, &c->norm_topk) || cfg_bool(r, "tie_word_embeddings", 0, &c->tie_embed)) return -1;
+    int rp = js_get(r->d, r->root, "rope_parameters");
+    if (rp >= 0 && js_typeof(r->d, rp) != JS_NULL) {
+        if (js_typeof(r->d, rp) != JS_OBJ) return cfg_fail(r, "field 'rope_parameters' must be an object");
+        int rt = js_get(r->d, rp, "rope_type");
+        if (rt >= 0 && (!js_str(r->d, rt) || strcmp(js_str(r->d, rt), "default")))
+            return cfg_fail(r, "rope_parameters.rope_type '%s' is not supported (only \"default\")", js_str(r->d, rt) ? js_str(r->d, rt) : "?");
+        if (cfg_num(r, r->d, rp, "rope_theta", 1, 1e12, -1, &c->rope_theta)) return -1;
+    } else {
+        int rs = js_get(r->d, r->root, "rope_scaling");
+        if (rs >= 0 && js_typeof(r->d, rs) != JS_NULL) return cfg_fail(r, "rope_scaling is not supported");
+        if (cfg_num(r, r->d, r->root, "rope_theta", 1, 1e12, -1, &c->rope_theta)) return -1;
+    }
+    return 0;
+}
+
+static int cfg_strings(cfg_reader *r) {
+    int mt = js_get(r->d, r->root, "model_type");
+    if (!js_str(r->d, mt)) return cfg_fail(r, "missing field 'model_type'");
+    if (strcmp(js_str(r->d, mt), "glm_moe_dsa")) return cfg_fail(r, "model_type '%s' is not supported (expected glm_moe_dsa)", js_str(r->d, mt));
+    int act = js_get(r->d, r->root, "hidden_act");
+    if (act >= 0 && (!js_str(r->d, act) || strcmp(js_str(r->d, act), "silu")))
+        return cfg_fail(r, "hidden_act must be \"silu\"");
+    int ab = 0;
+    if (cfg_bool(r, "attention_bias", 0, &ab)) return -1;
+    if (ab) return cfg_fail(r, "attention_bias=true is not supported");
+    return 0;
+}
+
+/* Per-layer MLP kind and indexer kind, as transformers derives them:
+ * mlp_layer_types or first_k_dense_replace; indexer_types, or
+ * index_topk_pattern, or the index_topk_freq / index_skip_topk_offset rule
+ * (layer i is full iff max(i - offset + 1, 0) % freq == 0). */
+static int cfg_layer_kinds(cfg_reader *r, coli_config *c) {
+    int L = c->n_layers;
+    c->moe = (unsigned char *)calloc((size_t)L, 1);
+    c->idx_full = (unsigned char *)calloc((size_t)L, 1);
+    if (!c->moe || !c->idx_full) return cfg_fail(r, "out of memory");
+    int mlt = js_get(r->d, r->root, "mlp_layer_types");
+    if (mlt >= 0 && js_typeof(r->d, mlt) != JS_NULL) {
+        if (cfg_layer_words(r, mlt, "mlp_layer_types", "sparse", "dense", L, c->moe)) return -1;
+    } else {
+        int fk;
+        if (cfg_int(r, "first_k_dense_replace", 0, L, 3 < L ? 3 : L, &fk)) return -1;
+        for (int i = fk; i < L; i++) c->moe[i] = 1;
+    }
+    int it = js_get(r->d, r->root, "indexer_types"), pat = js_get(r->d, r->root, "index_topk_pattern");
+    if (it >= 0 && js_typeof(r->d, it) != JS_NULL) {
+        if (cfg_layer_words(r, it, "indexer_types", "full", "shared", L, c->idx_full)) return -1;
+    } else if (js_str(r->d, pat)) {
+        const char *p = js_str(r->d, pat);
+        if ((int)strlen(p) != L) return cfg_fail(r, "index_topk_pattern must have %d letters", L);
+        for (int i = 0; i < L; i++) {
+            if (p[i] != 'F' && p[i] != 'S') return cfg_fail(r, "index_topk_pattern[%d] must be 'F' or 'S'", i);
+            c->idx_full[i] = p[i] == 'F';
+        }
+    } else if (pat >= 0 && js_typeof(r->d, pat) != JS_NULL) {
+        if (cfg_layer_words(r, pat, "index_topk_pattern", "full", "shared", L, c->idx_full)) return -1;
+    } else {
+        int freq, off;
+        if (cfg_int(r, "index_topk_freq", 0, 1 << 20, 1, &freq) || cfg_int(r, "index_skip_topk_offset", -(1 << 20), 1 << 20, 2, &off)) return -1;
+        if (freq < 1) freq = 1;
+        for (int i = 0; i < L; i++) {
+            int v = i - off + 1;
+            c->idx_full[i] = (v < 0 ? 0 : v) % freq == 0;
+        }
+    }
+    if (!c->idx_full[0]) return cfg_fail(r, "layer 0 must run its own indexer (indexer type \"full\")");
+    return 0;
+}
+
+static void coli_config_free(coli_config *c) {
+    free(c->moe);
+    free(c->idx_full);
+    c->moe = c->idx_full = NULL;
+}
+
+/* Loads <dir>/config.json (+ generation_config.json for stop ids). */
+static int coli_config_load(coli_config *c, const char *dir, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    char path[4096], gpath[4096], jerr[160];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t len;
+    char *buf = compat_read_file(path, 16u << 20, &len);
+    if (!buf) return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    js_doc *d = js_parse(buf, len, jerr, sizeof jerr);
+    free(buf);
+    if (!d) return snprintf(err, errlen, "%s: not valid JSON: %s", path, jerr), -1;
+    cfg_reader r = {d, d->root, path, err, errlen};
+    int rc = js_typeof(d, d->root) != JS_OBJ ? cfg_fail(&r, "not a JSON object") : 0;
+    if (!rc) rc = cfg_strings(&r);
+    if (!rc) rc = cfg_dims(&r, c);
+    if (!rc) rc = cfg_floats(&r, c);
+    if (!rc) rc = cfg_layer_kinds(&r, c);
+    if (!rc) rc = cfg_eos(&r, d, d->root, c);
+    js_free(d);
+    if (rc) return rc;
+    snprintf(gpath, sizeof gpath, "%s/generation_config.json", dir);
+    buf = compat_read_file(gpath, 1u << 20, &len);
+    if (!buf) return errno == ENOENT ? 0 : (snprintf(err, errlen, "%s: %s", gpath, strerror(errno)), -1);
+    d = js_parse(buf, len, jerr, sizeof jerr);
+    free(buf);
+    if (!d) return snprintf(err, errlen, "%s: not valid JSON: %s", gpath, jerr), -1;
+    cfg_reader g = {d, d->root, gpath, err, errlen};
+    rc = js_typeof(d, d->root) != JS_OBJ ? cfg_fail(&g, "not a JSON object") : cfg_eos(&g, d, d->root, c);
+    js_free(d);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- weights */
+
+typedef struct {
+    float *in_norm, *post_norm;          /* [dim]                             */
+    qt_tensor q_a, q_b, kv_a, kv_b, o;   /* MLA projections                   */
+    float *q_a_norm, *kv_a_norm;         /* [q_lora], [kv_lora]               */
+    qt_tensor iq, ik, iw;                /* indexer wq_b, wk, weights_proj    */
+    float *ik_norm_w, *ik_norm_b;        /* [index_dim] LayerNorm             */
+    qt_tensor gate, up, down;            /* dense MLP or shared experts       */
+    float *router, *router_bias;         /* [n_experts][dim], [n_experts]     */
+} coli_layer;
+
+/* Where one routed expert's three matrices live. */
+typedef struct {
+    const st_tensor *t[3];  /* gate, up, down */
+    int adjacent;           /* one file, back to back: one pread */
+    uint64_t span_off, span_len;
+} coli_expert_loc;
+
+/* Per-layer LRU of expert slots; a slot holds gate|up|down in f32. */
+typedef struct {
+    int cap;                 /* slots per MoE layer */
+    int n_experts, n_moe;
+    size_t slot_floats;
+    int *slot_expert;        /* [n_moe][cap], -1 = empty */
+    uint64_t *slot_tick;     /* [n_moe][cap] last use */
+    float **slot_mem;        /* [n_moe][cap] allocated on first use */
+    int *where;              /* [n_moe][n_experts] slot or -1 */
+    coli_expert_loc *loc;    /* [n_moe][n_experts] */
+    uint8_t *staging;        /* raw bytes of one expert (non-f32 sources) */
+    size_t staging_len;
+    uint64_t tick, hits, misses, bytes_read;
+    double read_s;
+} coli_experts;
+
+typedef struct {
+    float *lat;   /* [n_layers][ctx][kv_lora] normalized latent */
+    float *rope;  /* [n_layers][ctx][qk_rope] roped shared key  */
+    float *ikey;  /* [n_full][ctx][index_dim] indexer keys      */
+    int *full_slot; /* [n_layers] index into ikey, -1 for shared layers */
+    int ctx;
+} coli_kv;
+
+/* Scratch for a forward of up to max_s positions, allocated once. */
+typedef struct {
+    int max_s;
+    float *x, *a, *qlat, *q, *ckv, *attn, *tmp, *mlp_g, *mlp_u, *moe_acc;
+    float *qi, *iw, *rlogit, *xs, *ys, *eg, *eu;
+    float *logits;
+    int *sel, *nsel;           /* [max_s][index_topk] chosen keys, count (-1 = all) */
+    int *route_e, *rows;       /* [max_s][topk] chosen experts; row lists */
+    float *route_w, *route_tmp;
+    float *cos, *sin;          /* [ctx][qk_rope/2] */
+    float **thr;               /* per-thread attention/indexer scratch */
+    size_t thr_floats;
+} coli_scratch;
+
+typedef struct {
+    coli_config c;
+    st_index st;
+    coli_layer *L;
+    float *embed, *final_norm;  /* [vocab][dim], [dim] */
+    qt_tensor lm_head;
+    coli_experts ex;
+    coli_kv kv;
+    coli_scratch sc;
+    int absorb;                 /* -1 auto, 0 reconstruct, 1 absorbed */
+    int ubatch;
+    size_t dense_bytes;
+    char err[1024];
+} coli_model;
+
+static int model_fail(coli_model *m, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *tensor_path(const coli_model *m, const st_tensor *t) { return m->st.files[t->file].path; }
+
+/* Finds a float tensor `name` with exactly the given shape (ndim 1 or 2). */
+static const st_tensor *model_tensor(coli_model *m, const char *name, int64_t d0, int64_t d1) {
+    const st_tensor *t = st_find(&m->st, name);
+    if (!t) { model_fail(m, "tensor '%s' not found in the model's safetensors files", name); return NULL; }
+    int nd = d1 ? 2 : 1;
+    if (!st_is_float(t->dtype)) {
+        model_fail(m, "%s: tensor '%s': dtype %s is not F32/F16/BF16", tensor_path(m, t), name, st_dtype_names[t->dtype]);
+        return NULL;
+    }
+    if (t->ndim != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
+        char got[96] = "";
+        for (int i = 0, o = 0; i < t->ndim && o < 80; i++) o += snprintf(got + o, sizeof got - (size_t)o, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+        if (nd == 2) model_fail(m, "%s: tensor '%s' has shape [%s], expected [%lld, %lld]", tensor_path(m, t), name, got, (long long)d0, (long long)d1);
+        else model_fail(m, "%s: tensor '%s' has shape [%s], expected [%lld]", tensor_path(m, t), name, got, (long long)d0);
+        return NULL;
+    }
+    return t;
+}
+
+static float *model_load_f32(coli_model *m, const char *name, int64_t d0, int64_t d1) {
+    const st_tensor *t = model_tensor(m, name, d0, d1);
+    if (!t) return NULL;
+    float *p = (float *)compat_aligned_alloc(64, (size_t)t->numel * 4);
+    if (!p) { model_fail(m, "out of memory loading '%s' (%llu bytes)", name, (unsigned long long)t->numel * 4); return NULL; }
+    if (st_read_f32(&m->st, t, p, m->err, sizeof m->err)) { free(p); return NULL; }
+    m->dense_bytes += (size_t)t->numel * 4;
+    return p;
+}
+
+static int model_load_mat(coli_model *m, qt_tensor *W, const char *name, int64_t O, int64_t I) {
+    float *p = model_load_f32(m, name, O, I);
+    if (!p) return -1;
+    W->fmt = QT_F32;
+    W->O = O;
+    W->I = I;
+    W->w = p;
+    W->s = NULL;
+    return 0;
+}
+
+static int model_load_layer(coli_model *m, int l) {
+    coli_config *c = &m->c;
+    coli_layer *L = &m->L[l];
+    char n[256];
+#define NM(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+    if (!(L->in_norm = model_load_f32(m, NM("input_layernorm.weight"), c->dim, 0)) ||
+        !(L->post_norm = model_load_f32(m, NM("post_attention_layernorm.weight"), c->dim, 0)) ||
+        model_load_mat(m, &L->q_a, NM("self_attn.q_a_proj.weight"), c->q_lora, c->dim) ||
+        !(L->q_a_norm = model_load_f32(m, NM("self_attn.q_a_layernorm.weight"), c->q_lora, 0)) ||
+        model_load_mat(m, &L->q_b, NM("self_attn.q_b_proj.weight"), (int64_t)c->n_heads * c->qk_head, c->q_lora) ||
+        model_load_mat(m, &L->kv_a, NM("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, c->dim) ||
+        !(L->kv_a_norm = model_load_f32(m, NM("self_attn.kv_a_layernorm.weight"), c->kv_lora, 0)) ||
+        model_load_mat(m, &L->kv_b, NM("self_attn.kv_b_proj.weight"), (int64_t)c->n_heads * (c->qk_nope + c->v_head), c->kv_lora) ||
+        model_load_mat(m, &L->o, NM("self_attn.o_proj.weight"), c->dim, (int64_t)c->n_heads * c->v_head))
+        return -1;
+    if (c->idx_full[l] &&
+        (model_load_mat(m, &L->iq, NM("self_attn.indexer.wq_b.weight"), (int64_t)c->index_heads * c->index_dim, c->q_lora) ||
+         model_load_mat(m, &L->ik, NM("self_attn.indexer.wk.weight"), c->index_dim, c->dim) ||
+         model_load_mat(m, &L->iw, NM("self_attn.indexer.weights_proj.weight"), c->index_heads, c->dim) ||
+         !(L->ik_norm_w = model_load_f32(m, NM("self_attn.indexer.k_norm.weight"), c->index_dim, 0)) ||
+         !(L->ik_norm_b = model_load_f32(m, NM("self_attn.indexer.k_norm.bias"), c->index_dim, 0))))
+        return -1;
+    if (!c->moe[l])
+        return model_load_mat(m, &L->gate, NM("mlp.gate_proj.weight"), c->inter, c->dim) ||
+               model_load_mat(m, &L->up, NM("mlp.up_proj.weight"), c->inter, c->dim) ||
+               model_load_mat(m, &L->down, NM("mlp.down_proj.weight"), c->dim, c->inter) ? -1 : 0;
+    int si = c->moe_inter * c->n_shared;
+    if (!(L->router = model_load_f32(m, NM("mlp.gate.weight"), c->n_experts, c->dim)) ||
+        !(L->router_bias = model_load_f32(m, NM("mlp.gate.e_score_correction_bias"), c->n_experts, 0)))
+        return -1;
+    if (si && (model_load_mat(m, &L->gate, NM("mlp.shared_experts.gate_proj.weight"), si, c->dim) ||
+               model_load_mat(m, &L->up, NM("mlp.shared_experts.up_proj.weight"), si, c->dim) ||
+               model_load_mat(m, &L->down, NM("mlp.shared_experts.down_proj.weight"), c->dim, si)))
+        return -1;
+#undef NM
+    return 0;
+}
+
+/* ------------------------------------------------------------ expert store */
+
+static int moe_index(const coli_config *c, int layer) {
+    int k = 0;
+    for (int i = 0; i < layer; i++) k += c->moe[i];
+    return k;
+}
+
+/* Finds and validates every routed expert's tensors (headers only). */
+static int experts_locate(coli_model *m) {
+    coli_config *c = &m->c;
+    coli_experts *ex = &m->ex;
+    static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    size_t max_span = 0;
+    for (int l = 0, k = 0; l < c->n_layers; l++) {
+        if (!c->moe[l]) continue;
+        for (int e = 0; e < c->n_experts; e++) {
+            coli_expert_loc *loc = &ex->loc[(size_t)k * c->n_experts + e];
+            for (int p = 0; p < 3; p++) {
+                char n[256];
+                snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[p]);
+                loc->t[p] = p < 2 ? model_tensor(m, n, c->moe_inter, c->dim) : model_tensor(m, n, c->dim, c->moe_inter);
+                if (!loc->t[p]) return -1;
+            }
+            const st_tensor *s[3] = {loc->t[0], loc->t[1], loc->t[2]};
+            for (int i = 0; i < 3; i++) /* sort by offset */
+                for (int j = i + 1; j < 3; j++)
+                    if (s[j]->off < s[i]->off) { const st_tensor *t = s[i]; s[i] = s[j]; s[j] = t; }
+            loc->adjacent = s[0]->file == s[1]->file && s[1]->file == s[2]->file && s[0]->dtype == s[1]->dtype &&
+                            s[1]->dtype == s[2]->dtype && s[0]->off + s[0]->nbytes == s[1]->off &&
+                            s[1]->off + s[1]->nbytes == s[2]->off;
+            loc->span_off = s[0]->off;
+            loc->span_len = s[2]->off + s[2]->nbytes - s[0]->off;
+            if (loc->adjacent && loc->span_len > max_span) max_span = loc->span_len;
+        }
+        k++;
+    }
+    ex->staging_len = max_span;
+    return 0;
+}
+
+/* Bytes of memory for `cap` slots per layer over all MoE layers. */
+static uint64_t experts_bytes(const coli_experts *ex, int cap) {
+    return (uint64_t)cap * (uint64_t)ex->n_moe * ex->slot_floats * 4;
+}
+
+static int experts_init(coli_model *m, int cap) {
+    coli_config *c = &m->c;
+    coli_experts *ex = &m->ex;
+    memset(ex, 0, sizeof *ex);
+    ex->n_experts = c->n_experts;
+    ex->n_moe = moe_index(c, c->n_layers);
+    ex->slot_floats = (size_t)3 * c->moe_inter * c->dim;
+    if (!ex->n_moe) return 0;
+    if (cap == 0) { /* half of what is available, spread over the MoE layers */
+        uint64_t avail = compat_mem_available() / 2, per = experts_bytes(ex, 1);
+        uint64_t n = per ? avail / per : 1;
+        cap = n < 1 ? 1 : n > (uint64_t)c->n_experts ? c->n_experts : (int)n;
+    }
+    if (cap > c->n_experts) cap = c->n_experts;
+    ex->cap = cap;
+    size_t ns = (size_t)ex->n_moe * cap, ne = (size_t)ex->n_moe * c->n_experts;
+    ex->slot_expert = (int *)malloc(ns * sizeof(int));
+    ex->slot_tick = (uint64_t *)calloc(ns, sizeof(uint64_t));
+    ex->slot_mem = (float **)calloc(ns, sizeof(float *));
+    ex->where = (int *)malloc(ne * sizeof(int));
+    ex->loc = (coli_expert_loc *)calloc(ne, sizeof(coli_expert_loc));
+    if (!ex->slot_expert || !ex->slot_tick || !ex->slot_mem || !ex->where || !ex->loc) return model_fail(m, "out of memory for the expert cache");
+    for (size_t i = 0; i < ns; i++) ex->slot_expert[i] = -1;
+    for (size_t i = 0; i < ne; i++) ex->where[i] = -1;
+    if (experts_locate(m)) return -1;
+    if (ex->staging_len && !(ex->staging = (uint8_t *)compat_aligned_alloc(64, ex->staging_len)))
+        return model_fail(m, "out of memory for the expert staging buffer");
+    return 0;
+}
+
+static void experts_free(coli_experts *ex) {
+    size_t ns = (size_t)ex->n_moe * (size_t)ex->cap;
+    if (ex->slot_mem)
+        for (size_t i = 0; i < ns; i++) free(ex->slot_mem[i]);
+    free(ex->slot_mem);
+    free(ex->slot_expert);
+    free(ex->slot_tick);
+    free(ex->where);
+    free(ex->loc);
+    free(ex->staging);
+    memset(ex, 0, sizeof *ex);
+}
+
+/* Reads expert e of MoE layer k into slot memory dst as gate|up|down f32.
+ * Adjacent tensors come in with one pread. */
+static int experts_read(coli_model *m, int k, int e, float *dst) {
+    coli_experts *ex = &m->ex;
+    const coli_expert_loc *loc = &ex->loc[(size_t)k * ex->n_experts + e];
+    size_t part = ex->slot_floats / 3;
+    double t0 = compat_now();
+    if (loc->adjacent) {
+        int fd = m->st.files[loc->t[0]->file].fd;
+        if (compat_pread_full(fd, ex->staging, (size_t)loc->span_len, loc->span_off))
+            return model_fail(m, "%s: expert tensors of '%s': read failed: %s", tensor_path(m, loc->t[0]), loc->t[0]->name,
+                              errno == EIO ? "file truncated or I/O error" : strerror(errno));
+        for (int p = 0; p < 3; p++)
+            st_convert_f32_(loc->t[p]->dtype, ex->staging + (loc->t[p]->off - loc->span_off), dst + p * part, part);
+    } else {
+        for (int p = 0; p < 3; p++)
+            if (st_read_f32(&m->st, loc->t[p], dst + p * part, m->err, sizeof m->err)) return -1;
+    }
+    ex->bytes_read += loc->t[0]->nbytes + loc->t[1]->nbytes + loc->t[2]->nbytes;
+    ex->read_s += compat_now() - t0;
+    return 0;
+}
+
+/* Returns the f32 gate|up|down of expert e in MoE layer k, reading it into
+ * the least recently used slot on a miss; NULL on a read error. */
+static const float *experts_get(coli_model *m, int k, int e) {
+    coli_experts *ex = &m->ex;
+    int *where = &ex->where[(size_t)k * ex->n_experts + e];
+    size_t base = (size_t)k * ex->cap;
+    ex->tick++;
+    if (*where >= 0) {
+        ex->hits++;
+        ex->slot_tick[base + *where] = ex->tick;
+        return ex->slot_mem[base + *where];
+    }
+    int victim = 0;
+    for (int s = 1; s < ex->cap; s++)
+        if (ex->slot_tick[base + s] < ex->slot_tick[base + victim]) victim = s;
+    size_t si = base + victim;
+    if (ex->slot_expert[si] >= 0) ex->where[(size_t)k * ex->n_experts + ex->slot_expert[si]] = -1;
+    ex->slot_expert[si] = -1;
+    if (!ex->slot_mem[si] && !(ex->slot_mem[si] = (float *)compat_aligned_alloc(64, ex->slot_floats * 4))) {
+        model_fail(m, "out of memory for an expert slot (%zu bytes)", ex->slot_floats * 4);
+        return NULL;
+    }
+    if (experts_read(m, k, e, ex->slot_mem[si])) return NULL;
+    ex->misses++;
+    ex->slot_expert[si] = e;
+    ex->slot_tick[si] = ex->tick;
+    *where = victim;
+    return ex->slot_mem[si];
+}
+
+/* ------------------------------------------------------------ model setup */
+
+static int kv_init(coli_model *m, int ctx) {
+    coli_config *c = &m->c;
+    coli_kv *kv = &m->kv;
+    kv->ctx = ctx;
+    kv->full_slot = (int *)malloc((size_t)c->n_layers * sizeof(int));
+    if (!kv->full_slot) return model_fail(m, "out of memory");
+    int nf = 0;
+    for (int l = 0; l < c->n_layers; l++) kv->full_slot[l] = c->idx_full[l] ? nf++ : -1;
+    kv->lat = (float *)compat_aligned_alloc(64, (size_t)c->n_layers * ctx * c->kv_lora * 4);
+    kv->rope = (float *)compat_aligned_alloc(64, (size_t)c->n_layers * ctx * c->qk_rope * 4);
+    kv->ikey = (float *)compat_aligned_alloc(64, (size_t)nf * ctx * c->index_dim * 4);
+    if (!kv->lat || !kv->rope || !kv->ikey)
+        return model_fail(m, "out of memory for the KV cache (CTX=%d; lower CTX)", ctx);
+    return 0;
+}
+
+static float *falloc(size_t n) { return (float *)compat_aligned_alloc(64, (n ? n : 1) * 4); }
+
+static int scratch_init(coli_model *m, int max_s) {
+    coli_config *c = &m->c;
+    coli_scratch *s = &m->sc;
+    int ctx = m->kv.ctx, half = c->qk_rope / 2;
+    size_t S = (size_t)max_s, mi = (size_t)(c->inter > c->moe_inter * c->n_shared ? c->inter : c->moe_inter * c->n_shared);
+    if (mi < (size_t)c->moe_inter) mi = (size_t)c->moe_inter;
+    s->max_s = max_s;
+    s->x = falloc(S * c->dim);
+    s->a = falloc(S * c->dim);
+    s->qlat = falloc(S * c->q_lora);
+    s->q = falloc(S * c->n_heads * c->qk_head);
+    s->ckv = falloc(S * (c->kv_lora + c->qk_rope));
+    s->attn = falloc(S * c->n_heads * c->v_head);
+    s->tmp = falloc(S * (size_t)(c->dim > c->index_dim ? c->dim : c->index_dim));
+    s->mlp_g = falloc(S * mi);
+    s->mlp_u = falloc(S * mi);
+    s->moe_acc = falloc(S * c->dim);
+    s->qi = falloc(S * c->index_heads * c->index_dim);
+    s->iw = falloc(S * c->index_heads);
+    s->rlogit = falloc(S * c->n_experts);
+    s->xs = falloc(S * c->dim);
+    s->ys = falloc(S * c->dim);
+    s->eg = falloc(S * c->moe_inter);
+    s->eu = falloc(S * c->moe_inter);
+    s->logits = falloc(S * c->vocab);
+    s->sel = (int *)malloc(S * (size_t)c->index_topk * sizeof(int));
+    s->nsel = (int *)malloc(S * sizeof(int));
+    s->route_e = (int *)malloc(S * (size_t)c->topk * sizeof(int));
+    s->route_w = falloc(S * c->topk);
+    s->route_tmp = falloc(2 * (size_t)c->n_experts + c->n_group);
+    s->rows = (int *)malloc(S * (size_t)c->topk * sizeof(int));
+    s->cos = falloc((size_t)ctx * half);
+    s->sin = falloc((size_t)ctx * half);
+    int nt = coli_nthreads();
+    size_t kvw = (size_t)c->qk_nope + c->v_head;
+    /* per thread: K|V of one head for every key (reconstruct), key scores,
+     * a latent accumulator and absorbed query, and a quickselect copy */
+    s->thr_floats = (size_t)ctx * kvw + 2 * (size_t)ctx + 2 * (size_t)c->kv_lora + 16;
+    s->thr = (float **)calloc((size_t)nt, sizeof(float *));
+    if (!s->x || !s->a || !s->qlat || !s->q || !s->ckv || !s->attn || !s->tmp || !s->mlp_g || !s->mlp_u || !s->moe_acc ||
+        !s->qi || !s->iw || !s->rlogit || !s->xs || !s->ys || !s->eg || !s->eu || !s->logits || !s->sel || !s->nsel ||
+        !s->route_e || !s->route_w || !s->route_tmp || !s->rows || !s->cos || !s->sin || !s->thr)
+        return model_fail(m, "out of memory for activations (UBATCH=%d)", max_s);
+    for (int t = 0; t < nt; t++)
+        if (!(s->thr[t] = falloc(s->thr_floats))) return model_fail(m, "out of memory for thread scratch");
+    /* RoPE tables in f32 exactly as transformers builds them */
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->qk_rope);
+        for (int p = 0; p < ctx; p++) {
+            float ang = (float)p * inv;
+            s->cos[(size_t)p * half + i] = cosf(ang);
+            s->sin[(size_t)p * half + i] = sinf(ang);
+        }
+    }
+    return 0;
+}
+
+static void scratch_free(coli_scratch *s) {
+    float *f[] = {s->x, s->a, s->qlat, s->q, s->ckv, s->attn, s->tmp, s->mlp_g, s->mlp_u, s->moe_acc, s->qi, s->iw,
+                  s->rlogit, s->xs, s->ys, s->eg, s->eu, s->logits, s->route_w, s->route_tmp, s->cos, s->sin};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
+    free(s->sel);
+    free(s->nsel);
+    free(s->route_e);
+    free(s->rows);
+    if (s->thr)
+        for (int t = 0; t < coli_nthreads(); t++) free(s->thr[t]);
+    free(s->thr);
+    memset(s, 0, sizeof *s);
+}
+
+typedef struct {
+    int cap, ctx, ubatch, absorb;
+} coli_opts;
+
+static void model_free(coli_model *m) {
+    if (m->L)
+        for (int l = 0; l < m->c.n_layers; l++) {
+            coli_layer *L = &m->L[l];
+            void *p[] = {L->in_norm, L->post_norm, (void *)L->q_a.w, (void *)L->q_b.w, (void *)L->kv_a.w, (void *)L->kv_b.w,
+                         (void *)L->o.w, L->q_a_norm, L->kv_a_norm, (void *)L->iq.w, (void *)L->ik.w, (void *)L->iw.w,
+                         L->ik_norm_w, L->ik_norm_b, (void *)L->gate.w, (void *)L->up.w, (void *)L->down.w, L->router,
+                         L->router_bias};
+            for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+        }
+    free(m->L);
+    free(m->embed);
+    free(m->final_norm);
+    if (!m->c.tie_embed) free((void *)m->lm_head.w);
+    experts_free(&m->ex);
+    free(m->kv.lat);
+    free(m->kv.rope);
+    free(m->kv.ikey);
+    free(m->kv.full_slot);
+    scratch_free(&m->sc);
+    st_close(&m->st);
+    coli_config_free(&m->c);
+}
+
+/* Loads config, dense weights and the expert index of model directory
+ * `dir`. Returns 0, or -1 with m->err naming the file and field/tensor. */
+static int model_load(coli_model *m, const char *dir, const coli_opts *o) {
+    memset(m, 0, sizeof *m);
+    if (coli_config_load(&m->c, dir, m->err, sizeof m->err)) return -1;
+    if (st_open_dir(&m->st, dir, m->err, sizeof m->err)) return -1;
+    coli_config *c = &m->c;
+    m->absorb = o->absorb;
+    m->ubatch = o->ubatch;
+    if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers, sizeof(coli_layer)))) return model_fail(m, "out of memory");
+    if (!(m->embed = model_load_f32(m, "model.embed_tokens.weight", c->vocab, c->dim)) ||
+        !(m->final_norm = model_load_f32(m, "model.norm.weight", c->dim, 0)))
+        return -1;
+    if (c->tie_embed) m->lm_head = (qt_tensor){QT_F32, c->vocab, c->dim, m->embed, NULL};
+    else if (model_load_mat(m, &m->lm_head, "lm_head.weight", c->vocab, c->dim)) return -1;
+    for (int l = 0; l < c->n_layers; l++)
+        if (model_load_layer(m, l)) return -1;
+    if (experts_init(m, o->cap)) return -1;
+    int ctx = o->ctx < c->max_pos ? o->ctx : c->max_pos;
+    if (kv_init(m, ctx) || scratch_init(m, o->ubatch)) return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------- math */
+
+/* y = w ⊙ x / sqrt(mean(x²) + eps) over n elements. */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+}
+
+/* LayerNorm with weight and bias (biased variance). */
+static void layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps) {
+    double mu = 0, var = 0;
+    for (int i = 0; i < n; i++) mu += x[i];
+    mu /= n;
+    for (int i = 0; i < n; i++) var += (x[i] - mu) * (x[i] - mu);
+    float r = 1.0f / sqrtf((float)(var / n) + eps);
+    for (int i = 0; i < n; i++) y[i] = (float)(x[i] - mu) * r * w[i] + b[i];
+}
+
+/* Interleaved RoPE on d values at position p: pair (2i, 2i+1) rotates by
+ * angle i; the result is written de-interleaved [evens' | odds'] exactly as
+ * transformers' apply_rotary_pos_emb_interleave returns it. */
+static void rope_apply(float *v, int d, const float *cs, const float *sn) {
+    float tmp[512];
+    int h = d / 2;
+    for (int i = 0; i < h; i++) {
+        float a = v[2 * i], b = v[2 * i + 1];
+        tmp[i] = a * cs[i] - b * sn[i];
+        tmp[h + i] = b * cs[i] + a * sn[i];
+    }
+    memcpy(v, tmp, (size_t)d * 4);
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* In-place softmax of n scores. */
+static void softmax(float *x, int n) {
+    float mx = x[0], sum = 0;
+    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) sum += (x[i] = expf(x[i] - mx));
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* k-th largest (k ≥ 1) of n values; reorders v. */
+static float kth_largest(float *v, int n, int k) {
+    int lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float piv = v[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > piv) i++;
+            while (v[j] < piv) j--;
+            if (i <= j) { float t = v[i]; v[i] = v[j]; v[j] = t; i++; j--; }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return v[want];
+    }
+    return v[want];
+}
+
+/* Keys kept by the indexer among n scored keys: the k largest scores, ties
+ * at the threshold broken toward earlier positions; written ascending to
+ * out. `tmp` holds n floats. Returns k. */
+static int topk_select(const float *score, int n, int k, float *tmp, int *out) {
+    memcpy(tmp, score, (size_t)n * 4);
+    float thr = kth_largest(tmp, n, k);
+    int above = 0;
+    for (int t = 0; t < n; t++) above += score[t] > thr;
+    int ties = k - above, c = 0;
+    for (int t = 0; t < n && c < k; t++)
+        if (score[t] > thr || (score[t] == thr && ties-- > 0)) out[c++] = t;
+    return c;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* DSA indexer of full layer l for rows [0, S) at positions pos..pos+S-1:
+ * caches their keys and writes each row's kept keys to sc->sel/nsel
+ * (nsel = -1: every causal key is kept). */
+static void fwd_indexer(coli_model *m, int l, int S, int pos) {
+    coli_config *c = &m->c;
+    coli_layer *L = &m->L[l];
+    coli_scratch *sc = &m->sc;
+    int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, k = c->index_topk;
+    float *kc = m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * id;
+    mm_matmul(&L->iq, sc->qlat, S, sc->qi);
+    mm_matmul(&L->ik, sc->a, S, sc->tmp); /* tmp: [S][id] raw keys */
+    mm_matmul(&L->iw, sc->a, S, sc->iw);
+    float wscale = 1.0f / sqrtf((float)ih), sscale = 1.0f / sqrtf((float)id);
+    for (int s = 0; s < S; s++) {
+        int p = pos + s;
+        const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
+        float *key = kc + (size_t)p * id;
+        layernorm(key, sc->tmp + (size_t)s * id, L->ik_norm_w, L->ik_norm_b, id, 1e-6f);
+        rope_apply(key, c->qk_rope, cs, sn);
+        for (int h = 0; h < ih; h++) rope_apply(sc->qi + ((size_t)s * ih + h) * id, c->qk_rope, cs, sn);
+        for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
+    }
+    for (int s = 0; s < S; s++) {
+        int T = pos + s + 1;
+        if (T <= k) { sc->nsel[s] = -1; continue; }
+        float *score = sc->thr[0], *tmp = sc->thr[0] + m->kv.ctx;
+        const float *qs = sc->qi + (size_t)s * ih * id, *w = sc->iw + (size_t)s * ih;
+#pragma omp parallel for schedule(static) if (T * ih * id > 65536)
+        for (int t = 0; t < T; t++) {
+            const float *key = kc + (size_t)t * id;
+            float acc = 0;
+            for (int h = 0; h < ih; h++) {
+                float d = mm_dot_f32(qs + (size_t)h * id, key, id) * sscale;
+                acc += w[h] * (d > 0 ? d : 0);
+            }
+            score[t] = acc;
+        }
+        sc->nsel[s] = topk_select(score, T, k, tmp, sc->sel + (size_t)s * k);
+    }
+}
+
+/* Attention of one head h for query row s over the kept keys, absorbed: the
+ * query is pulled into the latent space (q_nope · W_UK), scored against the
+ * cached latents, and the weighted latent is expanded by W_UV. */
+static void attn_head_absorbed(coli_model *m, int l, int s, int pos, int h, float *thr) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    const coli_layer *L = &m->L[l];
+    int T = pos + s + 1, kvl = c->kv_lora, nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head;
+    const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl, *kr = m->kv.rope + (size_t)l * m->kv.ctx * rd;
+    const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
+    int n = sc->nsel[s] < 0 ? T : sc->nsel[s];
+    const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
+    float *score = thr, *qa = thr + m->kv.ctx, *ctxl = qa + kvl;
+    qt_tensor uk = qt_rows(&L->kv_b, (int64_t)h * kvw, nope), uv = qt_rows(&L->kv_b, (int64_t)h * kvw + nope, c->v_head);
+    memset(qa, 0, (size_t)kvl * 4);
+    for (int r = 0; r < nope; r++) {
+        const float *wr = (const float *)uk.w + (size_t)r * kvl;
+        float qr = q[r];
+        for (int j = 0; j < kvl; j++) qa[j] += qr * wr[j];
+    }
+    float scale = 1.0f / sqrtf((float)c->qk_head);
+    for (int i = 0; i < n; i++) {
+        int t = sel ? sel[i] : i;
+        score[i] = (mm_dot_f32(qa, lat + (size_t)t * kvl, kvl) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
+    }
+    softmax(score, n);
+    memset(ctxl, 0, (size_t)kvl * 4);
+    for (int i = 0; i < n; i++) {
+        const float *lt = lat + (size_t)(sel ? sel[i] : i) * kvl;
+        float p = score[i];
+        for (int j = 0; j < kvl; j++) ctxl[j] += p * lt[j];
+    }
+    mm_matmul(&uv, ctxl, 1, sc->attn + ((size_t)s * c->n_heads + h) * c->v_head);
+}
+
+/* Attention of head h for rows [0, S), reconstructed: K_nope and V of every
+ * cached key are expanded from the latents by kv_b, then ordinary attention
+ * over each row's kept keys. */
+static void attn_head_reconstruct(coli_model *m, int l, int S, int pos, int h, float *thr) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    const coli_layer *L = &m->L[l];
+    int T = pos + S, kvl = c->kv_lora, nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head, vh = c->v_head;
+    const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl, *kr = m->kv.rope + (size_t)l * m->kv.ctx * rd;
+    float *kv = thr, *score = thr + (size_t)m->kv.ctx * kvw;
+    qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);
+    mm_matmul(&w, lat, T, kv); /* kv[t] = [k_nope | v] */
+    float scale = 1.0f / sqrtf((float)c->qk_head);
+    for (int s = 0; s < S; s++) {
+        const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
+        int Ts = pos + s + 1, n = sc->nsel[s] < 0 ? Ts : sc->nsel[s];
+        const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
+        for (int i = 0; i < n; i++) {
+            int t = sel ? sel[i] : i;
+            score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
+        }
+        softmax(score, n);
+        float *o = sc->attn + ((size_t)s * c->n_heads + h) * vh;
+        memset(o, 0, (size_t)vh * 4);
+        for (int i = 0; i < n; i++) {
+            const float *v = kv + (size_t)(sel ? sel[i] : i) * kvw + nope;
+            float p = score[i];
+            for (int j = 0; j < vh; j++) o[j] += p * v[j];
+        }
+    }
+}
+
+/* MLA attention of layer l on normed rows sc->a; result in sc->tmp. */
+static void fwd_attention(coli_model *m, int l, int S, int pos) {
+    coli_config *c = &m->c;
+    coli_layer *L = &m->L[l];
+    coli_scratch *sc = &m->sc;
+    int half = c->qk_rope / 2, kvl = c->kv_lora, rd = c->qk_rope, H = c->n_heads;
+    mm_matmul(&L->q_a, sc->a, S, sc->qlat);
+    for (int s = 0; s < S; s++) rmsnorm(sc->qlat + (size_t)s * c->q_lora, sc->qlat + (size_t)s * c->q_lora, L->q_a_norm, c->q_lora, 1e-6f);
+    mm_matmul(&L->q_b, sc->qlat, S, sc->q);
+    mm_matmul(&L->kv_a, sc->a, S, sc->ckv);
+    for (int s = 0; s < S; s++) {
+        int p = pos + s;
+        const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
+        const float *ckv = sc->ckv + (size_t)s * (kvl + rd);
+        rmsnorm(m->kv.lat + ((size_t)l * m->kv.ctx + p) * kvl, ckv, L->kv_a_norm, kvl, 1e-6f);
+        float *kr = m->kv.rope + ((size_t)l * m->kv.ctx + p) * rd;
+        memcpy(kr, ckv + kvl, (size_t)rd * 4);
+        rope_apply(kr, rd, cs, sn);
+        for (int h = 0; h < H; h++) rope_apply(sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, rd, cs, sn);
+    }
+    if (c->idx_full[l]) fwd_indexer(m, l, S, pos); /* shared layers keep the last full layer's choice */
+    int absorbed = m->absorb < 0 ? S == 1 : m->absorb;
+    if (absorbed) {
+#pragma omp parallel for schedule(dynamic) collapse(2)
+        for (int s = 0; s < S; s++)
+            for (int h = 0; h < H; h++) attn_head_absorbed(m, l, s, pos, h, sc->thr[coli_thread_id()]);
+    } else {
+#pragma omp parallel for schedule(dynamic)
+        for (int h = 0; h < H; h++) attn_head_reconstruct(m, l, S, pos, h, sc->thr[coli_thread_id()]);
+    }
+    mm_matmul(&L->o, sc->attn, S, sc->tmp);
+}
+
+/* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down. */
+static void mlp(const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, const float *x, int S, float *g, float *u, float *y) {
+    int64_t I = gate->O;
+    mm_matmul(gate, x, S, g);
+    mm_matmul(up, x, S, u);
+    for (int64_t i = 0; i < (int64_t)S * I; i++) g[i] = silu(g[i]) * u[i];
+    mm_matmul(down, g, S, y);
+}
+
+/* Router for one row: sigmoid scores, correction bias for the choice only,
+ * group-limited selection (group score = sum of its top-2 choice scores),
+ * top-k (ties to the lower index), optional normalization, scaling.
+ * tmp holds 2·n_experts + n_group floats. */
+static void route_row(const coli_config *c, const float *logit, const float *bias, int *ex, float *w, float *tmp) {
+    int E = c->n_experts, per = E / c->n_group;
+    float *prob = tmp, *choice = tmp + E, *gs = tmp + 2 * E;
+    for (int e = 0; e < E; e++) {
+        prob[e] = 1.0f / (1.0f + expf(-logit[e]));
+        choice[e] = prob[e] + bias[e];
+    }
+    if (c->n_group > 1) {
+        for (int g = 0; g < c->n_group; g++) {
+            float b1 = -INFINITY, b2 = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                if (choice[e] > b1) { b2 = b1; b1 = choice[e]; }
+                else if (choice[e] > b2) b2 = choice[e];
+            }
+            gs[g] = b1 + b2;
+        }
+        for (int k = 0; k < c->topk_group; k++) { /* mark kept groups with NaN-free +inf */
+            int best = -1;
+            for (int g = 0; g < c->n_group; g++)
+                if (gs[g] != INFINITY && (best < 0 || gs[g] > gs[best])) best = g;
+            gs[best] = INFINITY;
+        }
+        for (int e = 0; e < E; e++)
+            if (gs[e / per] != INFINITY) choice[e] = -INFINITY;
+    }
+    float sum = 0;
+    for (int k = 0; k < c->topk; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (choice[e] != -INFINITY && (best < 0 || choice[e] > choice[best])) best = e;
+        ex[k] = best;
+        w[k] = prob[best];
+        choice[best] = -INFINITY;
+        sum += w[k];
+    }
+    for (int k = 0; k < c->topk; k++) w[k] = (c->norm_topk ? w[k] / (sum + 1e-20f) : w[k]) * c->route_scale;
+}
+
+/* MoE of layer l on normed rows sc->a → sc->tmp. Each distinct expert is
+ * fetched once and applied to every row that chose it, in increasing expert
+ * order (as transformers accumulates). Returns 0 or -1 on a read error. */
+static int fwd_moe(coli_model *m, int l, int S) {
+    coli_config *c = &m->c;
+    coli_layer *L = &m->L[l];
+    coli_scratch *sc = &m->sc;
+    int D = c->dim, I = c->moe_inter, K = c->topk, mk = moe_index(c, l);
+#pragma omp parallel for schedule(static) if (S * c->n_experts * D > 65536)
+    for (int s = 0; s < S; s++)
+        for (int e = 0; e < c->n_experts; e++)
+            sc->rlogit[(size_t)s * c->n_experts + e] = mm_dot_f32(L->router + (size_t)e * D, sc->a + (size_t)s * D, D);
+    for (int s = 0; s < S; s++)
+        route_row(c, sc->rlogit + (size_t)s * c->n_experts, L->router_bias, sc->route_e + (size_t)s * K, sc->route_w + (size_t)s * K,
+                  sc->route_tmp);
+    memset(sc->moe_acc, 0, (size_t)S * D * 4);
+    for (int e = 0; e < c->n_experts; e++) {
+        int n = 0;
+        for (int s = 0; s < S; s++)
+            for (int k = 0; k < K; k++)
+                if (sc->route_e[(size_t)s * K + k] == e) sc->rows[n++] = s * K + k;
+        if (!n) continue;
+        const float *w = experts_get(m, mk, e);
+        if (!w) return -1;
+        qt_tensor g = {QT_F32, I, D, w, NULL}, u = {QT_F32, I, D, w + (size_t)I * D, NULL},
+                  d = {QT_F32, D, I, w + (size_t)2 * I * D, NULL};
+        for (int r = 0; r < n; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
+        mlp(&g, &u, &d, sc->xs, n, sc->eg, sc->eu, sc->ys);
+        for (int r = 0; r < n; r++) {
+            float wt = sc->route_w[sc->rows[r]];
+            float *acc = sc->moe_acc + (size_t)(sc->rows[r] / K) * D;
+            const float *y = sc->ys + (size_t)r * D;
+            for (int i = 0; i < D; i++) acc[i] += wt * y[i];
+        }
+    }
+    if (c->n_shared) {
+        mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        for (size_t i = 0; i < (size_t)S * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
+    } else memcpy(sc->tmp, sc->moe_acc, (size_t)S * D * 4);
+    return 0;
+}
+
+/* One forward over S ≤ max_s tokens at positions pos..pos+S-1. Writes the
+ * logits of every row (all = 1) or of the last row to sc->logits.
+ * Returns 0, or -1 with m->err set (expert read failure). */
+static int fwd_batch(coli_model *m, const int *tok, int S, int pos, int all) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    int D = c->dim;
+    for (int s = 0; s < S; s++) memcpy(sc->x + (size_t)s * D, m->embed + (size_t)tok[s] * D, (size_t)D * 4);
+    for (int l = 0; l < c->n_layers; l++) {
+        coli_layer *L = &m->L[l];
+        for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->in_norm, D, c->rms_eps);
+        fwd_attention(m, l, S, pos);
+        for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
+        for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->post_norm, D, c->rms_eps);
+        if (c->moe[l]) {
+            if (fwd_moe(m, l, S)) return -1;
+        } else mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
+    }
+    int r0 = all ? 0 : S - 1, n = all ? S : 1;
+    for (int s = 0; s < n; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)(r0 + s) * D, m->final_norm, D, c->rms_eps);
+    mm_matmul(&m->lm_head, sc->a, n, sc->logits);
+    return 0;
+}
+
+/* Runs n tokens at positions pos.. in chunks of UBATCH. With all_out set,
+ * the logits of every position go to all_out[n][vocab]; the last row's
+ * logits are always left in sc->logits (row 0). */
+static int fwd_tokens(coli_model *m, const int *tok, int n, int pos, float *all_out) {
+    coli_config *c = &m->c;
+    if (pos + n > m->kv.ctx) return model_fail(m, "context of %d tokens exceeds CTX=%d", pos + n, m->kv.ctx);
+    for (int i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= c->vocab) return model_fail(m, "token id %d is outside the vocabulary (%d)", tok[i], c->vocab);
+    for (int done = 0; done < n;) {
+        int S = n - done < m->ubatch ? n - done : m->ubatch;
+        if (fwd_batch(m, tok + done, S, pos + done, all_out != NULL)) return -1;
+        if (all_out) {
+            memcpy(all_out + (size_t)done * c->vocab, m->sc.logits, (size_t)S * c->vocab * 4);
+            if (done + S == n) memmove(m->sc.logits, m->sc.logits + (size_t)(S - 1) * c->vocab, (size_t)c->vocab * 4);
+        }
+        done += S;
+    }
+    return 0;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* ----------------------------------------------------------------- oracle */
+
+typedef struct {
+    int *prompt, np;
+    int *argmax;
+    int *greedy, ng;
+    float *logits;        /* [np][vocab] */
+    float *greedy_logits; /* [ng][vocab] */
+} coli_ref;
+
+static void ref_free(coli_ref *r) {
+    free(r->prompt);
+    free(r->argmax);
+    free(r->greedy);
+    free(r->logits);
+    free(r->greedy_logits);
+    memset(r, 0, sizeof *r);
+}
+
+static int ref_ids(const js_doc *d, int node, const char *key, int vocab, int **out, int *n, const char *path, char *err, size_t errlen) {
+    int a = js_get(d, node, key);
+    if (js_typeof(d, a) != JS_ARR || js_count(d, a) < 1) return snprintf(err, errlen, "%s: '%s' must be a non-empty list of token ids", path, key), -1;
+    *n = js_count(d, a);
+    *out = (int *)malloc((size_t)*n * sizeof(int));
+    if (!*out) return snprintf(err, errlen, "out of memory"), -1;
+    int i = 0;
+    for (int c = js_first(d, a); c >= 0; c = js_next(d, c), i++) {
+        if (!js_is_int(d, c) || js_int(d, c) < 0 || js_int(d, c) >= vocab)
+            return snprintf(err, errlen, "%s: %s[%d] is not a token id below vocab_size %d", path, key, i, vocab), -1;
+        (*out)[i] = (int)js_int(d, c);
+    }
+    return 0;
+}
+
+static int ref_rows(const js_doc *d, int node, const char *key, int rows, int vocab, float **out, const char *path, char *err, size_t errlen) {
+    int a = js_get(d, node, key);
+    if (js_typeof(d, a) != JS_ARR || js_count(d, a) != rows) return snprintf(err, errlen, "%s: '%s' must hold %d rows", path, key, rows), -1;
+    *out = (float *)malloc((size_t)rows * vocab * 4);
+    if (!*out) return snprintf(err, errlen, "out of memory"), -1;
+    int r = 0;
+    for (int row = js_first(d, a); row >= 0; row = js_next(d, row), r++) {
+        if (js_typeof(d, row) != JS_ARR || js_count(d, row) != vocab)
+            return snprintf(err, errlen, "%s: %s[%d] must hold %d numbers", path, key, r, vocab), -1;
+        int i = 0;
+        for (int x = js_first(d, row); x >= 0; x = js_next(d, x), i++) {
+            if (!js_is_num(d, x)) return snprintf(err, errlen, "%s: %s[%d][%d] is not a number", path, key, r, i), -1;
+            (*out)[(size_t)r * vocab + i] = (float)js_num(d, x);
+        }
+    }
+    return 0;
+}
+
+/* Loads and validates <dir>/ref.json against the model's vocabulary. */
+static int ref_load(coli_ref *r, const char *dir, int vocab, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    char path[4096], jerr[160];
+    snprintf(path, sizeof path, "%s/ref.json", dir);
+    size_t len;
+    char *buf = compat_read_file(path, 256u << 20, &len);
+    if (!buf) return snprintf(err, errlen, "%s: %s (no PROMPT given, so this is the oracle self-test, which needs the reference file)", path, strerror(errno)), -1;
+    js_doc *d = js_parse(buf, len, jerr, sizeof jerr);
+    free(buf);
+    if (!d) return snprintf(err, errlen, "%s: not valid JSON: %s", path, jerr), -1;
+    int n, rc = js_typeof(d, d->root) != JS_OBJ ? (snprintf(err, errlen, "%s: not a JSON object", path), -1) : 0;
+    if (!rc) rc = ref_ids(d, d->root, "prompt_ids", vocab, &r->prompt, &r->np, path, err, errlen);
+    if (!rc) rc = ref_ids(d, d->root, "argmax", vocab, &r->argmax, &n, path, err, errlen);
+    if (!rc && n != r->np) rc = (snprintf(err, errlen, "%s: 'argmax' has %d entries for %d prompt ids", path, n, r->np), -1);
+    if (!rc) rc = ref_ids(d, d->root, "greedy_ids", vocab, &r->greedy, &r->ng, path, err, errlen);
+    if (!rc) rc = ref_rows(d, d->root, "logits", r->np, vocab, &r->logits, path, err, errlen);
+    if (!rc) rc = ref_rows(d, d->root, "greedy_logits", r->ng, vocab, &r->greedy_logits, path, err, errlen);
+    js_free(d);
+    if (rc) ref_free(r);
+    return rc;
+}
+
+/* Largest |a - b| over n values; +inf if any value of a is not finite. */
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        double d = fabs((double)a[i] - b[i]);
+        if (d > mx) mx = d;
+    }
+    return mx;
+}
+
+typedef struct {
+    int tf_ok, tf_n, greedy_ok, greedy_n, first_bad_tf, first_bad_greedy;
+    double tf_diff, greedy_diff;
+} coli_oracle_result;
+
+/* Teacher-forced forward over the reference prompt, then a greedy
+ * continuation through the KV cache, both compared with the reference. */
+static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res) {
+    int V = m->c.vocab;
+    memset(res, 0, sizeof *res);
+    res->first_bad_tf = res->first_bad_greedy = -1;
+    if (r->np + r->ng > m->kv.ctx) return model_fail(m, "ref.json needs %d positions but CTX is %d", r->np + r->ng, m->kv.ctx);
+    float *all = falloc((size_t)r->np * V);
+    if (!all) return model_fail(m, "out of memory");
+    if (fwd_tokens(m, r->prompt, r->np, 0, all)) { free(all); return -1; }
+    res->tf_n = r->np;
+    res->tf_diff = max_abs_diff(all, r->logits, (size_t)r->np * V);
+    for (int i = 0; i < r->np; i++) {
+        int ok = argmax(all + (size_t)i * V, V) == r->argmax[i];
+        res->tf_ok += ok;
+        if (!ok && res->first_bad_tf < 0) res->first_bad_tf = i;
+    }
+    free(all);
+    res->greedy_n = r->ng;
+    for (int i = 0; i < r->ng; i++) {
+        const float *lg = m->sc.logits;
+        double d = max_abs_diff(lg, r->greedy_logits + (size_t)i * V, (size_t)V);
+        if (d > res->greedy_diff) res->greedy_diff = d;
+        int tok = argmax(lg, V), ok = tok == r->greedy[i];
+        res->greedy_ok += ok;
+        if (!ok && res->first_bad_greedy < 0) res->first_bad_greedy = i;
+        if (i + 1 < r->ng && fwd_tokens(m, &tok, 1, r->np + i, NULL)) return -1;
+    }
+    return 0;
+}
+
+static int oracle_pass(const coli_oracle_result *o) {
+    return o->tf_ok == o->tf_n && o->greedy_ok == o->greedy_n && o->tf_diff <= ORACLE_TOL && o->greedy_diff <= ORACLE_TOL;
+}
+
+/* ------------------------------------------------------------------- main */
+
+typedef struct {
+    env_val v[ENV_COUNT];
+} coli_env;
+
+static long long env_i(const coli_env *e, const char *name) { return e->v[env_index(name)].i; }
+
+/* Resolves every knob from the environment; warns about likely typos.
+ * Returns 0 or -1 with err naming the variable. */
+static int coli_env_load(coli_env *e, char *err, size_t errlen) {
+    extern char **environ;
+    for (int i = 0; i < ENV_COUNT; i++)
+        if (env_parse(&env_knobs[i], getenv(env_knobs[i].name), &e->v[i], err, errlen)) return -1;
+    static const char *const system_vars[] = {"TERM", "HOME", "PATH", "USER", "SHELL", "LANG", "PWD", "OLDPWD", "LOGNAME",
+                                              "HOST", "TMPDIR", "MAIL", "EDITOR", "PAGER", "DISPLAY", "TZ", NULL};
+    for (char **p = environ; p && *p; p++) {
+        char name[128];
+        const char *eq = strchr(*p, '=');
+        size_t l = eq ? (size_t)(eq - *p) : strlen(*p);
+        if (l >= sizeof name) continue;
+        memcpy(name, *p, l);
+        name[l] = 0;
+        int sys = 0;
+        for (int k = 0; system_vars[k]; k++) sys |= !strcmp(name, system_vars[k]);
+        const char *hint = sys ? NULL : env_suggest(name);
+        if (hint) fprintf(stderr, "colibri: warning: %s is not a colibri variable -- did you mean %s?\n", name, hint);
+        else if (!strncmp(name, "COLI_", 5) && env_index(name) < 0)
+            fprintf(stderr, "colibri: warning: unknown variable %s (see ./colibri --help)\n", name);
+    }
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "colibri " COLI_VERSION " -- GLM-5 (glm_moe_dsa) inference with routed experts streamed from disk\n\n"
+            "usage: ./colibri MODEL_DIR            oracle self-test against MODEL_DIR/ref.json\n"
+            "       ./colibri --help               this text\n"
+            "       ./colibri --env-table          the environment registry as a markdown table\n\n"
+            "Exit codes: 0 ok, 1 oracle mismatch, 2 bad input or configuration.\n\n"
+            "Environment:\n");
+    for (int i = 0; i < ENV_COUNT; i++)
+        fprintf(f, "  %-10s default %-6s %s\n", env_knobs[i].name, env_knobs[i].def ? env_knobs[i].def : "unset", env_knobs[i].doc);
+}
+
+static const char *kernel_name(void) { return "scalar f32"; }
+
+static void print_startup(const coli_model *m, const char *dir) {
+    const coli_config *c = &m->c;
+    int nd = 0, nf = 0;
+    for (int l = 0; l < c->n_layers; l++) nd += !c->moe[l], nf += c->idx_full[l];
+    fprintf(stderr,
+            "colibri: %s | glm_moe_dsa, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | "
+            "dense %.1f MB f32 resident | expert cache %d/layer (%.1f MB max) | ctx %d | kernel %s | %d threads\n",
+            dir, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, m->dense_bytes / 1e6, m->ex.cap,
+            experts_bytes(&m->ex, m->ex.cap) / 1e6, m->kv.ctx, kernel_name(), coli_nthreads());
+}
+
+static void print_expert_stats(const coli_model *m, double secs, int tokens) {
+    const coli_experts *ex = &m->ex;
+    uint64_t tot = ex->hits + ex->misses;
+    fprintf(stderr, "colibri: %d tokens in %.3f s | experts: %llu hits, %llu misses (%.1f%% hit) | %.2f MB read from disk in %.3f s\n",
+            tokens, secs, (unsigned long long)ex->hits, (unsigned long long)ex->misses, tot ? 100.0 * ex->hits / tot : 0.0,
+            ex->bytes_read / 1e6, ex->read_s);
+}
+
+static int run_oracle(coli_model *m, const char *dir) {
+    coli_ref r;
+    if (ref_load(&r, dir, m->c.vocab, m->err, sizeof m->err)) {
+        fprintf(stderr, "colibri: %s\n", m->err);
+        return EXIT_INPUT;
+    }
+    coli_oracle_result o;
+    double t0 = compat_now();
+    if (oracle_run(m, &r, &o)) {
+        fprintf(stderr, "colibri: %s\n", m->err);
+        ref_free(&r);
+        return EXIT_INPUT;
+    }
+    print_expert_stats(m, compat_now() - t0, r.np + r.ng);
+    int pass = oracle_pass(&o);
+    printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e; greedy %d/%d, max |dlogit| %.1e -- %s\n", o.tf_ok, o.tf_n,
+           o.tf_diff, o.greedy_ok, o.greedy_n, o.greedy_diff, pass ? "PASS" : "FAIL");
+    if (!pass) {
+        if (o.first_bad_tf >= 0) fprintf(stderr, "colibri: first teacher-forced mismatch at position %d\n", o.first_bad_tf);
+        if (o.first_bad_greedy >= 0) fprintf(stderr, "colibri: first greedy mismatch at step %d (expected token %d)\n", o.first_bad_greedy, r.greedy[o.first_bad_greedy]);
+        if (o.tf_diff > ORACLE_TOL || o.greedy_diff > ORACLE_TOL) fprintf(stderr, "colibri: logits differ by more than %.0e\n", ORACLE_TOL);
+    }
+    ref_free(&r);
+    return pass ? 0 : EXIT_MISMATCH;
+}
+
+#ifndef COLI_NO_MAIN
+int main(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
+    if (argc == 2 && !strcmp(argv[1], "--env-table")) { env_write_table(stdout); return 0; }
+    if (argc != 2 || argv[1][0] == '-') { usage(stderr); return EXIT_INPUT; }
+    char err[512];
+    coli_env e;
+    if (coli_env_load(&e, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
+#ifdef _OPENMP
+    if (env_i(&e, "THREADS") > 0) omp_set_num_threads((int)env_i(&e, "THREADS"));
+#endif
+    static const int absorb_map[] = {-1, 0, 1}; /* auto|0|1 */
+    coli_opts o = {(int)env_i(&e, "CAP"), (int)env_i(&e, "CTX"), (int)env_i(&e, "UBATCH"), absorb_map[env_i(&e, "ABSORB")]};
+    static coli_model m;
+    if (model_load(&m, argv[1], &o)) {
+        fprintf(stderr, "colibri: %s\n", m.err);
+        model_free(&m);
+        return EXIT_INPUT;
+    }
+    print_startup(&m, argv[1]);
+    int rc = run_oracle(&m, argv[1]);
+    model_free(&m);
+    return rc;
+}
+#endif

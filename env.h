@@ -1,0 +1,182 @@
+/* env.h — the registry of every environment knob colibri reads: name, type,
+ * default, accepted range, one line of documentation. The engine resolves
+ * each knob once at startup through env_parse (strict: the whole string must
+ * be a value in range) and passes plain values on; nothing else reads the
+ * environment. ENVIRONMENT.md carries the same table (a test compares it
+ * with env_write_table). Prefix: env_. */
+#ifndef COLI_ENV_H
+#define COLI_ENV_H
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { ENV_KIND_INT, ENV_KIND_FLOAT, ENV_KIND_BOOL, ENV_KIND_STR, ENV_KIND_CHOICE } env_kind;
+
+typedef struct {
+    const char *name;
+    env_kind kind;
+    const char *def;      /* default as text; NULL = unset */
+    double lo, hi;        /* inclusive range for INT/FLOAT */
+    const char *choices;  /* "a|b|c" for CHOICE */
+    const char *doc;
+} env_knob;
+
+#define ENV_INT(name, def, lo, hi, doc) {name, ENV_KIND_INT, def, lo, hi, NULL, doc}
+#define ENV_FLOAT(name, def, lo, hi, doc) {name, ENV_KIND_FLOAT, def, lo, hi, NULL, doc}
+#define ENV_BOOL(name, def, doc) {name, ENV_KIND_BOOL, def, 0, 1, NULL, doc}
+#define ENV_STR(name, def, doc) {name, ENV_KIND_STR, def, 0, 0, NULL, doc}
+#define ENV_CHOICE(name, def, choices, doc) {name, ENV_KIND_CHOICE, def, 0, 0, choices, doc}
+
+static const env_knob env_knobs[] = {
+    ENV_INT("CAP", "0", 0, 1048576,
+            "Expert cache slots per MoE layer; 0 = as many as fit in half the memory available at start."),
+    ENV_INT("CTX", "4096", 16, 1048576,
+            "Context capacity in tokens (prompt + generated); capped at the model's max_position_embeddings."),
+    ENV_INT("THREADS", "0", 0, 4096, "Compute threads; 0 = one per online CPU."),
+    ENV_CHOICE("ABSORB", "auto", "auto|0|1",
+               "MLA evaluation: auto = absorbed for single-token decode, reconstructed for prefill; 1 = always absorbed; 0 = always reconstructed."),
+    ENV_INT("UBATCH", "64", 1, 65536,
+            "Prompt positions per forward pass during prefill; 1 processes the prompt one token at a time."),
+};
+
+enum { ENV_COUNT = (int)(sizeof env_knobs / sizeof env_knobs[0]) };
+
+typedef struct {
+    int set;          /* 1 if taken from the environment, 0 if the default */
+    long long i;      /* INT, BOOL; CHOICE: index into choices */
+    double f;         /* FLOAT */
+    const char *s;    /* STR, CHOICE (the raw text); NULL when unset */
+} env_val;
+
+/* Index of the knob named `name`, or -1. */
+static inline int env_index(const char *name) {
+    for (int i = 0; i < ENV_COUNT; i++)
+        if (!strcmp(env_knobs[i].name, name)) return i;
+    return -1;
+}
+
+/* Index of `word` within a "a|b|c" list, or -1. */
+static inline int env_choice_index(const char *choices, const char *word) {
+    size_t wl = strlen(word);
+    int idx = 0;
+    for (const char *p = choices;; idx++) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == wl && !strncmp(p, word, l)) return idx;
+        if (!bar) return -1;
+        p = bar + 1;
+    }
+}
+
+static inline void env_describe_range_(const env_knob *k, char *buf, size_t n) {
+    switch (k->kind) {
+    case ENV_KIND_INT: snprintf(buf, n, "an integer in [%.0f, %.0f]", k->lo, k->hi); break;
+    case ENV_KIND_FLOAT: snprintf(buf, n, "a number in [%g, %g]", k->lo, k->hi); break;
+    case ENV_KIND_BOOL: snprintf(buf, n, "0 or 1"); break;
+    case ENV_KIND_CHOICE: {
+        size_t o = (size_t)snprintf(buf, n, "one of ");
+        for (const char *p = k->choices; *p && o + 3 < n; p++) {
+            if (*p == '|') { buf[o++] = ','; buf[o++] = ' '; }
+            else buf[o++] = *p;
+        }
+        buf[o < n ? o : n - 1] = 0;
+        break;
+    }
+    default: snprintf(buf, n, "any text"); break;
+    }
+}
+
+/* Parses `raw` (NULL = use the default) for knob k into *out. Strict: no
+ * leading/trailing junk, numbers in range. Returns 0, or -1 with a message
+ * naming the variable and the accepted values. */
+static inline int env_parse(const env_knob *k, const char *raw, env_val *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->set = raw != NULL;
+    const char *v = raw ? raw : k->def;
+    if (!v) return 0;
+    out->s = v;
+    char want[160];
+    env_describe_range_(k, want, sizeof want);
+    char *end = NULL;
+    errno = 0;
+    switch (k->kind) {
+    case ENV_KIND_STR: return 0;
+    case ENV_KIND_CHOICE:
+        out->i = env_choice_index(k->choices, v);
+        if (out->i >= 0) return 0;
+        break;
+    case ENV_KIND_INT:
+    case ENV_KIND_BOOL: {
+        if (*v == '\0' || *v == ' ' || *v == '\t' || *v == '+') break;
+        long long x = strtoll(v, &end, 10);
+        if (errno || *end || x < k->lo || x > k->hi) break;
+        out->i = x;
+        return 0;
+    }
+    case ENV_KIND_FLOAT: {
+        if (*v == '\0' || *v == ' ' || *v == '\t') break;
+        double x = strtod(v, &end);
+        if (errno || *end || !isfinite(x) || x < k->lo || x > k->hi) break;
+        out->f = x;
+        return 0;
+    }
+    }
+    snprintf(err, errlen, "%s=%s is invalid: expected %s", k->name, v, want);
+    return -1;
+}
+
+/* Levenshtein distance of two short strings (capped at 64 characters). */
+static inline int env_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 64;
+    int row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* The knob a variable named `name` was probably meant to be: a COLI_-prefixed
+ * name that is not a knob gets its closest knob (distance ≤ 3), any other
+ * name one a single edit away (names of 4+ characters only). NULL if none or
+ * if `name` is itself a knob. */
+static inline const char *env_suggest(const char *name) {
+    if (env_index(name) >= 0) return NULL;
+    int prefixed = !strncmp(name, "COLI_", 5), best = 99;
+    const char *pick = NULL;
+    for (int i = 0; i < ENV_COUNT; i++) {
+        int d = env_distance(name, env_knobs[i].name);
+        if (prefixed) {
+            int d2 = env_distance(name + 5, env_knobs[i].name);
+            if (d2 < d) d = d2;
+        }
+        if (d < best) { best = d; pick = env_knobs[i].name; }
+    }
+    if (prefixed) return best <= 3 ? pick : NULL;
+    return (best == 1 && strlen(name) >= 4) ? pick : NULL;
+}
+
+/* Writes the registry as the markdown table kept in ENVIRONMENT.md. */
+static inline void env_write_table(FILE *f) {
+    fprintf(f, "| variable | accepts | default | meaning |\n|---|---|---|---|\n");
+    for (int i = 0; i < ENV_COUNT; i++) {
+        char want[160];
+        env_describe_range_(&env_knobs[i], want, sizeof want);
+        fprintf(f, "| `%s` | %s | %s%s%s | %s |\n", env_knobs[i].name, want, env_knobs[i].def ? "`" : "",
+                env_knobs[i].def ? env_knobs[i].def : "unset", env_knobs[i].def ? "`" : "", env_knobs[i].doc);
+    }
+}
+
+#endif

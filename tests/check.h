@@ -1,0 +1,37 @@
+/* check.h — minimal assertions for the C tests: each failed check prints its
+ * location and is counted; check_report() returns the exit status. */
+#ifndef COLI_CHECK_H
+#define COLI_CHECK_H
+
+#include <stdio.h>
+#include <string.h>
+
+static int check_failures, check_count;
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        check_count++;                                                                \
+        if (!(cond)) {                                                                \
+            check_failures++;                                                         \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                             \
+    } while (0)
+
+/* Checks that text contains every needle. */
+#define CHECK_HAS(text, needle)                                                                            \
+    do {                                                                                                   \
+        check_count++;                                                                                     \
+        const char *t_ = (text);                                                                           \
+        if (!t_ || !strstr(t_, (needle))) {                                                                \
+            check_failures++;                                                                              \
+            fprintf(stderr, "%s:%d: expected \"%s\" in: %s\n", __FILE__, __LINE__, (needle), t_ ? t_ : "(null)"); \
+        }                                                                                                  \
+    } while (0)
+
+static inline int check_report(const char *name) {
+    if (check_failures) fprintf(stderr, "%s: %d of %d checks failed\n", name, check_failures, check_count);
+    else printf("%s: %d checks passed\n", name, check_count);
+    return check_failures ? 1 : 0;
+}
+
+#endif

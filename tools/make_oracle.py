@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""Builds colibri's oracle fixtures with Hugging Face transformers (float32, eager).
+
+Each fixture directory under tests/fixtures/ holds a tiny random-weight
+glm_moe_dsa model (config.json, generation_config.json, model.safetensors with
+per-expert tensor names as in the real checkpoints) and ref.json: the prompt
+ids, transformers' logits at every prompt position (teacher forcing, no
+cache), their argmax, and a greedy continuation computed through the KV cache
+with the logits of every step.
+
+The weights are redrawn with scales that keep activations O(1), and what the
+default init leaves trivial (RMSNorm weights, indexer k_norm, the router's
+e_score_correction_bias) is randomized so that layout and bias bugs show. A
+seed is accepted only if the reference has no near-ties where an
+implementation could legitimately differ: the indexer's k-th/k+1-th score,
+the router's k-th/k+1-th expert (and group) choice, and the top-2 logits.
+
+Usage: tools/make_oracle.py [--out tests/fixtures] [--only NAME] [--check]
+  --check regenerates into a temporary directory and compares byte for byte.
+Needs the stack pinned in tools/requirements-oracle.txt. Runs on CPU.
+"""
+import argparse
+import filecmp
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mdl
+
+# Margins below which a seed is rejected. Implementations in f32 agree to
+# ~1e-6 on these quantities; the margins leave two orders of magnitude.
+MIN_INDEX_GAP = 1e-4
+MIN_ROUTER_GAP = 1e-4
+MIN_LOGIT_GAP = 1e-3
+
+FIXTURES = {
+    # GLM-5 layout: every layer runs its own indexer, one expert group.
+    # Every dimension distinct; index_topk far below the prompt length.
+    "tiny-glm5": dict(
+        config=dict(
+            vocab_size=352, hidden_size=64, intermediate_size=88, moe_intermediate_size=36,
+            num_hidden_layers=4, first_k_dense_replace=1, num_attention_heads=4,
+            num_key_value_heads=4, q_lora_rank=48, kv_lora_rank=40, qk_nope_head_dim=24,
+            qk_rope_head_dim=8, v_head_dim=20, n_routed_experts=8, num_experts_per_tok=3,
+            n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+            norm_topk_prob=True, index_n_heads=12, index_head_dim=16, index_topk=5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            rms_norm_eps=1e-5, max_position_embeddings=256, tie_word_embeddings=False,
+            hidden_act="silu", attention_bias=False, bos_token_id=0, eos_token_id=[1, 2],
+            pad_token_id=1,
+        ),
+        generation_eos=[2, 3],
+        prompt_len=40, greedy_len=20, seed=1000,
+    ),
+    # GLM-5.2 layout: shared-indexer layers from index_topk_freq/offset (the
+    # config carries no explicit indexer_types), group-limited routing with
+    # topk_group < n_group, two shared experts, no top-k normalization.
+    "tiny-glm52": dict(
+        config=dict(
+            vocab_size=300, hidden_size=72, intermediate_size=100, moe_intermediate_size=28,
+            num_hidden_layers=5, first_k_dense_replace=2, num_attention_heads=3,
+            num_key_value_heads=3, q_lora_rank=44, kv_lora_rank=36, qk_nope_head_dim=20,
+            qk_rope_head_dim=12, v_head_dim=26, n_routed_experts=9, num_experts_per_tok=3,
+            n_shared_experts=2, n_group=3, topk_group=2, routed_scaling_factor=1.75,
+            norm_topk_prob=False, index_n_heads=9, index_head_dim=18, index_topk=6,
+            rope_parameters={"rope_type": "default", "rope_theta": 8000000.0},
+            rms_norm_eps=1e-5, max_position_embeddings=256, tie_word_embeddings=False,
+            hidden_act="silu", attention_bias=False, bos_token_id=0, eos_token_id=3,
+            pad_token_id=3,
+        ),
+        indexer_schedule=dict(index_topk_freq=2, index_skip_topk_offset=2),
+        generation_eos=[3, 4],
+        prompt_len=36, greedy_len=16, seed=2000,
+    ),
+}
+
+
+def check_modeling_file():
+    """Refuses a transformers whose glm_moe_dsa predates the modern math."""
+    idx = inspect.getsource(mdl.GlmMoeDsaIndexer.forward)
+    att = inspect.getsource(mdl.GlmMoeDsaAttention.forward)
+    problems = []
+    if "apply_rotary_pos_emb_interleave" not in idx:
+        problems.append("indexer does not use interleaved RoPE")
+    if "F.relu" not in idx:
+        problems.append("indexer scores are not passed through ReLU")
+    if "apply_rotary_pos_emb_interleave" not in att:
+        problems.append("MLA attention does not use interleaved RoPE")
+    if problems:
+        sys.exit("transformers %s is too old for the oracle: %s" % (transformers.__version__, "; ".join(problems)))
+
+
+def make_config(spec):
+    kw = dict(spec["config"])
+    kw.update(spec.get("indexer_schedule", {}))
+    cfg = GlmMoeDsaConfig(**kw)
+    cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "eager"
+    return cfg
+
+
+def config_json(spec, cfg):
+    """config.json as transformers writes it; with an indexer schedule the
+    explicit indexer_types list is replaced by the freq/offset keys, and a
+    reload must give the same per-layer types."""
+    d = cfg.to_dict()
+    for k in list(d):
+        if k.startswith("_"):
+            del d[k]
+    sched = spec.get("indexer_schedule")
+    if sched:
+        del d["indexer_types"]
+        d.update(sched)
+        again = GlmMoeDsaConfig(**{k: v for k, v in d.items() if k not in ("transformers_version", "model_type", "architectures")})
+        assert again.indexer_types == cfg.indexer_types, (again.indexer_types, cfg.indexer_types)
+    d["architectures"] = ["GlmMoeDsaForCausalLM"]
+    d.pop("transformers_version", None)
+    return d
+
+
+def randomize(model, seed):
+    """Redraws every parameter: matrices N(0, 1/fan_in), embeddings N(0, 1),
+    norm weights U(0.6, 1.4), the indexer LayerNorm bias N(0, 0.1), and the
+    router correction bias U(-0.15, 0.15)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                std = 1.0 if "embed_tokens" in name else p.shape[-1] ** -0.5
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+            elif name.endswith("k_norm.bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            else:
+                p.copy_(0.6 + 0.8 * torch.rand(p.shape, generator=g))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_((torch.rand(b.shape, generator=g) - 0.5) * 0.3)
+
+
+def checkpoint_tensors(model, cfg):
+    """The state dict with experts un-fused into the per-expert names of the
+    real checkpoints (gate = first I rows of gate_up_proj, up = the rest)."""
+    out = {}
+    inter = cfg.moe_intermediate_size
+    for k, v in model.state_dict().items():
+        v = v.detach().to(torch.float32).contiguous()
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base = k[: -len("gate_up_proj")]
+            for e in range(v.shape[0]):
+                out["%s%d.gate_proj.weight" % (base, e)] = v[e, :inter].clone()
+                out["%s%d.up_proj.weight" % (base, e)] = v[e, inter:].clone()
+        elif k.endswith("mlp.experts.down_proj"):
+            base = k[: -len("down_proj")]
+            for e in range(v.shape[0]):
+                out["%s%d.down_proj.weight" % (base, e)] = v[e].clone()
+        else:
+            out[k] = v.clone()
+    return out
+
+
+class Probe:
+    """Records the smallest decision margins of one forward pass by
+    recomputing the indexer scores and router choices from the module inputs
+    (the modules themselves return only indices)."""
+
+    def __init__(self, model, cfg):
+        self.cfg = cfg
+        self.index_gap = float("inf")
+        self.router_gap = float("inf")
+        self.group_gap = float("inf")
+        self.hooks = []
+        for m in model.modules():
+            if isinstance(m, mdl.GlmMoeDsaIndexer):
+                self.hooks.append(m.register_forward_hook(self.on_indexer, with_kwargs=True))
+            elif isinstance(m, mdl.GlmMoeDsaTopkRouter):
+                self.hooks.append(m.register_forward_hook(self.on_router))
+
+    def close(self):
+        for h in self.hooks:
+            h.remove()
+
+    def on_indexer(self, m, args, kwargs, out):
+        hs, q_resid, (cos, sin), mask = args[0], args[1], args[2], args[3]
+        b, s, _ = hs.shape
+        q = m.wq_b(q_resid).view(b, s, m.n_heads, m.head_dim)
+        q_rot, q_pass = torch.split(q, [m.qk_rope_head_dim, m.head_dim - m.qk_rope_head_dim], dim=-1)
+        k = m.k_norm(m.wk(hs)).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [m.qk_rope_head_dim, m.head_dim - m.qk_rope_head_dim], dim=-1)
+        q_rot, k_rot = mdl.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q_pass], dim=-1)
+        k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+        sc = torch.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * m.softmax_scale)
+        w = m.weights_proj(hs).float() * (m.n_heads ** -0.5)
+        idx = torch.matmul(w.unsqueeze(-2), sc).squeeze(-2)[0]  # [S, T]
+        kk = m.index_topk
+        for i in range(s):
+            valid = i + 1  # no cache: query i sees keys 0..i
+            if valid <= kk:
+                continue
+            v = torch.sort(idx[i, :valid], descending=True).values
+            gap = float(v[kk - 1] - v[kk])
+            self.index_gap = min(self.index_gap, gap)
+            if gap > 1e-6:
+                chosen = set(out[0, i].tolist())
+                assert chosen == set(torch.topk(idx[i, :valid], kk).indices.tolist()), "probe disagrees with the indexer"
+
+    def on_router(self, m, args, out):
+        x = args[0].reshape(-1, m.hidden_dim).float()
+        p = torch.sigmoid(x @ m.weight.float().t())
+        c = p + m.e_score_correction_bias
+        ng, per = m.num_group, m.num_experts // m.num_group
+        if ng > 1:
+            gs = c.view(-1, ng, per).topk(2, dim=-1)[0].sum(-1)
+            v = torch.sort(gs, dim=-1, descending=True).values
+            self.group_gap = min(self.group_gap, float((v[:, m.topk_group - 1] - v[:, m.topk_group]).min()))
+            keep = torch.zeros_like(gs).scatter_(1, gs.topk(m.topk_group, dim=-1)[1], 1)
+            c = c.masked_fill(~keep.unsqueeze(-1).expand(-1, ng, per).reshape(-1, m.num_experts).bool(), float("-inf"))
+        v = torch.sort(c, dim=-1, descending=True).values
+        self.router_gap = min(self.router_gap, float((v[:, m.top_k - 1] - v[:, m.top_k]).min()))
+
+
+def logit_gap(logits):
+    v = torch.topk(logits, 2, dim=-1).values
+    return float((v[..., 0] - v[..., 1]).min())
+
+
+def reference(model, cfg, prompt, greedy_len):
+    """Teacher-forced logits over the prompt (no cache) and a greedy
+    continuation through the KV cache, with each step's logits."""
+    with torch.no_grad():
+        ids = torch.tensor([prompt])
+        tf = model(input_ids=ids, use_cache=False).logits[0]
+        out = model(input_ids=ids, use_cache=True)
+        past, last = out.past_key_values, out.logits[0, -1]
+        greedy, steps = [], []
+        for _ in range(greedy_len):
+            nxt = int(torch.argmax(last))
+            greedy.append(nxt)
+            steps.append(last)
+            out = model(input_ids=torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+            past, last = out.past_key_values, out.logits[0, -1]
+        gen = model.generate(ids, max_new_tokens=greedy_len, min_new_tokens=greedy_len, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+        assert gen[0, len(prompt):].tolist() == greedy, "generate() disagrees with the manual greedy loop"
+    return tf, torch.stack(steps), greedy
+
+
+def margins(model, cfg, full_ids, tf, steps):
+    probe = Probe(model, cfg)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([full_ids]), use_cache=False)
+    probe.close()
+    return dict(index=probe.index_gap, router=probe.router_gap, group=probe.group_gap,
+                logit=min(logit_gap(tf), logit_gap(steps)))
+
+
+def fmt_row(row):
+    return "[" + ",".join("%.9g" % float(x) for x in row.tolist()) + "]"
+
+
+def write_ref(path, prompt, tf, greedy, steps, m):
+    lines = ["{"]
+    lines.append('  "format": "colibri-oracle-1",')
+    lines.append('  "transformers": "%s",' % transformers.__version__)
+    lines.append('  "torch": "%s",' % torch.__version__)
+    lines.append('  "margins": {%s},' % ", ".join('"%s": %.6g' % (k, v if v != float("inf") else -1) for k, v in sorted(m.items())))
+    lines.append('  "prompt_ids": %s,' % json.dumps(prompt))
+    lines.append('  "argmax": %s,' % json.dumps(torch.argmax(tf, dim=-1).tolist()))
+    lines.append('  "greedy_ids": %s,' % json.dumps(greedy))
+    lines.append('  "logits": [\n' + ",\n".join("    " + fmt_row(r) for r in tf) + "\n  ],")
+    lines.append('  "greedy_logits": [\n' + ",\n".join("    " + fmt_row(r) for r in steps) + "\n  ]")
+    lines.append("}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def build(name, spec, outdir):
+    cfg = make_config(spec)
+    vocab = cfg.vocab_size
+    for attempt in range(200):
+        seed = spec["seed"] + attempt
+        torch.manual_seed(seed)
+        model = GlmMoeDsaForCausalLM(cfg).eval()
+        randomize(model, seed)
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(5, vocab, (spec["prompt_len"],), generator=g).tolist()
+        tf, steps, greedy = reference(model, cfg, prompt, spec["greedy_len"])
+        m = margins(model, cfg, prompt + greedy, tf, steps)
+        ok = m["index"] >= MIN_INDEX_GAP and m["router"] >= MIN_ROUTER_GAP and m["group"] >= MIN_ROUTER_GAP \
+            and m["logit"] >= MIN_LOGIT_GAP
+        print("%s: seed %d margins %s%s" % (name, seed, {k: "%.2g" % v for k, v in m.items()}, "" if ok else " (rejected)"))
+        if ok:
+            break
+    else:
+        sys.exit("%s: no seed without near-ties" % name)
+    d = os.path.join(outdir, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config_json(spec, cfg), f, indent=2, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": spec["generation_eos"], "pad_token_id": cfg.pad_token_id}, f, indent=2, sort_keys=True)
+        f.write("\n")
+    save_file(checkpoint_tensors(model, cfg), os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m)
+
+
+def write_hashes(outdir, names):
+    lines = []
+    for name in sorted(names):
+        d = os.path.join(outdir, name)
+        for fn in sorted(os.listdir(d)):
+            with open(os.path.join(d, fn), "rb") as f:
+                lines.append("%s  %s/%s" % (hashlib.sha256(f.read()).hexdigest(), name, fn))
+    with open(os.path.join(outdir, "SHA256SUMS"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures"))
+    ap.add_argument("--only", action="append", help="build only this fixture (repeatable)")
+    ap.add_argument("--check", action="store_true", help="regenerate into a temp dir and compare with --out")
+    a = ap.parse_args()
+    check_modeling_file()
+    torch.set_num_threads(1)  # fixed reduction order, so reruns are byte-identical
+    names = a.only or sorted(FIXTURES)
+    target = tempfile.mkdtemp() if a.check else a.out
+    for n in names:
+        build(n, FIXTURES[n], target)
+    if not a.check:
+        write_hashes(a.out, sorted(FIXTURES))
+        return
+    bad = []
+    for n in names:
+        cmp = filecmp.dircmp(os.path.join(target, n), os.path.join(a.out, n))
+        bad += ["%s/%s" % (n, f) for f in cmp.diff_files + cmp.left_only + cmp.right_only]
+        bad += ["%s/%s" % (n, f) for f in cmp.common_files if not filecmp.cmp(os.path.join(target, n, f), os.path.join(a.out, n, f), shallow=False)]
+    shutil.rmtree(target)
+    if bad:
+        sys.exit("regenerated fixtures differ: " + ", ".join(sorted(set(bad))))
+    print("fixtures reproduce byte for byte")
+
+
+if __name__ == "__main__":
+    main()
