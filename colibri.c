@@ -640,7 +640,7 @@ static int scratch_init(coli_model *m, int max_s) {
     s->ys = falloc(S * c->dim);
     s->eg = falloc(S * c->moe_inter);
     s->eu = falloc(S * c->moe_inter);
-    s->logits = falloc(S * c->vocab);
+    s->logits = falloc((size_t)c->vocab);
     s->sel = (int *)malloc(S * (size_t)c->index_topk * sizeof(int));
     s->nsel = (int *)malloc(S * sizeof(int));
     s->route_e = (int *)malloc(S * (size_t)c->topk * sizeof(int));
@@ -925,6 +925,17 @@ static void attn_head_reconstruct(coli_model *m, int l, int S, int pos, int h, f
     }
 }
 
+/* Whether absorbed MLA costs less than reconstruction for a batch of S
+ * queries. Per head and key, absorbed scores and accumulates in the latent
+ * space (S·(2·kv_lora + rope) multiply-adds), reconstruction expands every
+ * key once (kv_lora·(nope + v)) and then attends in head space
+ * (S·(nope + rope + v)). For GLM-5 the crossover is S ≈ 400. */
+static int absorb_is_cheaper(const coli_config *c, int S) {
+    double absorbed = (double)S * (2.0 * c->kv_lora + c->qk_rope);
+    double rebuilt = (double)c->kv_lora * (c->qk_nope + c->v_head) + (double)S * (c->qk_nope + c->qk_rope + c->v_head);
+    return absorbed <= rebuilt;
+}
+
 /* MLA attention of layer l on normed rows sc->a; result in sc->tmp. */
 static void fwd_attention(coli_model *m, int l, int S, int pos) {
     coli_config *c = &m->c;
@@ -946,7 +957,7 @@ static void fwd_attention(coli_model *m, int l, int S, int pos) {
         for (int h = 0; h < H; h++) rope_apply(sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, rd, cs, sn);
     }
     if (c->idx_full[l]) fwd_indexer(m, l, S, pos); /* shared layers keep the last full layer's choice */
-    int absorbed = m->absorb < 0 ? S == 1 : m->absorb;
+    int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, S) : m->absorb;
     if (absorbed) {
 #pragma omp parallel for schedule(dynamic) collapse(2)
         for (int s = 0; s < S; s++)
@@ -1052,9 +1063,9 @@ static int fwd_moe(coli_model *m, int l, int S) {
 }
 
 /* One forward over S ≤ max_s tokens at positions pos..pos+S-1. Writes the
- * logits of every row (all = 1) or of the last row to sc->logits.
- * Returns 0, or -1 with m->err set (expert read failure). */
-static int fwd_batch(coli_model *m, const int *tok, int S, int pos, int all) {
+ * logits of every row to out[S][vocab], or (out = NULL) of the last row to
+ * sc->logits. Returns 0, or -1 with m->err set (expert read failure). */
+static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) {
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
     int D = c->dim;
@@ -1070,15 +1081,15 @@ static int fwd_batch(coli_model *m, const int *tok, int S, int pos, int all) {
         } else mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
         for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
     }
-    int r0 = all ? 0 : S - 1, n = all ? S : 1;
+    int r0 = out ? 0 : S - 1, n = out ? S : 1;
     for (int s = 0; s < n; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)(r0 + s) * D, m->final_norm, D, c->rms_eps);
-    mm_matmul(&m->lm_head, sc->a, n, sc->logits);
+    mm_matmul(&m->lm_head, sc->a, n, out ? out : sc->logits);
     return 0;
 }
 
 /* Runs n tokens at positions pos.. in chunks of UBATCH. With all_out set,
- * the logits of every position go to all_out[n][vocab]; the last row's
- * logits are always left in sc->logits (row 0). */
+ * the logits of every position go to all_out[n][vocab]; otherwise the last
+ * position's logits are left in sc->logits. */
 static int fwd_tokens(coli_model *m, const int *tok, int n, int pos, float *all_out) {
     coli_config *c = &m->c;
     if (pos + n > m->kv.ctx) return model_fail(m, "context of %d tokens exceeds CTX=%d", pos + n, m->kv.ctx);
@@ -1086,13 +1097,10 @@ static int fwd_tokens(coli_model *m, const int *tok, int n, int pos, float *all_
         if (tok[i] < 0 || tok[i] >= c->vocab) return model_fail(m, "token id %d is outside the vocabulary (%d)", tok[i], c->vocab);
     for (int done = 0; done < n;) {
         int S = n - done < m->ubatch ? n - done : m->ubatch;
-        if (fwd_batch(m, tok + done, S, pos + done, all_out != NULL)) return -1;
-        if (all_out) {
-            memcpy(all_out + (size_t)done * c->vocab, m->sc.logits, (size_t)S * c->vocab * 4);
-            if (done + S == n) memmove(m->sc.logits, m->sc.logits + (size_t)(S - 1) * c->vocab, (size_t)c->vocab * 4);
-        }
+        if (fwd_batch(m, tok + done, S, pos + done, all_out ? all_out + (size_t)done * c->vocab : NULL)) return -1;
         done += S;
     }
+    if (all_out) memcpy(m->sc.logits, all_out + (size_t)(n - 1) * c->vocab, (size_t)c->vocab * 4);
     return 0;
 }
 
@@ -1321,8 +1329,8 @@ static int run_oracle(coli_model *m, const char *dir) {
     return pass ? 0 : EXIT_MISMATCH;
 }
 
-#ifndef COLI_NO_MAIN
-int main(int argc, char **argv) {
+/* The command line: returns the process exit status. */
+static int coli_main(int argc, char **argv) {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
     if (argc == 2 && !strcmp(argv[1], "--env-table")) { env_write_table(stdout); return 0; }
     if (argc != 2 || argv[1][0] == '-') { usage(stderr); return EXIT_INPUT; }
@@ -1345,4 +1353,7 @@ int main(int argc, char **argv) {
     model_free(&m);
     return rc;
 }
+
+#ifndef COLI_NO_MAIN
+int main(int argc, char **argv) { return coli_main(argc, argv); }
 #endif

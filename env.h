@@ -37,8 +37,8 @@ static const env_knob env_knobs[] = {
             "Context capacity in tokens (prompt + generated); capped at the model's max_position_embeddings."),
     ENV_INT("THREADS", "0", 0, 4096, "Compute threads; 0 = one per online CPU."),
     ENV_CHOICE("ABSORB", "auto", "auto|0|1",
-               "MLA evaluation: auto = absorbed for single-token decode, reconstructed for prefill; 1 = always absorbed; 0 = always reconstructed."),
-    ENV_INT("UBATCH", "64", 1, 65536,
+               "MLA evaluation: auto = whichever costs less for the batch (absorbed for decode and small batches, reconstructed for large prefill batches); 1 = always absorbed; 0 = always reconstructed."),
+    ENV_INT("UBATCH", "512", 1, 65536,
             "Prompt positions per forward pass during prefill; 1 processes the prompt one token at a time."),
 };
 

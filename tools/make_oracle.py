@@ -40,6 +40,7 @@ from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mdl
 MIN_INDEX_GAP = 1e-4
 MIN_ROUTER_GAP = 1e-4
 MIN_LOGIT_GAP = 1e-3
+LATENT_SCALE = 0.004
 
 FIXTURES = {
     # GLM-5 layout: every layer runs its own indexer, one expert group.
@@ -129,7 +130,8 @@ def config_json(spec, cfg):
 def randomize(model, seed):
     """Redraws every parameter: matrices N(0, 1/fan_in), embeddings N(0, 1),
     norm weights U(0.6, 1.4), the indexer LayerNorm bias N(0, 0.1), and the
-    router correction bias U(-0.15, 0.15)."""
+    router correction bias U(-0.15, 0.15); q_a_proj and the latent rows of
+    kv_a_proj_with_mqa are then scaled by LATENT_SCALE."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -143,6 +145,14 @@ def randomize(model, seed):
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 b.copy_((torch.rand(b.shape, generator=g) - 0.5) * 0.3)
+        # Make the q/kv latents small (variance ~1e-5) so the 1e-6 eps of
+        # q_a_layernorm / kv_a_layernorm matters: an engine using the model's
+        # rms_norm_eps (1e-5) there fails the oracle.
+        for name, p in model.named_parameters():
+            if name.endswith("q_a_proj.weight"):
+                p.mul_(LATENT_SCALE)
+            elif name.endswith("kv_a_proj_with_mqa.weight"):
+                p[: model.config.kv_lora_rank].mul_(LATENT_SCALE)
 
 
 def checkpoint_tensors(model, cfg):

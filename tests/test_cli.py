@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the colibri binary (stdlib only).
+
+The oracle self-test passes on every fixture; a wrong reference fails it
+(exit 1); hostile model directories and bad knob values are refused with
+exit 2 and a message naming the file, tensor or variable; the output is
+byte-identical across placement and thread settings.
+
+The binary is $COLIBRI (default ./colibri); run from the repository root.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BIN = os.environ.get("COLIBRI", "./colibri")
+FIXTURES = "tests/fixtures"
+ORACLES = sorted(d for d in os.listdir(FIXTURES) if os.path.exists(os.path.join(FIXTURES, d, "ref.json")))
+
+
+def run(model, env=None, args=None, timeout=120):
+    e = {k: v for k, v in os.environ.items() if k in ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")}
+    e.update(env or {})
+    p = subprocess.run([BIN] + (args if args is not None else [model]), env=e, capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def read_st(path):
+    """(header dict, data bytes) of a safetensors file."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def save_json(obj, path):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+def write_st(path, header, data):
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+class Oracle(unittest.TestCase):
+    def test_every_fixture_passes(self):
+        self.assertTrue(ORACLES)
+        for name in ORACLES:
+            rc, out, err = run(os.path.join(FIXTURES, name))
+            self.assertEqual(rc, 0, name + ": " + out + err)
+            self.assertRegex(out, r"^oracle: teacher-forced (\d+)/\1 argmax, max \|dlogit\| \S+; greedy (\d+)/\2, max \|dlogit\| \S+ -- PASS\n$")
+            self.assertIn("hits", err)
+
+    def test_placement_and_threads_do_not_change_output(self):
+        for name in ORACLES:
+            d = os.path.join(FIXTURES, name)
+            outs = set()
+            for env in ({"CAP": "1", "THREADS": "1"}, {"CAP": "2"}, {"CAP": "64", "THREADS": "2"}, {"THREADS": "3", "UBATCH": "512"}):
+                rc, out, err = run(d, env)
+                self.assertEqual(rc, 0, err)
+                outs.add(out)
+            self.assertEqual(len(outs), 1, outs)
+
+    def test_wrong_reference_fails(self):
+        with tempfile.TemporaryDirectory() as t:
+            src = os.path.join(FIXTURES, ORACLES[0])
+            for f in os.listdir(src):
+                shutil.copy(os.path.join(src, f), t)
+            ref = load_json(os.path.join(t, "ref.json"))
+            ref["greedy_ids"][3] = (ref["greedy_ids"][3] + 1) % len(ref["logits"][0])
+            save_json(ref, os.path.join(t, "ref.json"))
+            rc, out, err = run(t)
+            self.assertEqual(rc, 1, out + err)
+            self.assertIn("FAIL", out)
+            self.assertIn("greedy mismatch at step 3", err)
+            ref["logits"][5][7] += 0.01  # within argmax, beyond tolerance
+            save_json(ref, os.path.join(t, "ref.json"))
+            rc, out, err = run(t)
+            self.assertEqual(rc, 1)
+            self.assertIn("logits differ", err)
+
+
+class Refusals(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        src = os.path.join(FIXTURES, ORACLES[0])
+        for f in os.listdir(src):
+            shutil.copy(os.path.join(src, f), self.dir)
+        self.st = os.path.join(self.dir, "model.safetensors")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def refused(self, *needles, env=None, args=None):
+        rc, out, err = run(self.dir, env, args)
+        self.assertEqual(rc, 2, out + err)
+        for n in needles:
+            self.assertIn(n, err)
+        return err
+
+    def edit(self, fn):
+        h, data = read_st(self.st)
+        data = fn(h, data)
+        write_st(self.st, h, data)
+
+    def test_missing_directory(self):
+        self.refused("/nonexistent/model", "config.json", args=["/nonexistent/model"])
+
+    def test_missing_config(self):
+        os.remove(os.path.join(self.dir, "config.json"))
+        self.refused("config.json", "No such file")
+
+    def test_missing_reference(self):
+        os.remove(os.path.join(self.dir, "ref.json"))
+        self.refused("ref.json", "oracle self-test")
+
+    def test_malformed_reference(self):
+        ref = load_json(os.path.join(self.dir, "ref.json"))
+        ref["prompt_ids"][0] = 10 ** 6
+        save_json(ref, os.path.join(self.dir, "ref.json"))
+        self.refused("ref.json", "prompt_ids[0]")
+
+    def test_missing_tensor(self):
+        def drop(h, data):
+            h["model.norm.weight_renamed"] = h.pop("model.norm.weight")
+            return data
+        self.edit(drop)
+        self.refused("tensor 'model.norm.weight' not found")
+
+    def test_wrong_shape(self):
+        def reshape(h, data):
+            t = h["model.layers.0.self_attn.q_a_proj.weight"]
+            t["shape"] = [t["shape"][1], t["shape"][0]]
+            return data
+        self.edit(reshape)
+        self.refused("model.safetensors", "'model.layers.0.self_attn.q_a_proj.weight' has shape", "expected [48, 64]")
+
+    def test_wrong_dtype(self):
+        def to_u8(h, data):
+            t = h["model.layers.1.mlp.experts.3.down_proj.weight"]
+            t["dtype"] = "U8"
+            n = 1
+            for s in t["shape"]:
+                n *= s
+            t["shape"] = [n * 4]
+            return data
+        self.edit(to_u8)
+        self.refused("'model.layers.1.mlp.experts.3.down_proj.weight'", "dtype U8")
+
+    def test_truncated_shard(self):
+        with open(self.st, "r+b") as f:
+            f.truncate(os.path.getsize(self.st) - 100)
+        self.refused("model.safetensors", "past end of file")
+
+    def test_bad_knob(self):
+        self.refused("CAP=many", "integer", env={"CAP": "many"})
+        self.refused("ABSORB=2", "one of auto, 0, 1", env={"ABSORB": "2"})
+
+    def test_typo_warns(self):
+        rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"UBACH": "4", "COLI_CAPP": "1"})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("UBACH is not a colibri variable -- did you mean UBATCH?", err)
+        self.assertIn("COLI_CAPP is not a colibri variable -- did you mean CAP?", err)
+
+    def test_help_lists_registry(self):
+        rc, out, err = run(None, args=["--help"])
+        self.assertEqual(rc, 0)
+        for k in ("CAP", "CTX", "THREADS", "ABSORB", "UBATCH"):
+            self.assertIn(k, out)
+        rc, out, err = run(None, args=[])
+        self.assertEqual(rc, 2)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)

@@ -1,0 +1,311 @@
+/* test_engine.c — the engine compiled in (COLI_NO_MAIN): evaluation paths
+ * agree (batch vs one token at a time, absorbed vs reconstructed), expert
+ * placement and thread count never change a bit of the logits, the
+ * indexer's top-k and the router's choice follow their rules, config errors
+ * are refused by name, and a shard truncated under a running engine gives a
+ * clear error. Runs from the repository root on the committed fixtures. */
+#define COLI_NO_MAIN
+#include "../colibri.c"
+
+#include "check.h"
+
+static const char *FIX5 = "tests/fixtures/tiny-glm5";
+static const char *FIX52 = "tests/fixtures/tiny-glm52";
+
+/* Teacher-forced logits of the fixture's prompt followed by its greedy
+ * tokens, under the given options. Returns a malloc'd [n][vocab] array. */
+static float *run_logits(const char *dir, coli_opts o, int *n_out, int *vocab) {
+    static coli_model m;
+    coli_ref r;
+    if (model_load(&m, dir, &o)) {
+        fprintf(stderr, "load: %s\n", m.err);
+        model_free(&m);
+        return NULL;
+    }
+    if (ref_load(&r, dir, m.c.vocab, m.err, sizeof m.err)) {
+        fprintf(stderr, "ref: %s\n", m.err);
+        model_free(&m);
+        return NULL;
+    }
+    int n = r.np + r.ng;
+    int *ids = (int *)malloc((size_t)n * sizeof(int));
+    memcpy(ids, r.prompt, (size_t)r.np * sizeof(int));
+    memcpy(ids + r.np, r.greedy, (size_t)r.ng * sizeof(int));
+    float *all = (float *)malloc((size_t)n * m.c.vocab * 4);
+    if (fwd_tokens(&m, ids, n, 0, all)) {
+        fprintf(stderr, "forward: %s\n", m.err);
+        free(all);
+        all = NULL;
+    }
+    *n_out = n;
+    *vocab = m.c.vocab;
+    free(ids);
+    ref_free(&r);
+    model_free(&m);
+    return all;
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)a[i] - b[i]));
+    return mx;
+}
+
+static void test_paths_agree(const char *dir) {
+    int n, v, n2, v2;
+    coli_opts base = {0, 256, 512, -1};
+    float *ref = run_logits(dir, base, &n, &v);
+    CHECK(ref != NULL);
+    if (!ref) return;
+    struct { const char *what; coli_opts o; } alt[] = {
+        {"one token at a time", {0, 256, 1, -1}},
+        {"batches of 7", {0, 256, 7, -1}},
+        {"absorbed", {0, 256, 512, 1}},
+        {"reconstructed", {0, 256, 512, 0}},
+        {"reconstructed, batches of 5", {0, 256, 5, 0}},
+    };
+    for (size_t i = 0; i < sizeof alt / sizeof alt[0]; i++) {
+        float *x = run_logits(dir, alt[i].o, &n2, &v2);
+        CHECK(x && n2 == n && v2 == v);
+        if (!x) continue;
+        double d = max_diff(ref, x, (size_t)n * v);
+        printf("  %s: %s vs one batch: max |dlogit| %.2e\n", dir, alt[i].what, d);
+        CHECK(d <= 1e-4);
+        free(x);
+    }
+    free(ref);
+}
+
+/* Placement and threads must not change a single bit. */
+static void test_bit_invariance(const char *dir) {
+    int n, v, n2, v2;
+    coli_opts base = {1000, 256, 512, -1};
+    float *ref = run_logits(dir, base, &n, &v);
+    CHECK(ref != NULL);
+    if (!ref) return;
+    int threads[] = {1, 2, 3};
+    int caps[] = {1, 2, 1000};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t c = 0; c < 3; c++) {
+#ifdef _OPENMP
+            omp_set_num_threads(threads[t]);
+#endif
+            coli_opts o = {caps[c], 256, 512, -1};
+            float *x = run_logits(dir, o, &n2, &v2);
+            CHECK(x && n2 == n && !memcmp(x, ref, (size_t)n * v * 4));
+            free(x);
+        }
+#ifdef _OPENMP
+    omp_set_num_threads(omp_get_num_procs());
+#endif
+    free(ref);
+}
+
+static void test_topk_select(void) {
+    float score[200], tmp[200];
+    int out[200];
+    uint32_t seed = 12345;
+    for (int trial = 0; trial < 200; trial++) {
+        int n = 1 + trial % 199, k = 1 + (trial * 7) % n;
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            score[i] = (float)((seed >> 8) % 16) - 8.0f; /* many ties */
+        }
+        CHECK(topk_select(score, n, k, tmp, out) == k);
+        /* brute force: rank by (score desc, position asc), take k, sort by position */
+        int chosen[200] = {0};
+        for (int c = 0; c < k; c++) {
+            int best = -1;
+            for (int i = 0; i < n; i++)
+                if (!chosen[i] && (best < 0 || score[i] > score[best])) best = i;
+            chosen[best] = 1;
+        }
+        int j = 0, ok = 1;
+        for (int i = 0; i < n; i++)
+            if (chosen[i]) ok &= j < k && out[j++] == i;
+        CHECK(ok && j == k);
+    }
+}
+
+static void test_router(void) {
+    coli_config c;
+    memset(&c, 0, sizeof c);
+    c.n_experts = 12, c.topk = 3, c.n_group = 3, c.topk_group = 2, c.norm_topk = 1, c.route_scale = 2.0f;
+    float logit[12], bias[12] = {0}, tmp[64], w[3];
+    int ex[3];
+    /* logits chosen so sigmoid order is obvious; group sums (top-2):
+     * g0 = {0,1,2,3}, g1 = {4..7}, g2 = {8..11}. g1 has the single best
+     * expert but g0 and g2 have the better top-2 sums. */
+    float l[12] = {1.0f, 0.9f, -3, -3, 3.0f, -5, -5, -5, 0.8f, 0.7f, -3, -3};
+    memcpy(logit, l, sizeof l);
+    route_row(&c, logit, bias, ex, w, tmp);
+    CHECK(ex[0] == 0 && ex[1] == 1 && ex[2] == 8);
+    float s = w[0] + w[1] + w[2];
+    CHECK(fabsf(s - 2.0f) < 1e-6f);
+    /* the bias moves the choice but not the weight */
+    bias[9] = 0.5f;
+    route_row(&c, logit, bias, ex, w, tmp);
+    CHECK(ex[0] == 9 && ex[1] == 0 && ex[2] == 1);
+    float p9 = 1.0f / (1.0f + expf(-0.7f)), p0 = 1.0f / (1.0f + expf(-1.0f)), p1 = 1.0f / (1.0f + expf(-0.9f));
+    CHECK(fabsf(w[0] - 2.0f * p9 / (p9 + p0 + p1 + 1e-20f)) < 1e-6f);
+    /* equal choices go to the lower expert id; no normalization */
+    c.n_group = 1, c.topk_group = 1, c.norm_topk = 0, c.route_scale = 1.0f;
+    for (int e = 0; e < 12; e++) logit[e] = 0.25f, bias[e] = 0;
+    route_row(&c, logit, bias, ex, w, tmp);
+    CHECK(ex[0] == 0 && ex[1] == 1 && ex[2] == 2);
+    CHECK(fabsf(w[0] - 1.0f / (1.0f + expf(-0.25f))) < 1e-7f);
+}
+
+/* ---- config.json refusals ---- */
+
+static char tmpdir[256];
+
+static void write_file(const char *name, const char *text) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *fixture_config(void) {
+    size_t len;
+    char p[512];
+    snprintf(p, sizeof p, "%s/config.json", FIX5);
+    return compat_read_file(p, 1 << 20, &len);
+}
+
+/* Writes the fixture's config.json with `from` replaced by `to`, loads it,
+ * and expects the error to contain `needle`. */
+static void config_refused(const char *from, const char *to, const char *needle) {
+    char *cfg = fixture_config(), *at = strstr(cfg, from);
+    CHECK(at != NULL);
+    if (!at) { free(cfg); return; }
+    size_t n = strlen(cfg) + strlen(to) + 1;
+    char *out = (char *)malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)(at - cfg), cfg, to, at + strlen(from));
+    write_file("config.json", out);
+    coli_config c;
+    char err[512] = "";
+    CHECK(coli_config_load(&c, tmpdir, err, sizeof err) == -1);
+    CHECK_HAS(err, "config.json");
+    CHECK_HAS(err, needle);
+    coli_config_free(&c);
+    free(out);
+    free(cfg);
+}
+
+static void test_config(void) {
+    coli_config c;
+    char err[512] = "";
+    char *cfg = fixture_config();
+    write_file("config.json", cfg);
+    CHECK(coli_config_load(&c, tmpdir, err, sizeof err) == 0);
+    CHECK(c.n_layers == 4 && c.moe[0] == 0 && c.moe[1] == 1 && c.n_eos == 2);
+    coli_config_free(&c);
+    write_file("generation_config.json", "{\"eos_token_id\": [2, 3]}");
+    CHECK(coli_config_load(&c, tmpdir, err, sizeof err) == 0 && c.n_eos == 3);
+    coli_config_free(&c);
+    write_file("generation_config.json", "{\"eos_token_id\": [2, 99999]}");
+    CHECK(coli_config_load(&c, tmpdir, err, sizeof err) == -1);
+    CHECK_HAS(err, "generation_config.json");
+    CHECK_HAS(err, "eos_token_id");
+    coli_config_free(&c);
+    char p[512];
+    snprintf(p, sizeof p, "%s/generation_config.json", tmpdir);
+    unlink(p);
+
+    config_refused("\"model_type\": \"glm_moe_dsa\"", "\"model_type\": \"llama\"", "model_type 'llama' is not supported");
+    config_refused("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", "rope_type 'yarn' is not supported");
+    config_refused("\"rope_theta\": 1000000.0,", "", "rope_theta");
+    config_refused("\"hidden_size\": 64", "\"hidden_size\": -64", "hidden_size");
+    config_refused("\"hidden_size\": 64", "\"hidden_size\": 64.5", "hidden_size' must be an integer");
+    config_refused("\"hidden_size\": 64,", "", "missing field 'hidden_size'");
+    config_refused("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 2", "num_key_value_heads");
+    config_refused("\"n_group\": 1", "\"n_group\": 3", "not a multiple of n_group");
+    config_refused("\"num_experts_per_tok\": 3", "\"num_experts_per_tok\": 9", "num_experts_per_tok");
+    config_refused("\"qk_rope_head_dim\": 8", "\"qk_rope_head_dim\": 7", "must be even");
+    config_refused("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act");
+    config_refused("\"attention_bias\": false", "\"attention_bias\": true", "attention_bias");
+    config_refused("\"norm_topk_prob\": true", "\"norm_topk_prob\": 1", "true or false");
+    config_refused("\"indexer_types\": [\n    \"full\",", "\"indexer_types\": [\n    \"shared\",", "layer 0 must run its own indexer");
+    config_refused("\"indexer_types\": [\n    \"full\",", "\"indexer_types\": [", "list of 4 strings");
+    config_refused("\"mlp_layer_types\": [\n    \"dense\",", "\"mlp_layer_types\": [\n    \"dense2\",", "mlp_layer_types[0]");
+    config_refused("\"eos_token_id\": [\n    1,", "\"eos_token_id\": [\n    -1,", "eos_token_id");
+    config_refused("\"vocab_size\": 352", "\"vocab_size\": 352, \"vocab_size\": 353", "duplicate key");
+    config_refused("{", "[", "not valid JSON");
+
+    /* GLM-5.2's schedule from index_topk_freq 4 / offset 3 over 78 layers:
+     * full at 0, 1, 2, 6, 10, ..., 74 (21 layers) */
+    char *s = strstr(cfg, "\"indexer_types\"");
+    char *e = strchr(s, ']');
+    char buf[8192];
+    snprintf(buf, sizeof buf, "%.*s\"index_topk_freq\": 4, \"index_skip_topk_offset\": 3%s", (int)(s - cfg), cfg, e + 1);
+    char *nl = strstr(buf, "\"num_hidden_layers\": 4");
+    memcpy(nl, "\"num_hidden_layers\":78", 22);
+    char *ml = strstr(buf, "\"mlp_layer_types\"");
+    char *me = strchr(ml, ']');
+    memmove(ml, me + 3, strlen(me + 3) + 1); /* drop the list and its ",\n " */
+    write_file("config.json", buf);
+    CHECK(coli_config_load(&c, tmpdir, err, sizeof err) == 0);
+    if (c.idx_full) {
+        int nf = 0, ok = c.idx_full[0] && c.idx_full[1] && c.idx_full[2] && !c.idx_full[3] && c.idx_full[6] && c.idx_full[74] && !c.idx_full[75];
+        for (int i = 0; i < 78; i++) nf += c.idx_full[i];
+        CHECK(ok && nf == 21);
+        CHECK(!c.moe[0] && c.moe[1]); /* first_k_dense_replace 1 */
+    } else fprintf(stderr, "%s\n", err);
+    coli_config_free(&c);
+    free(cfg);
+}
+
+/* A shard truncated after startup: the expert read fails with a message
+ * naming the file, and the engine reports it instead of computing. */
+static void test_truncated_shard(void) {
+    char src[512], dst[512], cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp %s/config.json %s/model.safetensors %s/ref.json %s/", FIX5, FIX5, FIX5, tmpdir);
+    CHECK(system(cmd) == 0);
+    static coli_model m;
+    coli_opts o = {1, 256, 512, -1};
+    CHECK(model_load(&m, tmpdir, &o) == 0);
+    snprintf(src, sizeof src, "%s/model.safetensors", tmpdir);
+    (void)dst;
+    /* keep the header and dense tensors; cut inside the first routed expert */
+    const st_tensor *t = st_find(&m.st, "model.layers.1.mlp.experts.0.gate_proj.weight");
+    uint64_t cut = t->off;
+    for (int e = 0; e < m.c.n_experts; e++)
+        for (int l = 1; l < m.c.n_layers; l++) {
+            char n[128];
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+            const st_tensor *u = st_find(&m.st, n);
+            if (u && u->off < cut) cut = u->off;
+        }
+    CHECK(truncate(src, (off_t)cut + 8) == 0);
+    coli_ref r;
+    coli_oracle_result res;
+    CHECK(ref_load(&r, tmpdir, m.c.vocab, m.err, sizeof m.err) == 0);
+    CHECK(oracle_run(&m, &r, &res) == -1);
+    CHECK_HAS(m.err, "model.safetensors");
+    CHECK_HAS(m.err, "truncated");
+    ref_free(&r);
+    model_free(&m);
+    snprintf(cmd, sizeof cmd, "rm -f %s/*", tmpdir);
+    CHECK(system(cmd) == 0);
+}
+
+int main(void) {
+    (void)coli_main;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/colibri-test-engine-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    test_topk_select();
+    test_router();
+    test_config();
+    test_paths_agree(FIX5);
+    test_paths_agree(FIX52);
+    test_bit_invariance(FIX5);
+    test_bit_invariance(FIX52);
+    test_truncated_shard();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) return 1;
+    return check_report("test_engine");
+}

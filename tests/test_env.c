@@ -1,0 +1,90 @@
+/* test_env.c — the knob registry: strict parsing, typo suggestions, and
+ * ENVIRONMENT.md carrying exactly the registry's table. */
+#include "compat.h"
+#include "env.h"
+
+#include "check.h"
+
+static int parses(const char *name, const char *raw, env_val *v) {
+    char err[256];
+    int i = env_index(name);
+    CHECK(i >= 0);
+    return i >= 0 && env_parse(&env_knobs[i], raw, v, err, sizeof err) == 0;
+}
+
+static void test_parse(void) {
+    env_val v;
+    char err[256];
+    CHECK(parses("CAP", "12", &v) && v.i == 12 && v.set);
+    CHECK(parses("CAP", NULL, &v) && v.i == 0 && !v.set);
+    CHECK(!parses("CAP", "12x", &v));
+    CHECK(!parses("CAP", "", &v));
+    CHECK(!parses("CAP", " 1", &v));
+    CHECK(!parses("CAP", "+1", &v));
+    CHECK(!parses("CAP", "-1", &v));
+    CHECK(!parses("CAP", "1.5", &v));
+    CHECK(!parses("CAP", "99999999999999999999", &v));
+    CHECK(!parses("UBATCH", "0", &v));
+    CHECK(parses("ABSORB", "1", &v) && v.i == 2);
+    CHECK(parses("ABSORB", "auto", &v) && v.i == 0);
+    CHECK(!parses("ABSORB", "yes", &v));
+    int i = env_index("CAP");
+    CHECK(env_parse(&env_knobs[i], "lots", &v, err, sizeof err) == -1);
+    CHECK_HAS(err, "CAP=lots");
+    CHECK_HAS(err, "integer in [0, 1048576]");
+    i = env_index("ABSORB");
+    CHECK(env_parse(&env_knobs[i], "2", &v, err, sizeof err) == -1);
+    CHECK_HAS(err, "one of auto, 0, 1");
+    /* every default parses under its own rules */
+    for (int k = 0; k < ENV_COUNT; k++) {
+        CHECK(env_parse(&env_knobs[k], NULL, &v, err, sizeof err) == 0);
+        if (env_knobs[k].def) CHECK(env_parse(&env_knobs[k], env_knobs[k].def, &v, err, sizeof err) == 0);
+        for (int j = 0; j < k; j++) CHECK(strcmp(env_knobs[j].name, env_knobs[k].name) != 0);
+    }
+}
+
+static void test_suggest(void) {
+    CHECK(env_suggest("CAP") == NULL);
+    CHECK(env_suggest("CAPP") && !strcmp(env_suggest("CAPP"), "CAP"));
+    CHECK(env_suggest("UBACH") && !strcmp(env_suggest("UBACH"), "UBATCH"));
+    CHECK(env_suggest("COLI_CTX") && !strcmp(env_suggest("COLI_CTX"), "CTX"));
+    CHECK(env_suggest("HOSTNAME") == NULL);
+    CHECK(env_suggest("XDG_SESSION_ID") == NULL);
+    CHECK(env_distance("kitten", "sitting") == 3);
+}
+
+/* ENVIRONMENT.md holds the registry table between two marker lines. */
+static void test_doc(void) {
+    size_t len;
+    char *doc = compat_read_file("ENVIRONMENT.md", 1 << 20, &len);
+    CHECK(doc != NULL);
+    if (!doc) return;
+    const char *b = strstr(doc, "<!-- env-table -->\n"), *e = strstr(doc, "<!-- /env-table -->");
+    CHECK(b && e && e > b);
+    char *want = NULL;
+    size_t wl = 0;
+    FILE *f = open_memstream(&want, &wl);
+    env_write_table(f);
+    fclose(f);
+    if (b && e) {
+        b += strlen("<!-- env-table -->\n");
+        int same = (size_t)(e - b) == wl && !memcmp(b, want, wl);
+        CHECK(same);
+        if (!same) fprintf(stderr, "ENVIRONMENT.md table is stale; regenerate with ./colibri --env-table:\n%s", want);
+    }
+    /* every knob also has its own section */
+    for (int k = 0; k < ENV_COUNT; k++) {
+        char h[96];
+        snprintf(h, sizeof h, "### `%s`", env_knobs[k].name);
+        CHECK_HAS(doc, h);
+    }
+    free(want);
+    free(doc);
+}
+
+int main(void) {
+    test_parse();
+    test_suggest();
+    test_doc();
+    return check_report("test_env");
+}
