@@ -1,0 +1,183 @@
+/* sample.h — next-token choice: a seeded generator, greedy argmax, and
+ * temperature / top-k / top-p / min-p sampling over a logit vector; the stop
+ * set. Filters apply in transformers' order: temperature, top-k, top-p,
+ * min-p. Pure functions over caller-owned buffers. Prefix: smp_. */
+#ifndef COLI_SAMPLE_H
+#define COLI_SAMPLE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* xoshiro256** seeded through splitmix64: fast, 2^256 period, and the same
+ * sequence on every platform for a given seed. */
+typedef struct {
+    uint64_t s[4];
+} smp_rng;
+
+static inline uint64_t smp_splitmix_(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline void smp_seed(smp_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = smp_splitmix_(&seed);
+}
+
+static inline uint64_t smp_rotl_(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static inline uint64_t smp_next(smp_rng *r) {
+    uint64_t *s = r->s, out = smp_rotl_(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = smp_rotl_(s[3], 45);
+    return out;
+}
+
+/* Uniform double in [0, 1) with 53 random bits. */
+static inline double smp_uniform(smp_rng *r) { return (double)(smp_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+typedef struct {
+    float temp;   /* 0 = greedy */
+    int top_k;    /* 0 = off */
+    float top_p;  /* 1 = off */
+    float min_p;  /* 0 = off */
+} smp_params;
+
+/* Per-call work space for a vocabulary of n: allocate once with
+ * smp_work_alloc, never in the decode loop. */
+typedef struct {
+    int n;
+    int *idx;
+    float *p;
+} smp_work;
+
+static inline int smp_work_alloc(smp_work *w, int n) {
+    w->n = n;
+    w->idx = (int *)malloc((size_t)n * sizeof(int));
+    w->p = (float *)malloc((size_t)n * sizeof(float));
+    return w->idx && w->p ? 0 : -1;
+}
+
+static inline void smp_work_free(smp_work *w) {
+    free(w->idx);
+    free(w->p);
+    memset(w, 0, sizeof *w);
+}
+
+/* Index of the largest finite logit (ties to the lowest id), or -1 if none
+ * is finite. */
+static inline int smp_argmax(const float *x, int n) {
+    int b = -1;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i]) && (b < 0 || x[i] > x[b])) b = i;
+    return b;
+}
+
+/* Orders candidate ids by logit, descending, ties to the lower id. */
+static inline int smp_before_(const float *x, int a, int b) { return x[a] > x[b] || (x[a] == x[b] && a < b); }
+
+/* Moves the k best of idx[0..n) (by smp_before_) to the front, unordered. */
+static inline void smp_select_(const float *x, int *idx, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int piv = idx[lo + (hi - lo) / 2], i = lo, j = hi;
+        while (i <= j) {
+            while (smp_before_(x, idx[i], piv)) i++;
+            while (smp_before_(x, piv, idx[j])) j--;
+            if (i <= j) { int t = idx[i]; idx[i] = idx[j]; idx[j] = t; i++; j--; }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else return;
+    }
+}
+
+/* Sorts idx[0..n) best first by smp_before_ (heap sort: no recursion, no
+ * allocation, O(n log n)). The heap keeps the worst candidate at its root. */
+static inline void smp_sift_(const float *x, int *idx, int root, int n) {
+    for (;;) {
+        int c = 2 * root + 1;
+        if (c >= n) return;
+        if (c + 1 < n && smp_before_(x, idx[c], idx[c + 1])) c++;
+        if (!smp_before_(x, idx[root], idx[c])) return;
+        int t = idx[root];
+        idx[root] = idx[c];
+        idx[c] = t;
+        root = c;
+    }
+}
+
+static inline void smp_sort_(const float *x, int *idx, int n) {
+    for (int i = n / 2 - 1; i >= 0; i--) smp_sift_(x, idx, i, n);
+    for (int end = n - 1; end > 0; end--) {
+        int t = idx[0];
+        idx[0] = idx[end];
+        idx[end] = t;
+        smp_sift_(x, idx, 0, end);
+    }
+}
+
+/* Chooses the next token from logits[n]. Greedy (argmax, ties to the lowest
+ * id) when temp == 0. Otherwise, as transformers orders its filters:
+ * logits / temp; keep the top_k best; keep the smallest best-first prefix
+ * whose probability reaches top_p; drop candidates below min_p × the best
+ * probability; draw from what is left. Non-finite logits are never chosen.
+ * Returns the id, or -1 if no logit is finite. */
+static inline int smp_sample(const smp_params *sp, const float *logits, int n, smp_rng *r, smp_work *w) {
+    int best = smp_argmax(logits, n);
+    if (best < 0 || sp->temp <= 0) return best;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(logits[i])) w->idx[m++] = i;
+    int k = sp->top_k > 0 && sp->top_k < m ? sp->top_k : m;
+    if (k < m) smp_select_(logits, w->idx, m, k);
+    double inv_t = 1.0 / sp->temp, mx = logits[best] * inv_t, z = 0;
+    for (int i = 0; i < k; i++) z += exp(logits[w->idx[i]] * inv_t - mx);
+    int keep = k;
+    if (sp->top_p < 1) {
+        /* sorting the whole vocabulary per token is wasteful: sort a head of
+         * the candidates and widen it only while top-p needs more mass */
+        for (int head = k < 1024 ? k : 1024;; head = head * 8 < k ? head * 8 : k) {
+            if (head < k) smp_select_(logits, w->idx, k, head);
+            smp_sort_(logits, w->idx, head);
+            double cum = 0;
+            int found = 0;
+            for (int i = 0; i < head && !found; i++) {
+                cum += exp(logits[w->idx[i]] * inv_t - mx) / z;
+                if (cum >= sp->top_p) keep = i + 1, found = 1;
+            }
+            if (found || head == k) break;
+        }
+    }
+    double floor_p = sp->min_p > 0 ? sp->min_p / z : 0, s = 0; /* the best has probability 1/z */
+    for (int i = 0; i < keep; i++) {
+        double p = exp(logits[w->idx[i]] * inv_t - mx) / z;
+        w->p[i] = p >= floor_p ? (float)p : 0.0f;
+        s += w->p[i];
+    }
+    double u = smp_uniform(r) * s, acc = 0;
+    int last = best;
+    for (int i = 0; i < keep; i++) {
+        if (w->p[i] <= 0) continue;
+        acc += w->p[i];
+        last = w->idx[i];
+        if (u < acc) return last;
+    }
+    return last;
+}
+
+/* Whether id is in the stop set. */
+static inline int smp_is_stop(const int *stops, int n, int id) {
+    for (int i = 0; i < n; i++)
+        if (stops[i] == id) return 1;
+    return 0;
+}
+
+#endif
