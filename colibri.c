@@ -14,6 +14,9 @@
 #include "json.h"
 #include "quant.h"
 #include "st.h"
+#include "store.h"
+#include "telemetry.h"
+#include "tier.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -306,29 +309,6 @@ typedef struct {
     float *router, *router_bias;         /* [n_experts][dim], [n_experts]     */
 } coli_layer;
 
-/* Where one routed expert's three matrices live. */
-typedef struct {
-    const st_tensor *t[3];  /* gate, up, down */
-    int adjacent;           /* one file, back to back: one pread */
-    uint64_t span_off, span_len;
-} coli_expert_loc;
-
-/* Per-layer LRU of expert slots; a slot holds gate|up|down in f32. */
-typedef struct {
-    int cap;                 /* slots per MoE layer */
-    int n_experts, n_moe;
-    size_t slot_floats;
-    int *slot_expert;        /* [n_moe][cap], -1 = empty */
-    uint64_t *slot_tick;     /* [n_moe][cap] last use */
-    float **slot_mem;        /* [n_moe][cap] allocated on first use */
-    int *where;              /* [n_moe][n_experts] slot or -1 */
-    coli_expert_loc *loc;    /* [n_moe][n_experts] */
-    uint8_t *staging;        /* raw bytes of one expert (non-f32 sources) */
-    size_t staging_len;
-    uint64_t tick, hits, misses, bytes_read;
-    double read_s;
-} coli_experts;
-
 typedef struct {
     float *lat;   /* [n_layers][ctx][kv_lora] normalized latent */
     float *rope;  /* [n_layers][ctx][qk_rope] roped shared key  */
@@ -357,12 +337,22 @@ typedef struct {
     coli_layer *L;
     float *embed, *final_norm;  /* [vocab][dim], [dim] */
     qt_tensor lm_head;
-    coli_experts ex;
+    xs_store xs;                /* routed experts: pinned set + LRU */
+    uint8_t *pinned;            /* [n_moe][n_experts] pinned flags (for re-pinning) */
     coli_kv kv;
     coli_scratch sc;
+    tel_stats tel;
     int absorb;                 /* -1 auto, 0 reconstruct, 1 absorbed */
     int ubatch;
-    size_t dense_bytes;
+    int measure;                /* sizing pass: validate and count bytes, allocate nothing */
+    uint64_t dense_bytes, work_bytes, kv_bytes;
+    tier_plan plan;
+    uint64_t budget;            /* resolved RAM budget */
+    int repin;                  /* re-pin every N generated tokens (0 = off) */
+    int repinned;
+    uint64_t rss_limit;         /* RSS guard (0 = off) */
+    tier_swap *swaps;           /* [n_moe] re-pin candidates */
+    int *shrunk;                /* [lru slots] slots given back by the guard */
     char err[1024];
 } coli_model;
 
@@ -395,13 +385,18 @@ static const st_tensor *model_tensor(coli_model *m, const char *name, int64_t d0
     return t;
 }
 
+static float measure_dummy[1]; /* what loaders return in the sizing pass */
+
 static float *model_load_f32(coli_model *m, const char *name, int64_t d0, int64_t d1) {
     const st_tensor *t = model_tensor(m, name, d0, d1);
     if (!t) return NULL;
+    if (m->measure) {
+        m->dense_bytes += (uint64_t)t->numel * 4;
+        return measure_dummy;
+    }
     float *p = (float *)compat_aligned_alloc(64, (size_t)t->numel * 4);
     if (!p) { model_fail(m, "out of memory loading '%s' (%llu bytes)", name, (unsigned long long)t->numel * 4); return NULL; }
     if (st_read_f32(&m->st, t, p, m->err, sizeof m->err)) { free(p); return NULL; }
-    m->dense_bytes += (size_t)t->numel * 4;
     return p;
 }
 
@@ -462,198 +457,124 @@ static int moe_index(const coli_config *c, int layer) {
     return k;
 }
 
-/* Finds and validates every routed expert's tensors (headers only). */
+static int n_moe_layers(const coli_config *c) { return moe_index(c, c->n_layers); }
+
+/* Model layer of MoE layer k. */
+static int moe_layer(const coli_config *c, int k) {
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->moe[l] && k-- == 0) return l;
+    return -1;
+}
+
+/* Finds and validates every routed expert's tensors (headers only) and
+ * fixes each layer's in-memory layout: f32 gate | up | down. */
 static int experts_locate(coli_model *m) {
     coli_config *c = &m->c;
-    coli_experts *ex = &m->ex;
+    xs_store *x = &m->xs;
     static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
-    size_t max_span = 0;
-    for (int l = 0, k = 0; l < c->n_layers; l++) {
-        if (!c->moe[l]) continue;
+    for (int k = 0; k < x->n_layers; k++) {
+        int l = moe_layer(c, k);
+        xs_layout *L = &x->lay[k];
+        int64_t O[3] = {c->moe_inter, c->moe_inter, c->dim}, I[3] = {c->dim, c->dim, c->moe_inter};
+        size_t off = 0;
+        for (int p = 0; p < 3; p++) {
+            L->O[p] = O[p], L->I[p] = I[p];
+            L->w_bytes[p] = (size_t)O[p] * (size_t)I[p] * 4;
+            L->fixed[p] = off;
+            off += L->w_bytes[p];
+        }
+        L->bytes = off;
+        L->raw = 1;
         for (int e = 0; e < c->n_experts; e++) {
-            coli_expert_loc *loc = &ex->loc[(size_t)k * c->n_experts + e];
+            const st_tensor *w[3];
             for (int p = 0; p < 3; p++) {
                 char n[256];
                 snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[p]);
-                loc->t[p] = p < 2 ? model_tensor(m, n, c->moe_inter, c->dim) : model_tensor(m, n, c->dim, c->moe_inter);
-                if (!loc->t[p]) return -1;
+                if (!(w[p] = model_tensor(m, n, O[p], I[p]))) return -1;
+                if (w[p]->dtype != ST_F32) L->raw = 0; /* converted on read */
             }
-            const st_tensor *s[3] = {loc->t[0], loc->t[1], loc->t[2]};
-            for (int i = 0; i < 3; i++) /* sort by offset */
-                for (int j = i + 1; j < 3; j++)
-                    if (s[j]->off < s[i]->off) { const st_tensor *t = s[i]; s[i] = s[j]; s[j] = t; }
-            loc->adjacent = s[0]->file == s[1]->file && s[1]->file == s[2]->file && s[0]->dtype == s[1]->dtype &&
-                            s[1]->dtype == s[2]->dtype && s[0]->off + s[0]->nbytes == s[1]->off &&
-                            s[1]->off + s[1]->nbytes == s[2]->off;
-            loc->span_off = s[0]->off;
-            loc->span_len = s[2]->off + s[2]->nbytes - s[0]->off;
-            if (loc->adjacent && loc->span_len > max_span) max_span = loc->span_len;
+            xs_locate(x, k, e, w);
         }
-        k++;
     }
-    ex->staging_len = max_span;
     return 0;
-}
-
-/* Bytes of memory for `cap` slots per layer over all MoE layers. */
-static uint64_t experts_bytes(const coli_experts *ex, int cap) {
-    return (uint64_t)cap * (uint64_t)ex->n_moe * ex->slot_floats * 4;
-}
-
-static int experts_init(coli_model *m, int cap) {
-    coli_config *c = &m->c;
-    coli_experts *ex = &m->ex;
-    memset(ex, 0, sizeof *ex);
-    ex->n_experts = c->n_experts;
-    ex->n_moe = moe_index(c, c->n_layers);
-    ex->slot_floats = (size_t)3 * c->moe_inter * c->dim;
-    if (!ex->n_moe) return 0;
-    if (cap == 0) { /* half of what is available, spread over the MoE layers */
-        uint64_t avail = compat_mem_available() / 2, per = experts_bytes(ex, 1);
-        uint64_t n = per ? avail / per : 1;
-        cap = n < 1 ? 1 : n > (uint64_t)c->n_experts ? c->n_experts : (int)n;
-    }
-    if (cap > c->n_experts) cap = c->n_experts;
-    ex->cap = cap;
-    size_t ns = (size_t)ex->n_moe * cap, ne = (size_t)ex->n_moe * c->n_experts;
-    ex->slot_expert = (int *)malloc(ns * sizeof(int));
-    ex->slot_tick = (uint64_t *)calloc(ns, sizeof(uint64_t));
-    ex->slot_mem = (float **)calloc(ns, sizeof(float *));
-    ex->where = (int *)malloc(ne * sizeof(int));
-    ex->loc = (coli_expert_loc *)calloc(ne, sizeof(coli_expert_loc));
-    if (!ex->slot_expert || !ex->slot_tick || !ex->slot_mem || !ex->where || !ex->loc) return model_fail(m, "out of memory for the expert cache");
-    for (size_t i = 0; i < ns; i++) ex->slot_expert[i] = -1;
-    for (size_t i = 0; i < ne; i++) ex->where[i] = -1;
-    if (experts_locate(m)) return -1;
-    if (ex->staging_len && !(ex->staging = (uint8_t *)compat_aligned_alloc(64, ex->staging_len)))
-        return model_fail(m, "out of memory for the expert staging buffer");
-    return 0;
-}
-
-static void experts_free(coli_experts *ex) {
-    size_t ns = (size_t)ex->n_moe * (size_t)ex->cap;
-    if (ex->slot_mem)
-        for (size_t i = 0; i < ns; i++) free(ex->slot_mem[i]);
-    free(ex->slot_mem);
-    free(ex->slot_expert);
-    free(ex->slot_tick);
-    free(ex->where);
-    free(ex->loc);
-    free(ex->staging);
-    memset(ex, 0, sizeof *ex);
-}
-
-/* Reads expert e of MoE layer k into slot memory dst as gate|up|down f32.
- * Adjacent tensors come in with one pread. */
-static int experts_read(coli_model *m, int k, int e, float *dst) {
-    coli_experts *ex = &m->ex;
-    const coli_expert_loc *loc = &ex->loc[(size_t)k * ex->n_experts + e];
-    size_t part = ex->slot_floats / 3;
-    double t0 = compat_now();
-    if (loc->adjacent) {
-        int fd = m->st.files[loc->t[0]->file].fd;
-        if (compat_pread_full(fd, ex->staging, (size_t)loc->span_len, loc->span_off))
-            return model_fail(m, "%s: expert tensors of '%s': read failed: %s", tensor_path(m, loc->t[0]), loc->t[0]->name,
-                              errno == EIO ? "file truncated or I/O error" : strerror(errno));
-        for (int p = 0; p < 3; p++)
-            st_convert_f32_(loc->t[p]->dtype, ex->staging + (loc->t[p]->off - loc->span_off), dst + p * part, part);
-    } else {
-        for (int p = 0; p < 3; p++)
-            if (st_read_f32(&m->st, loc->t[p], dst + p * part, m->err, sizeof m->err)) return -1;
-    }
-    ex->bytes_read += loc->t[0]->nbytes + loc->t[1]->nbytes + loc->t[2]->nbytes;
-    ex->read_s += compat_now() - t0;
-    return 0;
-}
-
-/* Returns the f32 gate|up|down of expert e in MoE layer k, reading it into
- * the least recently used slot on a miss; NULL on a read error. */
-static const float *experts_get(coli_model *m, int k, int e) {
-    coli_experts *ex = &m->ex;
-    int *where = &ex->where[(size_t)k * ex->n_experts + e];
-    size_t base = (size_t)k * ex->cap;
-    ex->tick++;
-    if (*where >= 0) {
-        ex->hits++;
-        ex->slot_tick[base + *where] = ex->tick;
-        return ex->slot_mem[base + *where];
-    }
-    int victim = 0;
-    for (int s = 1; s < ex->cap; s++)
-        if (ex->slot_tick[base + s] < ex->slot_tick[base + victim]) victim = s;
-    size_t si = base + victim;
-    if (ex->slot_expert[si] >= 0) ex->where[(size_t)k * ex->n_experts + ex->slot_expert[si]] = -1;
-    ex->slot_expert[si] = -1;
-    if (!ex->slot_mem[si] && !(ex->slot_mem[si] = (float *)compat_aligned_alloc(64, ex->slot_floats * 4))) {
-        model_fail(m, "out of memory for an expert slot (%zu bytes)", ex->slot_floats * 4);
-        return NULL;
-    }
-    if (experts_read(m, k, e, ex->slot_mem[si])) return NULL;
-    ex->misses++;
-    ex->slot_expert[si] = e;
-    ex->slot_tick[si] = ex->tick;
-    *where = victim;
-    return ex->slot_mem[si];
 }
 
 /* ------------------------------------------------------------ model setup */
+
+/* Allocates n floats, 64-byte aligned. */
+static float *falloc(size_t n) { return (float *)compat_aligned_alloc(64, (n ? n : 1) * 4); }
+
+/* Allocates bytes (64-byte aligned), or in the sizing pass only counts
+ * them into *account and returns a dummy. */
+static void *model_alloc(coli_model *m, size_t bytes, uint64_t *account) {
+    if (!m->measure) return compat_aligned_alloc(64, bytes ? bytes : 4);
+    *account += bytes;
+    return measure_dummy;
+}
 
 static int kv_init(coli_model *m, int ctx) {
     coli_config *c = &m->c;
     coli_kv *kv = &m->kv;
     kv->ctx = ctx;
-    kv->full_slot = (int *)malloc((size_t)c->n_layers * sizeof(int));
-    if (!kv->full_slot) return model_fail(m, "out of memory");
     int nf = 0;
-    for (int l = 0; l < c->n_layers; l++) kv->full_slot[l] = c->idx_full[l] ? nf++ : -1;
-    kv->lat = (float *)compat_aligned_alloc(64, (size_t)c->n_layers * ctx * c->kv_lora * 4);
-    kv->rope = (float *)compat_aligned_alloc(64, (size_t)c->n_layers * ctx * c->qk_rope * 4);
-    kv->ikey = (float *)compat_aligned_alloc(64, (size_t)nf * ctx * c->index_dim * 4);
-    if (!kv->lat || !kv->rope || !kv->ikey)
+    for (int l = 0; l < c->n_layers; l++) nf += c->idx_full[l];
+    kv->lat = (float *)model_alloc(m, (size_t)c->n_layers * ctx * c->kv_lora * 4, &m->kv_bytes);
+    kv->rope = (float *)model_alloc(m, (size_t)c->n_layers * ctx * c->qk_rope * 4, &m->kv_bytes);
+    kv->ikey = (float *)model_alloc(m, (size_t)nf * ctx * c->index_dim * 4, &m->kv_bytes);
+    if (m->measure) { kv->lat = kv->rope = kv->ikey = NULL; return 0; }
+    kv->full_slot = (int *)malloc((size_t)c->n_layers * sizeof(int));
+    if (!kv->lat || !kv->rope || !kv->ikey || !kv->full_slot)
         return model_fail(m, "out of memory for the KV cache (CTX=%d; lower CTX)", ctx);
+    for (int l = 0, f = 0; l < c->n_layers; l++) kv->full_slot[l] = c->idx_full[l] ? f++ : -1;
     return 0;
 }
-
-static float *falloc(size_t n) { return (float *)compat_aligned_alloc(64, (n ? n : 1) * 4); }
 
 static int scratch_init(coli_model *m, int max_s) {
     coli_config *c = &m->c;
     coli_scratch *s = &m->sc;
-    int ctx = m->kv.ctx, half = c->qk_rope / 2;
+    int ctx = m->kv.ctx, half = c->qk_rope / 2, nt = coli_nthreads();
     size_t S = (size_t)max_s, mi = (size_t)(c->inter > c->moe_inter * c->n_shared ? c->inter : c->moe_inter * c->n_shared);
+    uint64_t *w = &m->work_bytes;
     if (mi < (size_t)c->moe_inter) mi = (size_t)c->moe_inter;
+#define F(n) (float *)model_alloc(m, (size_t)(n) * 4, w)
+#define I(n) (int *)model_alloc(m, (size_t)(n) * sizeof(int), w)
     s->max_s = max_s;
-    s->x = falloc(S * c->dim);
-    s->a = falloc(S * c->dim);
-    s->qlat = falloc(S * c->q_lora);
-    s->q = falloc(S * c->n_heads * c->qk_head);
-    s->ckv = falloc(S * (c->kv_lora + c->qk_rope));
-    s->attn = falloc(S * c->n_heads * c->v_head);
-    s->tmp = falloc(S * (size_t)(c->dim > c->index_dim ? c->dim : c->index_dim));
-    s->mlp_g = falloc(S * mi);
-    s->mlp_u = falloc(S * mi);
-    s->moe_acc = falloc(S * c->dim);
-    s->qi = falloc(S * c->index_heads * c->index_dim);
-    s->iw = falloc(S * c->index_heads);
-    s->rlogit = falloc(S * c->n_experts);
-    s->xs = falloc(S * c->dim);
-    s->ys = falloc(S * c->dim);
-    s->eg = falloc(S * c->moe_inter);
-    s->eu = falloc(S * c->moe_inter);
-    s->logits = falloc((size_t)c->vocab);
-    s->sel = (int *)malloc(S * (size_t)c->index_topk * sizeof(int));
-    s->nsel = (int *)malloc(S * sizeof(int));
-    s->route_e = (int *)malloc(S * (size_t)c->topk * sizeof(int));
-    s->route_w = falloc(S * c->topk);
-    s->route_tmp = falloc(2 * (size_t)c->n_experts + c->n_group);
-    s->rows = (int *)malloc(S * (size_t)c->topk * sizeof(int));
-    s->cos = falloc((size_t)ctx * half);
-    s->sin = falloc((size_t)ctx * half);
-    int nt = coli_nthreads();
-    size_t kvw = (size_t)c->qk_nope + c->v_head;
+    s->x = F(S * c->dim);
+    s->a = F(S * c->dim);
+    s->qlat = F(S * c->q_lora);
+    s->q = F(S * c->n_heads * c->qk_head);
+    s->ckv = F(S * (c->kv_lora + c->qk_rope));
+    s->attn = F(S * c->n_heads * c->v_head);
+    s->tmp = F(S * (size_t)(c->dim > c->index_dim ? c->dim : c->index_dim));
+    s->mlp_g = F(S * mi);
+    s->mlp_u = F(S * mi);
+    s->moe_acc = F(S * c->dim);
+    s->qi = F(S * c->index_heads * c->index_dim);
+    s->iw = F(S * c->index_heads);
+    s->rlogit = F(S * c->n_experts);
+    s->xs = F(S * c->dim);
+    s->ys = F(S * c->dim);
+    s->eg = F(S * c->moe_inter);
+    s->eu = F(S * c->moe_inter);
+    s->logits = F(c->vocab);
+    s->sel = I(S * c->index_topk);
+    s->nsel = I(S);
+    s->route_e = I(S * c->topk);
+    s->route_w = F(S * c->topk);
+    s->route_tmp = F(2 * (size_t)c->n_experts + c->n_group);
+    s->rows = I(S * c->topk);
+    s->cos = F((size_t)ctx * half);
+    s->sin = F((size_t)ctx * half);
     /* per thread: K|V of one head for every key (reconstruct), key scores,
      * a latent accumulator and absorbed query, and a quickselect copy */
-    s->thr_floats = (size_t)ctx * kvw + 2 * (size_t)ctx + 2 * (size_t)c->kv_lora + 16;
+    s->thr_floats = (size_t)ctx * ((size_t)c->qk_nope + c->v_head) + 2 * (size_t)ctx + 2 * (size_t)c->kv_lora + 16;
+    if (m->measure) *w += (uint64_t)nt * s->thr_floats * 4;
+#undef F
+#undef I
+    if (m->measure) {
+        memset(s, 0, sizeof *s);
+        return 0;
+    }
     s->thr = (float **)calloc((size_t)nt, sizeof(float *));
     if (!s->x || !s->a || !s->qlat || !s->q || !s->ckv || !s->attn || !s->tmp || !s->mlp_g || !s->mlp_u || !s->moe_acc ||
         !s->qi || !s->iw || !s->rlogit || !s->xs || !s->ys || !s->eg || !s->eu || !s->logits || !s->sel || !s->nsel ||
@@ -687,25 +608,40 @@ static void scratch_free(coli_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
+enum { PIN_OFF, PIN_AUTO, PIN_FILE };
+
 typedef struct {
     int cap, ctx, ubatch, absorb;
+    double ram_gb;          /* 0 = derived from MemAvailable at start */
+    int overcommit;         /* start even when the plan does not fit */
+    int pin;                /* PIN_OFF / PIN_AUTO / PIN_FILE */
+    const char *pin_file;
+    double pin_gb;          /* < 0: unset; PIN_GB_ALL: everything the budget allows */
+    int quiet;              /* no progress bar */
 } coli_opts;
 
+#define PIN_GB_ALL (-2.0)
+#define GB 1e9
+
 static void model_free(coli_model *m) {
-    if (m->L)
+    if (m->L && !m->measure)
         for (int l = 0; l < m->c.n_layers; l++) {
             coli_layer *L = &m->L[l];
             void *p[] = {L->in_norm, L->post_norm, (void *)L->q_a.w, (void *)L->q_b.w, (void *)L->kv_a.w, (void *)L->kv_b.w,
                          (void *)L->o.w, L->q_a_norm, L->kv_a_norm, (void *)L->iq.w, (void *)L->ik.w, (void *)L->iw.w,
                          L->ik_norm_w, L->ik_norm_b, (void *)L->gate.w, (void *)L->up.w, (void *)L->down.w, L->router,
                          L->router_bias};
-            for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+            for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+                if (p[i] != (void *)measure_dummy) free(p[i]);
         }
     free(m->L);
-    free(m->embed);
-    free(m->final_norm);
-    if (!m->c.tie_embed) free((void *)m->lm_head.w);
-    experts_free(&m->ex);
+    if (m->embed != measure_dummy) free(m->embed);
+    if (m->final_norm != measure_dummy) free(m->final_norm);
+    if (!m->c.tie_embed && m->lm_head.w != (const void *)measure_dummy) free((void *)m->lm_head.w);
+    xs_free(&m->xs);
+    free(m->pinned);
+    free(m->swaps);
+    free(m->shrunk);
     free(m->kv.lat);
     free(m->kv.rope);
     free(m->kv.ikey);
@@ -715,16 +651,11 @@ static void model_free(coli_model *m) {
     coli_config_free(&m->c);
 }
 
-/* Loads config, dense weights and the expert index of model directory
- * `dir`. Returns 0, or -1 with m->err naming the file and field/tensor. */
-static int model_load(coli_model *m, const char *dir, const coli_opts *o) {
-    memset(m, 0, sizeof *m);
-    if (coli_config_load(&m->c, dir, m->err, sizeof m->err)) return -1;
-    if (st_open_dir(&m->st, dir, m->err, sizeof m->err)) return -1;
+/* Dense weights (embedding, norms, attention, indexer, dense MLPs, routers,
+ * shared experts, lm_head): validated by name and shape; in the sizing
+ * pass only counted. */
+static int model_load_dense(coli_model *m) {
     coli_config *c = &m->c;
-    m->absorb = o->absorb;
-    m->ubatch = o->ubatch;
-    if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers, sizeof(coli_layer)))) return model_fail(m, "out of memory");
     if (!(m->embed = model_load_f32(m, "model.embed_tokens.weight", c->vocab, c->dim)) ||
         !(m->final_norm = model_load_f32(m, "model.norm.weight", c->dim, 0)))
         return -1;
@@ -732,9 +663,174 @@ static int model_load(coli_model *m, const char *dir, const coli_opts *o) {
     else if (model_load_mat(m, &m->lm_head, "lm_head.weight", c->vocab, c->dim)) return -1;
     for (int l = 0; l < c->n_layers; l++)
         if (model_load_layer(m, l)) return -1;
-    if (experts_init(m, o->cap)) return -1;
+    return 0;
+}
+
+/* Usage history in model-layer rows → counts per MoE layer [n_moe][E]. */
+static void usage_to_moe(const coli_config *c, const uint64_t *rows, uint64_t *moe) {
+    for (int k = 0, n = n_moe_layers(c); k < n; k++)
+        memcpy(moe + (size_t)k * c->n_experts, rows + (size_t)moe_layer(c, k) * c->n_experts, (size_t)c->n_experts * 8);
+}
+
+static void print_progress(void *ud, uint64_t done, uint64_t total) {
+    double *t0 = (double *)ud, el = compat_now() - t0[0];
+    if (el < 0.5 && done < total) return;
+    if (done < total && el - t0[1] < 0.25) return;
+    t0[1] = el;
+    double rate = done / (el > 1e-9 ? el : 1e-9), eta = rate > 0 ? (total - done) / rate : 0;
+    int w = 30, fill = total ? (int)(w * (double)done / total) : w;
+    fprintf(stderr, "\rcolibri: pinning experts [%.*s%*s] %5.1f%% %.2f/%.2f GB, %.0f MB/s, ETA %.0f s%s", fill,
+            "==============================", w - fill, "", total ? 100.0 * done / total : 100.0, done / GB, total / GB, rate / 1e6, eta,
+            done >= total ? "\n" : "");
+}
+
+/* Chooses and loads the pinned set from the usage history `hist`
+ * ([n_layers][E] rows, or NULL) within the plan's pin budget. */
+static int model_pin(coli_model *m, const uint64_t *hist, int quiet) {
+    coli_config *c = &m->c;
+    xs_store *x = &m->xs;
+    int L = x->n_layers, E = c->n_experts;
+    if (!L || !m->plan.pin_bytes || !hist) return 0;
+    uint64_t *counts = (uint64_t *)calloc((size_t)L * E, 8), *bytes = (uint64_t *)malloc((size_t)L * 8);
+    tier_rank *order = (tier_rank *)malloc((size_t)L * E * sizeof(tier_rank));
+    if (!counts || !bytes || !order) { free(counts); free(bytes); free(order); return model_fail(m, "out of memory"); }
+    usage_to_moe(c, hist, counts);
+    for (int k = 0; k < L; k++) bytes[k] = xs_expert_bytes(x, k);
+    tier_pick_pins(counts, L, E, bytes, m->plan.pin_bytes, m->pinned, order);
+    free(counts);
+    free(bytes);
+    free(order);
+    double t0[2] = {compat_now(), 0};
+    if (xs_load_pins(x, m->pinned, quiet ? NULL : print_progress, t0)) return model_fail(m, "%s", x->err);
+    return 0;
+}
+
+/* Budget plan (before anything is loaded): the resident part must fit in
+ * the RAM budget or the run is refused, naming the knobs. */
+static int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_want) {
+    coli_config *c = &m->c;
+    uint64_t avail = compat_mem_available();
+    m->budget = o->ram_gb > 0 ? (uint64_t)(o->ram_gb * GB) : (uint64_t)(0.9 * (double)avail);
+    size_t staging = 0;
+    for (size_t i = 0; i < (size_t)m->xs.n_layers * c->n_experts; i++)
+        if (m->xs.loc[i].adjacent && m->xs.loc[i].span_len > staging) staging = m->xs.loc[i].span_len;
+    tier_budget b = {.ram = m->budget, .dense = m->dense_bytes, .kv = m->kv_bytes,
+                     .work = m->work_bytes + (uint64_t)staging * coli_nthreads(), .reserve = m->budget / 20,
+                     .expert = xs_max_expert_bytes(&m->xs), .moe_layers = m->xs.n_layers, .n_experts = c->n_experts,
+                     .topk = c->topk, .cap = o->cap};
+    if (o->pin != PIN_OFF) {
+        if (o->pin_gb == PIN_GB_ALL) b.pin_mode = TIER_PIN_ALL;
+        else if (o->pin_gb >= 0) b.pin_mode = TIER_PIN_BYTES, b.pin_bytes = (uint64_t)(o->pin_gb * GB);
+        else b.pin_mode = TIER_PIN_AUTO, b.pin_bytes = pin_want;
+    }
+    if (tier_plan_make(&b, &m->plan) == 0) {
+        if (m->plan.cap_lowered)
+            fprintf(stderr, "colibri: CAP=%d does not fit the %.2f GB budget; using %d slots per layer\n", o->cap, m->budget / GB, m->plan.lru_slots);
+        return 0;
+    }
+    char why[600];
+    snprintf(why, sizeof why,
+             "the resident part needs %.2f GB (dense weights %.2f + KV cache %.2f for CTX=%d + working set %.2f + reserve %.2f "
+             "+ one expert slot per MoE layer %.2f) but the RAM budget is %.2f GB (%s); short by %.2f GB. Raise RAM_GB, "
+             "lower CTX or UBATCH, or set COLI_RAM_OVERCOMMIT=1",
+             m->plan.peak / GB, b.dense / GB, b.kv / GB, m->kv.ctx, b.work / GB, b.reserve / GB,
+             (double)b.expert * b.moe_layers / GB, m->budget / GB, o->ram_gb > 0 ? "RAM_GB" : "90% of MemAvailable",
+             m->plan.short_by / GB);
+    if (!o->overcommit) return model_fail(m, "%s", why);
+    fprintf(stderr, "colibri: warning (COLI_RAM_OVERCOMMIT=1): %s\n", why);
+    m->plan.lru_slots = 1;
+    m->plan.pin_bytes = 0;
+    m->plan.lru_bytes = b.expert * (uint64_t)b.moe_layers;
+    return 0;
+}
+
+/* Reads config.json and indexes the shards of model directory `dir`.
+ * Returns 0, or -1 with m->err naming the file and field/tensor. */
+static int model_open(coli_model *m, const char *dir) {
+    memset(m, 0, sizeof *m);
+    if (coli_config_load(&m->c, dir, m->err, sizeof m->err)) return -1;
+    return st_open_dir(&m->st, dir, m->err, sizeof m->err);
+}
+
+/* After model_open: a sizing pass (headers only) and the budget plan, then
+ * the dense weights, the KV cache, the expert cache and the pinned set.
+ * `hist` is the usage history rows ([n_layers][n_experts]) or NULL.
+ * Returns 0, or -1 with m->err naming the file and field/tensor, or the
+ * shortfall of the budget. */
+static int model_setup(coli_model *m, const coli_opts *o, const uint64_t *hist) {
+    coli_config *c = &m->c;
     int ctx = o->ctx < c->max_pos ? o->ctx : c->max_pos;
-    if (kv_init(m, ctx) || scratch_init(m, o->ubatch)) return -1;
+    m->absorb = o->absorb;
+    m->ubatch = o->ubatch;
+    if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers, sizeof(coli_layer)))) return model_fail(m, "out of memory");
+    if (xs_init(&m->xs, &m->st, n_moe_layers(c), c->n_experts, coli_nthreads())) return model_fail(m, "%s", m->xs.err);
+    if (!(m->pinned = (uint8_t *)calloc((size_t)m->xs.n_layers * c->n_experts + 1, 1))) return model_fail(m, "out of memory");
+    m->measure = 1;
+    if (model_load_dense(m) || experts_locate(m) || kv_init(m, ctx) || scratch_init(m, o->ubatch)) return -1;
+    uint64_t pin_want = 0;
+    if (hist)
+        for (int l = 0; l < c->n_layers; l++)
+            for (int e = 0; c->moe[l] && e < c->n_experts; e++)
+                if (hist[(size_t)l * c->n_experts + e]) pin_want += xs_expert_bytes(&m->xs, moe_index(c, l));
+    if (model_plan(m, o, pin_want)) return -1;
+    m->measure = 0;
+    memset(m->L, 0, (size_t)c->n_layers * sizeof(coli_layer));
+    m->embed = m->final_norm = NULL;
+    m->lm_head.w = NULL;
+    if (model_load_dense(m) || kv_init(m, ctx) || scratch_init(m, o->ubatch)) return -1;
+    if (xs_alloc_cache(&m->xs, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
+    if (!(m->swaps = (tier_swap *)malloc((size_t)(m->xs.n_layers + 1) * sizeof(tier_swap))) ||
+        !(m->shrunk = (int *)malloc((size_t)(m->plan.lru_slots + 1) * sizeof(int))))
+        return model_fail(m, "out of memory");
+    return model_pin(m, hist, o->quiet);
+}
+
+/* ------------------------------------------------------------ safe points */
+
+/* One re-pin pass: the hottest unpinned experts of this session replace
+ * clearly colder pinned ones (at most 16 per pass), then heat decays. */
+static int model_repin(coli_model *m) {
+    xs_store *x = &m->xs;
+    int n = tier_repin_pass(x->heat, x->last, m->pinned, x->n_layers, x->n_experts, x->tick, 16, m->swaps);
+    for (int i = 0; i < n; i++) {
+        const tier_swap *w = &m->swaps[i];
+        if (xs_repin(x, w->layer, w->admit, w->evict)) return model_fail(m, "%s", x->err);
+        m->pinned[(size_t)w->layer * x->n_experts + w->evict] = 0;
+        m->pinned[(size_t)w->layer * x->n_experts + w->admit] = 1;
+    }
+    tier_decay(x->heat, (size_t)x->n_layers * x->n_experts);
+    m->repinned += n;
+    return 0;
+}
+
+/* Frees least-used LRU slots while the resident set is above the guard,
+ * lowering the capacity so the cache cannot grow back. */
+static void model_rss_guard(coli_model *m) {
+    xs_store *x = &m->xs;
+    uint64_t rss = compat_rss(), start = rss;
+    if (!m->rss_limit || rss <= m->rss_limit + m->rss_limit / 50) return;
+    int freed = 0;
+    for (int pass = 0; pass < 8 && rss > m->rss_limit; pass++) {
+        int got = 0;
+        for (int k = 0; k < x->n_layers; k++) {
+            int want = x->lru[k].cap / 4 > 1 ? x->lru[k].cap / 4 : 1;
+            int n = tier_lru_shrink(&x->lru[k], want, 1, m->shrunk);
+            xs_release_slots(x, k, m->shrunk, n);
+            got += n;
+        }
+        freed += got;
+        if (!got) break;
+        rss = compat_rss();
+    }
+    fprintf(stderr, "colibri: RSS %.2f GB over the %.2f GB guard: freed %d cached experts, LRU now %d slots/layer (RSS %.2f GB)\n",
+            start / GB, m->rss_limit / GB, freed, x->n_layers ? x->lru[0].cap : 0, rss / GB);
+}
+
+/* Called between tokens, where no expert is in use: re-pin every REPIN
+ * generated tokens, check RSS every 16. */
+static int model_safe_point(coli_model *m, int generated) {
+    if (m->repin > 0 && generated % m->repin == 0 && model_repin(m)) return -1;
+    if (generated % 16 == 0) model_rss_guard(m);
     return 0;
 }
 
@@ -1022,19 +1118,24 @@ static void route_row(const coli_config *c, const float *logit, const float *bia
 
 /* MoE of layer l on normed rows sc->a → sc->tmp. Each distinct expert is
  * fetched once and applied to every row that chose it, in increasing expert
- * order (as transformers accumulates). Returns 0 or -1 on a read error. */
+ * order (as transformers accumulates), whatever is resident. Returns 0 or
+ * -1 on a read error. */
 static int fwd_moe(coli_model *m, int l, int S) {
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
-    int D = c->dim, I = c->moe_inter, K = c->topk, mk = moe_index(c, l);
+    xs_store *x = &m->xs;
+    int D = c->dim, K = c->topk, mk = moe_index(c, l);
 #pragma omp parallel for schedule(static) if (S * c->n_experts * D > 65536)
     for (int s = 0; s < S; s++)
         for (int e = 0; e < c->n_experts; e++)
             sc->rlogit[(size_t)s * c->n_experts + e] = mm_dot_f32(L->router + (size_t)e * D, sc->a + (size_t)s * D, D);
-    for (int s = 0; s < S; s++)
+    for (int s = 0; s < S; s++) {
         route_row(c, sc->rlogit + (size_t)s * c->n_experts, L->router_bias, sc->route_e + (size_t)s * K, sc->route_w + (size_t)s * K,
                   sc->route_tmp);
+        for (int k = 0; k < K; k++) xs_note_use(x, mk, sc->route_e[(size_t)s * K + k]);
+    }
+    tel_lap(&m->tel, TEL_ROUTER);
     memset(sc->moe_acc, 0, (size_t)S * D * 4);
     for (int e = 0; e < c->n_experts; e++) {
         int n = 0;
@@ -1042,23 +1143,29 @@ static int fwd_moe(coli_model *m, int l, int S) {
             for (int k = 0; k < K; k++)
                 if (sc->route_e[(size_t)s * K + k] == e) sc->rows[n++] = s * K + k;
         if (!n) continue;
-        const float *w = experts_get(m, mk, e);
-        if (!w) return -1;
-        qt_tensor g = {QT_F32, I, D, w, NULL}, u = {QT_F32, I, D, w + (size_t)I * D, NULL},
-                  d = {QT_F32, D, I, w + (size_t)2 * I * D, NULL};
+        const uint8_t *mem = xs_lookup(x, mk, e);
+        if (!mem) {
+            mem = xs_fetch(x, mk, e);
+            tel_lap(&m->tel, TEL_EXPERT_IO);
+            if (!mem) return model_fail(m, "%s", x->err);
+        }
+        qt_tensor w[3];
+        xs_view(x, mk, e, mem, w);
         for (int r = 0; r < n; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
-        mlp(&g, &u, &d, sc->xs, n, sc->eg, sc->eu, sc->ys);
+        mlp(&w[XS_GATE], &w[XS_UP], &w[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
         for (int r = 0; r < n; r++) {
             float wt = sc->route_w[sc->rows[r]];
             float *acc = sc->moe_acc + (size_t)(sc->rows[r] / K) * D;
             const float *y = sc->ys + (size_t)r * D;
             for (int i = 0; i < D; i++) acc[i] += wt * y[i];
         }
+        tel_lap(&m->tel, TEL_EXPERT_MM);
     }
     if (c->n_shared) {
         mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
         for (size_t i = 0; i < (size_t)S * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
     } else memcpy(sc->tmp, sc->moe_acc, (size_t)S * D * 4);
+    tel_lap(&m->tel, TEL_DENSE_MM);
     return 0;
 }
 
@@ -1076,14 +1183,19 @@ static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) 
         fwd_attention(m, l, S, pos);
         for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
         for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->post_norm, D, c->rms_eps);
+        tel_lap(&m->tel, TEL_ATTN);
         if (c->moe[l]) {
             if (fwd_moe(m, l, S)) return -1;
-        } else mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        } else {
+            mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+            tel_lap(&m->tel, TEL_DENSE_MM);
+        }
         for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
     }
     int r0 = out ? 0 : S - 1, n = out ? S : 1;
     for (int s = 0; s < n; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)(r0 + s) * D, m->final_norm, D, c->rms_eps);
     mm_matmul(&m->lm_head, sc->a, n, out ? out : sc->logits);
+    tel_lap(&m->tel, TEL_DENSE_MM);
     return 0;
 }
 
@@ -1211,7 +1323,10 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
     if (r->np + r->ng > m->kv.ctx) return model_fail(m, "ref.json needs %d positions but CTX is %d", r->np + r->ng, m->kv.ctx);
     float *all = falloc((size_t)r->np * V);
     if (!all) return model_fail(m, "out of memory");
+    double t0 = compat_now();
     if (fwd_tokens(m, r->prompt, r->np, 0, all)) { free(all); return -1; }
+    m->tel.t_prefill = m->tel.ttft = compat_now() - t0;
+    m->tel.prompt_tokens = r->np;
     res->tf_n = r->np;
     res->tf_diff = max_abs_diff(all, r->logits, (size_t)r->np * V);
     for (int i = 0; i < r->np; i++) {
@@ -1221,6 +1336,7 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
     }
     free(all);
     res->greedy_n = r->ng;
+    t0 = compat_now();
     for (int i = 0; i < r->ng; i++) {
         const float *lg = m->sc.logits;
         double d = max_abs_diff(lg, r->greedy_logits + (size_t)i * V, (size_t)V);
@@ -1228,8 +1344,13 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
         int tok = argmax(lg, V), ok = tok == r->greedy[i];
         res->greedy_ok += ok;
         if (!ok && res->first_bad_greedy < 0) res->first_bad_greedy = i;
+        tel_lap(&m->tel, TEL_SAMPLE);
+        if (model_safe_point(m, i + 1)) return -1;
+        tel_lap(&m->tel, TEL_OTHER);
         if (i + 1 < r->ng && fwd_tokens(m, &tok, 1, r->np + i, NULL)) return -1;
     }
+    m->tel.t_decode = compat_now() - t0;
+    m->tel.gen_tokens = r->ng;
     return 0;
 }
 
@@ -1243,7 +1364,9 @@ typedef struct {
     env_val v[ENV_COUNT];
 } coli_env;
 
-static long long env_i(const coli_env *e, const char *name) { return e->v[env_index(name)].i; }
+static const env_val *env_v(const coli_env *e, const char *name) { return &e->v[env_index(name)]; }
+static long long env_i(const coli_env *e, const char *name) { return env_v(e, name)->i; }
+static double env_f(const coli_env *e, const char *name) { return env_v(e, name)->f; }
 
 /* Resolves every knob from the environment; warns about likely typos.
  * Returns 0 or -1 with err naming the variable. */
@@ -1270,6 +1393,19 @@ static int coli_env_load(coli_env *e, char *err, size_t errlen) {
     return 0;
 }
 
+/* Plain options from the resolved knobs. */
+static coli_opts coli_opts_from_env(const coli_env *e) {
+    static const int absorb_map[] = {-1, 0, 1}; /* auto|0|1 */
+    coli_opts o = {(int)env_i(e, "CAP"), (int)env_i(e, "CTX"), (int)env_i(e, "UBATCH"), absorb_map[env_i(e, "ABSORB")],
+                   env_f(e, "RAM_GB"), (int)env_i(e, "COLI_RAM_OVERCOMMIT"), PIN_AUTO, NULL, -1, !isatty(2)};
+    const char *pin = env_v(e, "PIN")->s;
+    if (!strcmp(pin, "0")) o.pin = PIN_OFF;
+    else if (strcmp(pin, "auto")) o.pin = PIN_FILE, o.pin_file = pin;
+    const env_val *pg = env_v(e, "PIN_GB");
+    if (pg->s) o.pin_gb = pg->i ? PIN_GB_ALL : pg->f;
+    return o;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "colibri " COLI_VERSION " -- GLM-5 (glm_moe_dsa) inference with routed experts streamed from disk\n\n"
@@ -1279,28 +1415,52 @@ static void usage(FILE *f) {
             "Exit codes: 0 ok, 1 oracle mismatch, 2 bad input or configuration.\n\n"
             "Environment:\n");
     for (int i = 0; i < ENV_COUNT; i++)
-        fprintf(f, "  %-10s default %-6s %s\n", env_knobs[i].name, env_knobs[i].def ? env_knobs[i].def : "unset", env_knobs[i].doc);
+        fprintf(f, "  %-20s default %-6s %s\n", env_knobs[i].name, env_knobs[i].def ? env_knobs[i].def : "unset", env_knobs[i].doc);
 }
 
 static const char *kernel_name(void) { return "scalar f32"; }
 
-static void print_startup(const coli_model *m, const char *dir) {
-    const coli_config *c = &m->c;
-    int nd = 0, nf = 0;
-    for (int l = 0; l < c->n_layers; l++) nd += !c->moe[l], nf += c->idx_full[l];
-    fprintf(stderr,
-            "colibri: %s | glm_moe_dsa, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | "
-            "dense %.1f MB f32 resident | expert cache %d/layer (%.1f MB max) | ctx %d | kernel %s | %d threads\n",
-            dir, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, m->dense_bytes / 1e6, m->ex.cap,
-            experts_bytes(&m->ex, m->ex.cap) / 1e6, m->kv.ctx, kernel_name(), coli_nthreads());
+/* Bytes as "12.3 GB" / "4.5 MB" / "678 KB" (decimal units). */
+static const char *fmt_bytes(char *buf, size_t n, double b) {
+    if (b >= 1e9) snprintf(buf, n, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(buf, n, "%.1f MB", b / 1e6);
+    else snprintf(buf, n, "%.0f KB", b / 1e3);
+    return buf;
 }
 
-static void print_expert_stats(const coli_model *m, double secs, int tokens) {
-    const coli_experts *ex = &m->ex;
-    uint64_t tot = ex->hits + ex->misses;
-    fprintf(stderr, "colibri: %d tokens in %.3f s | experts: %llu hits, %llu misses (%.1f%% hit) | %.2f MB read from disk in %.3f s\n",
-            tokens, secs, (unsigned long long)ex->hits, (unsigned long long)ex->misses, tot ? 100.0 * ex->hits / tot : 0.0,
-            ex->bytes_read / 1e6, ex->read_s);
+static void print_startup(const coli_model *m, const char *dir) {
+    const coli_config *c = &m->c;
+    const xs_store *x = &m->xs;
+    int nd = 0, nf = 0, pinned = 0;
+    for (int l = 0; l < c->n_layers; l++) nd += !c->moe[l], nf += c->idx_full[l];
+    for (int k = 0; k < x->n_layers; k++) pinned += x->n_pinned[k];
+    fprintf(stderr,
+            "colibri: %s | glm_moe_dsa, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | ctx %d | kernel %s | %d threads\n",
+            dir, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, m->kv.ctx, kernel_name(), coli_nthreads());
+    char b[8][32];
+    uint64_t pin_bytes = 0;
+    for (int k = 0; k < x->n_layers; k++) pin_bytes += (uint64_t)x->n_pinned[k] * xs_expert_bytes(x, k);
+    fprintf(stderr,
+            "colibri: plan: budget %s | resident: dense %s, KV %s, working set %s | experts %s each: %d pinned (%s), "
+            "LRU %d slots/layer (up to %s) | projected peak %s\n",
+            fmt_bytes(b[0], 32, (double)m->budget), fmt_bytes(b[1], 32, (double)m->dense_bytes), fmt_bytes(b[2], 32, (double)m->kv_bytes),
+            fmt_bytes(b[3], 32, (double)m->work_bytes), fmt_bytes(b[4], 32, (double)xs_max_expert_bytes(x)), pinned,
+            fmt_bytes(b[5], 32, (double)pin_bytes), m->plan.lru_slots, fmt_bytes(b[6], 32, (double)m->plan.lru_bytes),
+            fmt_bytes(b[7], 32, (double)m->plan.peak));
+    if (pinned)
+        fprintf(stderr, "colibri: pinned %d experts from the usage history: %s read in %.2f s\n", pinned,
+                fmt_bytes(b[0], 32, (double)x->bytes_read), x->read_s);
+}
+
+/* The end-of-run lines (counters from the expert store). */
+static void print_end(coli_model *m) {
+    tel_stats *t = &m->tel;
+    t->hit_pin = m->xs.hit_pin, t->hit_lru = m->xs.hit_lru, t->miss = m->xs.miss, t->bytes_read = m->xs.bytes_read;
+    t->io_busy = m->xs.read_s;
+    tel_lap(t, TEL_OTHER);
+    tel_end_line(stderr, t);
+    if (t->prof) tel_prof_line(stderr, t);
+    if (m->repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", m->repinned);
 }
 
 static int run_oracle(coli_model *m, const char *dir) {
@@ -1310,13 +1470,12 @@ static int run_oracle(coli_model *m, const char *dir) {
         return EXIT_INPUT;
     }
     coli_oracle_result o;
-    double t0 = compat_now();
     if (oracle_run(m, &r, &o)) {
         fprintf(stderr, "colibri: %s\n", m->err);
         ref_free(&r);
         return EXIT_INPUT;
     }
-    print_expert_stats(m, compat_now() - t0, r.np + r.ng);
+    print_end(m);
     int pass = oracle_pass(&o);
     printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e; greedy %d/%d, max |dlogit| %.1e -- %s\n", o.tf_ok, o.tf_n,
            o.tf_diff, o.greedy_ok, o.greedy_n, o.greedy_diff, pass ? "PASS" : "FAIL");
@@ -1329,27 +1488,73 @@ static int run_oracle(coli_model *m, const char *dir) {
     return pass ? 0 : EXIT_MISMATCH;
 }
 
+/* Loads the expert usage history for PIN into rows[n_layers][E]. Returns
+ * 0 (rows filled or all zero), or -1 for a PIN file that cannot be used. */
+static int usage_history(const coli_model *m, const char *dir, const coli_opts *o, uint64_t *rows, int *have) {
+    const coli_config *c = &m->c;
+    char path[4096], err[300];
+    *have = 0;
+    if (o->pin == PIN_OFF) return 0;
+    if (o->pin == PIN_FILE) snprintf(path, sizeof path, "%s", o->pin_file);
+    else snprintf(path, sizeof path, "%s/.coli_usage", dir);
+    int rc = tel_usage_load(path, c->n_layers, c->n_experts, tel_engine_id("glm_moe_dsa"), rows, err, sizeof err);
+    if (rc == 0) {
+        *have = 1;
+        return 0;
+    }
+    if (o->pin == PIN_FILE) {
+        fprintf(stderr, "colibri: PIN=%s: %s\n", path, rc == 1 ? "no such file" : err);
+        return -1;
+    }
+    if (rc < 0) fprintf(stderr, "colibri: ignoring %s: %s; running without usage history\n", path, err);
+    return 0;
+}
+
+/* Adds this run's routing counts to the history and writes <dir>/.coli_usage
+ * atomically; a failure is reported, never fatal. */
+static void usage_save(const coli_model *m, const char *dir, uint64_t *rows) {
+    const coli_config *c = &m->c;
+    for (int k = 0; k < m->xs.n_layers; k++)
+        for (int e = 0; e < c->n_experts; e++)
+            rows[(size_t)moe_layer(c, k) * c->n_experts + e] += m->xs.count[(size_t)k * c->n_experts + e];
+    char path[4096], err[300];
+    snprintf(path, sizeof path, "%s/.coli_usage", dir);
+    if (tel_usage_save(path, c->n_layers, c->n_experts, tel_engine_id("glm_moe_dsa"), rows, err, sizeof err))
+        fprintf(stderr, "colibri: warning: could not save expert usage to %s: %s\n", path, err);
+}
+
 /* The command line: returns the process exit status. */
 static int coli_main(int argc, char **argv) {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
     if (argc == 2 && !strcmp(argv[1], "--env-table")) { env_write_table(stdout); return 0; }
     if (argc != 2 || argv[1][0] == '-') { usage(stderr); return EXIT_INPUT; }
+    const char *dir = argv[1];
     char err[512];
     coli_env e;
     if (coli_env_load(&e, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
 #ifdef _OPENMP
     if (env_i(&e, "THREADS") > 0) omp_set_num_threads((int)env_i(&e, "THREADS"));
 #endif
-    static const int absorb_map[] = {-1, 0, 1}; /* auto|0|1 */
-    coli_opts o = {(int)env_i(&e, "CAP"), (int)env_i(&e, "CTX"), (int)env_i(&e, "UBATCH"), absorb_map[env_i(&e, "ABSORB")]};
+    coli_opts o = coli_opts_from_env(&e);
     static coli_model m;
-    if (model_load(&m, argv[1], &o)) {
-        fprintf(stderr, "colibri: %s\n", m.err);
-        model_free(&m);
-        return EXIT_INPUT;
-    }
-    print_startup(&m, argv[1]);
-    int rc = run_oracle(&m, argv[1]);
+    uint64_t *rows = NULL;
+    int have = 0, rc = EXIT_INPUT;
+    if (model_open(&m, dir)) goto fail;
+    if (!(rows = (uint64_t *)calloc((size_t)m.c.n_layers * m.c.n_experts, sizeof(uint64_t)))) { model_fail(&m, "out of memory"); goto fail; }
+    if (usage_history(&m, dir, &o, rows, &have)) goto out;
+    if (model_setup(&m, &o, have ? rows : NULL)) goto fail;
+    m.repin = (int)env_i(&e, "REPIN");
+    m.rss_limit = env_f(&e, "RSS_GUARD_GB") > 0 ? (uint64_t)(env_f(&e, "RSS_GUARD_GB") * GB) : m.budget;
+    print_startup(&m, dir);
+    m.xs.bytes_read = 0, m.xs.read_s = 0; /* the run's counters start after pinning */
+    tel_start(&m.tel, (int)env_i(&e, "PROF"));
+    rc = run_oracle(&m, dir);
+    if (rc != EXIT_INPUT && env_i(&e, "USAGE_SAVE")) usage_save(&m, dir, rows);
+    goto out;
+fail:
+    fprintf(stderr, "colibri: %s\n", m.err);
+out:
+    free(rows);
     model_free(&m);
     return rc;
 }

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { ENV_KIND_INT, ENV_KIND_FLOAT, ENV_KIND_BOOL, ENV_KIND_STR, ENV_KIND_CHOICE } env_kind;
+typedef enum { ENV_KIND_INT, ENV_KIND_FLOAT, ENV_KIND_BOOL, ENV_KIND_STR, ENV_KIND_CHOICE, ENV_KIND_FLOAT_OR } env_kind;
 
 typedef struct {
     const char *name;
@@ -29,6 +29,8 @@ typedef struct {
 #define ENV_BOOL(name, def, doc) {name, ENV_KIND_BOOL, def, 0, 1, NULL, doc}
 #define ENV_STR(name, def, doc) {name, ENV_KIND_STR, def, 0, 0, NULL, doc}
 #define ENV_CHOICE(name, def, choices, doc) {name, ENV_KIND_CHOICE, def, 0, 0, choices, doc}
+/* a number in range, or one word (parsed as i = 1) */
+#define ENV_FLOAT_OR(name, def, lo, hi, word, doc) {name, ENV_KIND_FLOAT_OR, def, lo, hi, word, doc}
 
 static const env_knob env_knobs[] = {
     ENV_INT("CAP", "0", 0, 1048576,
@@ -40,6 +42,18 @@ static const env_knob env_knobs[] = {
                "MLA evaluation: auto = whichever costs less for the batch (absorbed for decode and small batches, reconstructed for large prefill batches); 1 = always absorbed; 0 = always reconstructed."),
     ENV_INT("UBATCH", "512", 1, 65536,
             "Prompt positions per forward pass during prefill; 1 processes the prompt one token at a time."),
+    ENV_FLOAT("RAM_GB", "0", 0, 1e6,
+              "RAM budget in GB (10^9 bytes) for weights, KV cache, expert caches and working memory; 0 = 90% of the memory available at start."),
+    ENV_BOOL("COLI_RAM_OVERCOMMIT", "0", "1 = start even when the resident part does not fit the RAM budget."),
+    ENV_STR("PIN", "auto",
+            "Pinned hot set: auto = from the model directory's .coli_usage history, 0 = none, or the path of a usage file."),
+    ENV_FLOAT_OR("PIN_GB", NULL, 0, 1e6, "all",
+                 "GB of experts to pin (most used first); all = everything the budget allows; unset = every expert the history has seen, within the budget."),
+    ENV_INT("REPIN", "0", 0, 1000000000, "Re-rank and swap pinned experts every N generated tokens; 0 = never."),
+    ENV_FLOAT("RSS_GUARD_GB", "0", 0, 1e6,
+              "Resident-memory guard in GB: above it, cached experts are freed and the cache shrinks; 0 = the RAM budget."),
+    ENV_BOOL("USAGE_SAVE", "1", "1 = add this run's expert routing counts to <model>/.coli_usage at the end; 0 = read-only."),
+    ENV_BOOL("PROF", "0", "1 = print a per-stage time breakdown at the end of the run."),
 };
 
 enum { ENV_COUNT = (int)(sizeof env_knobs / sizeof env_knobs[0]) };
@@ -76,6 +90,7 @@ static inline void env_describe_range_(const env_knob *k, char *buf, size_t n) {
     case ENV_KIND_INT: snprintf(buf, n, "an integer in [%.0f, %.0f]", k->lo, k->hi); break;
     case ENV_KIND_FLOAT: snprintf(buf, n, "a number in [%g, %g]", k->lo, k->hi); break;
     case ENV_KIND_BOOL: snprintf(buf, n, "0 or 1"); break;
+    case ENV_KIND_FLOAT_OR: snprintf(buf, n, "a number in [%g, %g] or %s", k->lo, k->hi, k->choices); break;
     case ENV_KIND_CHOICE: {
         size_t o = (size_t)snprintf(buf, n, "one of ");
         for (const char *p = k->choices; *p && o + 3 < n; p++) {
@@ -116,6 +131,12 @@ static inline int env_parse(const env_knob *k, const char *raw, env_val *out, ch
         out->i = x;
         return 0;
     }
+    case ENV_KIND_FLOAT_OR:
+        if (!strcmp(v, k->choices)) {
+            out->i = 1;
+            return 0;
+        }
+        /* fall through */
     case ENV_KIND_FLOAT: {
         if (*v == '\0' || *v == ' ' || *v == '\t') break;
         double x = strtod(v, &end);

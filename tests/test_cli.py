@@ -57,16 +57,17 @@ class Oracle(unittest.TestCase):
     def test_every_fixture_passes(self):
         self.assertTrue(ORACLES)
         for name in ORACLES:
-            rc, out, err = run(os.path.join(FIXTURES, name))
+            rc, out, err = run(os.path.join(FIXTURES, name), {"USAGE_SAVE": "0"})
             self.assertEqual(rc, 0, name + ": " + out + err)
             self.assertRegex(out, r"^oracle: teacher-forced (\d+)/\1 argmax, max \|dlogit\| \S+; greedy (\d+)/\2, max \|dlogit\| \S+ -- PASS\n$")
-            self.assertIn("hits", err)
+            self.assertIn("experts: hit", err)
 
     def test_placement_and_threads_do_not_change_output(self):
         for name in ORACLES:
             d = os.path.join(FIXTURES, name)
             outs = set()
             for env in ({"CAP": "1", "THREADS": "1"}, {"CAP": "2"}, {"CAP": "64", "THREADS": "2"}, {"THREADS": "3", "UBATCH": "512"}):
+                env["USAGE_SAVE"] = "0"
                 rc, out, err = run(d, env)
                 self.assertEqual(rc, 0, err)
                 outs.add(out)
@@ -89,6 +90,110 @@ class Oracle(unittest.TestCase):
             rc, out, err = run(t)
             self.assertEqual(rc, 1)
             self.assertIn("logits differ", err)
+
+
+def copy_fixture(name, dst):
+    src = os.path.join(FIXTURES, name)
+    for f in os.listdir(src):
+        if not f.startswith("."):
+            shutil.copy(os.path.join(src, f), dst)
+
+
+class Tiers(unittest.TestCase):
+    """Placement never changes the output: the invariance matrix over CAP,
+    PIN, PIN_GB, RAM_GB, REPIN, RSS guard and threads; plus the budget
+    refusal and the usage history's life cycle."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        copy_fixture(ORACLES[0], self.dir)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def smallest_budget(self):
+        """Bisects RAM_GB for the smallest budget the plan accepts."""
+        lo, hi = 0.0, 1.0
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            rc, out, err = run(self.dir, {"RAM_GB": "%.9f" % mid, "USAGE_SAVE": "0", "PIN": "0"})
+            if rc == 2:
+                self.assertIn("short by", err)
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def test_budget_refusal(self):
+        rc, out, err = run(self.dir, {"RAM_GB": "0.000001"})
+        self.assertEqual(rc, 2)
+        self.assertIn("RAM budget", err)
+        self.assertIn("Raise RAM_GB", err)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, ".coli_usage")))  # refused before running
+        rc, out, err = run(self.dir, {"RAM_GB": "0.000001", "COLI_RAM_OVERCOMMIT": "1", "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("COLI_RAM_OVERCOMMIT", err)
+
+    def test_invariance_matrix(self):
+        rc, base, err = run(self.dir, {"PIN": "0"})  # also writes the first history
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(os.path.exists(os.path.join(self.dir, ".coli_usage")))
+        tight = "%.9f" % (self.smallest_budget() * 1.001)
+        cases = [
+            {"CAP": "1", "PIN": "0", "THREADS": "1"},
+            {"CAP": "2", "PIN": "auto", "THREADS": "2"},
+            {"CAP": "64", "PIN": "auto", "PIN_GB": "all"},
+            {"PIN": "0", "RAM_GB": tight},
+            {"PIN": "auto", "RAM_GB": tight, "THREADS": "1"},
+            {"PIN": "auto", "PIN_GB": "all", "RAM_GB": tight},
+            {"PIN": "auto", "PIN_GB": "0.00004", "REPIN": "1", "CAP": "2"},
+            {"PIN": "auto", "PIN_GB": "0.00004", "REPIN": "3", "THREADS": "3"},
+            {"CAP": "3", "RSS_GUARD_GB": "0.001", "PIN": "0"},
+            {"PIN": "auto", "RAM_GB": "1000", "UBATCH": "1"},
+        ]
+        slots = set()
+        for env in cases:
+            rc, out, err = run(self.dir, env)
+            self.assertEqual(rc, 0, "%s: %s" % (env, err))
+            self.assertEqual(out, base, env)
+            slots.add(int(err.split("LRU ")[1].split(" slots")[0]))
+            if "RSS_GUARD_GB" in env:
+                self.assertIn("over the", err)
+        self.assertIn(1, slots)  # the tight budget really squeezed the cache
+
+    def test_history_grows_hits(self):
+        env = {"CAP": "1"}
+        rc, out, first = run(self.dir, dict(env, PIN="0"))
+        self.assertEqual(rc, 0, first)
+        rc, out, second = run(self.dir, env)
+        self.assertEqual(rc, 0, second)
+        self.assertIn("pinned", second)
+        hit = lambda err: float(err.split("experts: hit ")[1].split("%")[0])
+        self.assertGreater(hit(second), hit(first))
+
+    def test_bad_history_is_ignored(self):
+        path = os.path.join(self.dir, ".coli_usage")
+        rc, out, err = run(self.dir, {})
+        self.assertEqual(rc, 0, err)
+        text = open(path).read()
+        for bad in (text[: len(text) // 2], text.replace("-1 4 8", "-1 5 8"), "garbage\n"):
+            with open(path, "w") as f:
+                f.write(bad)
+            rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
+            self.assertEqual(rc, 0, err)
+            self.assertIn("ignoring", err)
+            self.assertIn(".coli_usage", err)
+        rc, out, err = run(self.dir, {"PIN": os.path.join(self.dir, "missing")})
+        self.assertEqual(rc, 2)
+        self.assertIn("PIN=", err)
+
+    def test_usage_save_off_keeps_history(self):
+        rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
+        self.assertFalse(os.path.exists(os.path.join(self.dir, ".coli_usage")))
+        rc, out, err = run(self.dir, {})
+        before = open(os.path.join(self.dir, ".coli_usage")).read()
+        rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
+        self.assertEqual(open(os.path.join(self.dir, ".coli_usage")).read(), before)
 
 
 class Refusals(unittest.TestCase):
@@ -168,7 +273,7 @@ class Refusals(unittest.TestCase):
         self.refused("ABSORB=2", "one of auto, 0, 1", env={"ABSORB": "2"})
 
     def test_typo_warns(self):
-        rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"UBACH": "4", "COLI_CAPP": "1"})
+        rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"UBACH": "4", "COLI_CAPP": "1", "USAGE_SAVE": "0"})
         self.assertEqual(rc, 0, err)
         self.assertIn("UBACH is not a colibri variable -- did you mean UBATCH?", err)
         self.assertIn("COLI_CAPP is not a colibri variable -- did you mean CAP?", err)

@@ -10,6 +10,16 @@
 #include "check.h"
 
 static const char *FIX5 = "tests/fixtures/tiny-glm5";
+
+static int model_load(coli_model *m, const char *dir, const coli_opts *o, const uint64_t *hist) {
+    return model_open(m, dir) || model_setup(m, o, hist) ? -1 : 0;
+}
+
+/* Options as the defaults give them, with an explicit cap/ubatch/absorb. */
+static coli_opts opts(int cap, int ubatch, int absorb) {
+    coli_opts o = {cap, 256, ubatch, absorb, 0, 0, PIN_OFF, NULL, -1, 1};
+    return o;
+}
 static const char *FIX52 = "tests/fixtures/tiny-glm52";
 
 /* Teacher-forced logits of the fixture's prompt followed by its greedy
@@ -17,7 +27,7 @@ static const char *FIX52 = "tests/fixtures/tiny-glm52";
 static float *run_logits(const char *dir, coli_opts o, int *n_out, int *vocab) {
     static coli_model m;
     coli_ref r;
-    if (model_load(&m, dir, &o)) {
+    if (model_load(&m, dir, &o, NULL)) {
         fprintf(stderr, "load: %s\n", m.err);
         model_free(&m);
         return NULL;
@@ -53,16 +63,16 @@ static double max_diff(const float *a, const float *b, size_t n) {
 
 static void test_paths_agree(const char *dir) {
     int n, v, n2, v2;
-    coli_opts base = {0, 256, 512, -1};
+    coli_opts base = opts(0, 512, -1);
     float *ref = run_logits(dir, base, &n, &v);
     CHECK(ref != NULL);
     if (!ref) return;
     struct { const char *what; coli_opts o; } alt[] = {
-        {"one token at a time", {0, 256, 1, -1}},
-        {"batches of 7", {0, 256, 7, -1}},
-        {"absorbed", {0, 256, 512, 1}},
-        {"reconstructed", {0, 256, 512, 0}},
-        {"reconstructed, batches of 5", {0, 256, 5, 0}},
+        {"one token at a time", opts(0, 1, -1)},
+        {"batches of 7", opts(0, 7, -1)},
+        {"absorbed", opts(0, 512, 1)},
+        {"reconstructed", opts(0, 512, 0)},
+        {"reconstructed, batches of 5", opts(0, 5, 0)},
     };
     for (size_t i = 0; i < sizeof alt / sizeof alt[0]; i++) {
         float *x = run_logits(dir, alt[i].o, &n2, &v2);
@@ -79,7 +89,7 @@ static void test_paths_agree(const char *dir) {
 /* Placement and threads must not change a single bit. */
 static void test_bit_invariance(const char *dir) {
     int n, v, n2, v2;
-    coli_opts base = {1000, 256, 512, -1};
+    coli_opts base = opts(1000, 512, -1);
     float *ref = run_logits(dir, base, &n, &v);
     CHECK(ref != NULL);
     if (!ref) return;
@@ -90,7 +100,7 @@ static void test_bit_invariance(const char *dir) {
 #ifdef _OPENMP
             omp_set_num_threads(threads[t]);
 #endif
-            coli_opts o = {caps[c], 256, 512, -1};
+            coli_opts o = opts(caps[c], 512, -1);
             float *x = run_logits(dir, o, &n2, &v2);
             CHECK(x && n2 == n && !memcmp(x, ref, (size_t)n * v * 4));
             free(x);
@@ -265,8 +275,8 @@ static void test_truncated_shard(void) {
     snprintf(cmd, sizeof cmd, "cp %s/config.json %s/model.safetensors %s/ref.json %s/", FIX5, FIX5, FIX5, tmpdir);
     CHECK(system(cmd) == 0);
     static coli_model m;
-    coli_opts o = {1, 256, 512, -1};
-    CHECK(model_load(&m, tmpdir, &o) == 0);
+    coli_opts o = opts(1, 512, -1);
+    CHECK(model_load(&m, tmpdir, &o, NULL) == 0);
     snprintf(src, sizeof src, "%s/model.safetensors", tmpdir);
     (void)dst;
     /* keep the header and dense tensors; cut inside the first routed expert */

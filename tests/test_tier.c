@@ -95,7 +95,7 @@ static void test_budget(void) {
 static void test_usage(void) {
     enum { L = 4, E = 5 };
     uint32_t id = tel_engine_id("glm_moe_dsa");
-    uint64_t c[L * E] = {0}, back[L * E];
+    uint64_t c[L * E] = {0}, back[(L + 1) * E]; /* room for the wrong-shape probe */
     c[1 * E + 2] = 7, c[3 * E + 4] = 1, c[3 * E + 0] = 123456789012ull;
     size_t len;
     char *txt = tel_usage_format(L, E, id, c, &len), err[200];
