@@ -20,6 +20,25 @@ BASEFLAGS := -std=c11 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -Wno-format-t
 CFLAGS ?=
 LDLIBS := -lm
 
+# Optional libraries, used when their headers and libraries are present
+# (URING=0 / NUMA=0 build without them).
+HASH := \#
+probe = $(shell printf '$(HASH)include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - $(2) -o /dev/null 2>/dev/null && echo 1)
+ifneq ($(URING),0)
+  ifeq ($(call probe,liburing.h,-luring),1)
+    OPTDEFS += -DCOLI_HAVE_URING
+    OPTLIBS += -luring
+  endif
+endif
+ifneq ($(NUMA),0)
+  ifeq ($(call probe,numa.h,-lnuma),1)
+    OPTDEFS += -DCOLI_HAVE_NUMA
+    OPTLIBS += -lnuma
+  endif
+endif
+BASEFLAGS += $(OPTDEFS)
+LDLIBS += $(OPTLIBS) -lpthread
+
 HEADERS := $(wildcard *.h)
 ENGINE_SRC := colibri.c
 
@@ -45,6 +64,16 @@ $(1):
 endef
 
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+
+# The build without the optional libraries must keep working: the engine and
+# the I/O test are also built and run without liburing and libnuma.
+NOLIB_FLAGS := $(filter-out -DCOLI_HAVE_URING -DCOLI_HAVE_NUMA,$(BASEFLAGS))
+build/nolibs/colibri: $(ENGINE_SRC) $(HEADERS) Makefile
+	@mkdir -p $(@D)
+	$(CC) $(NOLIB_FLAGS) $(ARCHFLAGS) -Werror -o $@ $(ENGINE_SRC) -lm -lpthread
+build/nolibs/test_io: tests/test_io.c $(HEADERS) tests/check.h Makefile
+	@mkdir -p $(@D)
+	$(CC) $(NOLIB_FLAGS) $(ARCHFLAGS) -Werror -I. -o $@ $< -lm -lpthread
 $(eval $(call test_rules,build/test,))
 $(eval $(call test_rules,build/asan,$(SANFLAGS)))
 
@@ -56,8 +85,11 @@ define run_tests
 	@echo "all tests passed ($(1))"
 endef
 
-test: build/test/colibri $(patsubst tests/%.c,build/test/%,$(TEST_SRCS))
+test: build/test/colibri $(patsubst tests/%.c,build/test/%,$(TEST_SRCS)) build/nolibs/colibri build/nolibs/test_io
 	$(call run_tests,build/test)
+	@echo "== build/nolibs (without liburing and libnuma)"
+	@build/nolibs/test_io
+	@COLIBRI=build/nolibs/colibri $(PYTHON) tests/test_cli.py NoLibs
 
 sanitize: build/asan/colibri $(patsubst tests/%.c,build/asan/%,$(TEST_SRCS))
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(MAKE) --no-print-directory run-sanitize

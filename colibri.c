@@ -11,6 +11,7 @@
  * Exit codes: 0 ok, 1 oracle mismatch, 2 bad input or configuration. */
 #include "compat.h"
 #include "env.h"
+#include "io.h"
 #include "json.h"
 #include "quant.h"
 #include "st.h"
@@ -20,6 +21,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -326,6 +328,9 @@ typedef struct {
     int *sel, *nsel;           /* [max_s][index_topk] chosen keys, count (-1 = all) */
     int *route_e, *rows;       /* [max_s][topk] chosen experts; row lists */
     float *route_w, *route_tmp;
+    float *yk;                 /* [max_s][topk][dim] each routed expert's output rows */
+    int *uniq;                 /* [n_experts] distinct experts of a batch */
+    uint8_t *used;             /* [n_experts] */
     float *cos, *sin;          /* [ctx][qk_rope/2] */
     float **thr;               /* per-thread attention/indexer scratch */
     size_t thr_floats;
@@ -338,6 +343,9 @@ typedef struct {
     float *embed, *final_norm;  /* [vocab][dim], [dim] */
     qt_tensor lm_head;
     xs_store xs;                /* routed experts: pinned set + LRU */
+    io_ctx io;                  /* expert reads */
+    int pilot, pilot_real, pilot_k; /* router lookahead: hints / real loads, predictions per row */
+    int *pred;                  /* [max_s * pilot_k] predicted experts scratch */
     uint8_t *pinned;            /* [n_moe][n_experts] pinned flags (for re-pinning) */
     coli_kv kv;
     coli_scratch sc;
@@ -345,6 +353,7 @@ typedef struct {
     int absorb;                 /* -1 auto, 0 reconstruct, 1 absorbed */
     int ubatch;
     int measure;                /* sizing pass: validate and count bytes, allocate nothing */
+    int numa;                   /* interleave large resident allocations */
     uint64_t dense_bytes, work_bytes, kv_bytes;
     tier_plan plan;
     uint64_t budget;            /* resolved RAM budget */
@@ -385,6 +394,14 @@ static const st_tensor *model_tensor(coli_model *m, const char *name, int64_t d0
     return t;
 }
 
+/* A resident allocation, 64-byte aligned; with COLI_NUMA, pages of large
+ * ones are interleaved across nodes before their first touch. */
+static void *model_resident(coli_model *m, size_t bytes) {
+    void *p = compat_aligned_alloc(64, bytes ? bytes : 4);
+    if (p && m->numa && bytes >= ((size_t)1 << 20)) io_numa_interleave(p, bytes);
+    return p;
+}
+
 static float measure_dummy[1]; /* what loaders return in the sizing pass */
 
 static float *model_load_f32(coli_model *m, const char *name, int64_t d0, int64_t d1) {
@@ -394,7 +411,7 @@ static float *model_load_f32(coli_model *m, const char *name, int64_t d0, int64_
         m->dense_bytes += (uint64_t)t->numel * 4;
         return measure_dummy;
     }
-    float *p = (float *)compat_aligned_alloc(64, (size_t)t->numel * 4);
+    float *p = (float *)model_resident(m, (size_t)t->numel * 4);
     if (!p) { model_fail(m, "out of memory loading '%s' (%llu bytes)", name, (unsigned long long)t->numel * 4); return NULL; }
     if (st_read_f32(&m->st, t, p, m->err, sizeof m->err)) { free(p); return NULL; }
     return p;
@@ -466,24 +483,27 @@ static int moe_layer(const coli_config *c, int k) {
     return -1;
 }
 
+/* Converts an expert's float matrices (bf16/f16 sources) to f32. */
+static void expert_convert(void *ud, int k, int e, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem) {
+    const xs_store *x = (const xs_store *)ud;
+    (void)e;
+    for (int p = 0; p < 3; p++) st_convert_f32_(w[p]->dtype, raw[p], (float *)(mem + x->lay[k].fixed[p]), (size_t)w[p]->numel);
+}
+
 /* Finds and validates every routed expert's tensors (headers only) and
- * fixes each layer's in-memory layout: f32 gate | up | down. */
-static int experts_locate(coli_model *m) {
+ * fixes each layer's in-memory layout: f32 gate | up | down, read as is
+ * when the shard holds f32, converted on read otherwise. */
+static int experts_locate(coli_model *m, int direct) {
     coli_config *c = &m->c;
     xs_store *x = &m->xs;
     static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    x->convert = expert_convert;
+    x->convert_ud = x;
     for (int k = 0; k < x->n_layers; k++) {
         int l = moe_layer(c, k);
         xs_layout *L = &x->lay[k];
         int64_t O[3] = {c->moe_inter, c->moe_inter, c->dim}, I[3] = {c->dim, c->dim, c->moe_inter};
-        size_t off = 0;
-        for (int p = 0; p < 3; p++) {
-            L->O[p] = O[p], L->I[p] = I[p];
-            L->w_bytes[p] = (size_t)O[p] * (size_t)I[p] * 4;
-            L->fixed[p] = off;
-            off += L->w_bytes[p];
-        }
-        L->bytes = off;
+        for (int p = 0; p < 3; p++) L->O[p] = O[p], L->I[p] = I[p], L->fmt[p] = QT_F32, L->gs[p] = 0;
         L->raw = 1;
         for (int e = 0; e < c->n_experts; e++) {
             const st_tensor *w[3];
@@ -493,8 +513,9 @@ static int experts_locate(coli_model *m) {
                 if (!(w[p] = model_tensor(m, n, O[p], I[p]))) return -1;
                 if (w[p]->dtype != ST_F32) L->raw = 0; /* converted on read */
             }
-            xs_locate(x, k, e, w);
+            xs_locate(x, k, e, w, NULL);
         }
+        xs_set_layout(x, k, direct);
     }
     return 0;
 }
@@ -504,10 +525,10 @@ static int experts_locate(coli_model *m) {
 /* Allocates n floats, 64-byte aligned. */
 static float *falloc(size_t n) { return (float *)compat_aligned_alloc(64, (n ? n : 1) * 4); }
 
-/* Allocates bytes (64-byte aligned), or in the sizing pass only counts
- * them into *account and returns a dummy. */
+/* Allocates bytes (resident), or in the sizing pass only counts them into
+ * *account and returns a dummy. */
 static void *model_alloc(coli_model *m, size_t bytes, uint64_t *account) {
-    if (!m->measure) return compat_aligned_alloc(64, bytes ? bytes : 4);
+    if (!m->measure) return model_resident(m, bytes);
     *account += bytes;
     return measure_dummy;
 }
@@ -563,6 +584,9 @@ static int scratch_init(coli_model *m, int max_s) {
     s->route_w = F(S * c->topk);
     s->route_tmp = F(2 * (size_t)c->n_experts + c->n_group);
     s->rows = I(S * c->topk);
+    s->yk = F(S * c->topk * c->dim);
+    s->uniq = I(c->n_experts);
+    s->used = (uint8_t *)model_alloc(m, (size_t)c->n_experts, w);
     s->cos = F((size_t)ctx * half);
     s->sin = F((size_t)ctx * half);
     /* per thread: K|V of one head for every key (reconstruct), key scores,
@@ -578,7 +602,7 @@ static int scratch_init(coli_model *m, int max_s) {
     s->thr = (float **)calloc((size_t)nt, sizeof(float *));
     if (!s->x || !s->a || !s->qlat || !s->q || !s->ckv || !s->attn || !s->tmp || !s->mlp_g || !s->mlp_u || !s->moe_acc ||
         !s->qi || !s->iw || !s->rlogit || !s->xs || !s->ys || !s->eg || !s->eu || !s->logits || !s->sel || !s->nsel ||
-        !s->route_e || !s->route_w || !s->route_tmp || !s->rows || !s->cos || !s->sin || !s->thr)
+        !s->route_e || !s->route_w || !s->route_tmp || !s->rows || !s->yk || !s->uniq || !s->used || !s->cos || !s->sin || !s->thr)
         return model_fail(m, "out of memory for activations (UBATCH=%d)", max_s);
     for (int t = 0; t < nt; t++)
         if (!(s->thr[t] = falloc(s->thr_floats))) return model_fail(m, "out of memory for thread scratch");
@@ -602,6 +626,9 @@ static void scratch_free(coli_scratch *s) {
     free(s->nsel);
     free(s->route_e);
     free(s->rows);
+    free(s->yk);
+    free(s->uniq);
+    free(s->used);
     if (s->thr)
         for (int t = 0; t < coli_nthreads(); t++) free(s->thr[t]);
     free(s->thr);
@@ -618,6 +645,12 @@ typedef struct {
     const char *pin_file;
     double pin_gb;          /* < 0: unset; PIN_GB_ALL: everything the budget allows */
     int quiet;              /* no progress bar */
+    io_opts io;             /* expert I/O path */
+    char *mirrors[IO_MAX_DRIVES];
+    int nmirrors;
+    int pilot, pilot_real, pilot_k;
+    int mlock, numa;
+    int weights_given;      /* COLI_DISK_WEIGHTS set */
 } coli_opts;
 
 #define PIN_GB_ALL (-2.0)
@@ -639,6 +672,8 @@ static void model_free(coli_model *m) {
     if (m->final_norm != measure_dummy) free(m->final_norm);
     if (!m->c.tie_embed && m->lm_head.w != (const void *)measure_dummy) free((void *)m->lm_head.w);
     xs_free(&m->xs);
+    io_close(&m->io);
+    free(m->pred);
     free(m->pinned);
     free(m->swaps);
     free(m->shrunk);
@@ -659,7 +694,7 @@ static int model_load_dense(coli_model *m) {
     if (!(m->embed = model_load_f32(m, "model.embed_tokens.weight", c->vocab, c->dim)) ||
         !(m->final_norm = model_load_f32(m, "model.norm.weight", c->dim, 0)))
         return -1;
-    if (c->tie_embed) m->lm_head = (qt_tensor){QT_F32, c->vocab, c->dim, m->embed, NULL};
+    if (c->tie_embed) m->lm_head = (qt_tensor){QT_F32, c->vocab, c->dim, m->embed, NULL, 0};
     else if (model_load_mat(m, &m->lm_head, "lm_head.weight", c->vocab, c->dim)) return -1;
     for (int l = 0; l < c->n_layers; l++)
         if (model_load_layer(m, l)) return -1;
@@ -711,9 +746,9 @@ static int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_want) {
     coli_config *c = &m->c;
     uint64_t avail = compat_mem_available();
     m->budget = o->ram_gb > 0 ? (uint64_t)(o->ram_gb * GB) : (uint64_t)(0.9 * (double)avail);
-    size_t staging = 0;
-    for (size_t i = 0; i < (size_t)m->xs.n_layers * c->n_experts; i++)
-        if (m->xs.loc[i].adjacent && m->xs.loc[i].span_len > staging) staging = m->xs.loc[i].span_len;
+    int convert = 0;
+    for (int k = 0; k < m->xs.n_layers; k++) convert |= !m->xs.lay[k].raw;
+    size_t staging = convert ? xs_staging_bytes(&m->xs) : 0;
     tier_budget b = {.ram = m->budget, .dense = m->dense_bytes, .kv = m->kv_bytes,
                      .work = m->work_bytes + (uint64_t)staging * coli_nthreads(), .reserve = m->budget / 20,
                      .expert = xs_max_expert_bytes(&m->xs), .moe_layers = m->xs.n_layers, .n_experts = c->n_experts,
@@ -744,6 +779,46 @@ static int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_want) {
     return 0;
 }
 
+/* Opens the shards for expert reads (mirrors, O_DIRECT twins, maps, the
+ * reader pool or io_uring). A refused io_uring falls back to the pool and
+ * a refused O_DIRECT to buffered reads, with a message. */
+static int model_io_open(coli_model *m, const coli_opts *o) {
+    char **paths = (char **)malloc((size_t)m->st.nfiles * sizeof(char *) + 1);
+    if (!paths) return model_fail(m, "out of memory");
+    for (int i = 0; i < m->st.nfiles; i++) paths[i] = m->st.files[i].path;
+    io_opts io = o->io;
+    int rc = io_open(&m->io, &io, paths, m->st.nfiles, (char *const *)o->mirrors, o->nmirrors);
+    if (rc && io.mode == IO_URING) {
+        fprintf(stderr, "colibri: %s; using %d reader threads instead\n", m->io.err, io.workers);
+        io_close(&m->io);
+        io.mode = IO_POOL;
+        rc = io_open(&m->io, &io, paths, m->st.nfiles, (char *const *)o->mirrors, o->nmirrors);
+    }
+    free(paths);
+    if (rc) return model_fail(m, "%s", m->io.err);
+    if (m->io.direct_refused) fprintf(stderr, "colibri: DIRECT=1: O_DIRECT is refused on this file system; expert reads stay buffered\n");
+    if (o->nmirrors && m->io.o.weight[1] <= 0) { /* no COLI_DISK_WEIGHTS: measure each drive on the largest shard */
+        int big = 0;
+        for (int i = 1; i < m->st.nfiles; i++) big = m->st.files[i].size > m->st.files[big].size ? i : big;
+        for (int d = 0; d < m->io.ndrives; d++) {
+            double bw = io_probe(&m->io, big, d, (uint64_t)64 << 20);
+            m->io.o.weight[d] = bw > 0 ? bw : (d ? 0 : 1);
+        }
+    }
+    if (o->nmirrors) {
+        double tot = 0;
+        for (int d = 0; d < m->io.ndrives; d++) tot += m->io.o.weight[d];
+        fprintf(stderr, "colibri: mirror: %d drives, expert reads split", m->io.ndrives);
+        for (int d = 0; d < m->io.ndrives; d++) fprintf(stderr, "%s %.0f%%", d ? " /" : "", 100.0 * m->io.o.weight[d] / tot);
+        fprintf(stderr, " (%s)\n", o->weights_given ? "COLI_DISK_WEIGHTS" : "measured");
+    }
+    for (int i = 0; o->nmirrors && i < m->st.nfiles; i++)
+        if (io_file_drives(&m->io, i) < 1 + o->nmirrors)
+            fprintf(stderr, "colibri: mirror: %s is missing or differs on a mirror; read from the primary only\n", m->st.files[i].path);
+    m->xs.mmap = o->io.mmap;
+    return 0;
+}
+
 /* Reads config.json and indexes the shards of model directory `dir`.
  * Returns 0, or -1 with m->err naming the file and field/tensor. */
 static int model_open(coli_model *m, const char *dir) {
@@ -757,8 +832,26 @@ static int model_open(coli_model *m, const char *dir) {
  * `hist` is the usage history rows ([n_layers][n_experts]) or NULL.
  * Returns 0, or -1 with m->err naming the file and field/tensor, or the
  * shortfall of the budget. */
+/* COLI_NUMA: whether interleaving can work here; says why not. */
+static int numa_usable(void) {
+    if (!io_have_numa()) {
+        fprintf(stderr, "colibri: COLI_NUMA=1: this build has no libnuma; ignored\n");
+        return 0;
+    }
+    if (io_numa_nodes() < 2) {
+        fprintf(stderr, "colibri: COLI_NUMA=1: single NUMA node, nothing to interleave; ignored\n");
+        return 0;
+    }
+    void *probe = compat_aligned_alloc(4096, 1 << 20);
+    int rc = io_numa_interleave(probe, 1 << 20);
+    free(probe);
+    if (rc) fprintf(stderr, "colibri: COLI_NUMA=1: mbind refused (%s); ignored\n", strerror(-rc));
+    return rc == 0;
+}
+
 static int model_setup(coli_model *m, const coli_opts *o, const uint64_t *hist) {
     coli_config *c = &m->c;
+    m->numa = o->numa && numa_usable();
     int ctx = o->ctx < c->max_pos ? o->ctx : c->max_pos;
     m->absorb = o->absorb;
     m->ubatch = o->ubatch;
@@ -766,7 +859,7 @@ static int model_setup(coli_model *m, const coli_opts *o, const uint64_t *hist) 
     if (xs_init(&m->xs, &m->st, n_moe_layers(c), c->n_experts, coli_nthreads())) return model_fail(m, "%s", m->xs.err);
     if (!(m->pinned = (uint8_t *)calloc((size_t)m->xs.n_layers * c->n_experts + 1, 1))) return model_fail(m, "out of memory");
     m->measure = 1;
-    if (model_load_dense(m) || experts_locate(m) || kv_init(m, ctx) || scratch_init(m, o->ubatch)) return -1;
+    if (model_load_dense(m) || experts_locate(m, o->io.direct) || kv_init(m, ctx) || scratch_init(m, o->ubatch)) return -1;
     uint64_t pin_want = 0;
     if (hist)
         for (int l = 0; l < c->n_layers; l++)
@@ -778,11 +871,26 @@ static int model_setup(coli_model *m, const coli_opts *o, const uint64_t *hist) 
     m->embed = m->final_norm = NULL;
     m->lm_head.w = NULL;
     if (model_load_dense(m) || kv_init(m, ctx) || scratch_init(m, o->ubatch)) return -1;
-    if (xs_alloc_cache(&m->xs, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
+    if (model_io_open(m, o)) return -1;
+    if (xs_alloc_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
+    m->pilot = o->pilot || o->pilot_real;
+    m->pilot_real = o->pilot_real;
+    m->pilot_k = o->pilot_k > 0 ? (o->pilot_k < c->n_experts ? o->pilot_k : c->n_experts) : c->topk;
+    if (m->pilot && !(m->pred = (int *)malloc((size_t)o->ubatch * m->pilot_k * sizeof(int) + sizeof(int)))) return model_fail(m, "out of memory");
+    m->xs.numa = m->numa;
     if (!(m->swaps = (tier_swap *)malloc((size_t)(m->xs.n_layers + 1) * sizeof(tier_swap))) ||
         !(m->shrunk = (int *)malloc((size_t)(m->plan.lru_slots + 1) * sizeof(int))))
         return model_fail(m, "out of memory");
-    return model_pin(m, hist, o->quiet);
+    if (model_pin(m, hist, o->quiet)) return -1;
+    int pinned = 0;
+    for (int k = 0; k < m->xs.n_layers; k++) pinned += m->xs.n_pinned[k];
+    if (o->mlock && !pinned) fprintf(stderr, "colibri: MLOCK=1: no pinned experts to lock\n");
+    else if (o->mlock) {
+        int rc = xs_lock_pins(&m->xs);
+        if (rc) fprintf(stderr, "colibri: MLOCK=1: mlock failed (%s); raise the locked-memory limit (ulimit -l)\n", strerror(-rc));
+        else fprintf(stderr, "colibri: MLOCK=1: %d pinned experts locked in memory\n", pinned);
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------ safe points */
@@ -1116,57 +1224,103 @@ static void route_row(const coli_config *c, const float *logit, const float *bia
     for (int k = 0; k < c->topk; k++) w[k] = (c->norm_topk ? w[k] / (sum + 1e-20f) : w[k]) * c->route_scale;
 }
 
+/* Routes rows [0, S) of sc->a for MoE layer l: chosen experts and weights
+ * in sc->route_e / sc->route_w. */
+static void moe_route(coli_model *m, const coli_layer *L, const float *x, int S) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    int D = c->dim, K = c->topk;
+#pragma omp parallel for schedule(static) if (S * c->n_experts * D > 65536)
+    for (int s = 0; s < S; s++)
+        for (int e = 0; e < c->n_experts; e++)
+            sc->rlogit[(size_t)s * c->n_experts + e] = mm_dot_f32(L->router + (size_t)e * D, x + (size_t)s * D, D);
+    for (int s = 0; s < S; s++)
+        route_row(c, sc->rlogit + (size_t)s * c->n_experts, L->router_bias, sc->route_e + (size_t)s * K, sc->route_w + (size_t)s * K,
+                  sc->route_tmp);
+}
+
 /* MoE of layer l on normed rows sc->a → sc->tmp. Each distinct expert is
- * fetched once and applied to every row that chose it, in increasing expert
- * order (as transformers accumulates), whatever is resident. Returns 0 or
- * -1 on a read error. */
+ * fetched once and applied to every row that chose it. Experts compute in
+ * whatever order their bytes arrive (resident first, misses as their reads
+ * land), each into its own output rows; the weighted sum then runs in
+ * increasing expert order, as transformers accumulates, so the result never
+ * depends on what was resident. Returns 0 or -1 on a read error. */
 static int fwd_moe(coli_model *m, int l, int S) {
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     xs_store *x = &m->xs;
-    int D = c->dim, K = c->topk, mk = moe_index(c, l);
-#pragma omp parallel for schedule(static) if (S * c->n_experts * D > 65536)
-    for (int s = 0; s < S; s++)
-        for (int e = 0; e < c->n_experts; e++)
-            sc->rlogit[(size_t)s * c->n_experts + e] = mm_dot_f32(L->router + (size_t)e * D, sc->a + (size_t)s * D, D);
-    for (int s = 0; s < S; s++) {
-        route_row(c, sc->rlogit + (size_t)s * c->n_experts, L->router_bias, sc->route_e + (size_t)s * K, sc->route_w + (size_t)s * K,
-                  sc->route_tmp);
-        for (int k = 0; k < K; k++) xs_note_use(x, mk, sc->route_e[(size_t)s * K + k]);
+    int D = c->dim, K = c->topk, mk = moe_index(c, l), nu = 0;
+    moe_route(m, L, sc->a, S);
+    memset(sc->used, 0, (size_t)c->n_experts);
+    for (int i = 0; i < S * K; i++) {
+        sc->used[sc->route_e[i]] = 1;
+        xs_note_use(x, mk, sc->route_e[i]);
     }
+    for (int e = 0; e < c->n_experts; e++)
+        if (sc->used[e]) sc->uniq[nu++] = e;
     tel_lap(&m->tel, TEL_ROUTER);
-    memset(sc->moe_acc, 0, (size_t)S * D * 4);
-    for (int e = 0; e < c->n_experts; e++) {
+    if (xs_begin(x, mk, sc->uniq, nu)) return model_fail(m, "%s", x->err);
+    for (;;) {
+        int j = xs_next(x, mk);
+        tel_lap(&m->tel, TEL_EXPERT_IO);
+        if (j == -2) return model_fail(m, "%s", x->err);
+        if (j < 0) break;
+        const xs_job *jb = &x->jobs[j];
         int n = 0;
-        for (int s = 0; s < S; s++)
-            for (int k = 0; k < K; k++)
-                if (sc->route_e[(size_t)s * K + k] == e) sc->rows[n++] = s * K + k;
-        if (!n) continue;
-        const uint8_t *mem = xs_lookup(x, mk, e);
-        if (!mem) {
-            mem = xs_fetch(x, mk, e);
-            tel_lap(&m->tel, TEL_EXPERT_IO);
-            if (!mem) return model_fail(m, "%s", x->err);
-        }
-        qt_tensor w[3];
-        xs_view(x, mk, e, mem, w);
+        for (int i = 0; i < S * K; i++)
+            if (sc->route_e[i] == jb->e) sc->rows[n++] = i;
         for (int r = 0; r < n; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
-        mlp(&w[XS_GATE], &w[XS_UP], &w[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
-        for (int r = 0; r < n; r++) {
-            float wt = sc->route_w[sc->rows[r]];
-            float *acc = sc->moe_acc + (size_t)(sc->rows[r] / K) * D;
-            const float *y = sc->ys + (size_t)r * D;
-            for (int i = 0; i < D; i++) acc[i] += wt * y[i];
-        }
+        mlp(&jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
+        for (int r = 0; r < n; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
+        xs_done(x, mk, j);
         tel_lap(&m->tel, TEL_EXPERT_MM);
     }
+    memset(sc->moe_acc, 0, (size_t)S * D * 4);
+    for (int u = 0; u < nu; u++)
+        for (int i = 0; i < S * K; i++) {
+            if (sc->route_e[i] != sc->uniq[u]) continue;
+            float wt = sc->route_w[i], *acc = sc->moe_acc + (size_t)(i / K) * D;
+            const float *y = sc->yk + (size_t)i * D;
+            for (int d = 0; d < D; d++) acc[d] += wt * y[d];
+        }
     if (c->n_shared) {
         mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
         for (size_t i = 0; i < (size_t)S * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
     } else memcpy(sc->tmp, sc->moe_acc, (size_t)S * D * 4);
     tel_lap(&m->tel, TEL_DENSE_MM);
     return 0;
+}
+
+/* Router lookahead: after layer l's attention, the next MoE layer's router
+ * runs on the current residual (normed with that layer's weights) and its
+ * top pilot_k experts per row are prefetched (PILOT_REAL) or hinted to the
+ * kernel (PILOT). Prediction only: never changes what is computed. */
+static void fwd_pilot(coli_model *m, int l, int S) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    int next = l + 1;
+    while (next < c->n_layers && !c->moe[next]) next++;
+    if (next >= c->n_layers) return;
+    const coli_layer *N = &m->L[next];
+    int D = c->dim, E = c->n_experts, n = 0;
+    for (int s = 0; s < S; s++) rmsnorm(sc->xs + (size_t)s * D, sc->x + (size_t)s * D, N->post_norm, D, c->rms_eps);
+    moe_route(m, N, sc->xs, S); /* route_e/route_w are free until this layer's MoE routes */
+    for (int s = 0; s < S; s++) {
+        const float *lg = sc->rlogit + (size_t)s * E;
+        for (int k = 0; k < m->pilot_k; k++) { /* top pilot_k by biased score */
+            int best = -1;
+            float bv = 0;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = n - k; j < n; j++) taken |= m->pred[j] == e;
+                float v = 1.0f / (1.0f + expf(-lg[e])) + N->router_bias[e];
+                if (!taken && (best < 0 || v > bv)) best = e, bv = v;
+            }
+            m->pred[n++] = best;
+        }
+    }
+    xs_prefetch(&m->xs, moe_index(c, next), m->pred, n, m->pilot_real);
 }
 
 /* One forward over S ≤ max_s tokens at positions pos..pos+S-1. Writes the
@@ -1182,8 +1336,12 @@ static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) 
         for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->in_norm, D, c->rms_eps);
         fwd_attention(m, l, S, pos);
         for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
-        for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->post_norm, D, c->rms_eps);
         tel_lap(&m->tel, TEL_ATTN);
+        if (m->pilot && S <= 8) {
+            fwd_pilot(m, l, S);
+            tel_lap(&m->tel, TEL_ROUTER);
+        }
+        for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->post_norm, D, c->rms_eps);
         if (c->moe[l]) {
             if (fwd_moe(m, l, S)) return -1;
         } else {
@@ -1393,17 +1551,68 @@ static int coli_env_load(coli_env *e, char *err, size_t errlen) {
     return 0;
 }
 
-/* Plain options from the resolved knobs. */
-static coli_opts coli_opts_from_env(const coli_env *e) {
+/* Parses COLI_DISK_WEIGHTS: exactly n positive numbers, comma-separated. */
+static int parse_weights(const char *v, int n, double *w) {
+    const char *p = v;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        w[i] = strtod(p, &end);
+        if (errno || end == p || !(w[i] > 0) || !isfinite(w[i])) return -1;
+        p = end;
+        if (i + 1 < n && *p++ != ',') return -1;
+    }
+    return *p ? -1 : 0;
+}
+
+/* Plain options from the resolved knobs; incompatible combinations are
+ * refused. Returns 0, or -1 with err naming the variables. */
+static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t errlen) {
     static const int absorb_map[] = {-1, 0, 1}; /* auto|0|1 */
-    coli_opts o = {(int)env_i(e, "CAP"), (int)env_i(e, "CTX"), (int)env_i(e, "UBATCH"), absorb_map[env_i(e, "ABSORB")],
-                   env_f(e, "RAM_GB"), (int)env_i(e, "COLI_RAM_OVERCOMMIT"), PIN_AUTO, NULL, -1, !isatty(2)};
+    memset(o, 0, sizeof *o);
+    o->cap = (int)env_i(e, "CAP"), o->ctx = (int)env_i(e, "CTX"), o->ubatch = (int)env_i(e, "UBATCH");
+    o->absorb = absorb_map[env_i(e, "ABSORB")];
+    o->ram_gb = env_f(e, "RAM_GB"), o->overcommit = (int)env_i(e, "COLI_RAM_OVERCOMMIT");
+    o->pin = PIN_AUTO, o->pin_gb = -1, o->quiet = !isatty(2);
     const char *pin = env_v(e, "PIN")->s;
-    if (!strcmp(pin, "0")) o.pin = PIN_OFF;
-    else if (strcmp(pin, "auto")) o.pin = PIN_FILE, o.pin_file = pin;
+    if (!strcmp(pin, "0")) o->pin = PIN_OFF;
+    else if (strcmp(pin, "auto")) o->pin = PIN_FILE, o->pin_file = pin;
     const env_val *pg = env_v(e, "PIN_GB");
-    if (pg->s) o.pin_gb = pg->i ? PIN_GB_ALL : pg->f;
-    return o;
+    if (pg->s) o->pin_gb = pg->i ? PIN_GB_ALL : pg->f;
+    int pipe = (int)env_i(e, "PIPE"), uring = (int)env_i(e, "URING"); /* 0 auto, 1 off, 2 on */
+    o->io.mmap = (int)env_i(e, "COLI_MMAP"), o->io.direct = (int)env_i(e, "DIRECT");
+    o->io.workers = (int)env_i(e, "PIPE_WORKERS"), o->io.fail_at = env_i(e, "COLI_IO_FAULT");
+    o->pilot = (int)env_i(e, "PILOT"), o->pilot_real = (int)env_i(e, "PILOT_REAL"), o->pilot_k = (int)env_i(e, "PILOT_K");
+    o->mlock = (int)env_i(e, "MLOCK"), o->numa = (int)env_i(e, "COLI_NUMA");
+    if (o->io.mmap && (uring == 2 || o->io.direct || o->pilot_real))
+        return snprintf(err, errlen, "COLI_MMAP=1 uses experts in place, so it cannot be combined with %s", uring == 2 ? "URING=1" : o->io.direct ? "DIRECT=1" : "PILOT_REAL=1"), -1;
+    if (uring == 2 && !io_have_uring())
+        fprintf(stderr, "colibri: URING=1: this build has no io_uring (liburing was not found at build time); using reader threads\n");
+    if (o->io.mmap) o->io.mode = IO_SYNC;
+    else if (io_have_uring() && (uring == 2 || (uring == 0 && pipe != 1))) o->io.mode = IO_URING;
+    else o->io.mode = pipe == 1 ? IO_SYNC : IO_POOL;
+    const char *mir = env_v(e, "COLI_MODEL_MIRROR")->s;
+    for (const char *p = mir; p && *p;) {
+        size_t l = strcspn(p, ",;");
+        if (l) {
+            if (o->nmirrors == IO_MAX_DRIVES - 1) return snprintf(err, errlen, "COLI_MODEL_MIRROR: at most %d directories", IO_MAX_DRIVES - 1), -1;
+            char *d = strndup(p, l);
+            struct stat st;
+            if (stat(d, &st) || !S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "COLI_MODEL_MIRROR: %s is not a directory", d);
+                free(d);
+                return -1;
+            }
+            o->mirrors[o->nmirrors++] = d;
+        }
+        p += l + (p[l] != 0);
+    }
+    o->io.weight[0] = 1;
+    const char *wv = env_v(e, "COLI_DISK_WEIGHTS")->s;
+    if (wv && parse_weights(wv, 1 + o->nmirrors, o->io.weight))
+        return snprintf(err, errlen, "COLI_DISK_WEIGHTS=%s is invalid: expected %d positive numbers separated by commas (primary first, then each mirror)", wv, 1 + o->nmirrors), -1;
+    o->weights_given = wv != NULL;
+    return 0;
 }
 
 static void usage(FILE *f) {
@@ -1450,17 +1659,42 @@ static void print_startup(const coli_model *m, const char *dir) {
     if (pinned)
         fprintf(stderr, "colibri: pinned %d experts from the usage history: %s read in %.2f s\n", pinned,
                 fmt_bytes(b[0], 32, (double)x->bytes_read), x->read_s);
+    const io_ctx *io = &m->io;
+    static const char *const mode[] = {"on the compute thread", "by a pool of reader threads", "by io_uring batches"};
+    fprintf(stderr, "colibri: expert reads: %s", x->mmap ? "in place from mapped shards (COLI_MMAP)" : mode[io->o.mode]);
+    if (io->o.mode == IO_POOL) fprintf(stderr, " (%d)", io->nthr);
+    fprintf(stderr, ", %s, prefetch %s", io->o.direct ? "O_DIRECT" : "buffered",
+            m->pilot_real ? "real loads" : m->pilot ? "kernel hints" : "off");
+    if (m->pilot) fprintf(stderr, " (%d per position)", m->pilot_k);
+    if (io->ndrives > 1) fprintf(stderr, ", %d drives", io->ndrives);
+    if (m->numa) fprintf(stderr, ", NUMA interleaved");
+    fputc('\n', stderr);
 }
 
 /* The end-of-run lines (counters from the expert store). */
 static void print_end(coli_model *m) {
     tel_stats *t = &m->tel;
-    t->hit_pin = m->xs.hit_pin, t->hit_lru = m->xs.hit_lru, t->miss = m->xs.miss, t->bytes_read = m->xs.bytes_read;
-    t->io_busy = m->xs.read_s;
+    t->hit_pin = m->xs.hit_pin, t->hit_lru = m->xs.hit_lru, t->miss = m->xs.miss + m->xs.mapped, t->bytes_read = m->xs.bytes_read;
     tel_lap(t, TEL_OTHER);
+    t->io_busy = m->xs.read_s + m->io.busy_ns * 1e-9;
     tel_end_line(stderr, t);
     if (t->prof) tel_prof_line(stderr, t);
     if (m->repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", m->repinned);
+    const xs_store *x = &m->xs;
+    if (m->pilot)
+        fprintf(stderr, "colibri: prefetch: recall %.1f%% (%llu of %llu routed experts were predicted; %llu predictions)\n",
+                tel_pct((double)x->pred_used, (double)x->routed), (unsigned long long)x->pred_used, (unsigned long long)x->routed,
+                (unsigned long long)x->pred_total);
+    if (m->io.ndrives > 1) {
+        char b[32];
+        fprintf(stderr, "colibri: drives:");
+        for (int d = 0; d < m->io.ndrives; d++)
+            fprintf(stderr, "%s %s %s (%llu reads)", d ? " |" : "", d ? "mirror" : "primary", fmt_bytes(b, sizeof b, (double)m->io.bytes[d]),
+                    (unsigned long long)m->io.reads[d]);
+        for (int d = 1; d < m->io.ndrives; d++)
+            if (m->io.mirror_failed[d]) fprintf(stderr, " | mirror %d failed a read and was dropped", d);
+        fputc('\n', stderr);
+    }
 }
 
 static int run_oracle(coli_model *m, const char *dir) {
@@ -1523,6 +1757,15 @@ static void usage_save(const coli_model *m, const char *dir, uint64_t *rows) {
         fprintf(stderr, "colibri: warning: could not save expert usage to %s: %s\n", path, err);
 }
 
+/* A mapped shard truncated under the engine raises SIGBUS on access: say so
+ * instead of dying silently. */
+static void on_sigbus(int sig) {
+    static const char msg[] = "colibri: SIGBUS reading a mapped model file (was a shard truncated or removed while running?)\n";
+    (void)sig;
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(EXIT_INPUT);
+    _exit(EXIT_INPUT);
+}
+
 /* The command line: returns the process exit status. */
 static int coli_main(int argc, char **argv) {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
@@ -1535,7 +1778,9 @@ static int coli_main(int argc, char **argv) {
 #ifdef _OPENMP
     if (env_i(&e, "THREADS") > 0) omp_set_num_threads((int)env_i(&e, "THREADS"));
 #endif
-    coli_opts o = coli_opts_from_env(&e);
+    static coli_opts o;
+    if (coli_opts_from_env(&e, &o, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
+    if (o.io.mmap) signal(SIGBUS, on_sigbus);
     static coli_model m;
     uint64_t *rows = NULL;
     int have = 0, rc = EXIT_INPUT;
@@ -1546,7 +1791,8 @@ static int coli_main(int argc, char **argv) {
     m.repin = (int)env_i(&e, "REPIN");
     m.rss_limit = env_f(&e, "RSS_GUARD_GB") > 0 ? (uint64_t)(env_f(&e, "RSS_GUARD_GB") * GB) : m.budget;
     print_startup(&m, dir);
-    m.xs.bytes_read = 0, m.xs.read_s = 0; /* the run's counters start after pinning */
+    m.xs.bytes_read = 0, m.xs.read_s = 0, m.io.busy_ns = 0; /* the run's counters start after pinning */
+    memset(m.io.bytes, 0, sizeof m.io.bytes), memset(m.io.reads, 0, sizeof m.io.reads);
     tel_start(&m.tel, (int)env_i(&e, "PROF"));
     rc = run_oracle(&m, dir);
     if (rc != EXIT_INPUT && env_i(&e, "USAGE_SAVE")) usage_save(&m, dir, rows);
@@ -1556,6 +1802,7 @@ fail:
 out:
     free(rows);
     model_free(&m);
+    for (int i = 0; i < o.nmirrors; i++) free(o.mirrors[i]);
     return rc;
 }
 

@@ -54,6 +54,23 @@ static const env_knob env_knobs[] = {
               "Resident-memory guard in GB: above it, cached experts are freed and the cache shrinks; 0 = the RAM budget."),
     ENV_BOOL("USAGE_SAVE", "1", "1 = add this run's expert routing counts to <model>/.coli_usage at the end; 0 = read-only."),
     ENV_BOOL("PROF", "0", "1 = print a per-stage time breakdown at the end of the run."),
+    ENV_CHOICE("PIPE", "auto", "auto|0|1",
+               "Expert misses read by a pool of reader threads while resident experts compute; auto = on unless io_uring is used; 0 = read on the compute thread."),
+    ENV_INT("PIPE_WORKERS", "4", 1, 64, "Reader threads of the PIPE pool."),
+    ENV_CHOICE("URING", "auto", "auto|0|1",
+               "Expert misses of a layer submitted as one io_uring batch; auto = on when built with liburing and the kernel allows it."),
+    ENV_BOOL("DIRECT", "0", "1 = expert weights read with O_DIRECT (bypassing the page cache); scales stay buffered."),
+    ENV_BOOL("PILOT", "0", "1 = after each layer's attention, predict the next layer's experts and ask the kernel to read them ahead."),
+    ENV_BOOL("PILOT_REAL", "0", "1 = load the predicted experts into the next layer's cache (never evicting a clearly hotter one)."),
+    ENV_INT("PILOT_K", "0", 0, 1024, "Experts predicted per position for PILOT / PILOT_REAL; 0 = num_experts_per_tok."),
+    ENV_BOOL("COLI_MMAP", "0", "1 = map the shards and use expert weights in place instead of copying them into caches."),
+    ENV_BOOL("MLOCK", "0", "1 = lock the pinned experts' memory (or, with COLI_MMAP, their mapped pages) against swapping."),
+    ENV_BOOL("COLI_NUMA", "0", "1 = interleave large resident allocations across NUMA nodes (needs libnuma at build time)."),
+    ENV_STR("COLI_MODEL_MIRROR", NULL,
+            "Directories (comma-separated) holding byte-identical copies of some or all shards on other drives; expert reads are spread over them."),
+    ENV_STR("COLI_DISK_WEIGHTS", NULL,
+            "Read shares of the primary and each mirror, e.g. 3,1; unset = measured at startup."),
+    ENV_INT("COLI_IO_FAULT", "0", 0, 1000000000, "Testing: the Nth expert read fails with EIO; 0 = off."),
 };
 
 enum { ENV_COUNT = (int)(sizeof env_knobs / sizeof env_knobs[0]) };

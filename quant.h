@@ -17,7 +17,18 @@ typedef struct {
     int64_t O, I;       /* rows (outputs), columns (inputs) */
     const void *w;      /* packed weights, row-major */
     const float *s;     /* scales, NULL for f32 */
+    int gs;             /* group size (grouped formats) */
 } qt_tensor;
+
+/* Packed weight bytes of an [O, I] matrix, and its scale count. */
+static inline uint64_t qt_weight_bytes(qt_fmt f, int64_t O, int64_t I, int gs) {
+    (void)f, (void)gs;
+    return (uint64_t)O * (uint64_t)I * 4;
+}
+static inline uint64_t qt_scale_count(qt_fmt f, int64_t O, int64_t I, int gs) {
+    (void)f, (void)O, (void)I, (void)gs;
+    return 0;
+}
 
 /* Bytes of one packed row. */
 static inline size_t qt_row_bytes(const qt_tensor *W) { return (size_t)W->I * 4; }

@@ -1,22 +1,24 @@
 /* store.h — routed experts in memory. Knows where each expert's three
  * matrices (and their .qs scales) lie in the shards, how an expert sits in
  * memory, and which experts are resident: a pinned set per layer (one arena
- * each) and a per-layer LRU of slots (policy from tier.h). Reads a miss with
- * one pread when the three weights are adjacent in their shard, converting
- * float sources to the in-memory format. Counts hits (pin / LRU), misses,
- * bytes read and routing counts. Never computes. Prefix: xs_.
+ * each) and a per-layer LRU of slots (policy from tier.h). A layer's misses
+ * are read through io.h while resident experts compute (jobs), predicted
+ * experts of the next layer can be prefetched, and in mmap mode experts are
+ * used in place. Counts hits (pin / LRU), misses, bytes, routing counts.
+ * Never computes. Prefix: xs_.
  *
  * "Layer" here means MoE layer k (0 .. n_layers-1), not the model layer. */
 #ifndef COLI_STORE_H
 #define COLI_STORE_H
 
 #include <stdarg.h>
-
+#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "compat.h"
+#include "io.h"
 #include "quant.h"
 #include "st.h"
 #include "tier.h"
@@ -26,41 +28,79 @@ enum { XS_GATE, XS_UP, XS_DOWN };
 /* Where one expert lives on disk. */
 typedef struct {
     const st_tensor *w[3];   /* gate, up, down weights */
+    const st_tensor *s[3];   /* their .qs scales, or NULL for float weights */
     uint32_t rel[3];         /* adjacent weights: each one's offset within the span */
-    uint8_t adjacent;        /* all three back to back in one file, same dtype */
+    uint8_t adjacent;        /* the three weights back to back in one file, same dtype */
     uint64_t span_off, span_len;
 } xs_loc;
 
-/* How every expert of one layer sits in memory: gate | up | down weights
- * (at rel offsets for raw span copies, at fixed offsets after conversion). */
+/* How every expert of one layer sits in memory: the weights area (a span
+ * copy, or gate | up | down at fixed offsets), then the scales. */
 typedef struct {
     int64_t O[3], I[3];
-    size_t w_bytes[3];       /* per matrix, in memory */
-    size_t fixed[3];         /* offsets used when converting */
+    qt_fmt fmt[3];           /* in-memory format of each matrix */
+    int gs[3];
+    size_t w_bytes[3];       /* weights of each matrix in memory */
+    size_t s_count[3];       /* scales of each matrix */
+    size_t fixed[3];         /* weight offsets when not a span copy */
+    size_t s_off[3];         /* scale offsets */
+    size_t w_area;           /* bytes reserved for weights (with O_DIRECT slack) */
     size_t bytes;            /* one expert in memory */
-    int raw;                 /* memory format == disk format: one pread, no conversion */
+    int raw;                 /* disk bytes are the memory format (no conversion) */
 } xs_layout;
+
+/* An LRU slot: memory, the views of its expert, its reads in flight. */
+typedef struct {
+    uint8_t *mem;
+    qt_tensor view[3];
+    io_req req[4];
+    int nreq;
+    int loading;             /* reads in flight */
+    int pilot;               /* loaded on a prediction and still holding its busy mark */
+} xs_slot;
+
+enum { XS_QUEUED, XS_LOADING, XS_READY, XS_DONE };
+
+/* One distinct expert a layer's batch needs. */
+typedef struct {
+    int e, state, slot;      /* slot: LRU slot or -1 (pinned / mapped) */
+    qt_tensor view[3];
+} xs_job;
+
+typedef void (*xs_convert_fn)(void *ud, int k, int e, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem);
 
 typedef struct {
     int n_layers, n_experts;
     const st_index *st;
+    io_ctx *io;
+    int mmap;                /* use experts in place in the mapped shards */
+    int numa;                /* interleave arenas and slots across NUMA nodes */
     xs_layout *lay;          /* [n_layers] */
     xs_loc *loc;             /* [n_layers][n_experts] */
     tier_lru *lru;           /* [n_layers] */
-    uint8_t **slot;          /* [n_layers][max_slots] memory, allocated on first use */
+    xs_slot *slot;           /* [n_layers][max_slots] */
     int max_slots;
     int *pin;                /* [n_layers][n_experts] index in the layer's arena, or -1 */
-    uint8_t **arena;         /* [n_layers] pinned experts, contiguous */
+    qt_tensor *pin_view;     /* [n_layers][n_experts][3] */
+    uint8_t **arena;         /* [n_layers] pinned experts, stride = layout bytes */
     int *n_pinned;           /* [n_layers] */
+    uint8_t *predicted;      /* [n_layers][n_experts] named by the last prediction */
     uint64_t *count;         /* [n_layers][n_experts] routing counts of this run */
     uint64_t *heat, *last;   /* [n_layers][n_experts] session heat and last use, for re-pinning */
     uint64_t tick;
-    uint8_t **staging;       /* per thread: raw bytes of one expert span */
+    xs_job *jobs;            /* [n_experts] the current layer's work */
+    int njobs;
+    io_req **pending;        /* scratch for waits */
+    uint8_t *pending_done;
+    uint8_t **staging;       /* per thread: raw bytes of one expert, for conversions */
     size_t staging_len;
     int n_staging;
-    uint64_t hit_pin, hit_lru, miss, bytes_read;
+    xs_convert_fn convert;   /* non-raw layouts: disk bytes → memory format */
+    void *convert_ud;
+    uint64_t hit_pin, hit_lru, miss, bytes_read, mapped;
+    uint64_t pred_total, pred_used, routed;  /* prefetch recall: predicted ∩ routed / routed */
     double read_s;
-    char err[512];
+    char err[600];
 } xs_store;
 
 static inline int xs_fail(xs_store *x, const char *fmt, ...) {
@@ -71,48 +111,79 @@ static inline int xs_fail(xs_store *x, const char *fmt, ...) {
     return -1;
 }
 
+static inline size_t xs_align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
 /* Sets up the store for n_layers MoE layers of n_experts experts; the
- * caller then fills lay[] and loc[] and calls xs_finish_layout. */
+ * caller then fills lay[] and loc[] (xs_locate, xs_set_layout). */
 static inline int xs_init(xs_store *x, const st_index *st, int n_layers, int n_experts, int threads) {
     memset(x, 0, sizeof *x);
     x->st = st;
     x->n_layers = n_layers;
     x->n_experts = n_experts;
-    size_t ne = (size_t)n_layers * n_experts;
-    x->lay = (xs_layout *)calloc((size_t)(n_layers ? n_layers : 1), sizeof *x->lay);
-    x->loc = (xs_loc *)calloc(ne ? ne : 1, sizeof *x->loc);
-    x->pin = (int *)malloc((ne ? ne : 1) * sizeof(int));
-    x->count = (uint64_t *)calloc(ne ? ne : 1, sizeof(uint64_t));
-    x->heat = (uint64_t *)calloc(ne ? ne : 1, sizeof(uint64_t));
-    x->last = (uint64_t *)calloc(ne ? ne : 1, sizeof(uint64_t));
-    x->arena = (uint8_t **)calloc((size_t)(n_layers ? n_layers : 1), sizeof(uint8_t *));
-    x->n_pinned = (int *)calloc((size_t)(n_layers ? n_layers : 1), sizeof(int));
+    size_t ne = (size_t)n_layers * n_experts + 1, nl = (size_t)n_layers + 1;
+    x->lay = (xs_layout *)calloc(nl, sizeof *x->lay);
+    x->loc = (xs_loc *)calloc(ne, sizeof *x->loc);
+    x->pin = (int *)malloc(ne * sizeof(int));
+    x->pin_view = (qt_tensor *)calloc(ne * 3, sizeof(qt_tensor));
+    x->predicted = (uint8_t *)calloc(ne, 1);
+    x->count = (uint64_t *)calloc(ne, sizeof(uint64_t));
+    x->heat = (uint64_t *)calloc(ne, sizeof(uint64_t));
+    x->last = (uint64_t *)calloc(ne, sizeof(uint64_t));
+    x->arena = (uint8_t **)calloc(nl, sizeof(uint8_t *));
+    x->n_pinned = (int *)calloc(nl, sizeof(int));
+    x->jobs = (xs_job *)calloc((size_t)n_experts + 1, sizeof(xs_job));
+    x->pending = (io_req **)calloc((size_t)n_experts * 4 + 1, sizeof(io_req *));
+    x->pending_done = (uint8_t *)calloc((size_t)n_experts * 4 + 1, 1);
     x->n_staging = threads < 1 ? 1 : threads;
     x->staging = (uint8_t **)calloc((size_t)x->n_staging, sizeof(uint8_t *));
-    if (!x->lay || !x->loc || !x->pin || !x->count || !x->heat || !x->last || !x->arena || !x->n_pinned || !x->staging)
+    if (!x->lay || !x->loc || !x->pin || !x->pin_view || !x->predicted || !x->count || !x->heat || !x->last || !x->arena ||
+        !x->n_pinned || !x->jobs || !x->pending || !x->pending_done || !x->staging)
         return xs_fail(x, "out of memory for the expert store");
     for (size_t i = 0; i < ne; i++) x->pin[i] = -1;
     return 0;
 }
 
-/* Records where expert e of layer k lives (weights gate, up, down) and
- * checks the three against the layer's layout. Returns 0 or -1. */
-static inline int xs_locate(xs_store *x, int k, int e, const st_tensor *const w[3]) {
+/* Records where expert e of layer k lives: weights w (gate, up, down) and
+ * their scales s (or NULLs). */
+static inline void xs_locate(xs_store *x, int k, int e, const st_tensor *const w[3], const st_tensor *const s[3]) {
     xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
-    const st_tensor *s[3] = {w[0], w[1], w[2]};
-    for (int p = 0; p < 3; p++) l->w[p] = w[p];
+    const st_tensor *o[3] = {w[0], w[1], w[2]};
+    for (int p = 0; p < 3; p++) l->w[p] = w[p], l->s[p] = s ? s[p] : NULL;
     for (int i = 0; i < 3; i++) /* order by offset */
         for (int j = i + 1; j < 3; j++)
-            if (s[j]->off < s[i]->off) { const st_tensor *t = s[i]; s[i] = s[j]; s[j] = t; }
-    l->adjacent = s[0]->file == s[1]->file && s[1]->file == s[2]->file && s[0]->dtype == s[1]->dtype &&
-                  s[1]->dtype == s[2]->dtype && s[0]->off + s[0]->nbytes == s[1]->off && s[1]->off + s[1]->nbytes == s[2]->off;
-    l->span_off = s[0]->off;
-    l->span_len = s[2]->off + s[2]->nbytes - s[0]->off;
+            if (o[j]->off < o[i]->off) { const st_tensor *t = o[i]; o[i] = o[j]; o[j] = t; }
+    l->adjacent = o[0]->file == o[1]->file && o[1]->file == o[2]->file && o[0]->dtype == o[1]->dtype &&
+                  o[1]->dtype == o[2]->dtype && o[0]->off + o[0]->nbytes == o[1]->off && o[1]->off + o[1]->nbytes == o[2]->off;
+    l->span_off = o[0]->off;
+    l->span_len = o[2]->off + o[2]->nbytes - o[0]->off;
     for (int p = 0; p < 3; p++) l->rel[p] = (uint32_t)(w[p]->off - l->span_off);
-    return 0;
 }
 
-/* Bytes one expert of layer k occupies in memory. */
+/* Completes layer k's layout from its matrices' formats and shapes (the
+ * caller set O, I, fmt, gs, raw): sizes, offsets, the weights area with
+ * room for O_DIRECT alignment. */
+static inline void xs_set_layout(xs_store *x, int k, int direct) {
+    xs_layout *L = &x->lay[k];
+    size_t off = 0, span = 0;
+    for (int p = 0; p < 3; p++) {
+        L->w_bytes[p] = (size_t)qt_weight_bytes(L->fmt[p], L->O[p], L->I[p], L->gs[p]);
+        L->s_count[p] = L->fmt[p] == QT_F32 ? 0 : (size_t)qt_scale_count(L->fmt[p], L->O[p], L->I[p], L->gs[p]);
+        L->fixed[p] = off;
+        off = xs_align_up(off + L->w_bytes[p], 64);
+    }
+    for (int e = 0; e < x->n_experts; e++) {
+        const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+        if (l->adjacent && l->span_len > span) span = (size_t)l->span_len;
+    }
+    L->w_area = xs_align_up((span > off ? span : off) + (direct ? IO_SLACK : 0), 64);
+    off = L->w_area;
+    for (int p = 0; p < 3; p++) {
+        L->s_off[p] = off;
+        off = xs_align_up(off + L->s_count[p] * 4, 64);
+    }
+    L->bytes = xs_align_up(off, direct ? IO_ALIGN : 64);
+}
+
 static inline size_t xs_expert_bytes(const xs_store *x, int k) { return x->lay[k].bytes; }
 
 /* The largest expert of any layer (what a budget plans per slot). */
@@ -122,112 +193,383 @@ static inline size_t xs_max_expert_bytes(const xs_store *x) {
     return b;
 }
 
-/* Allocates the LRU bookkeeping (slots per layer) and the per-thread
- * staging buffers (large enough for any span). */
-static inline int xs_alloc_cache(xs_store *x, int slots) {
+/* Bytes of expert e of layer k on disk (weights and scales). */
+static inline uint64_t xs_disk_bytes(const xs_store *x, int k, int e) {
+    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    uint64_t b = 0;
+    for (int p = 0; p < 3; p++) b += l->w[p]->nbytes + (l->s[p] ? l->s[p]->nbytes : 0);
+    return b;
+}
+
+/* Staging bytes a conversion needs (the largest raw span or matrix set). */
+static inline size_t xs_staging_bytes(const xs_store *x) {
+    size_t s = 0;
+    for (size_t i = 0; i < (size_t)x->n_layers * x->n_experts; i++) {
+        const xs_loc *l = &x->loc[i];
+        size_t need = 0;
+        for (int p = 0; p < 3; p++) need += xs_align_up((size_t)l->w[p]->nbytes, 64);
+        s = need > s ? need : s;
+    }
+    return s;
+}
+
+/* Allocates the LRU bookkeeping (slots per layer, memory on first use) and
+ * the per-thread staging buffers for conversions. */
+static inline int xs_alloc_cache(xs_store *x, io_ctx *io, int slots) {
+    x->io = io;
     x->max_slots = slots;
-    x->lru = (tier_lru *)calloc((size_t)(x->n_layers ? x->n_layers : 1), sizeof(tier_lru));
-    x->slot = (uint8_t **)calloc((size_t)x->n_layers * (size_t)slots + 1, sizeof(uint8_t *));
+    x->lru = (tier_lru *)calloc((size_t)x->n_layers + 1, sizeof(tier_lru));
+    x->slot = (xs_slot *)calloc((size_t)x->n_layers * (size_t)slots + 1, sizeof(xs_slot));
     if (!x->lru || !x->slot) return xs_fail(x, "out of memory for the expert cache");
     for (int k = 0; k < x->n_layers; k++)
         if (tier_lru_init(&x->lru[k], x->n_experts, slots)) return xs_fail(x, "out of memory for the expert cache");
-    size_t span = 0;
-    for (size_t i = 0; i < (size_t)x->n_layers * x->n_experts; i++) {
-        const xs_loc *l = &x->loc[i];
-        size_t need = l->adjacent ? l->span_len : 0;
-        span = need > span ? need : span;
-    }
-    x->staging_len = span;
-    for (int t = 0; t < x->n_staging && span; t++)
-        if (!(x->staging[t] = (uint8_t *)compat_aligned_alloc(4096, span))) return xs_fail(x, "out of memory for expert staging");
+    int convert = 0;
+    for (int k = 0; k < x->n_layers; k++) convert |= !x->lay[k].raw;
+    x->staging_len = convert ? xs_staging_bytes(x) : 0;
+    for (int t = 0; t < x->n_staging && x->staging_len; t++)
+        if (!(x->staging[t] = (uint8_t *)compat_aligned_alloc(IO_ALIGN, x->staging_len + IO_SLACK)))
+            return xs_fail(x, "out of memory for expert staging");
     return 0;
-}
-
-/* Views of expert e (layer k) whose bytes are at mem. */
-static inline void xs_view(const xs_store *x, int k, int e, const uint8_t *mem, qt_tensor out[3]) {
-    const xs_layout *L = &x->lay[k];
-    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
-    for (int p = 0; p < 3; p++) {
-        size_t off = L->raw && l->adjacent ? l->rel[p] : L->fixed[p];
-        out[p] = (qt_tensor){QT_F32, L->O[p], L->I[p], mem + off, NULL};
-    }
 }
 
 static inline const char *xs_path(const xs_store *x, const st_tensor *t) { return x->st->files[t->file].path; }
 
-/* Reads expert e of layer k into mem (xs_expert_bytes bytes), using
- * staging buffer `thread`. Returns 0, or -1 with x->err naming the file and
- * tensor (a truncated shard, an I/O error). Thread-safe across distinct
- * staging buffers, except for the shared counters (callers add them). */
-static inline int xs_read(xs_store *x, int k, int e, uint8_t *mem, int thread, char *err, size_t errlen, uint64_t *bytes) {
+/* Views of an expert whose weights start at w (a span copy when span is
+ * set, else fixed offsets) and whose scales are at s[3]. */
+static inline void xs_make_views(const xs_store *x, int k, int e, const uint8_t *w, int span, const float *const s[3], qt_tensor out[3]) {
     const xs_layout *L = &x->lay[k];
     const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
-    const st_index *st = x->st;
+    for (int p = 0; p < 3; p++)
+        out[p] = (qt_tensor){L->fmt[p], L->O[p], L->I[p], w + (span ? l->rel[p] : L->fixed[p]), s[p], L->gs[p]};
+}
+
+/* The reads that bring expert e of layer k into mem (raw layouts): the
+ * weights span with one request (O_DIRECT-capable) or one per matrix, and
+ * one small buffered request per scale array. Returns the count. */
+static inline int xs_plan_reads(const xs_store *x, int k, int e, uint8_t *mem, io_req *r) {
+    const xs_layout *L = &x->lay[k];
+    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    int n = 0;
+    if (l->adjacent)
+        r[n++] = (io_req){.file = l->w[0]->file, .off = l->span_off, .len = (size_t)l->span_len, .buf = mem, .cap = L->w_area, .direct = 1};
+    else
+        for (int p = 0; p < 3; p++)
+            r[n++] = (io_req){.file = l->w[p]->file, .off = l->w[p]->off, .len = (size_t)l->w[p]->nbytes, .buf = mem + L->fixed[p],
+                              .cap = (size_t)l->w[p]->nbytes};
+    for (int p = 0; p < 3; p++)
+        if (l->s[p])
+            r[n++] = (io_req){.file = l->s[p]->file, .off = l->s[p]->off, .len = (size_t)l->s[p]->nbytes, .buf = mem + L->s_off[p],
+                              .cap = (size_t)l->s[p]->nbytes};
+    return n;
+}
+
+/* Views after the reads planned by xs_plan_reads completed. */
+static inline void xs_views_after(const xs_store *x, int k, int e, uint8_t *mem, const io_req *r, qt_tensor out[3]) {
+    const xs_layout *L = &x->lay[k];
+    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    const float *s[3];
+    for (int p = 0; p < 3; p++) s[p] = L->s_count[p] ? (const float *)(mem + L->s_off[p]) : NULL;
+    xs_make_views(x, k, e, l->adjacent ? r[0].data : mem, l->adjacent, s, out);
+}
+
+static inline int xs_read_error(xs_store *x, int k, int e, int rc, char *err, size_t n) {
+    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    snprintf(err, n, "%s: expert %d of MoE layer %d ('%s'): read failed: %s", xs_path(x, l->w[0]), e, k, l->w[0]->name,
+             rc == -EIO ? "file truncated or I/O error" : strerror(-rc));
+    return -1;
+}
+
+/* Reads expert e of layer k into mem synchronously on the calling thread
+ * (staging buffer `thread` for conversions) and fills its views. Returns 0
+ * or -1 with err naming the file and tensor. Safe from several threads. */
+static inline int xs_read_sync(xs_store *x, int k, int e, uint8_t *mem, int thread, qt_tensor view[3], uint64_t *bytes, char *err, size_t errlen) {
+    const xs_layout *L = &x->lay[k];
+    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    io_req r[4];
     *bytes = 0;
-    if (l->adjacent) {
-        uint8_t *dst = L->raw ? mem : x->staging[thread];
-        if (compat_pread_full(st->files[l->w[0]->file].fd, dst, (size_t)l->span_len, l->span_off)) {
-            snprintf(err, errlen, "%s: expert tensors from '%s': read failed: %s", xs_path(x, l->w[0]), l->w[0]->name,
-                     errno == EIO ? "file truncated or I/O error" : strerror(errno));
-            return -1;
+    if (L->raw) {
+        int n = xs_plan_reads(x, k, e, mem, r);
+        for (int i = 0; i < n; i++) {
+            int rc = io_do_read(x->io, &r[i]);
+            if (rc) return xs_read_error(x, k, e, rc, err, errlen);
+            *bytes += r[i].len;
         }
-        if (!L->raw)
-            for (int p = 0; p < 3; p++)
-                st_convert_f32_(l->w[p]->dtype, dst + l->rel[p], (float *)(mem + L->fixed[p]), (size_t)l->w[p]->numel);
-        *bytes = l->span_len;
+        xs_views_after(x, k, e, mem, r, view);
         return 0;
     }
+    const uint8_t *raw[3];
+    uint8_t *st = x->staging[thread];
+    size_t off = 0;
+    for (int p = 0; p < 3; p++) { /* each matrix's bytes into staging, then convert */
+        io_req q = {.file = l->w[p]->file, .off = l->w[p]->off, .len = (size_t)l->w[p]->nbytes, .buf = st + off, .cap = (size_t)l->w[p]->nbytes};
+        int rc = io_do_read(x->io, &q);
+        if (rc) return xs_read_error(x, k, e, rc, err, errlen);
+        raw[p] = q.data;
+        *bytes += q.len;
+        off = xs_align_up(off + (size_t)l->w[p]->nbytes, 64);
+    }
+    x->convert(x->convert_ud, k, e, raw, l->w, mem);
+    const float *s[3];
+    for (int p = 0; p < 3; p++) s[p] = L->s_count[p] ? (const float *)(mem + L->s_off[p]) : NULL;
+    xs_make_views(x, k, e, mem, 0, s, view);
+    return 0;
+}
+
+/* mmap mode: views straight into the mapped shards, or 0 if this expert
+ * cannot be used in place (converted layout, misaligned floats, a shard
+ * that shrank). */
+static inline int xs_map_views(xs_store *x, int k, int e, qt_tensor view[3]) {
+    const xs_layout *L = &x->lay[k];
+    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    if (!L->raw || !l->adjacent) return 0;
+    const uint8_t *w = io_mapped(x->io, l->w[0]->file, l->span_off, (size_t)l->span_len);
+    const float *s[3] = {NULL, NULL, NULL};
+    if (!w) return 0;
     for (int p = 0; p < 3; p++) {
-        if (st_read_f32(st, l->w[p], (float *)(mem + L->fixed[p]), err, errlen)) return -1;
-        *bytes += l->w[p]->nbytes;
+        if (L->fmt[p] == QT_F32 && (uintptr_t)(w + l->rel[p]) % 4) return 0;
+        if (!l->s[p]) continue;
+        s[p] = (const float *)io_mapped(x->io, l->s[p]->file, l->s[p]->off, (size_t)l->s[p]->nbytes);
+        if (!s[p] || (uintptr_t)s[p] % 4) return 0;
+    }
+    xs_make_views(x, k, e, w, 1, s, view);
+    return 1;
+}
+
+/* ---- a layer's jobs ---- */
+
+static inline xs_slot *xs_slot_at(xs_store *x, int k, int s) { return &x->slot[(size_t)k * x->max_slots + s]; }
+
+/* Whether every read of slot s has finished; a failure sets err. */
+static inline int xs_slot_poll(xs_store *x, int k, int s, int *failed) {
+    xs_slot *sl = xs_slot_at(x, k, s);
+    *failed = 0;
+    for (int i = 0; i < sl->nreq; i++) {
+        int st = io_state(&sl->req[i]);
+        if (!st) return 0;
+        if (st < 0 && !*failed) *failed = st;
+    }
+    return 1;
+}
+
+/* Finishes slot s after its reads: views, counters; a failed read empties
+ * the slot. Returns 0 or -1 with x->err. */
+static inline int xs_slot_finish(xs_store *x, int k, int s, int failed) {
+    xs_slot *sl = xs_slot_at(x, k, s);
+    tier_lru *lru = &x->lru[k];
+    int e = lru->expert[s];
+    sl->loading = 0;
+    if (sl->pilot) sl->pilot = 0, lru->busy[s]--;
+    if (failed) {
+        tier_lru_evict(lru, s);
+        return xs_read_error(x, k, e, failed, x->err, sizeof x->err);
+    }
+    for (int i = 0; i < sl->nreq; i++) x->bytes_read += sl->req[i].len;
+    xs_views_after(x, k, e, sl->mem, sl->req, sl->view);
+    return 0;
+}
+
+/* Starts reading expert e into a free LRU slot of layer k (busy while in
+ * flight). Returns the slot, -1 if every slot is busy, -2 on error. */
+static inline int xs_slot_load(xs_store *x, int k, int e, int victim) {
+    tier_lru *lru = &x->lru[k];
+    int s = victim >= 0 ? victim : tier_lru_victim(lru);
+    if (s < 0) return -1;
+    xs_slot *sl = xs_slot_at(x, k, s);
+    if (!sl->mem) {
+        if (!(sl->mem = (uint8_t *)compat_aligned_alloc(IO_ALIGN, x->lay[k].bytes))) {
+            xs_fail(x, "out of memory for an expert slot (%zu bytes)", x->lay[k].bytes);
+            return -2;
+        }
+        if (x->numa) io_numa_interleave(sl->mem, x->lay[k].bytes);
+    }
+    tier_lru_install(lru, s, e, x->tick);
+    lru->busy[s]++;
+    if (!x->lay[k].raw) { /* conversions are synchronous */
+        uint64_t b;
+        double t0 = compat_now();
+        if (xs_read_sync(x, k, e, sl->mem, 0, sl->view, &b, x->err, sizeof x->err)) {
+            tier_lru_evict(lru, s);
+            lru->busy[s]--;
+            return -2;
+        }
+        x->read_s += compat_now() - t0;
+        x->bytes_read += b;
+        sl->nreq = 0;
+        sl->loading = 0;
+        return s;
+    }
+    sl->nreq = xs_plan_reads(x, k, e, sl->mem, sl->req);
+    sl->loading = 1;
+    io_req *rp[4];
+    for (int i = 0; i < sl->nreq; i++) rp[i] = &sl->req[i];
+    io_submit(x->io, rp, sl->nreq);
+    return s;
+}
+
+/* Settles finished prefetches of layer k (releases their busy marks). */
+static inline int xs_settle(xs_store *x, int k) {
+    for (int s = 0; s < x->max_slots; s++) {
+        xs_slot *sl = xs_slot_at(x, k, s);
+        int failed;
+        if (sl->loading && sl->pilot && xs_slot_poll(x, k, s, &failed)) {
+            if (failed) { /* a failed speculative read never stops the run */
+                sl->loading = 0;
+                sl->pilot = 0;
+                x->lru[k].busy[s]--;
+                tier_lru_evict(&x->lru[k], s);
+            } else if (xs_slot_finish(x, k, s, 0)) return -1;
+        }
     }
     return 0;
 }
 
-/* Memory of expert e of layer k if resident (pinned or cached; the LRU
- * stamp refreshed), else NULL. Counts the hit. */
-static inline const uint8_t *xs_lookup(xs_store *x, int k, int e) {
-    size_t i = (size_t)k * x->n_experts + e;
-    x->tick++;
-    if (x->pin[i] >= 0) {
-        x->hit_pin++;
-        return x->arena[k] + (size_t)x->pin[i] * x->lay[k].bytes;
+/* Starts layer k's work: the distinct experts it needs (ascending). Pinned
+ * and cached experts are ready at once (cached slots held busy), mapped
+ * ones too in mmap mode; misses are read into free slots as far as slots
+ * allow. Counts hits, misses and prefetch recall. Returns 0 or -1. */
+static inline int xs_begin(xs_store *x, int k, const int *experts, int n) {
+    if (xs_settle(x, k)) return -1;
+    x->njobs = n;
+    for (int j = 0; j < n; j++) {
+        int e = experts[j];
+        size_t i = (size_t)k * x->n_experts + e;
+        xs_job *jb = &x->jobs[j];
+        jb->e = e, jb->slot = -1, jb->state = XS_QUEUED;
+        x->tick++;
+        x->routed++;
+        x->pred_used += x->predicted[i];
+        if (x->pin[i] >= 0) {
+            x->hit_pin++;
+            memcpy(jb->view, &x->pin_view[i * 3], sizeof jb->view);
+            jb->state = XS_READY;
+            continue;
+        }
+        if (x->mmap && xs_map_views(x, k, e, jb->view)) {
+            x->mapped++;
+            x->bytes_read += xs_disk_bytes(x, k, e);
+            jb->state = XS_READY;
+            continue;
+        }
+        int s = tier_lru_lookup(&x->lru[k], e, x->tick);
+        if (s >= 0) {
+            x->hit_lru++;
+            x->lru[k].busy[s]++;
+            jb->slot = s;
+            jb->state = xs_slot_at(x, k, s)->loading ? XS_LOADING : XS_READY;
+            if (jb->state == XS_READY) memcpy(jb->view, xs_slot_at(x, k, s)->view, sizeof jb->view);
+        } else x->miss++;
     }
-    int s = tier_lru_lookup(&x->lru[k], e, x->tick);
-    if (s < 0) return NULL;
-    x->hit_lru++;
-    return x->slot[(size_t)k * x->max_slots + s];
+    memset(x->predicted + (size_t)k * x->n_experts, 0, (size_t)x->n_experts);
+    for (int j = 0; j < n; j++) {
+        xs_job *jb = &x->jobs[j];
+        if (jb->state != XS_QUEUED) continue;
+        int s = xs_slot_load(x, k, jb->e, -1);
+        if (s == -2) return -1;
+        if (s < 0) break;
+        jb->slot = s;
+        jb->state = XS_LOADING;
+    }
+    return 0;
 }
 
-/* Reads a missing expert into the LRU victim slot; returns its memory, or
- * NULL with x->err set (I/O error, out of memory, or every slot busy). */
-static inline const uint8_t *xs_fetch(xs_store *x, int k, int e) {
-    tier_lru *lru = &x->lru[k];
-    int s = tier_lru_victim(lru);
-    if (s < 0) { xs_fail(x, "expert cache of MoE layer %d: every slot is busy", k); return NULL; }
-    uint8_t **mem = &x->slot[(size_t)k * x->max_slots + s];
-    if (!*mem && !(*mem = (uint8_t *)compat_aligned_alloc(4096, x->lay[k].bytes))) {
-        xs_fail(x, "out of memory for an expert slot (%zu bytes)", x->lay[k].bytes);
-        return NULL;
+/* The next job of layer k that can be computed: a ready one, else it
+ * waits for a read to land (and starts queued reads as slots free up).
+ * Returns the job index, -1 when all are done, -2 on a read error. */
+static inline int xs_next(xs_store *x, int k) {
+    for (;;) {
+        int loading = 0, queued = 0;
+        for (int j = 0; j < x->njobs; j++) {
+            xs_job *jb = &x->jobs[j];
+            if (jb->state == XS_READY) return j;
+            if (jb->state == XS_LOADING) {
+                int failed;
+                if (xs_slot_poll(x, k, jb->slot, &failed)) {
+                    xs_slot *sl = xs_slot_at(x, k, jb->slot);
+                    if (sl->loading && xs_slot_finish(x, k, jb->slot, failed)) return -2;
+                    memcpy(jb->view, sl->view, sizeof jb->view);
+                    jb->state = XS_READY;
+                    return j;
+                }
+                loading++;
+            }
+            queued += jb->state == XS_QUEUED;
+        }
+        for (int j = 0; queued && j < x->njobs; j++) { /* slots freed by finished jobs */
+            xs_job *jb = &x->jobs[j];
+            if (jb->state != XS_QUEUED) continue;
+            int s = xs_slot_load(x, k, jb->e, -1);
+            if (s == -2) return -2;
+            if (s < 0) break;
+            jb->slot = s;
+            jb->state = XS_LOADING;
+            loading++;
+            queued--;
+        }
+        if (!loading && !queued) return -1;
+        int np = 0;
+        if (!loading) { /* slots held by prefetches still in flight: wait for them */
+            for (int s = 0; s < x->max_slots; s++) {
+                xs_slot *sl = xs_slot_at(x, k, s);
+                for (int i = 0; sl->loading && sl->pilot && i < sl->nreq; i++)
+                    if (!io_state(&sl->req[i])) x->pending[np] = &sl->req[i], x->pending_done[np++] = 0;
+            }
+            if (!np) return xs_fail(x, "expert cache of MoE layer %d: every slot is busy", k), -2;
+            io_wait_any(x->io, x->pending, x->pending_done, np);
+            if (xs_settle(x, k)) return -2;
+            continue;
+        }
+        for (int j = 0; j < x->njobs; j++) {
+            xs_job *jb = &x->jobs[j];
+            if (jb->state != XS_LOADING) continue;
+            xs_slot *sl = xs_slot_at(x, k, jb->slot);
+            for (int i = 0; i < sl->nreq; i++)
+                if (!io_state(&sl->req[i])) x->pending[np] = &sl->req[i], x->pending_done[np++] = 0;
+        }
+        if (np) io_wait_any(x->io, x->pending, x->pending_done, np);
     }
-    tier_lru_evict(lru, s);
-    double t0 = compat_now();
-    uint64_t b;
-    if (xs_read(x, k, e, *mem, 0, x->err, sizeof x->err, &b)) return NULL;
-    x->read_s += compat_now() - t0;
-    x->bytes_read += b;
-    x->miss++;
-    tier_lru_install(lru, s, e, x->tick);
-    return *mem;
 }
 
-/* Notes that the router chose expert e of layer k (usage history, heat). */
-static inline void xs_note_use(xs_store *x, int k, int e) {
-    size_t i = (size_t)k * x->n_experts + e;
-    x->count[i]++;
-    x->heat[i]++;
-    x->last[i] = x->tick;
+/* Job j of layer k is computed: its slot may be evicted again. */
+static inline void xs_done(xs_store *x, int k, int j) {
+    xs_job *jb = &x->jobs[j];
+    jb->state = XS_DONE;
+    if (jb->slot >= 0) x->lru[k].busy[jb->slot]--;
 }
+
+/* Router lookahead for layer k: marks the predicted experts (for recall);
+ * with `real`, reads those not resident into LRU slots, never evicting an
+ * expert clearly hotter than the prediction (hysteresis of tier.h), else
+ * only asks the kernel to read them ahead. */
+static inline void xs_prefetch(xs_store *x, int k, const int *experts, int n, int real) {
+    for (int j = 0; j < n; j++) {
+        int e = experts[j];
+        size_t i = (size_t)k * x->n_experts + e;
+        if (x->predicted[i]) continue;
+        x->predicted[i] = 1;
+        x->pred_total++;
+        if (x->pin[i] >= 0 || x->lru[k].where[e] >= 0 || x->mmap) continue;
+        const xs_loc *l = &x->loc[i];
+        if (!real || !x->lay[k].raw) {
+            for (int p = 0; p < 3; p++) {
+                io_hint(x->io, l->w[p]->file, l->w[p]->off, (size_t)l->w[p]->nbytes, 1);
+                if (l->s[p]) io_hint(x->io, l->s[p]->file, l->s[p]->off, (size_t)l->s[p]->nbytes, 0);
+            }
+            continue;
+        }
+        int v = tier_lru_victim(&x->lru[k]);
+        if (v < 0) continue;
+        int old = x->lru[k].expert[v];
+        if (old >= 0) {
+            size_t io = (size_t)k * x->n_experts + old;
+            uint64_t hv = tier_score(x->heat[io], x->tick - x->last[io]), hp = tier_score(x->heat[i], x->tick - x->last[i]);
+            if (x->heat[io] >= 2 && tier_should_swap(hv, hp)) continue;
+        }
+        int s = xs_slot_load(x, k, e, v);
+        if (s >= 0) xs_slot_at(x, k, s)->pilot = 1; /* keeps the busy mark until settled */
+    }
+}
+
+/* ---- pinned set ---- */
 
 /* Loads the experts flagged in pinned[L][E] into one arena per layer, in
  * parallel (OpenMP, one staging buffer per thread). progress(done, total)
@@ -243,9 +585,12 @@ static inline int xs_load_pins(xs_store *x, const uint8_t *pinned, void (*progre
             if (pinned[(size_t)k * x->n_experts + e]) x->pin[(size_t)k * x->n_experts + e] = c++, list[n++] = k * x->n_experts + e;
         x->n_pinned[k] = c;
         total += (uint64_t)c * x->lay[k].bytes;
-        if (c && !(x->arena[k] = (uint8_t *)compat_aligned_alloc(4096, (size_t)c * x->lay[k].bytes))) {
-            free(list);
-            return xs_fail(x, "out of memory for %d pinned experts of MoE layer %d", c, k);
+        if (c && !(x->mmap && x->lay[k].raw)) {
+            if (!(x->arena[k] = (uint8_t *)compat_aligned_alloc(IO_ALIGN, (size_t)c * x->lay[k].bytes))) {
+                free(list);
+                return xs_fail(x, "out of memory for %d pinned experts of MoE layer %d", c, k);
+            }
+            if (x->numa) io_numa_interleave(x->arena[k], (size_t)c * x->lay[k].bytes);
         }
     }
     int failed = 0;
@@ -258,10 +603,15 @@ static inline int xs_load_pins(xs_store *x, const uint8_t *pinned, void (*progre
 #ifdef _OPENMP
         th = omp_get_thread_num();
 #endif
-        char err[512];
-        uint64_t b;
-        uint8_t *mem = x->arena[k] + (size_t)x->pin[list[i]] * x->lay[k].bytes;
-        if (xs_read(x, k, e, mem, th, err, sizeof err, &b)) {
+        char err[600];
+        uint64_t b = 0;
+        qt_tensor *view = &x->pin_view[(size_t)list[i] * 3];
+        int rc = 0;
+        if (!(x->mmap && xs_map_views(x, k, e, view))) {
+            if (!x->arena[k]) rc = -1, snprintf(err, sizeof err, "expert %d of MoE layer %d cannot be used in place (COLI_MMAP)", e, k);
+            else rc = xs_read_sync(x, k, e, x->arena[k] + (size_t)x->pin[list[i]] * x->lay[k].bytes, th, view, &b, err, sizeof err);
+        }
+        if (rc) {
 #pragma omp critical(xs_pin_err)
             if (!failed) failed = 1, snprintf(x->err, sizeof x->err, "%s", err);
             continue;
@@ -279,6 +629,27 @@ static inline int xs_load_pins(xs_store *x, const uint8_t *pinned, void (*progre
     return failed ? -1 : 0;
 }
 
+/* Locks the pinned experts' memory (arenas, or their mapped ranges) so
+ * they are never swapped out. Returns 0 or -errno of the first failure. */
+static inline int xs_lock_pins(xs_store *x) {
+    for (int k = 0; k < x->n_layers; k++) {
+        if (!x->n_pinned[k]) continue;
+        if (x->arena[k]) {
+            if (mlock(x->arena[k], (size_t)x->n_pinned[k] * x->lay[k].bytes)) return -errno;
+            continue;
+        }
+        for (int e = 0; e < x->n_experts; e++) {
+            size_t i = (size_t)k * x->n_experts + e;
+            if (x->pin[i] < 0) continue;
+            const xs_loc *l = &x->loc[i];
+            const qt_tensor *v = &x->pin_view[i * 3];
+            uintptr_t a = (uintptr_t)v[0].w - l->rel[0];
+            if (mlock((void *)(a / 4096 * 4096), (size_t)(a % 4096 + l->span_len))) return -errno;
+        }
+    }
+    return 0;
+}
+
 /* Re-pin at a safe point: expert `admit` of layer k takes the arena place
  * of pinned expert `evict`. Returns 0 or -1 (x->err); on failure the
  * evicted expert is gone from the pinned set, never half-loaded. */
@@ -286,47 +657,59 @@ static inline int xs_repin(xs_store *x, int k, int admit, int evict) {
     size_t ia = (size_t)k * x->n_experts + admit, iv = (size_t)k * x->n_experts + evict;
     int place = x->pin[iv];
     x->pin[iv] = -1;
-    uint8_t *mem = x->arena[k] + (size_t)place * x->lay[k].bytes;
     uint64_t b;
     double t0 = compat_now();
-    if (xs_read(x, k, admit, mem, 0, x->err, sizeof x->err, &b)) return -1;
+    if (!x->arena[k]) {
+        if (!xs_map_views(x, k, admit, &x->pin_view[ia * 3])) return xs_fail(x, "expert %d of MoE layer %d cannot be used in place", admit, k);
+    } else if (xs_read_sync(x, k, admit, x->arena[k] + (size_t)place * x->lay[k].bytes, 0, &x->pin_view[ia * 3], &b, x->err, sizeof x->err))
+        return -1;
+    else x->bytes_read += b;
     x->read_s += compat_now() - t0;
-    x->bytes_read += b;
     int s = x->lru[k].where[admit]; /* a cached copy is no longer needed */
-    if (s >= 0) tier_lru_evict(&x->lru[k], s);
+    if (s >= 0 && !x->lru[k].busy[s]) tier_lru_evict(&x->lru[k], s);
     x->pin[ia] = place;
     return 0;
+}
+
+/* Notes that the router chose expert e of layer k (usage history, heat). */
+static inline void xs_note_use(xs_store *x, int k, int e) {
+    size_t i = (size_t)k * x->n_experts + e;
+    x->count[i]++;
+    x->heat[i]++;
+    x->last[i] = x->tick;
 }
 
 /* Gives memory back: frees the slots tier_lru_shrink disabled. */
 static inline void xs_release_slots(xs_store *x, int k, const int *slots, int n) {
     for (int i = 0; i < n; i++) {
-        uint8_t **mem = &x->slot[(size_t)k * x->max_slots + slots[i]];
-        free(*mem);
-        *mem = NULL;
+        xs_slot *sl = xs_slot_at(x, k, slots[i]);
+        free(sl->mem);
+        sl->mem = NULL;
     }
 }
 
+/* Waits for every read still in flight (before freeing their memory). */
+static inline void xs_quiesce(xs_store *x) {
+    for (int k = 0; x->slot && k < x->n_layers; k++)
+        for (int s = 0; s < x->max_slots; s++) {
+            xs_slot *sl = xs_slot_at(x, k, s);
+            for (int i = 0; sl->loading && i < sl->nreq; i++) io_wait(x->io, &sl->req[i]);
+        }
+}
+
 static inline void xs_free(xs_store *x) {
+    if (x->io) xs_quiesce(x);
     if (x->lru)
         for (int k = 0; k < x->n_layers; k++) tier_lru_free(&x->lru[k]);
     if (x->slot)
-        for (size_t i = 0; i < (size_t)x->n_layers * x->max_slots; i++) free(x->slot[i]);
+        for (size_t i = 0; i < (size_t)x->n_layers * x->max_slots; i++) free(x->slot[i].mem);
     if (x->arena)
         for (int k = 0; k < x->n_layers; k++) free(x->arena[k]);
     if (x->staging)
         for (int t = 0; t < x->n_staging; t++) free(x->staging[t]);
-    free(x->lru);
-    free(x->slot);
-    free(x->arena);
-    free(x->staging);
-    free(x->n_pinned);
-    free(x->lay);
-    free(x->loc);
-    free(x->pin);
-    free(x->count);
-    free(x->heat);
-    free(x->last);
+    void *p[] = {x->lru, x->slot, x->arena, x->staging, x->n_pinned, x->lay, x->loc, x->pin, x->pin_view, x->predicted,
+                 x->count, x->heat, x->last, x->jobs, x->pending, x->pending_done};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(x, 0, sizeof *x);
 }
 

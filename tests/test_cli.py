@@ -93,6 +93,7 @@ class Oracle(unittest.TestCase):
 
 
 def copy_fixture(name, dst):
+    """Copies a fixture's files (not its run history) into dst."""
     src = os.path.join(FIXTURES, name)
     for f in os.listdir(src):
         if not f.startswith("."):
@@ -150,6 +151,18 @@ class Tiers(unittest.TestCase):
             {"PIN": "auto", "PIN_GB": "0.00004", "REPIN": "3", "THREADS": "3"},
             {"CAP": "3", "RSS_GUARD_GB": "0.001", "PIN": "0"},
             {"PIN": "auto", "RAM_GB": "1000", "UBATCH": "1"},
+            # the I/O paths
+            {"PIN": "0", "CAP": "1", "PIPE": "0", "URING": "0"},
+            {"PIN": "0", "CAP": "2", "PIPE": "1", "URING": "0", "PIPE_WORKERS": "3"},
+            {"PIN": "0", "CAP": "1", "URING": "1"},
+            {"PIN": "0", "CAP": "2", "DIRECT": "1"},
+            {"PIN": "0", "CAP": "1", "DIRECT": "1", "URING": "0", "PILOT_REAL": "1"},
+            {"PIN": "0", "CAP": "3", "PILOT": "1", "PILOT_K": "5"},
+            {"PIN": "0", "CAP": "2", "PILOT_REAL": "1", "URING": "1", "THREADS": "1"},
+            {"PIN": "0", "COLI_MMAP": "1"},
+            {"PIN": "auto", "COLI_MMAP": "1", "MLOCK": "1"},
+            {"PIN": "auto", "PIN_GB": "0.00004", "MLOCK": "1", "CAP": "1"},
+            {"PIN": "0", "CAP": "1", "COLI_NUMA": "1"},
         ]
         slots = set()
         for env in cases:
@@ -194,6 +207,93 @@ class Tiers(unittest.TestCase):
         before = open(os.path.join(self.dir, ".coli_usage")).read()
         rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
         self.assertEqual(open(os.path.join(self.dir, ".coli_usage")).read(), before)
+
+
+class IOFaults(unittest.TestCase):
+    """Mirrors and I/O failures: a clean fallback or a clear error, never a
+    crash or different tokens."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.mirror = tempfile.mkdtemp()
+        copy_fixture(ORACLES[0], self.dir)
+        shutil.copy(os.path.join(self.dir, "model.safetensors"), self.mirror)
+        rc, self.base, err = run(self.dir, {"USAGE_SAVE": "0", "PIN": "0"})
+        self.assertEqual(rc, 0, err)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+        shutil.rmtree(self.mirror)
+
+    def test_mirror_spreads_reads(self):
+        for env in ({"COLI_DISK_WEIGHTS": "1,1"}, {}, {"COLI_DISK_WEIGHTS": "1,3", "DIRECT": "1"}):
+            env.update({"COLI_MODEL_MIRROR": self.mirror, "PIN": "0", "CAP": "1", "USAGE_SAVE": "0"})
+            rc, out, err = run(self.dir, env)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(out, self.base)
+            line = [l for l in err.splitlines() if l.startswith("colibri: drives:")][0]
+            reads = [int(x.split(" reads")[0].split("(")[-1]) for x in line.split("|")]
+            self.assertTrue(reads[0] > 0 and reads[1] > 0, line)
+
+    def test_mirror_that_differs_is_not_used(self):
+        with open(os.path.join(self.mirror, "model.safetensors"), "r+b") as f:
+            f.seek(100)
+            f.write(b"X")
+        rc, out, err = run(self.dir, {"COLI_MODEL_MIRROR": self.mirror, "COLI_DISK_WEIGHTS": "1,1", "PIN": "0", "CAP": "1", "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, self.base)
+        self.assertIn("missing or differs on a mirror", err)
+        os.remove(os.path.join(self.mirror, "model.safetensors"))
+        rc, out, err = run(self.dir, {"COLI_MODEL_MIRROR": self.mirror, "COLI_DISK_WEIGHTS": "1,1", "PIN": "0", "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, self.base)
+
+    def test_bad_mirror_settings(self):
+        rc, out, err = run(self.dir, {"COLI_MODEL_MIRROR": "/nonexistent/mirror"})
+        self.assertEqual(rc, 2)
+        self.assertIn("COLI_MODEL_MIRROR: /nonexistent/mirror is not a directory", err)
+        rc, out, err = run(self.dir, {"COLI_MODEL_MIRROR": self.mirror, "COLI_DISK_WEIGHTS": "1"})
+        self.assertEqual(rc, 2)
+        self.assertIn("COLI_DISK_WEIGHTS=1 is invalid", err)
+
+    def test_injected_read_error(self):
+        for env in ({"PIPE": "0"}, {"PIPE": "1", "URING": "0"}, {"URING": "1"}, {"DIRECT": "1"}):
+            env.update({"PIN": "0", "CAP": "1", "USAGE_SAVE": "0", "COLI_IO_FAULT": "5"})
+            rc, out, err = run(self.dir, env)
+            self.assertEqual(rc, 2, "%s: %s" % (env, err))
+            self.assertIn("model.safetensors: expert", err)
+            self.assertIn("read failed: file truncated or I/O error", err)
+            self.assertEqual(out, "")
+        # a failing pinned-set load at startup is reported the same way
+        run(self.dir, {"PIN": "0"})
+        rc, out, err = run(self.dir, {"COLI_IO_FAULT": "2", "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 2, err)
+        self.assertIn("read failed", err)
+
+    def test_mmap_refuses_combinations(self):
+        for extra in ({"URING": "1"}, {"DIRECT": "1"}, {"PILOT_REAL": "1"}):
+            env = dict(extra, COLI_MMAP="1")
+            rc, out, err = run(self.dir, env)
+            self.assertEqual(rc, 2)
+            self.assertIn("COLI_MMAP=1 uses experts in place", err)
+
+
+class NoLibs(unittest.TestCase):
+    """Knobs that need an optional library explain themselves on a build
+    without it, and the run continues on the other path (make test runs
+    this against the build without liburing and libnuma)."""
+
+    def test_optional_libraries(self):
+        d = os.path.join(FIXTURES, ORACLES[0])
+        rc, base, err = run(d, {"USAGE_SAVE": "0", "PIN": "0"})
+        self.assertEqual(rc, 0, err)
+        rc, out, err = run(d, {"USAGE_SAVE": "0", "PIN": "0", "URING": "1", "COLI_NUMA": "1"})
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, base)
+        if "URING=1: this build has no io_uring" in err:
+            self.assertIn("COLI_NUMA=1: this build has no libnuma", err)
+        else:
+            self.assertIn("by io_uring batches", err)
 
 
 class Refusals(unittest.TestCase):
