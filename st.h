@@ -426,4 +426,172 @@ static inline int st_read_raw(const st_index *ix, const st_tensor *t, void *dst,
     return 0;
 }
 
+/* ---- writing ----
+ * A file is written in two steps: declare every tensor (name, dtype, shape)
+ * with st_writer_add, then st_writer_begin writes the header to
+ * "<path>.tmp" and st_writer_data appends the tensors' bytes in declaration
+ * order; st_writer_finish checks that every byte came, syncs and renames to
+ * <path>, so a crash never leaves a half-written file under the real name. */
+
+typedef struct {
+    char *name;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_RANK];
+    uint64_t nbytes;
+} st_wentry;
+
+typedef struct {
+    st_wentry *e;
+    int n, cap;
+    char *path, *tmp;
+    int fd;
+    uint64_t total, written;
+} st_writer;
+
+static inline void st_writer_init(st_writer *w) {
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+}
+
+/* Declares the next tensor. Returns 0 or -1 (bad shape or out of memory). */
+static inline int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape) {
+    if (ndim < 0 || ndim > ST_MAX_RANK || dt >= ST_NDTYPE) return -1;
+    if (w->n == w->cap) {
+        int nc = w->cap ? w->cap * 2 : 64;
+        st_wentry *ne = (st_wentry *)realloc(w->e, (size_t)nc * sizeof *ne);
+        if (!ne) return -1;
+        w->e = ne;
+        w->cap = nc;
+    }
+    st_wentry *e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    uint64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || (shape[i] && numel > UINT64_MAX / (uint64_t)shape[i])) return -1;
+        numel *= (uint64_t)shape[i];
+        e->shape[i] = shape[i];
+    }
+    if (!(e->name = strdup(name))) return -1;
+    e->dtype = dt;
+    e->ndim = ndim;
+    e->nbytes = numel * (uint64_t)st_dtype_bytes[dt];
+    w->total += e->nbytes;
+    w->n++;
+    return 0;
+}
+
+/* Appends s to a growable buffer. */
+static inline int st_buf_put_(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap : 1024;
+        while (nc < *len + n + 1) nc *= 2;
+        char *nb = (char *)realloc(*buf, nc);
+        if (!nb) return -1;
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return 0;
+}
+
+/* Writes a JSON string literal of s. */
+static inline int st_buf_str_(char **buf, size_t *len, size_t *cap, const char *s) {
+    int rc = st_buf_put_(buf, len, cap, "\"", 1);
+    for (; *s && !rc; s++) {
+        char esc[8];
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') snprintf(esc, sizeof esc, "\\%c", ch);
+        else if (ch < 0x20) snprintf(esc, sizeof esc, "\\u%04x", ch);
+        else esc[0] = (char)ch, esc[1] = 0;
+        rc = st_buf_put_(buf, len, cap, esc, strlen(esc));
+    }
+    return rc ? rc : st_buf_put_(buf, len, cap, "\"", 1);
+}
+
+/* Writes the header (metadata: string pairs k0, v0, k1, v1, ..., NULL; may
+ * be NULL) to "<path>.tmp". Returns 0 or -1 with err. */
+static inline int st_writer_begin(st_writer *w, const char *path, const char *const *metadata, char *err, size_t errlen) {
+    char *h = NULL, num[160];
+    size_t len = 0, cap = 0;
+    int rc = st_buf_put_(&h, &len, &cap, "{", 1);
+    if (metadata && metadata[0]) {
+        rc |= st_buf_put_(&h, &len, &cap, "\"__metadata__\":{", 16);
+        for (int i = 0; metadata[i] && metadata[i + 1]; i += 2) {
+            if (i) rc |= st_buf_put_(&h, &len, &cap, ",", 1);
+            rc |= st_buf_str_(&h, &len, &cap, metadata[i]);
+            rc |= st_buf_put_(&h, &len, &cap, ":", 1);
+            rc |= st_buf_str_(&h, &len, &cap, metadata[i + 1]);
+        }
+        rc |= st_buf_put_(&h, &len, &cap, "}", 1);
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < w->n && !rc; i++) {
+        const st_wentry *e = &w->e[i];
+        if (i || (metadata && metadata[0])) rc |= st_buf_put_(&h, &len, &cap, ",", 1);
+        rc |= st_buf_str_(&h, &len, &cap, e->name);
+        snprintf(num, sizeof num, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_names[e->dtype]);
+        rc |= st_buf_put_(&h, &len, &cap, num, strlen(num));
+        for (int d = 0; d < e->ndim; d++) {
+            snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)e->shape[d]);
+            rc |= st_buf_put_(&h, &len, &cap, num, strlen(num));
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off, (unsigned long long)(off + e->nbytes));
+        rc |= st_buf_put_(&h, &len, &cap, num, strlen(num));
+        off += e->nbytes;
+    }
+    rc |= st_buf_put_(&h, &len, &cap, "}", 1);
+    while (!rc && (8 + len) % 8) rc |= st_buf_put_(&h, &len, &cap, " ", 1); /* data starts 8-aligned */
+    if (rc) { free(h); return st_err_(err, errlen, "%s: out of memory for the header", path); }
+    size_t pl = strlen(path);
+    w->path = strdup(path);
+    w->tmp = (char *)malloc(pl + 8);
+    if (!w->path || !w->tmp) { free(h); return st_err_(err, errlen, "out of memory"); }
+    snprintf(w->tmp, pl + 8, "%s.tmp", path);
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) { free(h); return st_err_(err, errlen, "%s: %s", w->tmp, strerror(errno)); }
+    uint8_t lb[8];
+    for (int i = 0; i < 8; i++) lb[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    rc = compat_write_full(w->fd, lb, 8) || compat_write_full(w->fd, h, len);
+    free(h);
+    return rc ? st_err_(err, errlen, "%s: %s", w->tmp, strerror(errno)) : 0;
+}
+
+/* Appends n bytes of tensor data (in declaration order). */
+static inline int st_writer_data(st_writer *w, const void *buf, size_t n, char *err, size_t errlen) {
+    if (w->written + n > w->total) return st_err_(err, errlen, "%s: more tensor bytes than declared", w->tmp);
+    if (compat_write_full(w->fd, buf, n)) return st_err_(err, errlen, "%s: %s", w->tmp, strerror(errno));
+    w->written += n;
+    return 0;
+}
+
+/* Checks every declared byte was written, syncs, renames to the final
+ * path. On failure the temporary file is removed. */
+static inline int st_writer_finish(st_writer *w, char *err, size_t errlen) {
+    int rc = 0;
+    if (w->written != w->total) rc = st_err_(err, errlen, "%s: %llu of %llu tensor bytes written", w->tmp, (unsigned long long)w->written, (unsigned long long)w->total);
+    else if (fsync(w->fd)) rc = st_err_(err, errlen, "%s: %s", w->tmp, strerror(errno));
+    if (close(w->fd) && !rc) rc = st_err_(err, errlen, "%s: %s", w->tmp, strerror(errno));
+    w->fd = -1;
+    if (!rc && rename(w->tmp, w->path)) rc = st_err_(err, errlen, "%s: %s", w->path, strerror(errno));
+    if (rc) unlink(w->tmp);
+    return rc;
+}
+
+/* Releases the writer (removing an unfinished temporary file). */
+static inline void st_writer_free(st_writer *w) {
+    if (w->fd >= 0) {
+        close(w->fd);
+        unlink(w->tmp);
+    }
+    for (int i = 0; i < w->n; i++) free(w->e[i].name);
+    free(w->e);
+    free(w->path);
+    free(w->tmp);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+}
+
 #endif
