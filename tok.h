@@ -721,11 +721,12 @@ static inline int tok_decode(const tok *t, const int *ids, size_t n, tok_str *ou
 /* GLM-5's prompt for one optional system turn and one user turn, with the
  * generation prompt: "[gMASK]<sop>" ["<|system|>" system] "<|user|>" user
  * "<|assistant|>" then "<think>" (think != 0) or "</think>" (as the template
- * renders enable_thinking=false). No newline after role tokens.
+ * renders enable_thinking=false). No newline after role tokens; a NULL
+ * user counts as "".
  * Writes at most cap bytes including a NUL (like snprintf) and returns the
  * full length. */
 static inline size_t tok_chat_text(const char *system, const char *user, int think, char *buf, size_t cap) {
-    const char *part[7] = {"[gMASK]<sop>", system ? "<|system|>" : "", system ? system : "", "<|user|>", user,
+    const char *part[7] = {"[gMASK]<sop>", system ? "<|system|>" : "", system ? system : "", "<|user|>", user ? user : "",
                            "<|assistant|>", think ? "<think>" : "</think>"};
     size_t o = 0;
     for (int i = 0; i < 7; i++) {

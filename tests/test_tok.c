@@ -329,6 +329,9 @@ static void stream_checks(void) {
     CHECK(tok_encode(t, "", 0, &x) == 0 && x.n == 0);
     CHECK(tok_encode(t, "a\0b", 3, &x) == 0 && x.n == 3 && x.ids[1] == t->byte_id[0]);
     CHECK(tok_encode(t, "x", TOK_MAX_TEXT + 1, &x) == -1);
+    char buf[64];
+    CHECK(tok_chat_text(NULL, NULL, 0, buf, sizeof buf) == 41 && !strcmp(buf, "[gMASK]<sop><|user|><|assistant|></think>"));
+    CHECK(tok_chat_text("s", "u", 1, buf, 8) == 52 && !strcmp(buf, "[gMASK]"));
     tok_ids_free(&x);
     tok_str_free(&o);
     tok_free(t);
