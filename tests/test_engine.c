@@ -217,7 +217,7 @@ static void test_config(void) {
     CHECK(coli_config_load(&c, tmpdir, err, sizeof err) == 0);
     CHECK(c.n_layers == 4 && c.moe[0] == 0 && c.moe[1] == 1 && c.n_eos == 2);
     coli_config_free(&c);
-    write_file("generation_config.json", "{\"eos_token_id\": [2, 3]}");
+    write_file("generation_config.json", "{\"eos_token_id\": [343, 345]}"); /* union: 336, 343, 345 */
     CHECK(coli_config_load(&c, tmpdir, err, sizeof err) == 0 && c.n_eos == 3);
     coli_config_free(&c);
     write_file("generation_config.json", "{\"eos_token_id\": [2, 99999]}");
@@ -245,7 +245,7 @@ static void test_config(void) {
     config_refused("\"indexer_types\": [\n    \"full\",", "\"indexer_types\": [\n    \"shared\",", "layer 0 must run its own indexer");
     config_refused("\"indexer_types\": [\n    \"full\",", "\"indexer_types\": [", "list of 4 strings");
     config_refused("\"mlp_layer_types\": [\n    \"dense\",", "\"mlp_layer_types\": [\n    \"dense2\",", "mlp_layer_types[0]");
-    config_refused("\"eos_token_id\": [\n    1,", "\"eos_token_id\": [\n    -1,", "eos_token_id");
+    config_refused("\"eos_token_id\": [\n    336,", "\"eos_token_id\": [\n    -1,", "eos_token_id");
     config_refused("\"vocab_size\": 352", "\"vocab_size\": 352, \"vocab_size\": 353", "duplicate key");
     config_refused("{", "[", "not valid JSON");
 

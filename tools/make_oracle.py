@@ -3,10 +3,14 @@
 
 Each fixture directory under tests/fixtures/ holds a tiny random-weight
 glm_moe_dsa model (config.json, generation_config.json, model.safetensors with
-per-expert tensor names as in the real checkpoints) and ref.json: the prompt
-ids, transformers' logits at every prompt position (teacher forcing, no
-cache), their argmax, and a greedy continuation computed through the KV cache
-with the logits of every step.
+per-expert tensor names as in the real checkpoints), its tokenizer (built by
+tools/oracle_tokenizer.py with Hugging Face tokenizers, which also writes the
+tokenizer parity fixtures in tests/fixtures/tokenizer/) and ref.json: the
+prompt ids, transformers' logits at every prompt position (teacher forcing,
+no cache), their argmax, a greedy continuation computed through the KV cache
+with the logits of every step, and transformers' greedy generate() for a
+chat-templated prompt. Stop ids in the configs are the tokenizer's
+<|endoftext|>, <|user|> and <|observation|>, as in GLM-5.
 
 The weights are redrawn with scales that keep activations O(1), and what the
 default init leaves trivial (RMSNorm weights, indexer k_norm, the router's
@@ -32,8 +36,11 @@ import tempfile
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+from transformers import AutoTokenizer, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mdl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import oracle_tokenizer  # noqa: E402  (tools/ is not a package)
 
 # Margins below which a seed is rejected. Implementations in f32 agree to
 # ~1e-6 on these quantities; the margins leave two orders of magnitude.
@@ -55,10 +62,13 @@ FIXTURES = {
             norm_topk_prob=True, index_n_heads=12, index_head_dim=16, index_topk=5,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             rms_norm_eps=1e-5, max_position_embeddings=256, tie_word_embeddings=False,
-            hidden_act="silu", attention_bias=False, bos_token_id=0, eos_token_id=[1, 2],
-            pad_token_id=1,
+            hidden_act="silu", attention_bias=False, bos_token_id=0,
         ),
-        generation_eos=[2, 3],
+        # config.json lists <|endoftext|> and <|user|>, generation_config.json
+        # adds <|observation|>: the stop set is their union.
+        config_eos=["<|endoftext|>", "<|user|>"],
+        generation=dict(eos=["<|endoftext|>", "<|user|>", "<|observation|>"], do_sample=True, temperature=1.0, top_p=0.95),
+        chat=dict(system="You are a terse assistant.", user="Name three prime numbers.", think=False, max_new=24),
         prompt_len=40, greedy_len=20, seed=1000,
     ),
     # GLM-5.2 layout: shared-indexer layers from index_topk_freq/offset (the
@@ -74,11 +84,12 @@ FIXTURES = {
             norm_topk_prob=False, index_n_heads=9, index_head_dim=18, index_topk=6,
             rope_parameters={"rope_type": "default", "rope_theta": 8000000.0},
             rms_norm_eps=1e-5, max_position_embeddings=256, tie_word_embeddings=False,
-            hidden_act="silu", attention_bias=False, bos_token_id=0, eos_token_id=3,
-            pad_token_id=3,
+            hidden_act="silu", attention_bias=False, bos_token_id=0,
         ),
         indexer_schedule=dict(index_topk_freq=2, index_skip_topk_offset=2),
-        generation_eos=[3, 4],
+        config_eos="<|endoftext|>",  # a single id, not a list
+        generation=dict(eos=["<|user|>", "<|observation|>"], do_sample=True, temperature=0.6, top_k=20, min_p=0.05),
+        chat=dict(system=None, user="Write one line about disks: \u00e9t\u00e9 \U0001f600", think=True, max_new=20),
         prompt_len=36, greedy_len=16, seed=2000,
     ),
 }
@@ -99,9 +110,20 @@ def check_modeling_file():
         sys.exit("transformers %s is too old for the oracle: %s" % (transformers.__version__, "; ".join(problems)))
 
 
-def make_config(spec):
+def special_ids(tokdir, spec):
+    """Stop and pad ids from the fixture's tokenizer, never hard-coded."""
+    from tokenizers import Tokenizer
+    t = Tokenizer.from_file(os.path.join(tokdir, "tokenizer.json"))
+    tid = lambda s: t.token_to_id(s)
+    ce = spec["config_eos"]
+    return dict(eos=tid(ce) if isinstance(ce, str) else [tid(x) for x in ce], pad=tid("<|endoftext|>"),
+                gen_eos=[tid(x) for x in spec["generation"]["eos"]])
+
+
+def make_config(spec, ids):
     kw = dict(spec["config"])
     kw.update(spec.get("indexer_schedule", {}))
+    kw.update(eos_token_id=ids["eos"], pad_token_id=ids["pad"])
     cfg = GlmMoeDsaConfig(**kw)
     cfg._attn_implementation = "eager"
     cfg._experts_implementation = "eager"
@@ -272,11 +294,30 @@ def margins(model, cfg, full_ids, tf, steps):
                 logit=min(logit_gap(tf), logit_gap(steps)))
 
 
+def chat_reference(model, tokdir, chat, eos):
+    """transformers' rendering of the chat template and its greedy generate()."""
+    tok = AutoTokenizer.from_pretrained(tokdir)
+    msgs = ([{"role": "system", "content": chat["system"]}] if chat["system"] else []) + [{"role": "user", "content": chat["user"]}]
+    text = tok.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=chat["think"], tokenize=False)
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=chat["think"], tokenize=True, return_dict=False)
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    assert ids == tok.encode(text, add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=chat["max_new"], do_sample=False, eos_token_id=eos,
+                             pad_token_id=eos[0])
+    gen = out[0, len(ids):].tolist()
+    return dict(system=chat["system"], user=chat["user"], think=chat["think"], text=text, prompt_ids=ids,
+                generated_ids=gen, generated_text=tok.decode(gen, skip_special_tokens=False))
+
+
 def fmt_row(row):
     return "[" + ",".join("%.9g" % float(x) for x in row.tolist()) + "]"
 
 
-def write_ref(path, prompt, tf, greedy, steps, m):
+def write_ref(path, prompt, tf, greedy, steps, m, chat):
     lines = ["{"]
     lines.append('  "format": "colibri-oracle-1",')
     lines.append('  "transformers": "%s",' % transformers.__version__)
@@ -285,6 +326,7 @@ def write_ref(path, prompt, tf, greedy, steps, m):
     lines.append('  "prompt_ids": %s,' % json.dumps(prompt))
     lines.append('  "argmax": %s,' % json.dumps(torch.argmax(tf, dim=-1).tolist()))
     lines.append('  "greedy_ids": %s,' % json.dumps(greedy))
+    lines.append('  "chat": %s,' % json.dumps(chat, ensure_ascii=True, sort_keys=True))
     lines.append('  "logits": [\n' + ",\n".join("    " + fmt_row(r) for r in tf) + "\n  ],")
     lines.append('  "greedy_logits": [\n' + ",\n".join("    " + fmt_row(r) for r in steps) + "\n  ]")
     lines.append("}")
@@ -293,7 +335,9 @@ def write_ref(path, prompt, tf, greedy, steps, m):
 
 
 def build(name, spec, outdir):
-    cfg = make_config(spec)
+    d = os.path.join(outdir, name)
+    ids = special_ids(d, spec)
+    cfg = make_config(spec, ids)
     vocab = cfg.vocab_size
     for attempt in range(200):
         seed = spec["seed"] + attempt
@@ -311,23 +355,28 @@ def build(name, spec, outdir):
             break
     else:
         sys.exit("%s: no seed without near-ties" % name)
-    d = os.path.join(outdir, name)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(config_json(spec, cfg), f, indent=2, sort_keys=True)
         f.write("\n")
+    gen = {k: v for k, v in spec["generation"].items() if k != "eos"}
+    gen.update(eos_token_id=ids["gen_eos"], pad_token_id=ids["pad"])
     with open(os.path.join(d, "generation_config.json"), "w") as f:
-        json.dump({"eos_token_id": spec["generation_eos"], "pad_token_id": cfg.pad_token_id}, f, indent=2, sort_keys=True)
+        json.dump(gen, f, indent=2, sort_keys=True)
         f.write("\n")
     save_file(checkpoint_tensors(model, cfg), os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
-    write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m)
+    stop = sorted(set(([ids["eos"]] if isinstance(ids["eos"], int) else ids["eos"]) + ids["gen_eos"]))
+    chat = chat_reference(model, d, spec["chat"], stop)
+    write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat)
 
 
 def write_hashes(outdir, names):
     lines = []
-    for name in sorted(names):
+    for name in sorted(names) + ["tokenizer"]:
         d = os.path.join(outdir, name)
         for fn in sorted(os.listdir(d)):
+            if fn.startswith("."):  # a run's .coli_usage is not a fixture
+                continue
             with open(os.path.join(d, fn), "rb") as f:
                 lines.append("%s  %s/%s" % (hashlib.sha256(f.read()).hexdigest(), name, fn))
     with open(os.path.join(outdir, "SHA256SUMS"), "w") as f:
@@ -342,19 +391,24 @@ def main():
     a = ap.parse_args()
     check_modeling_file()
     torch.set_num_threads(1)  # fixed reduction order, so reruns are byte-identical
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     names = a.only or sorted(FIXTURES)
-    target = tempfile.mkdtemp() if a.check else a.out
+    root = tempfile.mkdtemp() if a.check else None
+    target = os.path.join(root, "tests", "fixtures") if root else a.out
+    for d in ("tiny-glm5", "tiny-glm52", "tokenizer"):
+        os.makedirs(os.path.join(target, d), exist_ok=True)
+    oracle_tokenizer.write_all(os.path.normpath(os.path.join(target, "..", "..")))
     for n in names:
         build(n, FIXTURES[n], target)
     if not a.check:
         write_hashes(a.out, sorted(FIXTURES))
         return
     bad = []
-    for n in names:
+    for n in names + ["tokenizer"]:
         cmp = filecmp.dircmp(os.path.join(target, n), os.path.join(a.out, n))
-        bad += ["%s/%s" % (n, f) for f in cmp.diff_files + cmp.left_only + cmp.right_only]
+        bad += ["%s/%s" % (n, f) for f in cmp.diff_files + cmp.left_only + cmp.right_only if not f.startswith(".")]
         bad += ["%s/%s" % (n, f) for f in cmp.common_files if not filecmp.cmp(os.path.join(target, n, f), os.path.join(a.out, n, f), shallow=False)]
-    shutil.rmtree(target)
+    shutil.rmtree(root)
     if bad:
         sys.exit("regenerated fixtures differ: " + ", ".join(sorted(set(bad))))
     print("fixtures reproduce byte for byte")
