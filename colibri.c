@@ -18,6 +18,8 @@
 #include "store.h"
 #include "telemetry.h"
 #include "tier.h"
+#include "tok.h"
+#include "sample.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -62,6 +64,9 @@ typedef struct {
     unsigned char *moe;      /* [n_layers] 1 = MoE MLP, 0 = dense MLP        */
     unsigned char *idx_full; /* [n_layers] 1 = own indexer, 0 = shared       */
     int eos[MAX_EOS], n_eos;
+    /* sampling defaults from generation_config.json (gen_sample = do_sample) */
+    int gen_sample, gen_top_k;
+    float gen_temp, gen_top_p, gen_min_p;
 } coli_config;
 
 typedef struct {
@@ -267,9 +272,24 @@ static void coli_config_free(coli_config *c) {
     c->moe = c->idx_full = NULL;
 }
 
-/* Loads <dir>/config.json (+ generation_config.json for stop ids). */
+/* Sampling defaults of generation_config.json: do_sample, temperature,
+ * top_p, top_k, min_p (transformers' defaults when absent). */
+static int cfg_sampling(cfg_reader *r, coli_config *c) {
+    double t, p, mp;
+    int k;
+    if (cfg_bool(r, "do_sample", 0, &c->gen_sample) || cfg_num(r, r->d, r->root, "temperature", 0, 100, 1.0, &t) ||
+        cfg_num(r, r->d, r->root, "top_p", 0, 1, 1.0, &p) || cfg_int(r, "top_k", 0, 1 << 24, 50, &k) ||
+        cfg_num(r, r->d, r->root, "min_p", 0, 1, 0, &mp))
+        return -1;
+    c->gen_temp = (float)t, c->gen_top_p = (float)p, c->gen_top_k = k, c->gen_min_p = (float)mp;
+    return 0;
+}
+
+/* Loads <dir>/config.json (+ generation_config.json for stop ids and
+ * sampling defaults). */
 static int coli_config_load(coli_config *c, const char *dir, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
+    c->gen_temp = 1.0f, c->gen_top_p = 1.0f, c->gen_top_k = 50;
     char path[4096], gpath[4096], jerr[160];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t len;
@@ -295,6 +315,7 @@ static int coli_config_load(coli_config *c, const char *dir, char *err, size_t e
     if (!d) return snprintf(err, errlen, "%s: not valid JSON: %s", gpath, jerr), -1;
     cfg_reader g = {d, d->root, gpath, err, errlen};
     rc = js_typeof(d, d->root) != JS_OBJ ? cfg_fail(&g, "not a JSON object") : cfg_eos(&g, d, d->root, c);
+    if (!rc) rc = cfg_sampling(&g, c);
     js_free(d);
     return rc;
 }
@@ -1618,8 +1639,10 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
 static void usage(FILE *f) {
     fprintf(f,
             "colibri " COLI_VERSION " -- GLM-5 (glm_moe_dsa) inference with routed experts streamed from disk\n\n"
-            "usage: ./colibri MODEL_DIR            oracle self-test against MODEL_DIR/ref.json\n"
-            "       ./colibri --help               this text\n"
+            "usage: PROMPT=\"...\" ./colibri MODEL_DIR   generate text (stdout), statistics on stderr\n"
+            "       ./colibri MODEL_DIR                oracle self-test against MODEL_DIR/ref.json\n"
+            "       ./colibri --tokenize [--jsonl] MODEL_DIR   token ids of stdin (--jsonl: per line, each a JSON string)\n"
+            "       ./colibri --help                   this text\n"
             "       ./colibri --env-table          the environment registry as a markdown table\n\n"
             "Exit codes: 0 ok, 1 oracle mismatch, 2 bad input or configuration.\n\n"
             "Environment:\n");
@@ -1722,6 +1745,165 @@ static int run_oracle(coli_model *m, const char *dir) {
     return pass ? 0 : EXIT_MISMATCH;
 }
 
+/* ------------------------------------------------------------- generation */
+
+typedef struct {
+    const char *prompt, *system;
+    int chat, think, ngen, tokens;
+    smp_params sp;
+    uint64_t seed;
+} coli_gen;
+
+/* Sampling settings: each knob, or generation_config.json's value when the
+ * knob is unset (greedy when generation_config.json does not sample). */
+static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
+    memset(g, 0, sizeof *g);
+    g->prompt = env_v(e, "PROMPT")->s, g->system = env_v(e, "SYSTEM")->s;
+    g->chat = (int)env_i(e, "CHAT_TEMPLATE"), g->think = (int)env_i(e, "THINK"), g->ngen = (int)env_i(e, "NGEN");
+    g->tokens = (int)env_i(e, "TOKENS");
+    const env_val *t = env_v(e, "TEMP"), *k = env_v(e, "TOP_K"), *p = env_v(e, "TOP_P"), *mp = env_v(e, "MIN_P"), *sd = env_v(e, "SEED");
+    g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
+    g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
+    g->sp.top_p = p->s ? (float)p->f : c->gen_sample ? c->gen_top_p : 1.0f;
+    g->sp.min_p = mp->s ? (float)mp->f : c->gen_sample ? c->gen_min_p : 0.0f;
+    if (sd->s) g->seed = (uint64_t)sd->i;
+    else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        g->seed = ((uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 20) & ((1ull << 53) - 1);
+    }
+}
+
+static void print_ids(const char *what, const int *ids, size_t n) {
+    fprintf(stderr, "colibri: %s:", what);
+    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
+    fputc('\n', stderr);
+}
+
+/* Loads <dir>/tokenizer.json, or says why not. */
+static tok *load_tokenizer(const char *dir, char *err, size_t errlen) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    return tok_load(path, err, errlen);
+}
+
+/* PROMPT mode: encode (through the chat template unless CHAT_TEMPLATE=0),
+ * prefill, then sample and stream text until a stop token, NGEN tokens or a
+ * full context. Returns the exit status. */
+static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
+    coli_config *c = &m->c;
+    char err[600];
+    int rc = EXIT_INPUT;
+    tok_ids ids = {0};
+    tok_str out = {0};
+    tok_stream st = {0};
+    smp_work w = {0};
+    smp_rng rng;
+    int r = g->chat ? tok_chat(t, g->system, g->prompt, g->think, &ids) : tok_encode(t, g->prompt, strlen(g->prompt), &ids);
+    if (r == -2) { tok_chat_check(t, err, sizeof err); fprintf(stderr, "colibri: %s/tokenizer.json: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", dir, err); goto done; }
+    if (r) { fprintf(stderr, "colibri: out of memory encoding the prompt\n"); goto done; }
+    if (!ids.n) { fprintf(stderr, "colibri: the prompt is empty\n"); goto done; }
+    for (size_t i = 0; i < ids.n; i++)
+        if (ids.ids[i] >= c->vocab) { fprintf(stderr, "colibri: %s/tokenizer.json: token id %d is outside the model's vocabulary (%d)\n", dir, ids.ids[i], c->vocab); goto done; }
+    if ((int)ids.n >= m->kv.ctx) { fprintf(stderr, "colibri: the prompt has %zu tokens but CTX is %d; raise CTX\n", ids.n, m->kv.ctx); goto done; }
+    if (smp_work_alloc(&w, c->vocab)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    smp_seed(&rng, g->seed);
+    int ngen = g->ngen < m->kv.ctx - (int)ids.n ? g->ngen : m->kv.ctx - (int)ids.n;
+    if (g->sp.temp > 0)
+        fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu\n", ids.n, ngen,
+                g->sp.temp, g->sp.top_k, g->sp.top_p, g->sp.min_p, (unsigned long long)g->seed);
+    else fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | greedy\n", ids.n, ngen);
+    if (g->tokens) print_ids("prompt tokens", ids.ids, ids.n);
+    int *gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)), n = 0;
+    if (!gen) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    double t0 = compat_now();
+    if (fwd_tokens(m, ids.ids, (int)ids.n, 0, NULL)) { fprintf(stderr, "colibri: %s\n", m->err); free(gen); goto done; }
+    m->tel.t_prefill = compat_now() - t0;
+    m->tel.prompt_tokens = (int)ids.n;
+    double t1 = compat_now();
+    const char *why = "NGEN";
+    for (;;) {
+        int next = smp_sample(&g->sp, m->sc.logits, c->vocab, &rng, &w);
+        if (!n) m->tel.ttft = compat_now() - t0;
+        if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); free(gen); goto done; }
+        if (smp_is_stop(c->eos, c->n_eos, next)) { why = "stop token"; break; }
+        gen[n++] = next;
+        out.n = 0;
+        if (tok_stream_put(t, &st, next, &out)) { fprintf(stderr, "colibri: out of memory\n"); free(gen); goto done; }
+        if (out.n) fwrite(out.s, 1, out.n, stdout), fflush(stdout);
+        tel_lap(&m->tel, TEL_SAMPLE);
+        if (n >= ngen) { why = n == m->kv.ctx - (int)ids.n ? "CTX" : "NGEN"; break; }
+        if (model_safe_point(m, n) || fwd_tokens(m, &next, 1, (int)ids.n + n - 1, NULL)) { fprintf(stderr, "\ncolibri: %s\n", m->err); free(gen); goto done; }
+    }
+    out.n = 0;
+    tok_stream_flush(&st, 0, &out);
+    if (out.n) fwrite(out.s, 1, out.n, stdout);
+    if (isatty(1)) fputc('\n', stdout);
+    fflush(stdout);
+    m->tel.t_decode = compat_now() - t1;
+    m->tel.gen_tokens = n;
+    if (g->tokens) print_ids("generated tokens", gen, (size_t)n);
+    fprintf(stderr, "colibri: stopped: %s\n", why);
+    free(gen);
+    print_end(m);
+    rc = 0;
+done:
+    tok_ids_free(&ids);
+    tok_str_free(&out);
+    smp_work_free(&w);
+    return rc;
+}
+
+/* --tokenize: token ids of stdin's text (one line of ids), or with --jsonl
+ * of each stdin line, a JSON string (one line of ids per line). */
+static int run_tokenize(const char *dir, int jsonl) {
+    char err[600];
+    tok *t = load_tokenizer(dir, err, sizeof err);
+    if (!t) return fprintf(stderr, "colibri: %s\n", err), EXIT_INPUT;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = (char *)malloc(cap);
+    for (size_t r; buf && (r = fread(buf + len, 1, cap - len, stdin)) > 0;) {
+        len += r;
+        if (len == cap) {
+            char *nb = (char *)realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    if (!buf) return tok_free(t), fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT;
+    tok_ids ids = {0};
+    int rc = 0, line = 0;
+    for (size_t p = 0; p < len || (!jsonl && p == 0);) {
+        size_t e = jsonl ? p : len;
+        while (jsonl && e < len && buf[e] != '\n') e++;
+        const char *text = buf + p;
+        size_t n = e - p;
+        js_doc *d = NULL;
+        line++;
+        if (jsonl) {
+            d = js_parse(text, n, err, sizeof err);
+            if (!d || !js_str(d, d->root)) {
+                fprintf(stderr, "colibri: stdin line %d is not a JSON string%s%s\n", line, d ? "" : ": ", d ? "" : err);
+                js_free(d);
+                rc = EXIT_INPUT;
+                break;
+            }
+            text = js_str(d, d->root), n = js_str_len(d, d->root);
+        }
+        ids.n = 0;
+        if (tok_encode(t, text, n, &ids)) { rc = EXIT_INPUT; js_free(d); break; }
+        for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
+        putchar('\n');
+        js_free(d);
+        p = e + 1;
+        if (!jsonl) break;
+    }
+    tok_ids_free(&ids);
+    free(buf);
+    tok_free(t);
+    return rc;
+}
+
 /* Loads the expert usage history for PIN into rows[n_layers][E]. Returns
  * 0 (rows filled or all zero), or -1 for a PIN file that cannot be used. */
 static int usage_history(const coli_model *m, const char *dir, const coli_opts *o, uint64_t *rows, int *have) {
@@ -1770,6 +1952,11 @@ static void on_sigbus(int sig) {
 static int coli_main(int argc, char **argv) {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
     if (argc == 2 && !strcmp(argv[1], "--env-table")) { env_write_table(stdout); return 0; }
+    if (argc >= 3 && !strcmp(argv[1], "--tokenize")) {
+        int jsonl = argc == 4 && !strcmp(argv[2], "--jsonl");
+        if (argc == 4 && !jsonl) { usage(stderr); return EXIT_INPUT; }
+        return run_tokenize(argv[argc - 1], jsonl);
+    }
     if (argc != 2 || argv[1][0] == '-') { usage(stderr); return EXIT_INPUT; }
     const char *dir = argv[1];
     char err[512];
@@ -1784,6 +1971,8 @@ static int coli_main(int argc, char **argv) {
     static coli_model m;
     uint64_t *rows = NULL;
     int have = 0, rc = EXIT_INPUT;
+    tok *t = NULL;
+    if (env_v(&e, "PROMPT")->s && !(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail; /* before any weight is read */
     if (model_open(&m, dir)) goto fail;
     if (!(rows = (uint64_t *)calloc((size_t)m.c.n_layers * m.c.n_experts, sizeof(uint64_t)))) { model_fail(&m, "out of memory"); goto fail; }
     if (usage_history(&m, dir, &o, rows, &have)) goto out;
@@ -1794,13 +1983,16 @@ static int coli_main(int argc, char **argv) {
     m.xs.bytes_read = 0, m.xs.read_s = 0, m.io.busy_ns = 0; /* the run's counters start after pinning */
     memset(m.io.bytes, 0, sizeof m.io.bytes), memset(m.io.reads, 0, sizeof m.io.reads);
     tel_start(&m.tel, (int)env_i(&e, "PROF"));
-    rc = run_oracle(&m, dir);
+    coli_gen g;
+    gen_from_env(&e, &m.c, &g);
+    rc = g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
     if (rc != EXIT_INPUT && env_i(&e, "USAGE_SAVE")) usage_save(&m, dir, rows);
     goto out;
 fail:
     fprintf(stderr, "colibri: %s\n", m.err);
 out:
     free(rows);
+    tok_free(t);
     model_free(&m);
     for (int i = 0; i < o.nmirrors; i++) free(o.mirrors[i]);
     return rc;

@@ -33,6 +33,17 @@ typedef struct {
 #define ENV_FLOAT_OR(name, def, lo, hi, word, doc) {name, ENV_KIND_FLOAT_OR, def, lo, hi, word, doc}
 
 static const env_knob env_knobs[] = {
+    ENV_STR("PROMPT", NULL, "Text to continue; unset = run the oracle self-test against the model directory's ref.json."),
+    ENV_STR("SYSTEM", NULL, "System message placed before the prompt by the chat template."),
+    ENV_BOOL("CHAT_TEMPLATE", "1", "1 = wrap PROMPT in the GLM-5 chat template; 0 = tokenize PROMPT as is."),
+    ENV_BOOL("THINK", "0", "1 = open the reply with <think> (thinking); 0 = with </think>."),
+    ENV_INT("NGEN", "256", 1, 1048576, "Maximum generated tokens (generation also stops at a stop token or when CTX is full)."),
+    ENV_FLOAT("TEMP", NULL, 0, 100, "Sampling temperature; 0 = greedy. Unset = generation_config.json (greedy if it does not sample)."),
+    ENV_INT("TOP_K", NULL, 0, 16777216, "Keep the K most likely tokens; 0 = off. Unset = generation_config.json."),
+    ENV_FLOAT("TOP_P", NULL, 0, 1, "Nucleus sampling: keep the most likely tokens up to this probability mass. Unset = generation_config.json."),
+    ENV_FLOAT("MIN_P", NULL, 0, 1, "Drop tokens less likely than MIN_P times the most likely one. Unset = generation_config.json."),
+    ENV_INT("SEED", NULL, 0, 9007199254740991.0, "Random seed for sampling; unset = from the clock (the seed used is printed)."),
+    ENV_BOOL("TOKENS", "0", "1 = print the prompt and generated token ids on stderr."),
     ENV_INT("CAP", "0", 0, 1048576,
             "Expert cache slots per MoE layer; 0 = as many as fit in half the memory available at start."),
     ENV_INT("CTX", "4096", 16, 1048576,

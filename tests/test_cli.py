@@ -188,7 +188,8 @@ class Tiers(unittest.TestCase):
         path = os.path.join(self.dir, ".coli_usage")
         rc, out, err = run(self.dir, {})
         self.assertEqual(rc, 0, err)
-        text = open(path).read()
+        with open(path) as f:
+            text = f.read()
         for bad in (text[: len(text) // 2], text.replace("-1 4 8", "-1 5 8"), "garbage\n"):
             with open(path, "w") as f:
                 f.write(bad)
@@ -204,9 +205,11 @@ class Tiers(unittest.TestCase):
         rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
         self.assertFalse(os.path.exists(os.path.join(self.dir, ".coli_usage")))
         rc, out, err = run(self.dir, {})
-        before = open(os.path.join(self.dir, ".coli_usage")).read()
+        with open(os.path.join(self.dir, ".coli_usage")) as f:
+            before = f.read()
         rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
-        self.assertEqual(open(os.path.join(self.dir, ".coli_usage")).read(), before)
+        with open(os.path.join(self.dir, ".coli_usage")) as f:
+            self.assertEqual(f.read(), before)
 
 
 class IOFaults(unittest.TestCase):
@@ -294,6 +297,120 @@ class NoLibs(unittest.TestCase):
             self.assertIn("COLI_NUMA=1: this build has no libnuma", err)
         else:
             self.assertIn("by io_uring batches", err)
+
+
+def ids_line(err, what):
+    line = [l for l in err.splitlines() if l.startswith("colibri: %s:" % what)][0]
+    return [int(x) for x in line.split(":", 2)[2].split()]
+
+
+class Generate(unittest.TestCase):
+    """PROMPT mode against transformers: the chat template's ids and greedy
+    generate() token for token; sampling reproducible per seed; NGEN, stop
+    tokens and generation_config defaults honored; --tokenize."""
+
+    def chat_run(self, name, extra=None):
+        ref = load_json(os.path.join(FIXTURES, name, "ref.json"))["chat"]
+        env = {"PROMPT": ref["user"], "THINK": "1" if ref["think"] else "0", "TEMP": "0", "TOKENS": "1",
+               "NGEN": str(len(ref["generated_ids"])), "USAGE_SAVE": "0"}
+        if ref["system"]:
+            env["SYSTEM"] = ref["system"]
+        env.update(extra or {})
+        rc, out, err = run(os.path.join(FIXTURES, name), env)
+        self.assertEqual(rc, 0, err)
+        return ref, out, err
+
+    def test_greedy_equals_transformers_generate(self):
+        for name in ORACLES:
+            for extra in ({}, {"CAP": "1", "PIN": "0", "UBATCH": "3"}):
+                ref, out, err = self.chat_run(name, extra)
+                self.assertEqual(ids_line(err, "prompt tokens"), ref["prompt_ids"], name)
+                gen = ids_line(err, "generated tokens")
+                want = ref["generated_ids"]
+                cfg = load_json(os.path.join(FIXTURES, name, "generation_config.json"))
+                if want and want[-1] in cfg["eos_token_id"]:  # transformers keeps the stop token, colibri stops before it
+                    want = want[:-1]
+                    self.assertIn("stopped: stop token", err)
+                self.assertEqual(gen, want, name)
+                if len(want) == len(ref["generated_ids"]):
+                    self.assertEqual(out, ref["generated_text"])
+
+    def test_seeded_sampling_is_reproducible(self):
+        d = os.path.join(FIXTURES, ORACLES[0])
+        env = {"PROMPT": "Hello", "TEMP": "0.9", "TOP_P": "0.9", "NGEN": "40", "USAGE_SAVE": "0"}
+        outs = [run(d, dict(env, SEED=s))[1] for s in ("7", "7", "8")]
+        self.assertEqual(outs[0], outs[1])
+        self.assertNotEqual(outs[0], outs[2])
+        rc, out, err = run(d, dict(env, CAP="1", PIN="0", THREADS="1", SEED="7"))
+        self.assertEqual(out, outs[0])  # placement never changes sampled text either
+        rc, out, err = run(d, {"PROMPT": "Hello", "TEMP": "0.9", "NGEN": "3", "USAGE_SAVE": "0"})
+        self.assertRegex(err, r"seed \d+")
+
+    def test_ngen_and_defaults(self):
+        d = os.path.join(FIXTURES, ORACLES[0])
+        rc, out, err = run(d, {"PROMPT": "Hi", "NGEN": "5", "TOKENS": "1", "USAGE_SAVE": "0", "SEED": "1"})
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(ids_line(err, "generated tokens")), 5)
+        self.assertIn("temperature 1, top-k 50, top-p 0.95, min-p 0", err)  # tiny-glm5's generation_config
+        if "tiny-glm52" in ORACLES:
+            rc, out, err = run(os.path.join(FIXTURES, "tiny-glm52"), {"PROMPT": "Hi", "NGEN": "2", "USAGE_SAVE": "0"})
+            self.assertIn("temperature 0.6, top-k 20, top-p 1, min-p 0.05", err)
+        rc, out, err = run(d, {"PROMPT": "Hi", "NGEN": "2", "TEMP": "0", "USAGE_SAVE": "0"})
+        self.assertIn("greedy", err)
+
+    def test_stop_token(self):
+        with tempfile.TemporaryDirectory() as t:
+            copy_fixture(ORACLES[0], t)
+            ref, out, err = self.chat_run(ORACLES[0])
+            gen = ids_line(err, "generated tokens")
+            cfg = load_json(os.path.join(t, "generation_config.json"))
+            stop = gen[2]
+            cfg["eos_token_id"] = cfg["eos_token_id"] + [stop]
+            save_json(cfg, os.path.join(t, "generation_config.json"))
+            env = {"PROMPT": ref["user"], "THINK": "1" if ref["think"] else "0", "TEMP": "0", "TOKENS": "1", "USAGE_SAVE": "0"}
+            if ref["system"]:
+                env["SYSTEM"] = ref["system"]
+            rc, out, err = run(t, env)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(ids_line(err, "generated tokens"), gen[: gen.index(stop)])
+            self.assertIn("stopped: stop token", err)
+
+    def test_tokenizer_refusals(self):
+        with tempfile.TemporaryDirectory() as t:
+            copy_fixture(ORACLES[0], t)
+            os.remove(os.path.join(t, "tokenizer.json"))
+            rc, out, err = run(t, {"PROMPT": "Hi"})
+            self.assertEqual(rc, 2)
+            self.assertIn("tokenizer.json", err)
+            with open(os.path.join(t, "tokenizer.json"), "w") as f:
+                f.write('{"model": {"type": "BPE", "vocab": 5}}')
+            rc, out, err = run(t, {"PROMPT": "Hi"})
+            self.assertEqual(rc, 2)
+            self.assertIn("tokenizer.json: pre_tokenizer", err)
+            self.assertNotIn("plan:", err)  # refused before loading the model
+
+    def test_tokenize_matches_tokenizers(self):
+        vec = load_json(os.path.join(FIXTURES, "tokenizer", "vectors.json"))
+        lines = []
+        with open(os.path.join(FIXTURES, "tokenizer", "corpus.jsonl")) as f:
+            for i, l in enumerate(f):
+                raw = bytes.fromhex(json.loads(l))
+                text = bytes.fromhex(vec["texts"][str(i)]).decode() if str(i) in vec["texts"] else raw.decode("utf-8")
+                lines.append((i, text))
+        for name in ("tiny-glm5", "glm-32k"):
+            d = os.path.dirname(os.path.join(FIXTURES if name != "glm-32k" else ".", vec["tokenizers"][name]["path"])) if name == "glm-32k" else os.path.join(FIXTURES, name)
+            stdin = "".join(json.dumps(t) + "\n" for i, t in lines[:400])
+            p = subprocess.run([BIN, "--tokenize", "--jsonl", d], input=stdin.encode(), capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = [[int(x) for x in l.split()] for l in p.stdout.decode().splitlines()]
+            self.assertEqual(got, [vec["tokenizers"][name]["ids"][i] for i, t in lines[:400]], name)
+        with open(os.path.join(FIXTURES, "tokenizer", "corpus.jsonl")) as f:
+            raw = bytes.fromhex(json.loads(f.readline()))
+        p = subprocess.run([BIN, "--tokenize", os.path.join(FIXTURES, "tiny-glm5")], input=raw, capture_output=True, timeout=60)
+        self.assertEqual([int(x) for x in p.stdout.split()], vec["tokenizers"]["tiny-glm5"]["ids"][0])
+        p = subprocess.run([BIN, "--tokenize", "--jsonl", os.path.join(FIXTURES, "tiny-glm5")], input=b"not json\n", capture_output=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"stdin line 1 is not a JSON string", p.stderr)
 
 
 class Refusals(unittest.TestCase):
