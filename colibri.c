@@ -1183,12 +1183,14 @@ static void fwd_attention(coli_model *m, int l, int S, int pos) {
     }
     if (c->idx_full[l]) fwd_indexer(m, l, S, pos); /* shared layers keep the last full layer's choice */
     int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, S) : m->absorb;
+    /* small problems run on one thread: a parallel region costs more than it saves */
+    double work = (double)S * H * (pos + S) * (kvl + rd);
     if (absorbed) {
-#pragma omp parallel for schedule(dynamic) collapse(2)
+#pragma omp parallel for schedule(dynamic) collapse(2) if (work > 2e5)
         for (int s = 0; s < S; s++)
             for (int h = 0; h < H; h++) attn_head_absorbed(m, l, s, pos, h, sc->thr[coli_thread_id()]);
     } else {
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (work > 2e5)
         for (int h = 0; h < H; h++) attn_head_reconstruct(m, l, S, pos, h, sc->thr[coli_thread_id()]);
     }
     mm_matmul(&L->o, sc->attn, S, sc->tmp);
