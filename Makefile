@@ -42,10 +42,14 @@ LDLIBS += $(OPTLIBS) -lpthread
 HEADERS := $(wildcard *.h)
 ENGINE_SRC := colibri.c
 
-all: colibri
+all: colibri colibri-synth
 
 colibri: $(ENGINE_SRC) $(HEADERS) Makefile
 	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $(ENGINE_SRC) $(LDLIBS)
+
+# Synthetic GLM-5-shaped containers for tier, I/O and speed tests.
+colibri-synth: tools/make_synth.c $(HEADERS) Makefile
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ tools/make_synth.c $(LDLIBS)
 
 # ---- tests --------------------------------------------------------------
 # Each tests/test_*.c is one program; it includes the header(s) it tests (or
@@ -57,6 +61,8 @@ TEST_PY := $(sort $(wildcard tests/test_*.py))
 define test_rules
 $(1)/colibri: $(ENGINE_SRC) $(HEADERS) Makefile | $(1)
 	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -o $$@ $(ENGINE_SRC) $$(LDLIBS)
+$(1)/colibri-synth: tools/make_synth.c $(HEADERS) Makefile | $(1)
+	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -o $$@ tools/make_synth.c $$(LDLIBS)
 $(1)/%: tests/%.c $(ENGINE_SRC) $(HEADERS) tests/check.h Makefile | $(1)
 	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ $$< $$(LDLIBS)
 $(1):
@@ -85,20 +91,20 @@ define run_tests
 	@echo "all tests passed ($(1))"
 endef
 
-test: build/test/colibri $(patsubst tests/%.c,build/test/%,$(TEST_SRCS)) build/nolibs/colibri build/nolibs/test_io
+test: build/test/colibri build/test/colibri-synth $(patsubst tests/%.c,build/test/%,$(TEST_SRCS)) build/nolibs/colibri build/nolibs/test_io
 	$(call run_tests,build/test)
 	@echo "== build/nolibs (without liburing and libnuma)"
 	@build/nolibs/test_io
 	@COLIBRI=build/nolibs/colibri $(PYTHON) tests/test_cli.py NoLibs
 
-sanitize: build/asan/colibri $(patsubst tests/%.c,build/asan/%,$(TEST_SRCS))
+sanitize: build/asan/colibri build/asan/colibri-synth $(patsubst tests/%.c,build/asan/%,$(TEST_SRCS))
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(MAKE) --no-print-directory run-sanitize
 
 run-sanitize:
 	$(call run_tests,build/asan)
 
 clean:
-	rm -rf build colibri
+	rm -rf build colibri colibri-synth
 
 .PHONY: all test sanitize run-sanitize clean
 .SECONDARY:
