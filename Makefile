@@ -49,7 +49,7 @@ colibri: $(ENGINE_SRC) $(HEADERS) Makefile
 
 # Synthetic GLM-5-shaped containers for tier, I/O and speed tests.
 colibri-synth: tools/make_synth.c $(HEADERS) Makefile
-	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ tools/make_synth.c $(LDLIBS)
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ tools/make_synth.c $(LDLIBS)
 
 # ---- tests --------------------------------------------------------------
 # Each tests/test_*.c is one program; it includes the header(s) it tests (or
@@ -62,7 +62,7 @@ define test_rules
 $(1)/colibri: $(ENGINE_SRC) $(HEADERS) Makefile | $(1)
 	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -o $$@ $(ENGINE_SRC) $$(LDLIBS)
 $(1)/colibri-synth: tools/make_synth.c $(HEADERS) Makefile | $(1)
-	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -o $$@ tools/make_synth.c $$(LDLIBS)
+	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ tools/make_synth.c $$(LDLIBS)
 $(1)/%: tests/%.c $(ENGINE_SRC) $(HEADERS) tests/check.h Makefile | $(1)
 	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ $$< $$(LDLIBS)
 $(1):
