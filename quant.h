@@ -317,6 +317,10 @@ static inline int qt_resolve(int64_t O, int64_t I, uint64_t wbytes, uint64_t sby
 
 /* ============================================================ kernel core */
 
+/* Tile loops have constant trip counts after inlining; -O2 does not unroll
+ * them on its own, and unrolled they keep their accumulators in registers. */
+#define MM_UNROLL _Pragma("GCC unroll 4")
+
 /* CPU levels; a level's kernels exist on one architecture only. */
 enum {
     MM_SCALAR = 0,
@@ -375,6 +379,17 @@ static inline int mm_code_off(qt_fmt f) { return f == QT_I8 ? 0 : f == QT_I2 ? 2
 /* Elements per activation layout block for level vector bytes vb. */
 static inline int64_t mm_act_blk(qt_fmt f, int vb) { return f == QT_I2 ? 4 * vb : f == QT_I8 ? vb : 2 * vb; }
 
+/* Vectorize this loop (OpenMP SIMD; the -O2 cost model leaves it scalar). */
+#ifdef _OPENMP
+#define MM_SIMD _Pragma("omp simd")
+#define MM_SIMD_MAX_MB _Pragma("omp simd reduction(max : mb)")
+#define MM_SIMD_SUM_SUM _Pragma("omp simd reduction(+ : sum)")
+#else
+#define MM_SIMD
+#define MM_SIMD_MAX_MB
+#define MM_SIMD_SUM_SUM
+#endif
+
 /* Quantizes one activation row x[I] for weights of format f (group size gs)
  * into q in the layout of a level with vector bytes vb: int4 blocks of 2·vb
  * elements as [even elements | odd elements], int2 blocks of 4·vb as the four
@@ -383,39 +398,60 @@ static inline int64_t mm_act_blk(qt_fmt f, int vb) { return f == QT_I2 ? 4 * vb 
  * offset·Σq per group, zero-padded to a multiple of 16 groups (per-row
  * formats: xg[0] only). */
 static inline void mm_act_quant(const float *x, int64_t I, qt_fmt f, int gs, int vb, int8_t *q, float *xs, int32_t *xg) {
-    float amax = 0.0f;
-    int bad = 0;
+    uint32_t mb = 0; /* max of |x| bit patterns: ordered like the floats, ≥ 0x7F800000 if not finite */
+    MM_SIMD_MAX_MB
     for (int64_t i = 0; i < I; i++) {
-        float v = fabsf(x[i]);
-        bad |= !(v <= FLT_MAX);
-        amax = v > amax ? v : amax;
+        uint32_t u;
+        memcpy(&u, x + i, 4);
+        u &= 0x7FFFFFFFu;
+        mb = u > mb ? u : mb;
     }
+    float amax;
+    memcpy(&amax, &mb, 4);
     const int64_t ng = f == QT_I4G ? (I + gs - 1) / gs : 1, ngp = f == QT_I4G ? (ng + 15) / 16 * 16 : 1;
-    if (bad || !(amax >= 1e-30f)) {
+    memset(xg, 0, (size_t)ngp * 4);
+    if (mb >= 0x7F800000u || !(amax >= 1e-30f)) {
         memset(q, 0, (size_t)I);
-        memset(xg, 0, (size_t)ngp * 4);
-        *xs = bad ? NAN : 0.0f;
+        *xs = mb >= 0x7F800000u ? NAN : 0.0f;
         return;
     }
     *xs = amax / 127.0f;
     const float inv = 127.0f / amax;
+    MM_SIMD
     for (int64_t i = 0; i < I; i++) {
         float r = qt_rne(x[i] * inv);
-        q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        q[i] = (int8_t)(int)r;
     }
     const int off = mm_code_off(f);
-    const int64_t run = f == QT_I4G ? gs : I;
-    for (int64_t g = 0; g < ngp; g++) {
-        int32_t sum = 0;
-        for (int64_t i = g * run; i < (g + 1) * run && i < I && g < ng; i++) sum += q[i];
-        xg[g] = off * sum;
+    if (off) {
+        const int64_t run = f == QT_I4G ? gs : I;
+        for (int64_t g = 0; g < ng; g++) {
+            int32_t sum = 0;
+            const int64_t e = (g + 1) * run < I ? (g + 1) * run : I;
+            MM_SIMD_SUM_SUM
+            for (int64_t i = g * run; i < e; i++) sum += q[i];
+            xg[g] = off * sum;
+        }
     }
-    const int64_t blk = mm_act_blk(f, vb), nb = vb && f != QT_I8 ? I / blk : 0, ph = f == QT_I2 ? 4 : 2;
+    if (!vb || f == QT_I8) return;
+    const int64_t blk = mm_act_blk(f, vb), nb = I / blk;
     int8_t t[4 * 64];
     for (int64_t b = 0; b < nb; b++) {
         int8_t *p = q + b * blk;
         memcpy(t, p, (size_t)blk);
-        for (int64_t j = 0; j < blk; j++) p[(j % ph) * vb + j / ph] = t[j];
+        if (f == QT_I2) {
+            for (int ph = 0; ph < 4; ph++) {
+                MM_SIMD
+                for (int j = 0; j < vb; j++) p[ph * vb + j] = t[4 * j + ph];
+            }
+        } else {
+            MM_SIMD
+            for (int j = 0; j < vb; j++) {
+                p[j] = t[2 * j];
+                p[vb + j] = t[2 * j + 1];
+            }
+        }
     }
 }
 
@@ -456,6 +492,7 @@ static inline void mm_comb16(const int32_t *G, const int32_t *xg, const float *s
 static inline float mm_tree16(const float *L) {
     float a[8];
     for (int j = 0; j < 8; j++) a[j] = L[j] + L[j + 8];
+    MM_UNROLL
     for (int j = 0; j < 4; j++) a[j] = a[j] + a[j + 4];
     for (int j = 0; j < 2; j++) a[j] = a[j] + a[j + 2];
     return a[0] + a[1];
@@ -674,6 +711,7 @@ static MM_AI MM_TGT_AVX2 void mm256_ftile(const mm_args *a, int64_t o, int s0, c
     const float *sr = mm_srow(W, o);
     const float *x[MM_TILE];
     __m256 acc[MM_TILE][2];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         x[t] = a->x + (size_t)(s0 + t) * (size_t)I;
         acc[t][0] = acc[t][1] = _mm256_setzero_ps();
@@ -682,11 +720,13 @@ static MM_AI MM_TGT_AVX2 void mm256_ftile(const mm_args *a, int64_t o, int s0, c
     for (int64_t k = 0; k < n16; k++) {
         __m256 w0, w1;
         mm256_deq16(f, w, 16 * k, mm_gcursor_next(&gc, f), &w0, &w1);
+        MM_UNROLL
         for (int t = 0; t < T; t++) {
             acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + 16 * k), acc[t][0]);
             acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + 16 * k + 8), acc[t][1]);
         }
     }
+    MM_UNROLL
     for (int t = 0; t < T; t++)
         a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] =
             mm256_hsum(_mm256_add_ps(acc[t][0], acc[t][1])) + mm_ftail(W, w, sr, x[t], 16 * n16, I);
@@ -819,6 +859,7 @@ static MM_AI MM_TGT_AVX512 void mm512_ftile(const mm_args *a, int64_t o, int s0,
     const float *sr = mm_srow(W, o);
     const float *x[MM_TILE];
     __m512 acc[MM_TILE][2];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         x[t] = a->x + (size_t)(s0 + t) * (size_t)I;
         acc[t][0] = acc[t][1] = _mm512_setzero_ps();
@@ -828,6 +869,7 @@ static MM_AI MM_TGT_AVX512 void mm512_ftile(const mm_args *a, int64_t o, int s0,
     for (; k + 2 <= n16; k += 2) {
         __m512 w0 = mm512_deq16(f, w, 16 * k, mm_gcursor_next(&gc, f));
         __m512 w1 = mm512_deq16(f, w, 16 * k + 16, mm_gcursor_next(&gc, f));
+        MM_UNROLL
         for (int t = 0; t < T; t++) {
             acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + 16 * k), acc[t][0]);
             acc[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x[t] + 16 * k + 16), acc[t][1]);
@@ -835,8 +877,10 @@ static MM_AI MM_TGT_AVX512 void mm512_ftile(const mm_args *a, int64_t o, int s0,
     }
     if (k < n16) {
         __m512 w0 = mm512_deq16(f, w, 16 * k, mm_gcursor_next(&gc, f));
+        MM_UNROLL
         for (int t = 0; t < T; t++) acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + 16 * k), acc[t][0]);
     }
+    MM_UNROLL
     for (int t = 0; t < T; t++)
         a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] =
             mm512_tree16(_mm512_add_ps(acc[t][0], acc[t][1])) + mm_ftail(W, w, sr, x[t], 16 * n16, I);
@@ -926,6 +970,7 @@ static inline MM_TGT_AVX512 void mm512_mvt(const qt_tensor *W, const float *x, f
 /* Elements [i, i+16) of row w (i a multiple of 16) dequantized: q·sc. */
 static MM_AI void mmn_deq16(qt_fmt f, const uint8_t *w, int64_t i, float sc, float32x4_t *v) {
     if (f == QT_F32) {
+        MM_UNROLL
         for (int j = 0; j < 4; j++) v[j] = vld1q_f32((const float *)w + i + 4 * j);
         return;
     }
@@ -968,12 +1013,15 @@ static MM_AI void mmn_stage2(const int32_t *c16, int n16, const int32_t *xg, con
         for (int k = 0; k < 4 * n16; k++) v[k] = vld1q_s32(c16 + 4 * k);
         for (int n = 4 * n16; n > 4; n >>= 1)
             for (int k = 0; k < n / 2; k++) v[k] = vpaddq_s32(v[2 * k], v[2 * k + 1]);
+        MM_UNROLL
         for (int j = 0; j < 4; j++) g[j] = v[j];
     } else {
         int32_t t[16];
         mm_gsum16(c16, n16, t);
+        MM_UNROLL
         for (int j = 0; j < 4; j++) g[j] = vld1q_s32(t + 4 * j);
     }
+    MM_UNROLL
     for (int j = 0; j < 4; j++)
         L[j] = vaddq_f32(L[j], vmulq_f32(vcvtq_f32_s32(vsubq_s32(g[j], vld1q_s32(xg + 4 * j))), vld1q_f32(s + 4 * j)));
 }
@@ -987,17 +1035,22 @@ static MM_AI void mmn_ftile(const mm_args *a, int64_t o, int s0, const qt_fmt f,
     const float *sr = mm_srow(W, o);
     const float *x[MM_TILE];
     float32x4_t acc[MM_TILE][4];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         x[t] = a->x + (size_t)(s0 + t) * (size_t)I;
+        MM_UNROLL
         for (int j = 0; j < 4; j++) acc[t][j] = vdupq_n_f32(0.0f);
     }
     mm_gcursor gc = mm_gcursor_init(sr, gk);
     for (int64_t k = 0; k < n16; k++) {
         float32x4_t wv[4];
         mmn_deq16(f, w, 16 * k, mm_gcursor_next(&gc, f), wv);
+        MM_UNROLL
         for (int t = 0; t < T; t++)
+            MM_UNROLL
             for (int j = 0; j < 4; j++) acc[t][j] = vfmaq_f32(acc[t][j], wv[j], vld1q_f32(x[t] + 16 * k + 4 * j));
     }
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         float32x4_t v = vaddq_f32(vaddq_f32(acc[t][0], acc[t][1]), vaddq_f32(acc[t][2], acc[t][3]));
         a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = vaddvq_f32(v) + mm_ftail(W, w, sr, x[t], 16 * n16, I);
@@ -1035,6 +1088,7 @@ static MM_AI void mmn_mvt_f(const qt_tensor *W, const float *x, float *y, const 
         for (int64_t k = 0; k < n16; k++) {
             float32x4_t wv[4];
             mmn_deq16(f, w, 16 * k, mm_gcursor_next(&gc, f), wv);
+            MM_UNROLL
             for (int j = 0; j < 4; j++) vst1q_f32(y + 16 * k + 4 * j, vaddq_f32(vld1q_f32(y + 16 * k + 4 * j), vmulq_f32(av, wv[j])));
         }
         for (int64_t i = 16 * n16; i < I; i++) y[i] = y[i] + x[o] * mm_deq1(W, w, sr, i);
@@ -1138,6 +1192,7 @@ static MM_AI MM_TGT_I8MM void mmn_i8mm_quad(const mm_args *a, int64_t o, int s, 
     }
     int32_t d[4];
     vst1q_s32(d, vaddq_s32(acc0, acc1));
+    MM_UNROLL
     for (int r = 0; r < 2; r++)
         for (int t = 0; t < 2; t++) {
             const int8_t *q = t ? q1 : q0;
@@ -1156,7 +1211,9 @@ static MM_AI MM_TGT_I8MM void mmn_i8mm_gquad(const mm_args *a, int64_t o, int s)
     const int8_t *q[2] = {a->qx + (size_t)s * (size_t)a->ldq, a->qx + (size_t)(s + 1) * (size_t)a->ldq};
     __attribute__((aligned(64))) int32_t c16[4][QT_GS_MAX];
     float32x4_t L[4][4];
+    MM_UNROLL
     for (int p = 0; p < 4; p++)
+        MM_UNROLL
         for (int j = 0; j < 4; j++) L[p][j] = vdupq_n_f32(0.0f);
     float sbuf[2][16];
     for (int64_t sb = 0; 16 * sb < ng; sb++) {
@@ -1182,13 +1239,16 @@ static MM_AI MM_TGT_I8MM void mmn_i8mm_gquad(const mm_args *a, int64_t o, int s)
             vst1_s32(c16[3] + k, vget_high_s32(z1));
         }
         const int64_t it = 32 * bB > e0 ? 32 * bB : e0, nv = (e1 - e0 + 15) / 16;
+        MM_UNROLL
         for (int p = 0; p < 4; p++) {
             if (it < e1) mm_c16_tail(w[p >> 1], q[p & 1], e0, it, e1, c16[p]);
             memset(c16[p] + nv, 0, (size_t)(16 * n16 - nv) * 4);
         }
         const float *sc[2] = {mm_sb_scales(mm_srow(W, o), ng, sb, sbuf[0]), mm_sb_scales(mm_srow(W, o + 1), ng, sb, sbuf[1])};
+        MM_UNROLL
         for (int p = 0; p < 4; p++) mmn_stage2(c16[p], (int)n16, a->xg + (size_t)(s + (p & 1)) * (size_t)a->ldg + 16 * sb, sc[p >> 1], L[p]);
     }
+    MM_UNROLL
     for (int p = 0; p < 4; p++) a->y[(size_t)(s + (p & 1)) * (size_t)W->O + (size_t)(o + (p >> 1))] = mmn_tree16(L[p]) * a->xs[s + (p & 1)];
 }
 
@@ -1485,6 +1545,7 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
     const uint8_t *w = mm_wrow(W, o);
     const int8_t *q[MM_TILE];
     MMT_I acc[MM_TILE][2];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
         acc[t][0] = acc[t][1] = MMT_ZERO;
@@ -1496,9 +1557,11 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
             const MMT_I aw = MMT_ABS8(wv);
             const uint64_t neg = MMT_NEGMASK(wv);
             (void)neg;
+            MM_UNROLL
             for (int t = 0; t < T; t++) acc[t][0] = MMT_DP(acc[t][0], aw, MMT_SIGNX(MMT_LD(q[t] + MMV * b), wv));
         } else if (f == QT_I4) {
             const MMT_I lo = MMT_AND(wv, m4), hi = MMT_AND(MMT_SRL16(wv, 4), m4);
+            MM_UNROLL
             for (int t = 0; t < T; t++) {
                 acc[t][0] = MMT_DP(acc[t][0], lo, MMT_LD(q[t] + blk * b));
                 acc[t][1] = MMT_DP(acc[t][1], hi, MMT_LD(q[t] + blk * b + MMV));
@@ -1506,6 +1569,7 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
         } else {
             const MMT_I c0 = MMT_AND(wv, m2), c1 = MMT_AND(MMT_SRL16(wv, 2), m2), c2 = MMT_AND(MMT_SRL16(wv, 4), m2),
                         c3 = MMT_AND(MMT_SRL16(wv, 6), m2);
+            MM_UNROLL
             for (int t = 0; t < T; t++) {
                 const int8_t *x = q[t] + blk * b;
                 acc[t][0] = MMT_DP(MMT_DP(acc[t][0], c0, MMT_LD(x)), c2, MMT_LD(x + 2 * MMV));
@@ -1514,6 +1578,7 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
         }
     }
     const float so = mm_srow(W, o)[0];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         int32_t D = MMT_HSUM(MMT_ADD32(acc[t][0], acc[t][1])) + mm_idot_tail(f, w, q[t], nb * blk, I);
         a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = mm_ifinish(D, a->xg[(size_t)(s0 + t) * (size_t)a->ldg], so, a->xs[s0 + t]);
@@ -1531,6 +1596,7 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
     mmt_L L[MM_TILE][2];
     __attribute__((aligned(64))) int32_t c16[MM_TILE][QT_GS_MAX + 16];
     float sbuf[16];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
         MMT_LZERO(L[t]);
@@ -1542,6 +1608,7 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
         for (; b + 2 <= bB; b += 2) {
             const MMT_I w0 = MMT_LD(w + MMV * b), w1 = MMT_LD(w + MMV * (b + 1));
             const MMT_I l0 = MMT_AND(w0, m4), h0 = MMT_AND(MMT_SRL16(w0, 4), m4), l1 = MMT_AND(w1, m4), h1 = MMT_AND(MMT_SRL16(w1, 4), m4);
+            MM_UNROLL
             for (int t = 0; t < T; t++) {
                 const int8_t *x = q[t] + blk * b;
                 MMT_I p0 = MMT_DP(MMT_DP(MMT_ZERO, l0, MMT_LD(x)), h0, MMT_LD(x + MMV));
@@ -1551,6 +1618,7 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
         }
         if (b < bB) {
             const MMT_I w0 = MMT_LD(w + MMV * b), l0 = MMT_AND(w0, m4), h0 = MMT_AND(MMT_SRL16(w0, 4), m4);
+            MM_UNROLL
             for (int t = 0; t < T; t++) {
                 const int8_t *x = q[t] + blk * b;
                 MMT_ST(c16[t] + blk / 16 * (b - bA), MMT_HADD(MMT_DP(MMT_DP(MMT_ZERO, l0, MMT_LD(x)), h0, MMT_LD(x + MMV)), MMT_ZERO));
@@ -1558,12 +1626,14 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
         }
         const int64_t it = blk * bB > e0 ? blk * bB : e0, nv = (e1 - e0 + 15) / 16;
         const float *sc = mm_sb_scales(sr, ng, sb, sbuf);
+        MM_UNROLL
         for (int t = 0; t < T; t++) {
             if (it < e1) mm_c16_tail(w, q[t], e0, it, e1, c16[t]);
             memset(c16[t] + nv, 0, (size_t)(16 * n16 - nv) * 4);
             MMT_STAGE2(c16[t], (int)n16, a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb, sc, L[t]);
         }
     }
+    MM_UNROLL
     for (int t = 0; t < T; t++) a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = MMT_TREE(L[t]) * a->xs[s0 + t];
 }
 
@@ -1628,6 +1698,7 @@ static MM_AI MMT_TGT void MMT_F(mmn_itile)(const mm_args *a, int64_t o, int s0, 
     const uint8_t *w = mm_wrow(W, o);
     const int8_t *q[MM_TILE];
     int32x4_t acc[MM_TILE][2];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
         acc[t][0] = acc[t][1] = vdupq_n_s32(0);
@@ -1635,10 +1706,12 @@ static MM_AI MMT_TGT void MMT_F(mmn_itile)(const mm_args *a, int64_t o, int s0, 
     for (int64_t b = 0; b < nb; b++) {
         if (f == QT_I8) {
             const int8x16_t wv = vld1q_s8((const int8_t *)w + 16 * b);
+            MM_UNROLL
             for (int t = 0; t < T; t++) acc[t][0] = MMT_DP(acc[t][0], wv, vld1q_s8(q[t] + 16 * b));
         } else if (f == QT_I4) {
             int8x16_t lo, hi;
             mmn_nib(w + 16 * b, &lo, &hi);
+            MM_UNROLL
             for (int t = 0; t < T; t++) {
                 acc[t][0] = MMT_DP(acc[t][0], lo, vld1q_s8(q[t] + 32 * b));
                 acc[t][1] = MMT_DP(acc[t][1], hi, vld1q_s8(q[t] + 32 * b + 16));
@@ -1646,6 +1719,7 @@ static MM_AI MMT_TGT void MMT_F(mmn_itile)(const mm_args *a, int64_t o, int s0, 
         } else {
             int8x16_t c[4];
             mmn_crumb(w + 16 * b, c);
+            MM_UNROLL
             for (int t = 0; t < T; t++) {
                 const int8_t *x = q[t] + 64 * b;
                 acc[t][0] = MMT_DP(MMT_DP(acc[t][0], c[0], vld1q_s8(x)), c[2], vld1q_s8(x + 32));
@@ -1654,6 +1728,7 @@ static MM_AI MMT_TGT void MMT_F(mmn_itile)(const mm_args *a, int64_t o, int s0, 
         }
     }
     const float so = mm_srow(W, o)[0];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         int32_t D = vaddvq_s32(vaddq_s32(acc[t][0], acc[t][1])) + mm_idot_tail(f, w, q[t], nb * blk, I);
         a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = mm_ifinish(D, a->xg[(size_t)(s0 + t) * (size_t)a->ldg], so, a->xs[s0 + t]);
@@ -1670,8 +1745,10 @@ static MM_AI MMT_TGT void MMT_F(mmn_gtile)(const mm_args *a, int64_t o, int s0, 
     float32x4_t L[MM_TILE][4];
     __attribute__((aligned(64))) int32_t c16[MM_TILE][QT_GS_MAX + 16];
     float sbuf[16];
+    MM_UNROLL
     for (int t = 0; t < T; t++) {
         q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
+        MM_UNROLL
         for (int j = 0; j < 4; j++) L[t][j] = vdupq_n_f32(0.0f);
     }
     for (int64_t sb = 0; 16 * sb < ng; sb++) {
@@ -1681,6 +1758,7 @@ static MM_AI MMT_TGT void MMT_F(mmn_gtile)(const mm_args *a, int64_t o, int s0, 
             int8x16_t l0, h0, l1, h1;
             mmn_nib(w + 16 * b, &l0, &h0);
             mmn_nib(w + 16 * b + 16, &l1, &h1);
+            MM_UNROLL
             for (int t = 0; t < T; t++) {
                 const int8_t *x = q[t] + 32 * b;
                 int32x4_t p0 = MMT_OCT(l0, vld1q_s8(x), h0, vld1q_s8(x + 16)), p1 = MMT_OCT(l1, vld1q_s8(x + 32), h1, vld1q_s8(x + 48));
@@ -1690,6 +1768,7 @@ static MM_AI MMT_TGT void MMT_F(mmn_gtile)(const mm_args *a, int64_t o, int s0, 
         if (b < bB) {
             int8x16_t l0, h0;
             mmn_nib(w + 16 * b, &l0, &h0);
+            MM_UNROLL
             for (int t = 0; t < T; t++) {
                 const int8_t *x = q[t] + 32 * b;
                 vst1q_s32(c16[t] + 2 * (b - bA), vpaddq_s32(MMT_OCT(l0, vld1q_s8(x), h0, vld1q_s8(x + 16)), vdupq_n_s32(0)));
@@ -1697,12 +1776,14 @@ static MM_AI MMT_TGT void MMT_F(mmn_gtile)(const mm_args *a, int64_t o, int s0, 
         }
         const int64_t it = 32 * bB > e0 ? 32 * bB : e0, nv = (e1 - e0 + 15) / 16;
         const float *sc = mm_sb_scales(sr, ng, sb, sbuf);
+        MM_UNROLL
         for (int t = 0; t < T; t++) {
             if (it < e1) mm_c16_tail(w, q[t], e0, it, e1, c16[t]);
             memset(c16[t] + nv, 0, (size_t)(16 * n16 - nv) * 4);
             mmn_stage2(c16[t], (int)n16, a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb, sc, L[t]);
         }
     }
+    MM_UNROLL
     for (int t = 0; t < T; t++) a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = mmn_tree16(L[t]) * a->xs[s0 + t];
 }
 
