@@ -373,6 +373,20 @@ struct mm_ctx {
 };
 typedef struct mm_ctx mm_ctx;
 
+/* Weight rows stream from DRAM once per call; prefetching this many bytes
+ * ahead of the block being unpacked keeps enough misses in flight for one
+ * core to approach its bandwidth share (measured: bench/bench_quant.c). */
+#ifndef MM_PF_DIST
+#define MM_PF_DIST 2048
+#endif
+#ifndef MM_PF_SCALES
+#define MM_PF_SCALES 2 /* rows ahead for group scales */
+#endif
+#define MM_PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
+
+/* Byte offset of element i (a multiple of 4) in a packed row. */
+static inline int64_t mm_boff(qt_fmt f, int64_t i) { return f == QT_F32 ? 4 * i : f == QT_I8 ? i : f == QT_I2 ? i / 4 : i / 2; }
+
 /* Offset subtracted from stored codes: nibble-8, crumb-2; int8 is signed. */
 static inline int mm_code_off(qt_fmt f) { return f == QT_I8 ? 0 : f == QT_I2 ? 2 : 8; }
 
@@ -673,8 +687,21 @@ static MM_AI MM_TGT_AVX2 int32_t mm256_hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(b);
 }
 
-/* Order-preserving pairwise add: [a0+a1, a2+a3, .., b6+b7]. */
-static MM_AI MM_TGT_AVX2 __m256i mm256_hadd(__m256i a, __m256i b) { return _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), 0xD8); }
+/* Order-preserving pairwise add over [a | b]: [a0+a1, .., a6+a7, b0+b1, .., b6+b7]. */
+static MM_AI MM_TGT_AVX2 __m256i mm256_pairs(__m256i a, __m256i b) {
+    a = _mm256_add_epi32(a, _mm256_srli_epi64(a, 32));
+    b = _mm256_add_epi32(b, _mm256_srli_epi64(b, 32));
+    __m256i c = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88)); /* a0 a2 b0 b2 | a4 a6 b4 b6 */
+    return _mm256_permute4x64_epi64(c, 0xD8);
+}
+
+/* The canonical lane step from 16 group sums g0 (groups 0-7), g1 (8-15). */
+static MM_AI MM_TGT_AVX2 void mm256_fstep(__m256i g0, __m256i g1, const int32_t *xg, const float *s, __m256 *L) {
+    g0 = _mm256_sub_epi32(g0, _mm256_loadu_si256((const __m256i *)xg));
+    g1 = _mm256_sub_epi32(g1, _mm256_loadu_si256((const __m256i *)(xg + 8)));
+    L[0] = _mm256_add_ps(L[0], _mm256_mul_ps(_mm256_cvtepi32_ps(g0), _mm256_loadu_ps(s)));
+    L[1] = _mm256_add_ps(L[1], _mm256_mul_ps(_mm256_cvtepi32_ps(g1), _mm256_loadu_ps(s + 8)));
+}
 
 /* Grouped stage 2: group sums of one super-block from its chunk sums c16,
  * then the canonical lane step into L (lanes 0-7 in L[0], 8-15 in L[1]). */
@@ -684,7 +711,7 @@ static MM_AI MM_TGT_AVX2 void mm256_stage2(const int32_t *c16, int n16, const in
         __m256i v[32];
         for (int k = 0; k < 2 * n16; k++) v[k] = _mm256_loadu_si256((const __m256i *)(c16 + 8 * k));
         for (int n = 2 * n16; n > 2; n >>= 1)
-            for (int k = 0; k < n / 2; k++) v[k] = mm256_hadd(v[2 * k], v[2 * k + 1]);
+            for (int k = 0; k < n / 2; k++) v[k] = mm256_pairs(v[2 * k], v[2 * k + 1]);
         g0 = v[0];
         g1 = v[1];
     } else {
@@ -693,10 +720,7 @@ static MM_AI MM_TGT_AVX2 void mm256_stage2(const int32_t *c16, int n16, const in
         g0 = _mm256_loadu_si256((const __m256i *)g);
         g1 = _mm256_loadu_si256((const __m256i *)(g + 8));
     }
-    g0 = _mm256_sub_epi32(g0, _mm256_loadu_si256((const __m256i *)xg));
-    g1 = _mm256_sub_epi32(g1, _mm256_loadu_si256((const __m256i *)(xg + 8)));
-    L[0] = _mm256_add_ps(L[0], _mm256_mul_ps(_mm256_cvtepi32_ps(g0), _mm256_loadu_ps(s)));
-    L[1] = _mm256_add_ps(L[1], _mm256_mul_ps(_mm256_cvtepi32_ps(g1), _mm256_loadu_ps(s + 8)));
+    mm256_fstep(g0, g1, xg, s, L);
 }
 
 /* The canonical 16-lane reduction (mm_tree16) over L[0] (lanes 0-7), L[1]. */
@@ -825,11 +849,19 @@ static MM_AI MM_TGT_AVX512 float mm512_tree16(__m512 L) {
     return mm256_hsum(a);
 }
 
-/* Order-preserving pairwise add over the concatenation [a | b]. */
-static MM_AI MM_TGT_AVX512 __m512i mm512_hadd(__m512i a, __m512i b) {
+/* Order-preserving pairwise add over [a | b]: [a0+a1, .., a14+a15, b0+b1,
+ * .., b14+b15], one cross-lane permute (octets → chunk sums, tree levels). */
+static MM_AI MM_TGT_AVX512 __m512i mm512_pairs(__m512i a, __m512i b) {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ie, b), _mm512_permutex2var_epi32(a, io, b));
+    a = _mm512_add_epi32(a, _mm512_srli_epi64(a, 32));
+    b = _mm512_add_epi32(b, _mm512_srli_epi64(b, 32));
+    return _mm512_permutex2var_epi32(a, ie, b);
+}
+
+/* The canonical lane step from 16 group sums g (see mm_comb16). */
+static MM_AI MM_TGT_AVX512 __m512 mm512_fstep(__m512i g, const int32_t *xg, const float *s, __m512 L) {
+    g = _mm512_sub_epi32(g, _mm512_loadu_si512(xg));
+    return _mm512_add_ps(L, _mm512_mul_ps(_mm512_cvtepi32_ps(g), _mm512_loadu_ps(s)));
 }
 
 /* Grouped stage 2 (see mm256_stage2) into one 16-lane vector. */
@@ -839,15 +871,14 @@ static MM_AI MM_TGT_AVX512 __m512 mm512_stage2(const int32_t *c16, int n16, cons
         __m512i v[16];
         for (int k = 0; k < n16; k++) v[k] = _mm512_loadu_si512(c16 + 16 * k);
         for (int n = n16; n > 1; n >>= 1)
-            for (int k = 0; k < n / 2; k++) v[k] = mm512_hadd(v[2 * k], v[2 * k + 1]);
+            for (int k = 0; k < n / 2; k++) v[k] = mm512_pairs(v[2 * k], v[2 * k + 1]);
         g = v[0];
     } else {
         int32_t t[16];
         mm_gsum16(c16, n16, t);
         g = _mm512_loadu_si512(t);
     }
-    g = _mm512_sub_epi32(g, _mm512_loadu_si512(xg));
-    return _mm512_add_ps(L, _mm512_mul_ps(_mm512_cvtepi32_ps(g), _mm512_loadu_ps(s)));
+    return mm512_fstep(g, xg, s, L);
 }
 
 /* Float path, one row × T activation rows: per pair two 16-lane FMA chains
@@ -867,6 +898,8 @@ static MM_AI MM_TGT_AVX512 void mm512_ftile(const mm_args *a, int64_t o, int s0,
     mm_gcursor gc = mm_gcursor_init(sr, gk);
     int64_t k = 0;
     for (; k + 2 <= n16; k += 2) {
+        MM_PREFETCH(w + mm_boff(f, 16 * k) + MM_PF_DIST);
+        if (f == QT_F32) MM_PREFETCH(w + mm_boff(f, 16 * k) + MM_PF_DIST + 64);
         __m512 w0 = mm512_deq16(f, w, 16 * k, mm_gcursor_next(&gc, f));
         __m512 w1 = mm512_deq16(f, w, 16 * k + 16, mm_gcursor_next(&gc, f));
         MM_UNROLL
@@ -1043,6 +1076,7 @@ static MM_AI void mmn_ftile(const mm_args *a, int64_t o, int s0, const qt_fmt f,
     }
     mm_gcursor gc = mm_gcursor_init(sr, gk);
     for (int64_t k = 0; k < n16; k++) {
+        MM_PREFETCH(w + mm_boff(f, 16 * k) + MM_PF_DIST);
         float32x4_t wv[4];
         mmn_deq16(f, w, 16 * k, mm_gcursor_next(&gc, f), wv);
         MM_UNROLL
@@ -1171,6 +1205,10 @@ static MM_AI MM_TGT_I8MM void mmn_i8mm_quad(const mm_args *a, int64_t o, int s, 
     const int8_t *q0 = a->qx + (size_t)s * (size_t)a->ldq, *q1 = q0 + a->ldq;
     int32x4_t acc0 = vdupq_n_s32(0), acc1 = vdupq_n_s32(0);
     for (int64_t b = 0; b < nb; b++) {
+        if (!(b & 3)) {
+            MM_PREFETCH(w0 + 16 * b + MM_PF_DIST);
+            MM_PREFETCH(w1 + 16 * b + MM_PF_DIST);
+        }
         if (f == QT_I8) {
             acc0 = mmn_mmla16(acc0, vld1q_s8((const int8_t *)w0 + 16 * b), vld1q_s8((const int8_t *)w1 + 16 * b), vld1q_s8(q0 + 16 * b),
                               vld1q_s8(q1 + 16 * b));
@@ -1219,6 +1257,10 @@ static MM_AI MM_TGT_I8MM void mmn_i8mm_gquad(const mm_args *a, int64_t o, int s)
     for (int64_t sb = 0; 16 * sb < ng; sb++) {
         const int64_t e0 = sb * sbl, e1 = e0 + sbl < I ? e0 + sbl : I, bA = e0 / 32, bB = e1 / 32 < nbt ? e1 / 32 : nbt;
         for (int64_t b = bA; b < bB; b++) {
+            if (!(b & 3)) {
+                MM_PREFETCH(w[0] + 16 * b + MM_PF_DIST);
+                MM_PREFETCH(w[1] + 16 * b + MM_PF_DIST);
+            }
             int8x16_t l0, h0, l1, h1;
             mmn_nib(w[0] + 16 * b, &l0, &h0);
             mmn_nib(w[1] + 16 * b, &l1, &h1);
@@ -1499,7 +1541,7 @@ static inline float mm_dot_f32(const float *a, const float *b, int64_t n) {
 #define MMT_SRL16 _mm256_srli_epi16
 #define MMT_SET8 _mm256_set1_epi8
 #define MMT_ADD32 _mm256_add_epi32
-#define MMT_HADD mm256_hadd
+#define MMT_PAIRS mm256_pairs
 #define MMT_HSUM mm256_hsum_i32
 #define MMT_PRE mm256
 /* |w| and x·sign(w) for signed int8 weights */
@@ -1513,6 +1555,7 @@ static inline float mm_dot_f32(const float *a, const float *b, int64_t n) {
         (L)[1] = _mm256_setzero_ps();      \
     } while (0)
 #define MMT_STAGE2(c16, n16, xg, s, L) mm256_stage2((c16), (n16), (xg), (s), (L))
+#define MMT_FSTEP(g, xg, s, L) mm256_fstep((g)[0], (g)[1], (xg), (s), (L))
 #define MMT_TREE(L) mm256_tree16(L)
 #else
 #define MMV 64
@@ -1524,7 +1567,7 @@ static inline float mm_dot_f32(const float *a, const float *b, int64_t n) {
 #define MMT_SRL16 _mm512_srli_epi16
 #define MMT_SET8 _mm512_set1_epi8
 #define MMT_ADD32 _mm512_add_epi32
-#define MMT_HADD mm512_hadd
+#define MMT_PAIRS mm512_pairs
 #define MMT_HSUM _mm512_reduce_add_epi32
 #define MMT_PRE mm512
 #define MMT_ABS8(w) _mm512_abs_epi8(w)
@@ -1533,6 +1576,7 @@ static inline float mm_dot_f32(const float *a, const float *b, int64_t n) {
 #define mmt_L __m512
 #define MMT_LZERO(L) ((L)[0] = _mm512_setzero_ps())
 #define MMT_STAGE2(c16, n16, xg, s, L) ((L)[0] = mm512_stage2((c16), (n16), (xg), (s), (L)[0]))
+#define MMT_FSTEP(g, xg, s, L) ((L)[0] = mm512_fstep((g)[0], (xg), (s), (L)[0]))
 #define MMT_TREE(L) mm512_tree16((L)[0])
 #endif
 #define MMT_N(name) MMT_F(MMT_CAT(MMT_PRE, name))
@@ -1552,6 +1596,7 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
     }
     const MMT_I m4 = MMT_SET8(15), m2 = MMT_SET8(3);
     for (int64_t b = 0; b < nb; b++) {
+        MM_PREFETCH(w + MMV * b + MM_PF_DIST);
         const MMT_I wv = MMT_LD(w + MMV * b);
         if (f == QT_I8) {
             const MMT_I aw = MMT_ABS8(wv);
@@ -1585,9 +1630,36 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
     }
 }
 
+/* One full super-block of one activation row with N16 (chunks per group, a
+ * power of two) known at compile time: chunk sums and the reduction tree
+ * stay in registers. Same integers as the generic path. */
+static MM_AI MMT_TGT void MMT_N(gsb)(const uint8_t *w, const int8_t *q, int64_t b0, const int N16, const int32_t *xg, const float *sc,
+                                      mmt_L *L) {
+    enum { NCV = 256 * 16 / (2 * MMV) / 2 }; /* chunk vectors of a super-block at N16 = 16 */
+    const int64_t blk = 2 * MMV;
+    const int ncv = 256 * N16 / blk / 2, ng = 64 / MMV; /* chunk vectors, group-sum vectors */
+    const MMT_I m4 = MMT_SET8(15);
+    MMT_I cv[NCV];
+    _Pragma("GCC unroll 32") for (int k = 0; k < ncv; k++) {
+        const int64_t b = b0 + 2 * k;
+        MM_PREFETCH(w + MMV * b + MM_PF_DIST);
+        if (MMV == 64) MM_PREFETCH(w + MMV * b + MM_PF_DIST + 64);
+        const MMT_I w0 = MMT_LD(w + MMV * b), w1 = MMT_LD(w + MMV * (b + 1));
+        const int8_t *x = q + blk * b;
+        MMT_I p0 = MMT_DP(MMT_DP(MMT_ZERO, MMT_AND(w0, m4), MMT_LD(x)), MMT_AND(MMT_SRL16(w0, 4), m4), MMT_LD(x + MMV));
+        MMT_I p1 = MMT_DP(MMT_DP(MMT_ZERO, MMT_AND(w1, m4), MMT_LD(x + blk)), MMT_AND(MMT_SRL16(w1, 4), m4), MMT_LD(x + blk + MMV));
+        cv[k] = MMT_PAIRS(p0, p1);
+    }
+    _Pragma("GCC unroll 8") for (int n = ncv; n > ng; n >>= 1) {
+        _Pragma("GCC unroll 16") for (int k = 0; k < n / 2; k++) cv[k] = MMT_PAIRS(cv[2 * k], cv[2 * k + 1]);
+    }
+    MMT_FSTEP(cv, xg, sc, L);
+}
+
 /* Grouped int4, one row × T activation rows: per super-block of 16 groups,
- * chunk sums (16 elements) from pairs of blocks, then stage 2. */
-static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, const int T) {
+ * chunk sums (16 elements) from pairs of blocks, then stage 2. N16 is gs/16
+ * when a register fast path exists for it, else 0. */
+static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, const int T, const int N16) {
     const qt_tensor *W = a->W;
     const int64_t I = W->I, gs = W->gs, ng = qt_row_scales(W), n16 = gs / 16, sbl = 16 * gs, blk = 2 * MMV, nbt = I / blk;
     const uint8_t *w = mm_wrow(W, o);
@@ -1604,8 +1676,16 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
     const MMT_I m4 = MMT_SET8(15);
     for (int64_t sb = 0; 16 * sb < ng; sb++) {
         const int64_t e0 = sb * sbl, e1 = e0 + sbl < I ? e0 + sbl : I, bA = e0 / blk, bB = e1 / blk < nbt ? e1 / blk : nbt;
+        if (N16 && e0 + sbl <= blk * nbt) {
+            MM_PREFETCH(sr + 16 * sb + MM_PF_SCALES * ng);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) MMT_N(gsb)(w, q[t], bA, N16, a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb, sr + 16 * sb, L[t]);
+            continue;
+        }
         int64_t b = bA;
         for (; b + 2 <= bB; b += 2) {
+            MM_PREFETCH(w + MMV * b + MM_PF_DIST);
+            if (MMV == 64) MM_PREFETCH(w + MMV * b + MM_PF_DIST + 64);
             const MMT_I w0 = MMT_LD(w + MMV * b), w1 = MMT_LD(w + MMV * (b + 1));
             const MMT_I l0 = MMT_AND(w0, m4), h0 = MMT_AND(MMT_SRL16(w0, 4), m4), l1 = MMT_AND(w1, m4), h1 = MMT_AND(MMT_SRL16(w1, 4), m4);
             MM_UNROLL
@@ -1613,7 +1693,7 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
                 const int8_t *x = q[t] + blk * b;
                 MMT_I p0 = MMT_DP(MMT_DP(MMT_ZERO, l0, MMT_LD(x)), h0, MMT_LD(x + MMV));
                 MMT_I p1 = MMT_DP(MMT_DP(MMT_ZERO, l1, MMT_LD(x + blk)), h1, MMT_LD(x + blk + MMV));
-                MMT_ST(c16[t] + blk / 16 * (b - bA), MMT_HADD(p0, p1));
+                MMT_ST(c16[t] + blk / 16 * (b - bA), MMT_PAIRS(p0, p1));
             }
         }
         if (b < bB) {
@@ -1621,15 +1701,16 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
             MM_UNROLL
             for (int t = 0; t < T; t++) {
                 const int8_t *x = q[t] + blk * b;
-                MMT_ST(c16[t] + blk / 16 * (b - bA), MMT_HADD(MMT_DP(MMT_DP(MMT_ZERO, l0, MMT_LD(x)), h0, MMT_LD(x + MMV)), MMT_ZERO));
+                MMT_ST(c16[t] + blk / 16 * (b - bA), MMT_PAIRS(MMT_DP(MMT_DP(MMT_ZERO, l0, MMT_LD(x)), h0, MMT_LD(x + MMV)), MMT_ZERO));
             }
         }
         const int64_t it = blk * bB > e0 ? blk * bB : e0, nv = (e1 - e0 + 15) / 16;
         const float *sc = mm_sb_scales(sr, ng, sb, sbuf);
+        MM_PREFETCH(sr + 16 * sb + MM_PF_SCALES * ng); /* the same super-block some rows ahead */
         MM_UNROLL
         for (int t = 0; t < T; t++) {
             if (it < e1) mm_c16_tail(w, q[t], e0, it, e1, c16[t]);
-            memset(c16[t] + nv, 0, (size_t)(16 * n16 - nv) * 4);
+            if (nv < 16 * n16) memset(c16[t] + nv, 0, (size_t)(16 * n16 - nv) * 4);
             MMT_STAGE2(c16[t], (int)n16, a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb, sc, L[t]);
         }
     }
@@ -1637,16 +1718,25 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
     for (int t = 0; t < T; t++) a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = MMT_TREE(L[t]) * a->xs[s0 + t];
 }
 
+static MM_AI MMT_TGT void MMT_N(gtile_t)(const mm_args *a, int64_t o, int s0, int T, const int N16) {
+    switch (T) {
+    case 1: MMT_N(gtile)(a, o, s0, 1, N16); break;
+    case 2: MMT_N(gtile)(a, o, s0, 2, N16); break;
+    case 3: MMT_N(gtile)(a, o, s0, 3, N16); break;
+    default: MMT_N(gtile)(a, o, s0, 4, N16); break;
+    }
+}
+
 static MM_AI MMT_TGT void MMT_N(irows_f)(const mm_args *a, int64_t o0, int64_t o1, const qt_fmt f) {
     for (int64_t o = o0; o < o1; o++)
         for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
             const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
-            if (f == QT_I4G) switch (T) {
-                case 1: MMT_N(gtile)(a, o, s0, 1); break;
-                case 2: MMT_N(gtile)(a, o, s0, 2); break;
-                case 3: MMT_N(gtile)(a, o, s0, 3); break;
-                default: MMT_N(gtile)(a, o, s0, 4); break;
-                }
+            if (f == QT_I4G) {
+                const int gs = a->W->gs;
+                if (gs == 64) MMT_N(gtile_t)(a, o, s0, T, 4);
+                else if (gs == 128) MMT_N(gtile_t)(a, o, s0, T, 8);
+                else MMT_N(gtile_t)(a, o, s0, T, 0);
+            }
             else switch (T) {
                 case 1: MMT_N(itile)(a, o, s0, f, 1); break;
                 case 2: MMT_N(itile)(a, o, s0, f, 2); break;
@@ -1676,7 +1766,7 @@ static inline MMT_TGT void MMT_N(irows)(const mm_args *a, int64_t o0, int64_t o1
 #undef MMT_SRL16
 #undef MMT_SET8
 #undef MMT_ADD32
-#undef MMT_HADD
+#undef MMT_PAIRS
 #undef MMT_HSUM
 #undef MMT_PRE
 #undef MMT_ABS8
@@ -1684,6 +1774,7 @@ static inline MMT_TGT void MMT_N(irows)(const mm_args *a, int64_t o0, int64_t o1
 #undef MMT_NEGMASK
 #undef MMT_LZERO
 #undef MMT_STAGE2
+#undef MMT_FSTEP
 #undef MMT_TREE
 #undef MMT_N
 #undef mmt_L
@@ -1704,6 +1795,7 @@ static MM_AI MMT_TGT void MMT_F(mmn_itile)(const mm_args *a, int64_t o, int s0, 
         acc[t][0] = acc[t][1] = vdupq_n_s32(0);
     }
     for (int64_t b = 0; b < nb; b++) {
+        if (!(b & 3)) MM_PREFETCH(w + 16 * b + MM_PF_DIST);
         if (f == QT_I8) {
             const int8x16_t wv = vld1q_s8((const int8_t *)w + 16 * b);
             MM_UNROLL
@@ -1755,6 +1847,7 @@ static MM_AI MMT_TGT void MMT_F(mmn_gtile)(const mm_args *a, int64_t o, int s0, 
         const int64_t e0 = sb * sbl, e1 = e0 + sbl < I ? e0 + sbl : I, bA = e0 / 32, bB = e1 / 32 < nbt ? e1 / 32 : nbt;
         int64_t b = bA;
         for (; b + 2 <= bB; b += 2) {
+            if (!(b & 3)) MM_PREFETCH(w + 16 * b + MM_PF_DIST);
             int8x16_t l0, h0, l1, h1;
             mmn_nib(w + 16 * b, &l0, &h0);
             mmn_nib(w + 16 * b + 16, &l1, &h1);
@@ -1779,7 +1872,7 @@ static MM_AI MMT_TGT void MMT_F(mmn_gtile)(const mm_args *a, int64_t o, int s0, 
         MM_UNROLL
         for (int t = 0; t < T; t++) {
             if (it < e1) mm_c16_tail(w, q[t], e0, it, e1, c16[t]);
-            memset(c16[t] + nv, 0, (size_t)(16 * n16 - nv) * 4);
+            if (nv < 16 * n16) memset(c16[t] + nv, 0, (size_t)(16 * n16 - nv) * 4);
             mmn_stage2(c16[t], (int)n16, a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb, sc, L[t]);
         }
     }

@@ -10,16 +10,28 @@
  * Build: gcc -std=c11 -O2 -fopenmp -ffp-contract=off -march=native -D_GNU_SOURCE
  *        -I. -o build/bench_quant bench/bench_quant.c -lm
  * Usage: build/bench_quant [--json] [--level NAME] [--mem MiB] [--time SEC]
- *        [--only FORMAT]   (FORMAT as qt_fmt_name: int8, int4, int4-grouped, f32) */
+ *        [--only FORMAT] [--hugepages]
+ *   --only: one format by qt_fmt_name (int8, int4, int4-grouped, f32);
+ *   --hugepages: back the probe buffer and the matrices with 2 MiB pages. */
 #include "quant.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* n bytes, 2 MiB aligned; with huge set, backed by transparent huge pages
+ * (madvise) so TLB misses do not count against the kernels or the probe. */
+static void *big_alloc(size_t n, int huge) {
+    size_t a = (size_t)2 << 20, m = (n + a - 1) / a * a;
+    void *p = aligned_alloc(a, m);
+    if (p && huge) madvise(p, m, MADV_HUGEPAGE);
+    return p;
 }
 
 typedef uint64_t v64 __attribute__((vector_size(64)));
@@ -71,13 +83,13 @@ typedef struct {
     uint64_t bytes; /* weights + scales of one matrix */
 } mset;
 
-static mset make_set(qt_fmt f, int gs, int64_t O, int64_t I, uint64_t budget) {
+static mset make_set(qt_fmt f, int gs, int64_t O, int64_t I, uint64_t budget, int huge) {
     mset m;
     uint64_t wb = qt_weight_bytes(f, O, I, gs), sb = qt_scale_count(f, O, I, gs) * 4, one = (wb + sb + 4095) / 4096 * 4096;
     m.bytes = wb + sb;
     m.n = (int)(budget / one);
     if (m.n < 2) m.n = 2;
-    m.mem = aligned_alloc(4096, one * (uint64_t)m.n);
+    m.mem = big_alloc(one * (uint64_t)m.n, huge);
     m.t = calloc((size_t)m.n, sizeof *m.t);
     if (!m.mem || !m.t) {
         fprintf(stderr, "out of memory for %d matrices of %llu bytes\n", m.n, (unsigned long long)one);
@@ -122,12 +134,13 @@ static double time_calls(mm_ctx *c, const mset *m, const float *x, int S, float 
 }
 
 int main(int argc, char **argv) {
-    int json = 0, level = -1;
+    int json = 0, level = -1, huge = 0;
     const char *only = NULL;
     double secs = 0.4;
     uint64_t mem = (uint64_t)1536 << 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--hugepages")) huge = 1;
         else if (!strcmp(argv[i], "--level") && i + 1 < argc) {
             if ((level = mm_level_parse(argv[++i])) < 0) {
                 fprintf(stderr, "unknown level %s\n", argv[i]);
@@ -137,7 +150,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--time") && i + 1 < argc) secs = atof(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--json] [--level NAME] [--mem MiB] [--time SEC] [--only FORMAT]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json] [--level NAME] [--mem MiB] [--time SEC] [--only FORMAT] [--hugepages]\n", argv[0]);
             return 2;
         }
     }
@@ -149,12 +162,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     FILE *o = json ? stderr : stdout;
-    fprintf(o, "quant bench: level %s, %d threads, matrix set %llu MiB per format\n", mm_level_name(ci.level), nall,
-            (unsigned long long)(mem >> 20));
+    fprintf(o, "quant bench: level %s, %d threads, matrix set %llu MiB per format, %s pages\n", mm_level_name(ci.level), nall,
+            (unsigned long long)(mem >> 20), huge ? "2 MiB (THP)" : "4 KiB");
 
     /* 1. bandwidth */
     size_t bn = mem > ((uint64_t)1 << 30) ? mem : ((uint64_t)1 << 30);
-    uint8_t *buf = aligned_alloc(4096, bn);
+    uint8_t *buf = big_alloc(bn, huge);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < bn; i += 4096) memset(buf + i, (int)(i >> 12), 4096);
     double bw1 = read_bw(buf, bn, 1), bwn = read_bw(buf, bn, nall);
@@ -176,7 +189,7 @@ int main(int argc, char **argv) {
     for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++)
         for (int si = 0; si < 2; si++) {
             if (only && strcmp(only, qt_fmt_name(fmts[fi].f))) continue;
-            mset m = make_set(fmts[fi].f, fmts[fi].gs, shapes[si][0], shapes[si][1], mem);
+            mset m = make_set(fmts[fi].f, fmts[fi].gs, shapes[si][0], shapes[si][1], mem, huge);
             for (int idot = 1; idot >= 0; idot--) {
                 if (fmts[fi].f == QT_F32 && idot) continue;
                 mm_ctx *c = idot ? &ci : &cf;
@@ -208,8 +221,8 @@ int main(int argc, char **argv) {
             free_set(&m);
         }
     if (json) {
-        printf("{\"level\": \"%s\", \"threads\": %d, \"set_mib\": %llu,\n \"bandwidth_gbs\": {\"1\": %.2f, \"all\": %.2f},\n \"kernels\": [\n",
-               mm_level_name(ci.level), nall, (unsigned long long)(mem >> 20), bw1, bwn);
+        printf("{\"level\": \"%s\", \"threads\": %d, \"set_mib\": %llu, \"hugepages\": %d,\n \"bandwidth_gbs\": {\"1\": %.2f, \"all\": %.2f},\n \"kernels\": [\n",
+               mm_level_name(ci.level), nall, (unsigned long long)(mem >> 20), huge, bw1, bwn);
         for (int i = 0; i < nres; i++) {
             const result *r = &res[i];
             printf("  {\"fmt\": \"%s\", \"gs\": %d, \"O\": %lld, \"I\": %lld, \"S\": %d, \"idot\": %d, \"threads\": %d, \"us\": %.2f, "

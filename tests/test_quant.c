@@ -418,6 +418,7 @@ static void test_levels(void) {
         {QT_I2, 5, 256, 0},   {QT_I2, 7, 1027, 0},   {QT_I4G, 1, 7, 16},    {QT_I4G, 3, 100, 128}, {QT_I4G, 2, 16, 16},
         {QT_I4G, 5, 257, 16}, {QT_I4G, 3, 512, 32},  {QT_I4G, 3, 300, 48},  {QT_I4G, 4, 1000, 64}, {QT_I4G, 3, 640, 96},
         {QT_I4G, 3, 129, 128}, {QT_I4G, 2, 700, 192}, {QT_I4G, 3, 4200, 256}, {QT_I4G, 5, 4096, 256}, {QT_I4G, 3, 385, 64},
+        {QT_I4G, 3, 2100, 64}, {QT_I4G, 2, 4096, 128}, {QT_I4G, 3, 2049, 128}, {QT_I4G, 4, 1024, 64},
     };
     const int nsh = (int)(sizeof shapes / sizeof shapes[0]);
     static const int Sall[6] = {1, 2, 3, 7, 8, 33};
@@ -439,7 +440,7 @@ static void test_levels(void) {
             check_shape(&lv, &lvf, &ref, &shapes[k], !raw, Ss, 1);
         }
         /* every S on one mid-sized shape per format */
-        static const shape mid[] = {{QT_I8, 6, 200, 0}, {QT_I4, 6, 301, 0}, {QT_I2, 6, 390, 0}, {QT_I4G, 6, 520, 64}};
+        static const shape mid[] = {{QT_I8, 6, 200, 0}, {QT_I4, 6, 301, 0}, {QT_I2, 6, 390, 0}, {QT_I4G, 6, 1100, 64}};
         for (int k = 0; k < 4; k++) check_shape(&lv, &lvf, &ref, &mid[k], 1, Sall, 6);
         check_misc(&lv, &lvf);
         check_limits(l);
