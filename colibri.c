@@ -350,6 +350,7 @@ typedef struct {
     int *route_e, *rows;       /* [max_s][topk] chosen experts; row lists */
     float *route_w, *route_tmp;
     float *yk;                 /* [max_s][topk][dim] each routed expert's output rows */
+    float *hlat, *hout, *hkv;  /* attention: [heads][max_s][kv_lora] latents, [max_s][v_head], [ctx][nope + v_head] */
     int *uniq;                 /* [n_experts] distinct experts of a batch */
     uint8_t *used;             /* [n_experts] */
     float *cos, *sin;          /* [ctx][qk_rope/2] */
@@ -361,7 +362,8 @@ typedef struct {
     coli_config c;
     st_index st;
     coli_layer *L;
-    float *embed, *final_norm;  /* [vocab][dim], [dim] */
+    qt_tensor embed;            /* [vocab][dim] */
+    float *final_norm;          /* [dim] */
     qt_tensor lm_head;
     xs_store xs;                /* routed experts: pinned set + LRU */
     io_ctx io;                  /* expert reads */
@@ -374,6 +376,9 @@ typedef struct {
     int absorb;                 /* -1 auto, 0 reconstruct, 1 absorbed */
     int ubatch;
     int measure;                /* sizing pass: validate and count bytes, allocate nothing */
+    int dense_bits, expert_bits, group_size; /* load-time quantization of float weights (0 = keep) */
+    int any_int;                /* some weight is in an integer format */
+    mm_ctx mm;                  /* matmul kernels (CPU level, IDOT) */
     int numa;                   /* interleave large resident allocations */
     uint64_t dense_bytes, work_bytes, kv_bytes;
     tier_plan plan;
@@ -438,15 +443,88 @@ static float *model_load_f32(coli_model *m, const char *name, int64_t d0, int64_
     return p;
 }
 
-static int model_load_mat(coli_model *m, qt_tensor *W, const char *name, int64_t O, int64_t I) {
-    float *p = model_load_f32(m, name, O, I);
-    if (!p) return -1;
-    W->fmt = QT_F32;
-    W->O = O;
-    W->I = I;
+/* The in-memory format for a float matrix loaded at `bits` (0 = as
+ * stored, i.e. f32; 16/32 = f32; 8 int8; 4 int4, grouped when gs > 0;
+ * 2 int2). */
+static qt_fmt bits_fmt(int bits, int gs) {
+    return bits == 8 ? QT_I8 : bits == 4 ? (gs ? QT_I4G : QT_I4) : bits == 2 ? QT_I2 : QT_F32;
+}
+
+/* Quantizes rows [0, O) of src into W's packed weights and scales with the
+ * one quantizer (qt_quantize), blocks of rows in parallel; the result does
+ * not depend on the thread count. Returns the count of non-finite inputs. */
+static int64_t quantize_rows(const float *src, const qt_tensor *W, int64_t r0, int64_t n) {
+    int64_t bad = 0, rb = (int64_t)qt_row_bytes(W), ns = qt_row_scales(W), blk = 64;
+#pragma omp parallel for schedule(static) reduction(+ : bad) if (n * W->I > 65536)
+    for (int64_t b = 0; b < n; b += blk) {
+        int64_t rows = n - b < blk ? n - b : blk;
+        bad += qt_quantize(src + (size_t)b * (size_t)W->I, rows, W->I, W->fmt, W->gs, (uint8_t *)W->w + (size_t)(r0 + b) * (size_t)rb,
+                           (float *)W->s + (size_t)(r0 + b) * (size_t)ns);
+    }
+    return bad;
+}
+
+/* Allocates W's weights and scales as one resident block. */
+static int mat_alloc(coli_model *m, qt_tensor *W, const char *name) {
+    uint64_t wb = qt_weight_bytes(W->fmt, W->O, W->I, W->gs), sc = qt_scale_count(W->fmt, W->O, W->I, W->gs);
+    size_t off = (size_t)(wb + 63) / 64 * 64;
+    if (m->measure) {
+        m->dense_bytes += off + sc * 4;
+        W->w = measure_dummy, W->s = NULL;
+        return 0;
+    }
+    uint8_t *p = (uint8_t *)model_resident(m, off + (size_t)sc * 4);
+    if (!p) return model_fail(m, "out of memory loading '%s' (%llu bytes)", name, (unsigned long long)(off + sc * 4));
     W->w = p;
-    W->s = NULL;
+    W->s = sc ? (const float *)(p + off) : NULL;
     return 0;
+}
+
+/* Loads matrix `name` [O, I]: a quantized container tensor (U8 weights and
+ * an F32 `<name>.qs`, format told by their byte counts), or a float tensor
+ * kept as f32 or quantized at load time to `bits` (see bits_fmt, group size
+ * gs). In the sizing pass only validated and counted. */
+static int model_load_qmat(coli_model *m, qt_tensor *W, const char *name, int64_t O, int64_t I, int bits, int gs) {
+    char qn[300], why[300];
+    snprintf(qn, sizeof qn, "%s.qs", name);
+    const st_tensor *t = st_find(&m->st, name), *q = st_find(&m->st, qn);
+    memset(W, 0, sizeof *W);
+    W->O = O, W->I = I;
+    if (t && q) {
+        if (t->dtype != ST_U8 && t->dtype != ST_I8) return model_fail(m, "%s: tensor '%s' has a .qs companion but dtype %s (expected U8)", tensor_path(m, t), name, st_dtype_names[t->dtype]);
+        if (q->dtype != ST_F32) return model_fail(m, "%s: tensor '%s' is %s, expected F32 scales", tensor_path(m, q), qn, st_dtype_names[q->dtype]);
+        if (qt_resolve(O, I, t->nbytes, q->nbytes, &W->fmt, &W->gs, why, sizeof why)) return model_fail(m, "%s: tensor '%s': %s", tensor_path(m, t), name, why);
+        if (mat_alloc(m, W, name) || m->measure) return m->measure ? 0 : -1;
+        if (st_read_raw(&m->st, t, (void *)W->w, m->err, sizeof m->err) || st_read_raw(&m->st, q, (void *)W->s, m->err, sizeof m->err)) return -1;
+        m->any_int = 1;
+        return 0;
+    }
+    if (!(t = model_tensor(m, name, O, I))) return -1;
+    W->fmt = bits_fmt(bits, gs), W->gs = W->fmt == QT_I4G ? gs : 0;
+    if (mat_alloc(m, W, name) || m->measure) return m->measure ? 0 : -1;
+    if (W->fmt == QT_F32) return st_read_f32(&m->st, t, (float *)W->w, m->err, sizeof m->err);
+    m->any_int = 1;
+    int64_t chunk = (16 << 20) / I > 0 ? (16 << 20) / I : 1; /* rows per 64 MB of f32 */
+    float *tmp = (float *)malloc((size_t)(chunk < O ? chunk : O) * (size_t)I * 4);
+    if (!tmp) return model_fail(m, "out of memory quantizing '%s'", name);
+    for (int64_t r = 0; r < O; r += chunk) {
+        int64_t n = O - r < chunk ? O - r : chunk;
+        if (st_read_f32_range(&m->st, t, (uint64_t)r * (uint64_t)I, (size_t)(n * I), tmp, m->err, sizeof m->err)) { free(tmp); return -1; }
+        int64_t bad = quantize_rows(tmp, W, r, n);
+        if (bad) { free(tmp); return model_fail(m, "%s: tensor '%s' has %lld non-finite values", tensor_path(m, t), name, (long long)bad); }
+    }
+    free(tmp);
+    return 0;
+}
+
+/* A dense matrix at the DENSE_BITS of this run. */
+static int model_load_mat(coli_model *m, qt_tensor *W, const char *name, int64_t O, int64_t I) {
+    return model_load_qmat(m, W, name, O, I, m->dense_bits, m->group_size);
+}
+
+/* A matrix that always stays f32 (router, indexer head weights). */
+static int model_load_f32mat(coli_model *m, qt_tensor *W, const char *name, int64_t O, int64_t I) {
+    return model_load_qmat(m, W, name, O, I, 0, 0);
 }
 
 static int model_load_layer(coli_model *m, int l) {
@@ -467,7 +545,7 @@ static int model_load_layer(coli_model *m, int l) {
     if (c->idx_full[l] &&
         (model_load_mat(m, &L->iq, NM("self_attn.indexer.wq_b.weight"), (int64_t)c->index_heads * c->index_dim, c->q_lora) ||
          model_load_mat(m, &L->ik, NM("self_attn.indexer.wk.weight"), c->index_dim, c->dim) ||
-         model_load_mat(m, &L->iw, NM("self_attn.indexer.weights_proj.weight"), c->index_heads, c->dim) ||
+         model_load_f32mat(m, &L->iw, NM("self_attn.indexer.weights_proj.weight"), c->index_heads, c->dim) ||
          !(L->ik_norm_w = model_load_f32(m, NM("self_attn.indexer.k_norm.weight"), c->index_dim, 0)) ||
          !(L->ik_norm_b = model_load_f32(m, NM("self_attn.indexer.k_norm.bias"), c->index_dim, 0))))
         return -1;
@@ -504,16 +582,28 @@ static int moe_layer(const coli_config *c, int k) {
     return -1;
 }
 
-/* Converts an expert's float matrices (bf16/f16 sources) to f32. */
-static void expert_convert(void *ud, int k, int e, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem) {
+/* Converts an expert's float matrices (f32/bf16/f16 on disk) to the
+ * layer's memory format: f32, or quantized at load time with the one
+ * quantizer. `f` is a per-thread f32 buffer of the largest matrix. */
+static void expert_convert(void *ud, int k, int e, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem, float *f) {
     const xs_store *x = (const xs_store *)ud;
+    const xs_layout *L = &x->lay[k];
     (void)e;
-    for (int p = 0; p < 3; p++) st_convert_f32_(w[p]->dtype, raw[p], (float *)(mem + x->lay[k].fixed[p]), (size_t)w[p]->numel);
+    for (int p = 0; p < 3; p++) {
+        if (L->fmt[p] == QT_F32) {
+            st_convert_f32_(w[p]->dtype, raw[p], (float *)(mem + L->fixed[p]), (size_t)w[p]->numel);
+            continue;
+        }
+        st_convert_f32_(w[p]->dtype, raw[p], f, (size_t)w[p]->numel);
+        qt_quantize(f, L->O[p], L->I[p], L->fmt[p], L->gs[p], mem + L->fixed[p], (float *)(mem + L->s_off[p]));
+    }
 }
 
 /* Finds and validates every routed expert's tensors (headers only) and
- * fixes each layer's in-memory layout: f32 gate | up | down, read as is
- * when the shard holds f32, converted on read otherwise. */
+ * fixes each layer's in-memory layout. A quantized container (weights with
+ * .qs scales) is used as stored, its format told by byte counts and the
+ * same for every expert of a layer; float experts become f32, or are
+ * quantized on read at EXPERT_BITS. */
 static int experts_locate(coli_model *m, int direct) {
     coli_config *c = &m->c;
     xs_store *x = &m->xs;
@@ -524,18 +614,38 @@ static int experts_locate(coli_model *m, int direct) {
         int l = moe_layer(c, k);
         xs_layout *L = &x->lay[k];
         int64_t O[3] = {c->moe_inter, c->moe_inter, c->dim}, I[3] = {c->dim, c->dim, c->moe_inter};
-        for (int p = 0; p < 3; p++) L->O[p] = O[p], L->I[p] = I[p], L->fmt[p] = QT_F32, L->gs[p] = 0;
-        L->raw = 1;
+        int quantized = -1;
         for (int e = 0; e < c->n_experts; e++) {
-            const st_tensor *w[3];
+            const st_tensor *w[3], *sc[3];
             for (int p = 0; p < 3; p++) {
-                char n[256];
+                char n[256], qn[260], why[300];
                 snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[p]);
-                if (!(w[p] = model_tensor(m, n, O[p], I[p]))) return -1;
-                if (w[p]->dtype != ST_F32) L->raw = 0; /* converted on read */
+                snprintf(qn, sizeof qn, "%s.qs", n);
+                sc[p] = st_find(&m->st, qn);
+                if (quantized < 0) quantized = sc[p] != NULL;
+                if (quantized != (sc[p] != NULL))
+                    return model_fail(m, "tensor '%s' %s a .qs scale companion, unlike the other experts of layer %d", n, sc[p] ? "has" : "lacks", l);
+                if (!quantized) {
+                    if (!(w[p] = model_tensor(m, n, O[p], I[p]))) return -1;
+                    if (e == 0) L->O[p] = O[p], L->I[p] = I[p], L->fmt[p] = bits_fmt(m->expert_bits, m->group_size), L->gs[p] = L->fmt[p] == QT_I4G ? m->group_size : 0;
+                    if (e == 0 && p == 0) L->raw = L->fmt[0] == QT_F32;
+                    if (w[p]->dtype != ST_F32 || L->fmt[p] != QT_F32) L->raw = 0; /* converted on read */
+                    continue;
+                }
+                if (!(w[p] = st_find(&m->st, n))) return model_fail(m, "tensor '%s' not found in the model's safetensors files", n);
+                if ((w[p]->dtype != ST_U8 && w[p]->dtype != ST_I8) || sc[p]->dtype != ST_F32)
+                    return model_fail(m, "%s: tensor '%s': quantized weights must be U8 with F32 .qs scales", tensor_path(m, w[p]), n);
+                qt_fmt f;
+                int gs;
+                if (qt_resolve(O[p], I[p], w[p]->nbytes, sc[p]->nbytes, &f, &gs, why, sizeof why))
+                    return model_fail(m, "%s: tensor '%s': %s", tensor_path(m, w[p]), n, why);
+                if (e == 0) L->O[p] = O[p], L->I[p] = I[p], L->fmt[p] = f, L->gs[p] = gs, L->raw = 1;
+                else if (f != L->fmt[p] || gs != L->gs[p])
+                    return model_fail(m, "%s: tensor '%s' is %s but expert 0 of layer %d is %s", tensor_path(m, w[p]), n, qt_fmt_name(f), l, qt_fmt_name(L->fmt[p]));
             }
-            xs_locate(x, k, e, w, NULL);
+            xs_locate(x, k, e, w, quantized ? sc : NULL);
         }
+        if (quantized || L->fmt[0] != QT_F32) m->any_int |= L->fmt[0] != QT_F32 || L->fmt[1] != QT_F32 || L->fmt[2] != QT_F32;
         xs_set_layout(x, k, direct);
     }
     return 0;
@@ -606,13 +716,16 @@ static int scratch_init(coli_model *m, int max_s) {
     s->route_tmp = F(2 * (size_t)c->n_experts + c->n_group);
     s->rows = I(S * c->topk);
     s->yk = F(S * c->topk * c->dim);
+    s->hlat = F((size_t)c->n_heads * S * c->kv_lora);
+    s->hout = F(S * c->v_head);
+    s->hkv = F((size_t)ctx * ((size_t)c->qk_nope + c->v_head));
     s->uniq = I(c->n_experts);
     s->used = (uint8_t *)model_alloc(m, (size_t)c->n_experts, w);
     s->cos = F((size_t)ctx * half);
     s->sin = F((size_t)ctx * half);
-    /* per thread: K|V of one head for every key (reconstruct), key scores,
-     * a latent accumulator and absorbed query, and a quickselect copy */
-    s->thr_floats = (size_t)ctx * ((size_t)c->qk_nope + c->v_head) + 2 * (size_t)ctx + 2 * (size_t)c->kv_lora + 16;
+    /* per thread: key scores (and a quickselect copy for the indexer) and
+     * an absorbed query */
+    s->thr_floats = 2 * (size_t)ctx + (size_t)c->kv_lora + 16;
     if (m->measure) *w += (uint64_t)nt * s->thr_floats * 4;
 #undef F
 #undef I
@@ -623,7 +736,8 @@ static int scratch_init(coli_model *m, int max_s) {
     s->thr = (float **)calloc((size_t)nt, sizeof(float *));
     if (!s->x || !s->a || !s->qlat || !s->q || !s->ckv || !s->attn || !s->tmp || !s->mlp_g || !s->mlp_u || !s->moe_acc ||
         !s->qi || !s->iw || !s->rlogit || !s->xs || !s->ys || !s->eg || !s->eu || !s->logits || !s->sel || !s->nsel ||
-        !s->route_e || !s->route_w || !s->route_tmp || !s->rows || !s->yk || !s->uniq || !s->used || !s->cos || !s->sin || !s->thr)
+        !s->route_e || !s->route_w || !s->route_tmp || !s->rows || !s->yk || !s->uniq || !s->used || !s->cos || !s->sin || !s->thr ||
+        !s->hlat || !s->hout || !s->hkv)
         return model_fail(m, "out of memory for activations (UBATCH=%d)", max_s);
     for (int t = 0; t < nt; t++)
         if (!(s->thr[t] = falloc(s->thr_floats))) return model_fail(m, "out of memory for thread scratch");
@@ -648,6 +762,9 @@ static void scratch_free(coli_scratch *s) {
     free(s->route_e);
     free(s->rows);
     free(s->yk);
+    free(s->hlat);
+    free(s->hout);
+    free(s->hkv);
     free(s->uniq);
     free(s->used);
     if (s->thr)
@@ -672,6 +789,8 @@ typedef struct {
     int pilot, pilot_real, pilot_k;
     int mlock, numa;
     int weights_given;      /* COLI_DISK_WEIGHTS set */
+    int simd, idot;         /* kernel level (-1 = best), integer dot products */
+    int dense_bits, expert_bits, group_size; /* load-time quantization (0 = keep) */
 } coli_opts;
 
 #define PIN_GB_ALL (-2.0)
@@ -689,11 +808,12 @@ static void model_free(coli_model *m) {
                 if (p[i] != (void *)measure_dummy) free(p[i]);
         }
     free(m->L);
-    if (m->embed != measure_dummy) free(m->embed);
+    if (m->embed.w != (const void *)measure_dummy) free((void *)m->embed.w);
     if (m->final_norm != measure_dummy) free(m->final_norm);
     if (!m->c.tie_embed && m->lm_head.w != (const void *)measure_dummy) free((void *)m->lm_head.w);
     xs_free(&m->xs);
     io_close(&m->io);
+    mm_free(&m->mm);
     free(m->pred);
     free(m->pinned);
     free(m->swaps);
@@ -712,11 +832,13 @@ static void model_free(coli_model *m) {
  * pass only counted. */
 static int model_load_dense(coli_model *m) {
     coli_config *c = &m->c;
-    if (!(m->embed = model_load_f32(m, "model.embed_tokens.weight", c->vocab, c->dim)) ||
+    /* embedding and lm_head follow DENSE_BITS only below 8 bits */
+    int io_bits = m->dense_bits && m->dense_bits < 8 ? m->dense_bits : 0;
+    if (model_load_qmat(m, &m->embed, "model.embed_tokens.weight", c->vocab, c->dim, io_bits, m->group_size) ||
         !(m->final_norm = model_load_f32(m, "model.norm.weight", c->dim, 0)))
         return -1;
-    if (c->tie_embed) m->lm_head = (qt_tensor){QT_F32, c->vocab, c->dim, m->embed, NULL, 0};
-    else if (model_load_mat(m, &m->lm_head, "lm_head.weight", c->vocab, c->dim)) return -1;
+    if (c->tie_embed) m->lm_head = m->embed;
+    else if (model_load_qmat(m, &m->lm_head, "lm_head.weight", c->vocab, c->dim, io_bits, m->group_size)) return -1;
     for (int l = 0; l < c->n_layers; l++)
         if (model_load_layer(m, l)) return -1;
     return 0;
@@ -769,7 +891,11 @@ static int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_want) {
     m->budget = o->ram_gb > 0 ? (uint64_t)(o->ram_gb * GB) : (uint64_t)(0.9 * (double)avail);
     int convert = 0;
     for (int k = 0; k < m->xs.n_layers; k++) convert |= !m->xs.lay[k].raw;
-    size_t staging = convert ? xs_staging_bytes(&m->xs) : 0;
+    size_t staging = 0;
+    if (convert) {
+        size_t mat = (size_t)c->moe_inter * (size_t)c->dim * 4;
+        staging = xs_staging_bytes(&m->xs) + mat;
+    }
     tier_budget b = {.ram = m->budget, .dense = m->dense_bytes, .kv = m->kv_bytes,
                      .work = m->work_bytes + (uint64_t)staging * coli_nthreads(), .reserve = m->budget / 20,
                      .expert = xs_max_expert_bytes(&m->xs), .moe_layers = m->xs.n_layers, .n_experts = c->n_experts,
@@ -873,6 +999,7 @@ static int numa_usable(void) {
 static int model_setup(coli_model *m, const coli_opts *o, const uint64_t *hist) {
     coli_config *c = &m->c;
     m->numa = o->numa && numa_usable();
+    m->dense_bits = o->dense_bits, m->expert_bits = o->expert_bits, m->group_size = o->group_size;
     int ctx = o->ctx < c->max_pos ? o->ctx : c->max_pos;
     m->absorb = o->absorb;
     m->ubatch = o->ubatch;
@@ -889,8 +1016,13 @@ static int model_setup(coli_model *m, const coli_opts *o, const uint64_t *hist) 
     if (model_plan(m, o, pin_want)) return -1;
     m->measure = 0;
     memset(m->L, 0, (size_t)c->n_layers * sizeof(coli_layer));
-    m->embed = m->final_norm = NULL;
-    m->lm_head.w = NULL;
+    m->final_norm = NULL;
+    memset(&m->embed, 0, sizeof m->embed), memset(&m->lm_head, 0, sizeof m->lm_head);
+    int64_t cols = c->dim;
+    int64_t dims[] = {c->q_lora, c->kv_lora, (int64_t)c->n_heads * c->v_head, c->inter, (int64_t)c->moe_inter * c->n_shared};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) cols = dims[i] > cols ? dims[i] : cols;
+    char err[300];
+    if (mm_init(&m->mm, o->simd, o->idot, o->ubatch, cols, err, sizeof err)) return model_fail(m, "SIMD: %s", err);
     if (model_load_dense(m) || kv_init(m, ctx) || scratch_init(m, o->ubatch)) return -1;
     if (model_io_open(m, o)) return -1;
     if (xs_alloc_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
@@ -1051,9 +1183,9 @@ static void fwd_indexer(coli_model *m, int l, int S, int pos) {
     coli_scratch *sc = &m->sc;
     int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, k = c->index_topk;
     float *kc = m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * id;
-    mm_matmul(&L->iq, sc->qlat, S, sc->qi);
-    mm_matmul(&L->ik, sc->a, S, sc->tmp); /* tmp: [S][id] raw keys */
-    mm_matmul(&L->iw, sc->a, S, sc->iw);
+    mm_matmul(&m->mm, &L->iq, sc->qlat, S, sc->qi);
+    mm_matmul(&m->mm, &L->ik, sc->a, S, sc->tmp); /* tmp: [S][id] raw keys */
+    mm_matmul(&m->mm, &L->iw, sc->a, S, sc->iw);
     float wscale = 1.0f / sqrtf((float)ih), sscale = 1.0f / sqrtf((float)id);
     for (int s = 0; s < S; s++) {
         int p = pos + s;
@@ -1083,10 +1215,12 @@ static void fwd_indexer(coli_model *m, int l, int S, int pos) {
     }
 }
 
-/* Attention of one head h for query row s over the kept keys, absorbed: the
- * query is pulled into the latent space (q_nope · W_UK), scored against the
- * cached latents, and the weighted latent is expanded by W_UV. */
-static void attn_head_absorbed(coli_model *m, int l, int s, int pos, int h, float *thr) {
+/* Absorbed attention of head h for query row s over the kept keys: the
+ * query is pulled into the latent space (q_nope · W_UK, a transposed
+ * product over kv_b's rows), scored against the cached latents, and the
+ * weighted latent is written to out[kv_lora]; the caller expands it by W_UV.
+ * Reentrant: per-thread scratch thr. */
+static void attn_head_latent(coli_model *m, int l, int s, int pos, int h, float *thr, float *out) {
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
     const coli_layer *L = &m->L[l];
@@ -1095,58 +1229,45 @@ static void attn_head_absorbed(coli_model *m, int l, int s, int pos, int h, floa
     const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
     int n = sc->nsel[s] < 0 ? T : sc->nsel[s];
     const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
-    float *score = thr, *qa = thr + m->kv.ctx, *ctxl = qa + kvl;
-    qt_tensor uk = qt_rows(&L->kv_b, (int64_t)h * kvw, nope), uv = qt_rows(&L->kv_b, (int64_t)h * kvw + nope, c->v_head);
-    memset(qa, 0, (size_t)kvl * 4);
-    for (int r = 0; r < nope; r++) {
-        const float *wr = (const float *)uk.w + (size_t)r * kvl;
-        float qr = q[r];
-        for (int j = 0; j < kvl; j++) qa[j] += qr * wr[j];
-    }
+    float *score = thr, *qa = thr + m->kv.ctx;
+    qt_tensor uk = qt_rows(&L->kv_b, (int64_t)h * kvw, nope);
+    mm_matvec_t(&m->mm, &uk, q, qa);
     float scale = 1.0f / sqrtf((float)c->qk_head);
     for (int i = 0; i < n; i++) {
         int t = sel ? sel[i] : i;
         score[i] = (mm_dot_f32(qa, lat + (size_t)t * kvl, kvl) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
     }
     softmax(score, n);
-    memset(ctxl, 0, (size_t)kvl * 4);
+    memset(out, 0, (size_t)kvl * 4);
     for (int i = 0; i < n; i++) {
         const float *lt = lat + (size_t)(sel ? sel[i] : i) * kvl;
         float p = score[i];
-        for (int j = 0; j < kvl; j++) ctxl[j] += p * lt[j];
+        for (int j = 0; j < kvl; j++) out[j] += p * lt[j];
     }
-    mm_matmul(&uv, ctxl, 1, sc->attn + ((size_t)s * c->n_heads + h) * c->v_head);
 }
 
-/* Attention of head h for rows [0, S), reconstructed: K_nope and V of every
- * cached key are expanded from the latents by kv_b, then ordinary attention
- * over each row's kept keys. */
-static void attn_head_reconstruct(coli_model *m, int l, int S, int pos, int h, float *thr) {
+/* Ordinary attention of head h for query row s over the kept keys, with
+ * K_nope | V of every key already expanded in kv[t][nope + v]. */
+static void attn_head_rows(coli_model *m, int l, int s, int pos, int h, const float *kv, float *score) {
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
-    const coli_layer *L = &m->L[l];
-    int T = pos + S, kvl = c->kv_lora, nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head, vh = c->v_head;
-    const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl, *kr = m->kv.rope + (size_t)l * m->kv.ctx * rd;
-    float *kv = thr, *score = thr + (size_t)m->kv.ctx * kvw;
-    qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);
-    mm_matmul(&w, lat, T, kv); /* kv[t] = [k_nope | v] */
+    int nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head, vh = c->v_head;
+    const float *kr = m->kv.rope + (size_t)l * m->kv.ctx * rd;
+    const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
+    int Ts = pos + s + 1, n = sc->nsel[s] < 0 ? Ts : sc->nsel[s];
+    const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
     float scale = 1.0f / sqrtf((float)c->qk_head);
-    for (int s = 0; s < S; s++) {
-        const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
-        int Ts = pos + s + 1, n = sc->nsel[s] < 0 ? Ts : sc->nsel[s];
-        const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
-        for (int i = 0; i < n; i++) {
-            int t = sel ? sel[i] : i;
-            score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
-        }
-        softmax(score, n);
-        float *o = sc->attn + ((size_t)s * c->n_heads + h) * vh;
-        memset(o, 0, (size_t)vh * 4);
-        for (int i = 0; i < n; i++) {
-            const float *v = kv + (size_t)(sel ? sel[i] : i) * kvw + nope;
-            float p = score[i];
-            for (int j = 0; j < vh; j++) o[j] += p * v[j];
-        }
+    for (int i = 0; i < n; i++) {
+        int t = sel ? sel[i] : i;
+        score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
+    }
+    softmax(score, n);
+    float *o = sc->attn + ((size_t)s * c->n_heads + h) * vh;
+    memset(o, 0, (size_t)vh * 4);
+    for (int i = 0; i < n; i++) {
+        const float *v = kv + (size_t)(sel ? sel[i] : i) * kvw + nope;
+        float p = score[i];
+        for (int j = 0; j < vh; j++) o[j] += p * v[j];
     }
 }
 
@@ -1167,10 +1288,10 @@ static void fwd_attention(coli_model *m, int l, int S, int pos) {
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     int half = c->qk_rope / 2, kvl = c->kv_lora, rd = c->qk_rope, H = c->n_heads;
-    mm_matmul(&L->q_a, sc->a, S, sc->qlat);
+    mm_matmul(&m->mm, &L->q_a, sc->a, S, sc->qlat);
     for (int s = 0; s < S; s++) rmsnorm(sc->qlat + (size_t)s * c->q_lora, sc->qlat + (size_t)s * c->q_lora, L->q_a_norm, c->q_lora, 1e-6f);
-    mm_matmul(&L->q_b, sc->qlat, S, sc->q);
-    mm_matmul(&L->kv_a, sc->a, S, sc->ckv);
+    mm_matmul(&m->mm, &L->q_b, sc->qlat, S, sc->q);
+    mm_matmul(&m->mm, &L->kv_a, sc->a, S, sc->ckv);
     for (int s = 0; s < S; s++) {
         int p = pos + s;
         const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
@@ -1183,26 +1304,39 @@ static void fwd_attention(coli_model *m, int l, int S, int pos) {
     }
     if (c->idx_full[l]) fwd_indexer(m, l, S, pos); /* shared layers keep the last full layer's choice */
     int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, S) : m->absorb;
-    /* small problems run on one thread: a parallel region costs more than it saves */
+    /* Matmuls (which may use the shared IDOT scratch) run outside parallel
+     * regions; small problems stay on one thread, where a parallel region
+     * costs more than it saves. */
     double work = (double)S * H * (pos + S) * (kvl + rd);
+    int vh = c->v_head, kvw = c->qk_nope + vh;
     if (absorbed) {
 #pragma omp parallel for schedule(dynamic) collapse(2) if (work > 2e5)
-        for (int s = 0; s < S; s++)
-            for (int h = 0; h < H; h++) attn_head_absorbed(m, l, s, pos, h, sc->thr[coli_thread_id()]);
+        for (int h = 0; h < H; h++)
+            for (int s = 0; s < S; s++) attn_head_latent(m, l, s, pos, h, sc->thr[coli_thread_id()], sc->hlat + ((size_t)h * S + s) * kvl);
+        for (int h = 0; h < H; h++) { /* expand each head's latents by W_UV */
+            qt_tensor uv = qt_rows(&L->kv_b, (int64_t)h * kvw + c->qk_nope, vh);
+            mm_matmul(&m->mm, &uv, sc->hlat + (size_t)h * S * kvl, S, sc->hout);
+            for (int s = 0; s < S; s++) memcpy(sc->attn + ((size_t)s * H + h) * vh, sc->hout + (size_t)s * vh, (size_t)vh * 4);
+        }
     } else {
-#pragma omp parallel for schedule(dynamic) if (work > 2e5)
-        for (int h = 0; h < H; h++) attn_head_reconstruct(m, l, S, pos, h, sc->thr[coli_thread_id()]);
+        const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl;
+        for (int h = 0; h < H; h++) {
+            qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);
+            mm_matmul(&m->mm, &w, lat, pos + S, sc->hkv); /* hkv[t] = [k_nope | v] for every key */
+#pragma omp parallel for schedule(dynamic) if (work > 2e5 * H)
+            for (int s = 0; s < S; s++) attn_head_rows(m, l, s, pos, h, sc->hkv, sc->thr[coli_thread_id()]);
+        }
     }
-    mm_matmul(&L->o, sc->attn, S, sc->tmp);
+    mm_matmul(&m->mm, &L->o, sc->attn, S, sc->tmp);
 }
 
 /* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down. */
-static void mlp(const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, const float *x, int S, float *g, float *u, float *y) {
+static void mlp(mm_ctx *mc, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, const float *x, int S, float *g, float *u, float *y) {
     int64_t I = gate->O;
-    mm_matmul(gate, x, S, g);
-    mm_matmul(up, x, S, u);
+    mm_matmul(mc, gate, x, S, g);
+    mm_matmul(mc, up, x, S, u);
     for (int64_t i = 0; i < (int64_t)S * I; i++) g[i] = silu(g[i]) * u[i];
-    mm_matmul(down, g, S, y);
+    mm_matmul(mc, down, g, S, y);
 }
 
 /* Router for one row: sigmoid scores, correction bias for the choice only,
@@ -1294,7 +1428,7 @@ static int fwd_moe(coli_model *m, int l, int S) {
         for (int i = 0; i < S * K; i++)
             if (sc->route_e[i] == jb->e) sc->rows[n++] = i;
         for (int r = 0; r < n; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
-        mlp(&jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
+        mlp(&m->mm, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
         for (int r = 0; r < n; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
         xs_done(x, mk, j);
         tel_lap(&m->tel, TEL_EXPERT_MM);
@@ -1308,7 +1442,7 @@ static int fwd_moe(coli_model *m, int l, int S) {
             for (int d = 0; d < D; d++) acc[d] += wt * y[d];
         }
     if (c->n_shared) {
-        mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        mlp(&m->mm, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
         for (size_t i = 0; i < (size_t)S * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
     } else memcpy(sc->tmp, sc->moe_acc, (size_t)S * D * 4);
     tel_lap(&m->tel, TEL_DENSE_MM);
@@ -1353,7 +1487,7 @@ static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) 
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
     int D = c->dim;
-    for (int s = 0; s < S; s++) memcpy(sc->x + (size_t)s * D, m->embed + (size_t)tok[s] * D, (size_t)D * 4);
+    for (int s = 0; s < S; s++) qt_dequant_row(&m->embed, tok[s], sc->x + (size_t)s * D);
     for (int l = 0; l < c->n_layers; l++) {
         coli_layer *L = &m->L[l];
         for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->in_norm, D, c->rms_eps);
@@ -1368,14 +1502,14 @@ static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) 
         if (c->moe[l]) {
             if (fwd_moe(m, l, S)) return -1;
         } else {
-            mlp(&L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+            mlp(&m->mm, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
             tel_lap(&m->tel, TEL_DENSE_MM);
         }
         for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
     }
     int r0 = out ? 0 : S - 1, n = out ? S : 1;
     for (int s = 0; s < n; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)(r0 + s) * D, m->final_norm, D, c->rms_eps);
-    mm_matmul(&m->lm_head, sc->a, n, out ? out : sc->logits);
+    mm_matmul(&m->mm, &m->lm_head, sc->a, n, out ? out : sc->logits);
     tel_lap(&m->tel, TEL_DENSE_MM);
     return 0;
 }
@@ -1535,7 +1669,12 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
     return 0;
 }
 
-static int oracle_pass(const coli_oracle_result *o) {
+/* Exact mode (float arithmetic): every argmax equal, logits within
+ * ORACLE_TOL, the greedy continuation identical. With IDOT on integer
+ * weights the activations are rounded to int8, so only agreement of the
+ * teacher-forced argmax is required: at least 90%. */
+static int oracle_pass(const coli_oracle_result *o, int approximate) {
+    if (approximate) return o->tf_ok * 10 >= o->tf_n * 9 && isfinite(o->tf_diff);
     return o->tf_ok == o->tf_n && o->greedy_ok == o->greedy_n && o->tf_diff <= ORACLE_TOL && o->greedy_diff <= ORACLE_TOL;
 }
 
@@ -1607,6 +1746,16 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     o->io.workers = (int)env_i(e, "PIPE_WORKERS"), o->io.fail_at = env_i(e, "COLI_IO_FAULT");
     o->pilot = (int)env_i(e, "PILOT"), o->pilot_real = (int)env_i(e, "PILOT_REAL"), o->pilot_k = (int)env_i(e, "PILOT_K");
     o->mlock = (int)env_i(e, "MLOCK"), o->numa = (int)env_i(e, "COLI_NUMA");
+    static const int bits[] = {2, 4, 8, 0}; /* choices 2|4|8|16; 16 keeps floats as f32 */
+    o->dense_bits = bits[env_i(e, "DENSE_BITS")], o->expert_bits = bits[env_i(e, "EXPERT_BITS")];
+    o->group_size = (int)env_i(e, "GROUP_SIZE");
+    if (o->group_size && (o->group_size % 16 || o->group_size < 16))
+        return snprintf(err, errlen, "GROUP_SIZE=%d is invalid: expected 0 (per row) or a multiple of 16 in [16, 256]", o->group_size), -1;
+    o->idot = (int)env_i(e, "IDOT");
+    const char *simd = env_v(e, "SIMD")->s;
+    o->simd = strcmp(simd, "auto") ? mm_level_parse(simd) : -1;
+    if (o->simd >= 0 && !mm_level_ok(o->simd))
+        return snprintf(err, errlen, "SIMD=%s: this CPU lacks %s (best here: %s)", simd, mm_level_needs(o->simd), mm_level_name(mm_best_level())), -1;
     if (o->io.mmap && (uring == 2 || o->io.direct || o->pilot_real))
         return snprintf(err, errlen, "COLI_MMAP=1 uses experts in place, so it cannot be combined with %s", uring == 2 ? "URING=1" : o->io.direct ? "DIRECT=1" : "PILOT_REAL=1"), -1;
     if (uring == 2 && !io_have_uring())
@@ -1652,8 +1801,6 @@ static void usage(FILE *f) {
         fprintf(f, "  %-20s default %-6s %s\n", env_knobs[i].name, env_knobs[i].def ? env_knobs[i].def : "unset", env_knobs[i].doc);
 }
 
-static const char *kernel_name(void) { return "scalar f32"; }
-
 /* Bytes as "12.3 GB" / "4.5 MB" / "678 KB" (decimal units). */
 static const char *fmt_bytes(char *buf, size_t n, double b) {
     if (b >= 1e9) snprintf(buf, n, "%.2f GB", b / 1e9);
@@ -1668,9 +1815,14 @@ static void print_startup(const coli_model *m, const char *dir) {
     int nd = 0, nf = 0, pinned = 0;
     for (int l = 0; l < c->n_layers; l++) nd += !c->moe[l], nf += c->idx_full[l];
     for (int k = 0; k < x->n_layers; k++) pinned += x->n_pinned[k];
+    const xs_layout *L0 = x->n_layers ? &x->lay[0] : NULL;
+    char ef[64] = "none";
+    if (L0) snprintf(ef, sizeof ef, "%s%s%.0d", qt_fmt_name(L0->fmt[0]), L0->gs[0] ? " g" : "", L0->gs[0]);
     fprintf(stderr,
-            "colibri: %s | glm_moe_dsa, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | ctx %d | kernel %s | %d threads\n",
-            dir, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, m->kv.ctx, kernel_name(), coli_nthreads());
+            "colibri: %s | glm_moe_dsa, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | attention %s, experts %s | "
+            "ctx %d | kernel %s, IDOT %s | %d threads\n",
+            dir, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, qt_fmt_name(m->L[0].q_a.fmt), ef, m->kv.ctx,
+            mm_level_name(m->mm.level), m->mm.idot ? "on" : "off", coli_nthreads());
     char b[8][32];
     uint64_t pin_bytes = 0;
     for (int k = 0; k < x->n_layers; k++) pin_bytes += (uint64_t)x->n_pinned[k] * xs_expert_bytes(x, k);
@@ -1735,13 +1887,14 @@ static int run_oracle(coli_model *m, const char *dir) {
         return EXIT_INPUT;
     }
     print_end(m);
-    int pass = oracle_pass(&o);
-    printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e; greedy %d/%d, max |dlogit| %.1e -- %s\n", o.tf_ok, o.tf_n,
-           o.tf_diff, o.greedy_ok, o.greedy_n, o.greedy_diff, pass ? "PASS" : "FAIL");
+    int approx = m->mm.idot && m->any_int, pass = oracle_pass(&o, approx);
+    printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e; greedy %d/%d, max |dlogit| %.1e%s -- %s\n", o.tf_ok, o.tf_n,
+           o.tf_diff, o.greedy_ok, o.greedy_n, o.greedy_diff, approx ? " (IDOT on integer weights: needs 90% argmax)" : "",
+           pass ? "PASS" : "FAIL");
     if (!pass) {
         if (o.first_bad_tf >= 0) fprintf(stderr, "colibri: first teacher-forced mismatch at position %d\n", o.first_bad_tf);
         if (o.first_bad_greedy >= 0) fprintf(stderr, "colibri: first greedy mismatch at step %d (expected token %d)\n", o.first_bad_greedy, r.greedy[o.first_bad_greedy]);
-        if (o.tf_diff > ORACLE_TOL || o.greedy_diff > ORACLE_TOL) fprintf(stderr, "colibri: logits differ by more than %.0e\n", ORACLE_TOL);
+        if (!approx && (o.tf_diff > ORACLE_TOL || o.greedy_diff > ORACLE_TOL)) fprintf(stderr, "colibri: logits differ by more than %.0e\n", ORACLE_TOL);
     }
     ref_free(&r);
     return pass ? 0 : EXIT_MISMATCH;

@@ -67,7 +67,9 @@ typedef struct {
     qt_tensor view[3];
 } xs_job;
 
-typedef void (*xs_convert_fn)(void *ud, int k, int e, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem);
+/* Converts an expert's raw float matrices to the layer's memory format;
+ * f is a per-thread f32 buffer of the largest matrix. */
+typedef void (*xs_convert_fn)(void *ud, int k, int e, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem, float *f);
 
 typedef struct {
     int n_layers, n_experts;
@@ -93,7 +95,8 @@ typedef struct {
     io_req **pending;        /* scratch for waits */
     uint8_t *pending_done;
     uint8_t **staging;       /* per thread: raw bytes of one expert, for conversions */
-    size_t staging_len;
+    float **fbuf;            /* per thread: one matrix in f32, for quantizing on read */
+    size_t staging_len, fbuf_len;
     int n_staging;
     xs_convert_fn convert;   /* non-raw layouts: disk bytes → memory format */
     void *convert_ud;
@@ -136,8 +139,9 @@ static inline int xs_init(xs_store *x, const st_index *st, int n_layers, int n_e
     x->pending_done = (uint8_t *)calloc((size_t)n_experts * 4 + 1, 1);
     x->n_staging = threads < 1 ? 1 : threads;
     x->staging = (uint8_t **)calloc((size_t)x->n_staging, sizeof(uint8_t *));
+    x->fbuf = (float **)calloc((size_t)x->n_staging, sizeof(float *));
     if (!x->lay || !x->loc || !x->pin || !x->pin_view || !x->predicted || !x->count || !x->heat || !x->last || !x->arena ||
-        !x->n_pinned || !x->jobs || !x->pending || !x->pending_done || !x->staging)
+        !x->n_pinned || !x->jobs || !x->pending || !x->pending_done || !x->staging || !x->fbuf)
         return xs_fail(x, "out of memory for the expert store");
     for (size_t i = 0; i < ne; i++) x->pin[i] = -1;
     return 0;
@@ -201,7 +205,8 @@ static inline uint64_t xs_disk_bytes(const xs_store *x, int k, int e) {
     return b;
 }
 
-/* Staging bytes a conversion needs (the largest raw span or matrix set). */
+/* Staging bytes a conversion needs per thread (the raw bytes of the three
+ * matrices; the f32 buffer for quantizing on read comes on top). */
 static inline size_t xs_staging_bytes(const xs_store *x) {
     size_t s = 0;
     for (size_t i = 0; i < (size_t)x->n_layers * x->n_experts; i++) {
@@ -226,8 +231,14 @@ static inline int xs_alloc_cache(xs_store *x, io_ctx *io, int slots) {
     int convert = 0;
     for (int k = 0; k < x->n_layers; k++) convert |= !x->lay[k].raw;
     x->staging_len = convert ? xs_staging_bytes(x) : 0;
+    for (int k = 0; convert && k < x->n_layers; k++)
+        for (int p = 0; p < 3; p++) {
+            size_t n = (size_t)x->lay[k].O[p] * (size_t)x->lay[k].I[p];
+            x->fbuf_len = n > x->fbuf_len ? n : x->fbuf_len;
+        }
     for (int t = 0; t < x->n_staging && x->staging_len; t++)
-        if (!(x->staging[t] = (uint8_t *)compat_aligned_alloc(IO_ALIGN, x->staging_len + IO_SLACK)))
+        if (!(x->staging[t] = (uint8_t *)compat_aligned_alloc(IO_ALIGN, x->staging_len + IO_SLACK)) ||
+            !(x->fbuf[t] = (float *)compat_aligned_alloc(64, x->fbuf_len * 4)))
             return xs_fail(x, "out of memory for expert staging");
     return 0;
 }
@@ -308,7 +319,7 @@ static inline int xs_read_sync(xs_store *x, int k, int e, uint8_t *mem, int thre
         *bytes += q.len;
         off = xs_align_up(off + (size_t)l->w[p]->nbytes, 64);
     }
-    x->convert(x->convert_ud, k, e, raw, l->w, mem);
+    x->convert(x->convert_ud, k, e, raw, l->w, mem, x->fbuf[thread]);
     const float *s[3];
     for (int p = 0; p < 3; p++) s[p] = L->s_count[p] ? (const float *)(mem + L->s_off[p]) : NULL;
     xs_make_views(x, k, e, mem, 0, s, view);
@@ -707,7 +718,9 @@ static inline void xs_free(xs_store *x) {
         for (int k = 0; k < x->n_layers; k++) free(x->arena[k]);
     if (x->staging)
         for (int t = 0; t < x->n_staging; t++) free(x->staging[t]);
-    void *p[] = {x->lru, x->slot, x->arena, x->staging, x->n_pinned, x->lay, x->loc, x->pin, x->pin_view, x->predicted,
+    if (x->fbuf)
+        for (int t = 0; t < x->n_staging; t++) free(x->fbuf[t]);
+    void *p[] = {x->lru, x->slot, x->arena, x->staging, x->fbuf, x->n_pinned, x->lay, x->loc, x->pin, x->pin_view, x->predicted,
                  x->count, x->heat, x->last, x->jobs, x->pending, x->pending_done};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(x, 0, sizeof *x);
