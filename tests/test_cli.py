@@ -73,6 +73,25 @@ class Oracle(unittest.TestCase):
                 outs.add(out)
             self.assertEqual(len(outs), 1, outs)
 
+    def test_every_kernel_level(self):
+        """Each x86 level this CPU has passes the oracle; with integer weights
+        and IDOT every level gives the same bytes (integer dot products)."""
+        d = os.path.join(FIXTURES, ORACLES[0])
+        outs, ran = set(), []
+        for level in ("scalar", "avx2", "avxvnni", "avx512", "avx512vnni"):
+            rc, out, err = run(d, {"SIMD": level, "USAGE_SAVE": "0"})
+            if rc == 2 and "this CPU lacks" in err:
+                continue
+            self.assertEqual(rc, 0, level + ": " + err)
+            self.assertIn("PASS", out)
+            ran.append(level)
+            rc, out, err = run(d, {"SIMD": level, "USAGE_SAVE": "0", "EXPERT_BITS": "4", "GROUP_SIZE": "16", "DENSE_BITS": "8",
+                                   "PROMPT": "hello", "TEMP": "0", "NGEN": "12", "TOKENS": "1"})
+            self.assertEqual(rc, 0, err)
+            outs.add(tuple(ids_line(err, "generated tokens")))
+        self.assertIn("scalar", ran)
+        self.assertEqual(len(outs), 1, outs)
+
     def test_wrong_reference_fails(self):
         with tempfile.TemporaryDirectory() as t:
             src = os.path.join(FIXTURES, ORACLES[0])
@@ -164,6 +183,15 @@ class Tiers(unittest.TestCase):
             {"PIN": "auto", "PIN_GB": "0.00004", "MLOCK": "1", "CAP": "1"},
             {"PIN": "0", "CAP": "1", "COLI_NUMA": "1"},
         ]
+        qbase = None
+        for env in ({"CAP": "1", "PIN": "0"}, {"CAP": "8", "URING": "1", "DIRECT": "1"}, {"PIPE": "0", "PILOT_REAL": "1", "CAP": "2"},
+                    {"COLI_MMAP": "1", "THREADS": "1"}, {"PIN": "auto", "PIN_GB": "all"}):
+            env.update({"EXPERT_BITS": "4", "DENSE_BITS": "8", "PROMPT": "placement", "TEMP": "0", "NGEN": "10", "TOKENS": "1"})
+            rc, out, err = run(self.dir, env)
+            self.assertEqual(rc, 0, "%s: %s" % (env, err))
+            ids = ids_line(err, "generated tokens")
+            qbase = qbase or ids
+            self.assertEqual(ids, qbase, env)
         slots = set()
         for env in cases:
             rc, out, err = run(self.dir, env)
