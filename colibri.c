@@ -883,6 +883,14 @@ static int model_pin(coli_model *m, const uint64_t *hist, int quiet) {
     return 0;
 }
 
+/* Bytes as "12.3 GB" / "4.5 MB" / "678 KB" (decimal units). */
+static const char *fmt_bytes(char *buf, size_t n, double b) {
+    if (b >= 1e9) snprintf(buf, n, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(buf, n, "%.1f MB", b / 1e6);
+    else snprintf(buf, n, "%.0f KB", b / 1e3);
+    return buf;
+}
+
 /* Budget plan (before anything is loaded): the resident part must fit in
  * the RAM budget or the run is refused, naming the knobs. */
 static int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_want) {
@@ -910,14 +918,14 @@ static int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_want) {
             fprintf(stderr, "colibri: CAP=%d does not fit the %.2f GB budget; using %d slots per layer\n", o->cap, m->budget / GB, m->plan.lru_slots);
         return 0;
     }
-    char why[600];
+    char why[700], f[8][32];
     snprintf(why, sizeof why,
-             "the resident part needs %.2f GB (dense weights %.2f + KV cache %.2f for CTX=%d + working set %.2f + reserve %.2f "
-             "+ one expert slot per MoE layer %.2f) but the RAM budget is %.2f GB (%s); short by %.2f GB. Raise RAM_GB, "
+             "the resident part needs %s (dense weights %s + KV cache %s for CTX=%d + working set %s + reserve %s "
+             "+ one expert slot per MoE layer %s) but the RAM budget is %s (%s); short by %s. Raise RAM_GB, "
              "lower CTX or UBATCH, or set COLI_RAM_OVERCOMMIT=1",
-             m->plan.peak / GB, b.dense / GB, b.kv / GB, m->kv.ctx, b.work / GB, b.reserve / GB,
-             (double)b.expert * b.moe_layers / GB, m->budget / GB, o->ram_gb > 0 ? "RAM_GB" : "90% of MemAvailable",
-             m->plan.short_by / GB);
+             fmt_bytes(f[0], 32, (double)m->plan.peak), fmt_bytes(f[1], 32, (double)b.dense), fmt_bytes(f[2], 32, (double)b.kv), m->kv.ctx,
+             fmt_bytes(f[3], 32, (double)b.work), fmt_bytes(f[4], 32, (double)b.reserve), fmt_bytes(f[5], 32, (double)b.expert * b.moe_layers),
+             fmt_bytes(f[6], 32, (double)m->budget), o->ram_gb > 0 ? "RAM_GB" : "90% of MemAvailable", fmt_bytes(f[7], 32, (double)m->plan.short_by));
     if (!o->overcommit) return model_fail(m, "%s", why);
     fprintf(stderr, "colibri: warning (COLI_RAM_OVERCOMMIT=1): %s\n", why);
     m->plan.lru_slots = 1;
@@ -1799,14 +1807,6 @@ static void usage(FILE *f) {
             "Environment:\n");
     for (int i = 0; i < ENV_COUNT; i++)
         fprintf(f, "  %-20s default %-6s %s\n", env_knobs[i].name, env_knobs[i].def ? env_knobs[i].def : "unset", env_knobs[i].doc);
-}
-
-/* Bytes as "12.3 GB" / "4.5 MB" / "678 KB" (decimal units). */
-static const char *fmt_bytes(char *buf, size_t n, double b) {
-    if (b >= 1e9) snprintf(buf, n, "%.2f GB", b / 1e9);
-    else if (b >= 1e6) snprintf(buf, n, "%.1f MB", b / 1e6);
-    else snprintf(buf, n, "%.0f KB", b / 1e3);
-    return buf;
 }
 
 static void print_startup(const coli_model *m, const char *dir) {

@@ -111,6 +111,23 @@ class Oracle(unittest.TestCase):
             self.assertIn("logits differ", err)
 
 
+def smallest_budget(test, d, env=None):
+    """Bisects RAM_GB for the smallest budget the plan accepts (the refusal
+    happens before loading, so each probe is quick)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(22):  # 1.0 / 2^22 GB: a quarter of a kilobyte
+        mid = (lo + hi) / 2
+        e = {"RAM_GB": "%.9f" % mid, "USAGE_SAVE": "0", "PIN": "0"}
+        e.update(env or {})
+        rc, out, err = run(d, e)
+        if rc == 2:
+            test.assertIn("short by", err)
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
 def copy_fixture(name, dst):
     """Copies a fixture's files (not its run history) into dst."""
     src = os.path.join(FIXTURES, name)
@@ -132,17 +149,7 @@ class Tiers(unittest.TestCase):
         shutil.rmtree(self.dir)
 
     def smallest_budget(self):
-        """Bisects RAM_GB for the smallest budget the plan accepts."""
-        lo, hi = 0.0, 1.0
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            rc, out, err = run(self.dir, {"RAM_GB": "%.9f" % mid, "USAGE_SAVE": "0", "PIN": "0"})
-            if rc == 2:
-                self.assertIn("short by", err)
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        return smallest_budget(self, self.dir)
 
     def test_budget_refusal(self):
         rc, out, err = run(self.dir, {"RAM_GB": "0.000001"})
@@ -238,6 +245,62 @@ class Tiers(unittest.TestCase):
         rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
         with open(os.path.join(self.dir, ".coli_usage")) as f:
             self.assertEqual(f.read(), before)
+
+
+class Synthetic(unittest.TestCase):
+    """The invariance matrix on a synthetic GLM-5-shaped container (int4
+    grouped experts, int8 dense, skewed routing) built by colibri-synth: 32
+    experts per layer, so tight budgets, pinning and re-pinning really move
+    experts around."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp()
+        synth = os.path.join(os.path.dirname(BIN) or ".", "colibri-synth")
+        p = subprocess.run([synth, cls.dir, "--layers", "3", "--dense-layers", "1", "--experts", "32", "--topk", "4", "--hidden", "256",
+                            "--moe-inter", "128", "--heads", "4", "--vocab", "352", "--group-size", "32", "--tokenizer",
+                            os.path.join(FIXTURES, ORACLES[0], "tokenizer.json")], capture_output=True, timeout=120)
+        if p.returncode:
+            raise AssertionError(p.stderr.decode())
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir)
+
+    def gen(self, env):
+        e = {"PROMPT": "the quick brown fox jumps over", "TEMP": "0", "NGEN": "24", "TOKENS": "1"}
+        e.update(env)
+        rc, out, err = run(self.dir, e)
+        self.assertEqual(rc, 0, "%s: %s" % (env, err))
+        return ids_line(err, "generated tokens"), err
+
+    def test_matrix(self):
+        base, err = self.gen({"PIN": "0", "USAGE_SAVE": "1"})  # also starts the history
+        self.assertIn("int4-grouped", err)
+        for env in ({"CAP": "1", "PIN": "0", "THREADS": "1"}, {"CAP": "5", "PIN": "auto"}, {"PIN": "auto", "PIN_GB": "all", "CAP": "4"},
+                    {"PIN": "auto", "PIN_GB": "0.0005", "REPIN": "2", "CAP": "2"},
+                    {"RAM_GB": "%.9f" % (smallest_budget(self, self.dir, {"PROMPT": "x"}) * 1.002), "PIN": "auto"},
+                    {"URING": "1", "DIRECT": "1", "CAP": "3", "PIN": "0"}, {"PIPE": "1", "URING": "0", "PILOT_REAL": "1", "CAP": "6", "PIN": "0"},
+                    {"COLI_MMAP": "1", "PIN": "auto"}, {"IDOT": "1", "SIMD": "scalar", "CAP": "2"}, {"RSS_GUARD_GB": "0.001", "CAP": "8"}):
+            env.setdefault("USAGE_SAVE", "0")
+            ids, err = self.gen(env)
+            self.assertEqual(ids, base, env)
+
+    def test_history_raises_hit_rate(self):
+        d = tempfile.mkdtemp()
+        try:
+            for f in os.listdir(self.dir):
+                if not f.startswith("."):
+                    shutil.copy(os.path.join(self.dir, f), d)
+            hits = []
+            for i in range(3):
+                rc, out, err = run(d, {"PROMPT": "the quick brown fox", "TEMP": "0", "NGEN": "16", "CAP": "4"})
+                self.assertEqual(rc, 0, err)
+                hits.append(float(err.split("experts: hit ")[1].split("%")[0]))
+            self.assertGreater(hits[1], hits[0])
+            self.assertGreaterEqual(hits[2], hits[1])
+        finally:
+            shutil.rmtree(d)
 
 
 class IOFaults(unittest.TestCase):
@@ -507,6 +570,38 @@ class Refusals(unittest.TestCase):
             return data
         self.edit(to_u8)
         self.refused("'model.layers.1.mlp.experts.3.down_proj.weight'", "dtype U8")
+
+    def quantize_tensor(self, name, wbytes, sbytes):
+        """Replaces float tensor `name` by a U8 weight tensor of wbytes and an
+        F32 .qs of sbytes (contents irrelevant: refused before use)."""
+        h, data = read_st(self.st)
+        tensors = sorted(((k, v) for k, v in h.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0])
+        out, nh, off = b"", {"__metadata__": h.get("__metadata__", {})}, 0
+        for k, v in tensors:
+            b, e = v["data_offsets"]
+            if k == name + ".qs":
+                continue
+            if k == name:
+                parts = [(k, "U8", [wbytes], b"\x88" * wbytes), (k + ".qs", "F32", [sbytes // 4], b"\0" * sbytes)]
+            else:
+                parts = [(k, v["dtype"], v["shape"], data[b:e])]
+            for pk, dt, shape, blob in parts:
+                nh[pk] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}
+                out += blob
+                off += len(blob)
+        write_st(self.st, nh, out)
+
+    def test_hostile_quantized_tensors(self):
+        q = "model.layers.0.self_attn.q_a_proj.weight"  # [48, 64]
+        self.quantize_tensor(q, 48 * 64, 4 * 47)  # int8 bytes, one scale short
+        self.refused("'%s'" % q, "int8 weights [48, 64] need 192 scale bytes")
+        self.quantize_tensor(q, 48 * 64 + 1, 4 * 48)  # weight bytes of no format
+        self.refused("'%s'" % q, "match no format")
+        self.quantize_tensor(q, 48 * 32, 4 * 48 * 5)  # int4 with 5 scales per row: no group size gives ceil(64/gs) = 5
+        self.refused("'%s'" % q, "int4 weights [48, 64] need 192 scale bytes")
+        e = "model.layers.2.mlp.experts.5.up_proj.weight"  # [36, 64]
+        self.quantize_tensor(e, 36 * 64, 4 * 36)
+        self.refused("'%s'" % e, "unlike the other experts")
 
     def test_truncated_shard(self):
         with open(self.st, "r+b") as f:
