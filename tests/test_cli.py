@@ -599,6 +599,8 @@ class Refusals(unittest.TestCase):
         self.refused("'%s'" % q, "match no format")
         self.quantize_tensor(q, 48 * 32, 4 * 48 * 5)  # int4 with 5 scales per row: no group size gives ceil(64/gs) = 5
         self.refused("'%s'" % q, "int4 weights [48, 64] need 192 scale bytes")
+
+    def test_mixed_expert_formats(self):
         e = "model.layers.2.mlp.experts.5.up_proj.weight"  # [36, 64]
         self.quantize_tensor(e, 36 * 64, 4 * 36)
         self.refused("'%s'" % e, "unlike the other experts")
