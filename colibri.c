@@ -290,17 +290,12 @@ static int cfg_sampling(cfg_reader *r, coli_config *c) {
 static int coli_config_load(coli_config *c, const char *dir, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     c->gen_temp = 1.0f, c->gen_top_p = 1.0f, c->gen_top_k = 50;
-    char path[4096], gpath[4096], jerr[160];
+    char path[4096], gpath[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    size_t len;
-    char *buf = compat_read_file(path, 16u << 20, &len);
-    if (!buf) return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
-    js_doc *d = js_parse(buf, len, jerr, sizeof jerr);
-    free(buf);
-    if (!d) return snprintf(err, errlen, "%s: not valid JSON: %s", path, jerr), -1;
+    js_doc *d = js_load_object(path, 16u << 20, err, errlen);
+    if (!d) return -1;
     cfg_reader r = {d, d->root, path, err, errlen};
-    int rc = js_typeof(d, d->root) != JS_OBJ ? cfg_fail(&r, "not a JSON object") : 0;
-    if (!rc) rc = cfg_strings(&r);
+    int rc = cfg_strings(&r);
     if (!rc) rc = cfg_dims(&r, c);
     if (!rc) rc = cfg_floats(&r, c);
     if (!rc) rc = cfg_layer_kinds(&r, c);
@@ -308,13 +303,9 @@ static int coli_config_load(coli_config *c, const char *dir, char *err, size_t e
     js_free(d);
     if (rc) return rc;
     snprintf(gpath, sizeof gpath, "%s/generation_config.json", dir);
-    buf = compat_read_file(gpath, 1u << 20, &len);
-    if (!buf) return errno == ENOENT ? 0 : (snprintf(err, errlen, "%s: %s", gpath, strerror(errno)), -1);
-    d = js_parse(buf, len, jerr, sizeof jerr);
-    free(buf);
-    if (!d) return snprintf(err, errlen, "%s: not valid JSON: %s", gpath, jerr), -1;
+    if (!(d = js_load_object(gpath, 1u << 20, err, errlen))) return errno == ENOENT ? 0 : -1;
     cfg_reader g = {d, d->root, gpath, err, errlen};
-    rc = js_typeof(d, d->root) != JS_OBJ ? cfg_fail(&g, "not a JSON object") : cfg_eos(&g, d, d->root, c);
+    rc = cfg_eos(&g, d, d->root, c);
     if (!rc) rc = cfg_sampling(&g, c);
     js_free(d);
     return rc;
@@ -1601,16 +1592,15 @@ static int ref_rows(const js_doc *d, int node, const char *key, int rows, int vo
 /* Loads and validates <dir>/ref.json against the model's vocabulary. */
 static int ref_load(coli_ref *r, const char *dir, int vocab, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
-    char path[4096], jerr[160];
+    char path[4096];
     snprintf(path, sizeof path, "%s/ref.json", dir);
-    size_t len;
-    char *buf = compat_read_file(path, 256u << 20, &len);
-    if (!buf) return snprintf(err, errlen, "%s: %s (no PROMPT given, so this is the oracle self-test, which needs the reference file)", path, strerror(errno)), -1;
-    js_doc *d = js_parse(buf, len, jerr, sizeof jerr);
-    free(buf);
-    if (!d) return snprintf(err, errlen, "%s: not valid JSON: %s", path, jerr), -1;
-    int n, rc = js_typeof(d, d->root) != JS_OBJ ? (snprintf(err, errlen, "%s: not a JSON object", path), -1) : 0;
-    if (!rc) rc = ref_ids(d, d->root, "prompt_ids", vocab, &r->prompt, &r->np, path, err, errlen);
+    js_doc *d = js_load_object(path, 256u << 20, err, errlen);
+    if (!d && errno == ENOENT) {
+        size_t l = strlen(err);
+        snprintf(err + l, errlen - l, " (no PROMPT given, so this is the oracle self-test, which needs the reference file)");
+    }
+    if (!d) return -1;
+    int n, rc = ref_ids(d, d->root, "prompt_ids", vocab, &r->prompt, &r->np, path, err, errlen);
     if (!rc) rc = ref_ids(d, d->root, "argmax", vocab, &r->argmax, &n, path, err, errlen);
     if (!rc && n != r->np) rc = (snprintf(err, errlen, "%s: 'argmax' has %d entries for %d prompt ids", path, n, r->np), -1);
     if (!rc) rc = ref_ids(d, d->root, "greedy_ids", vocab, &r->greedy, &r->ng, path, err, errlen);

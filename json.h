@@ -14,10 +14,13 @@
 #ifndef COLI_JSON_H
 #define COLI_JSON_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "compat.h"
 
 #define JS_MAX_DEPTH 64
 
@@ -423,5 +426,30 @@ static inline int js_is_int(const js_doc *d, int i) { return js_is_num(d, i) && 
 static inline double js_num(const js_doc *d, int i) { return js_is_num(d, i) ? d->nodes[i].num : 0.0; }
 static inline int64_t js_int(const js_doc *d, int i) { return js_is_int(d, i) ? d->nodes[i].ival : 0; }
 static inline int js_is_bool(const js_doc *d, int i) { return i >= 0 && (d->nodes[i].type == JS_TRUE || d->nodes[i].type == JS_FALSE); }
+
+/* Reads and parses the file at path (at most cap bytes), which must hold a
+ * JSON object. Returns the document, or NULL with err as "path: why"
+ * (errno is ENOENT when the file does not exist, else 0 for content errors). */
+static inline js_doc *js_load_object(const char *path, size_t cap, char *err, size_t errlen) {
+    size_t len;
+    char jerr[160];
+    char *buf = compat_read_file(path, cap, &len);
+    if (!buf) {
+        int e = errno;
+        snprintf(err, errlen, "%s: %s", path, e == EFBIG ? "file too large" : strerror(e));
+        errno = e;
+        return NULL;
+    }
+    js_doc *d = js_parse(buf, len, jerr, sizeof jerr);
+    free(buf);
+    errno = 0;
+    if (!d) snprintf(err, errlen, "%s: not valid JSON: %s", path, jerr);
+    else if (js_typeof(d, d->root) != JS_OBJ) {
+        snprintf(err, errlen, "%s: not a JSON object", path);
+        js_free(d);
+        d = NULL;
+    }
+    return d;
+}
 
 #endif

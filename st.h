@@ -277,13 +277,8 @@ static inline int st_name_cmp_(const void *a, const void *b) { return strcmp(*(c
 static inline int st_check_index_json_(st_index *ix, const char *dir, char *err, size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    size_t len;
-    char *buf = compat_read_file(path, 64u << 20, &len);
-    if (!buf) return errno == ENOENT ? 0 : st_err_(err, errlen, "%s: %s", path, strerror(errno));
-    char jerr[160];
-    js_doc *d = js_parse(buf, len, jerr, sizeof jerr);
-    free(buf);
-    if (!d) return st_err_(err, errlen, "%s: not valid JSON: %s", path, jerr);
+    js_doc *d = js_load_object(path, 64u << 20, err, errlen);
+    if (!d) return errno == ENOENT ? 0 : -1;
     int wm = js_get(d, d->root, "weight_map"), rc = 0;
     if (js_typeof(d, wm) != JS_OBJ) rc = st_err_(err, errlen, "%s: missing object 'weight_map'", path);
     for (int c = js_first(d, wm); c >= 0 && !rc; c = js_next(d, c)) {
