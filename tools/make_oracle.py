@@ -47,6 +47,11 @@ import oracle_tokenizer  # noqa: E402  (tools/ is not a package)
 MIN_INDEX_GAP = 1e-4
 MIN_ROUTER_GAP = 1e-4
 MIN_LOGIT_GAP = 1e-3
+# The quantized fixtures are also run with IDOT (int8 activations, ~1%
+# relative error per matmul), which must keep 90% of the teacher-forced
+# argmax: their router choices must survive that, so they need wider router
+# margins (a flipped expert moves the logits by O(1) in a random model).
+MIN_ROUTER_GAP_Q = 5e-3
 LATENT_SCALE = 0.004
 
 FIXTURES = {
@@ -92,6 +97,36 @@ FIXTURES = {
         chat=dict(system=None, user="Write one line about disks: \u00e9t\u00e9 \U0001f600", think=True, max_new=20),
         prompt_len=36, greedy_len=16, seed=2000,
     ),
+}
+
+
+# Quantized fixtures: one tiny model (hidden 80 is not a multiple of the
+# group size 32; moe_intermediate 45 makes the down projections' inner
+# dimension odd) converted by colibri-convert at several formats; each
+# reference is computed by transformers from the container's weights,
+# dequantized here independently of the C code.
+QBASE = dict(
+    config=dict(
+        vocab_size=352, hidden_size=80, intermediate_size=88, moe_intermediate_size=45,
+        num_hidden_layers=3, first_k_dense_replace=1, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=48, kv_lora_rank=40, qk_nope_head_dim=24,
+        qk_rope_head_dim=8, v_head_dim=20, n_routed_experts=8, num_experts_per_tok=3,
+        n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+        norm_topk_prob=True, index_n_heads=12, index_head_dim=16, index_topk=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        rms_norm_eps=1e-5, max_position_embeddings=256, tie_word_embeddings=False,
+        hidden_act="silu", attention_bias=False, bos_token_id=0,
+    ),
+    config_eos=["<|endoftext|>", "<|user|>"],
+    generation=dict(eos=["<|endoftext|>", "<|user|>", "<|observation|>"], do_sample=False),
+    tokenizer="tiny-glm5",
+    prompt_len=32, greedy_len=16,
+)
+QFIXTURES = {
+    "tiny-q8": dict(dense_bits=8, expert_bits=8, group_size=0, seed=3000),
+    "tiny-q4": dict(dense_bits=8, expert_bits=4, group_size=0, seed=3100),
+    "tiny-q4g32": dict(dense_bits=4, expert_bits=4, group_size=32, seed=3200),
+    "tiny-q2": dict(dense_bits=8, expert_bits=2, group_size=0, seed=3300),
 }
 
 
@@ -326,7 +361,8 @@ def write_ref(path, prompt, tf, greedy, steps, m, chat):
     lines.append('  "prompt_ids": %s,' % json.dumps(prompt))
     lines.append('  "argmax": %s,' % json.dumps(torch.argmax(tf, dim=-1).tolist()))
     lines.append('  "greedy_ids": %s,' % json.dumps(greedy))
-    lines.append('  "chat": %s,' % json.dumps(chat, ensure_ascii=True, sort_keys=True))
+    if chat:
+        lines.append('  "chat": %s,' % json.dumps(chat, ensure_ascii=True, sort_keys=True))
     lines.append('  "logits": [\n' + ",\n".join("    " + fmt_row(r) for r in tf) + "\n  ],")
     lines.append('  "greedy_logits": [\n' + ",\n".join("    " + fmt_row(r) for r in steps) + "\n  ]")
     lines.append("}")
@@ -370,6 +406,124 @@ def build(name, spec, outdir):
     write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat)
 
 
+def dequantize(w, s, O, I):
+    """An independent reading of the container formats: the format from the
+    byte counts (int8 O·I, int4 O·ceil(I/2), int2 O·ceil(I/4); int4 with more
+    than O scales is grouped with the first candidate gs whose O·ceil(I/gs)
+    scales match), nibbles offset-binary low-first, crumbs offset-binary
+    from the low bits."""
+    import numpy as np
+    w, s = w.reshape(-1), s.reshape(-1).astype(np.float32)
+    nb, ns = w.size, s.size
+    if nb == O * I:
+        q = w.view(np.int8).reshape(O, I).astype(np.float32)
+    elif nb == O * ((I + 1) // 2):
+        b = w.reshape(O, (I + 1) // 2)
+        q = np.stack([b & 15, b >> 4], axis=2).reshape(O, -1)[:, :I].astype(np.float32) - 8
+    elif nb == O * ((I + 3) // 4):
+        b = w.reshape(O, (I + 3) // 4)
+        q = np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=2).reshape(O, -1)[:, :I].astype(np.float32) - 2
+    else:
+        raise SystemExit("dequantize: %d bytes match no format for [%d, %d]" % (nb, O, I))
+    if ns == O:
+        return q * s[:, None]
+    for gs in (16, 32, 48, 64, 96, 128, 192, 256):
+        if gs <= I and ns == O * ((I + gs - 1) // gs):
+            return q * np.repeat(s.reshape(O, -1), gs, axis=1)[:, :I]
+    raise SystemExit("dequantize: %d scales match no group size for [%d, %d]" % (ns, O, I))
+
+
+def load_container(model, d):
+    """Loads a colibri container's weights (dequantized) into model."""
+    import numpy as np
+    from safetensors.numpy import load_file
+    t = {}
+    for fn in sorted(os.listdir(d)):
+        if fn.endswith(".safetensors"):
+            t.update(load_file(os.path.join(d, fn)))
+    inter = model.config.moe_intermediate_size
+    sd = model.state_dict()
+    new = {}
+
+    def weight(name, shape):
+        if name + ".qs" in t:
+            return dequantize(t[name], t[name + ".qs"], shape[0], shape[1])
+        return t[name].astype(np.float32).reshape(shape)
+
+    for k, v in sd.items():
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base = k[: -len("gate_up_proj")]
+            E, O2, I = v.shape
+            parts = []
+            for e in range(E):
+                parts.append(np.concatenate([weight("%s%d.gate_proj.weight" % (base, e), (inter, I)),
+                                             weight("%s%d.up_proj.weight" % (base, e), (inter, I))]))
+            new[k] = torch.from_numpy(np.stack(parts))
+        elif k.endswith("mlp.experts.down_proj"):
+            base = k[: -len("down_proj")]
+            E, O, I = v.shape
+            new[k] = torch.from_numpy(np.stack([weight("%s%d.down_proj.weight" % (base, e), (O, I)) for e in range(E)]))
+        elif v.dim() == 2:
+            new[k] = torch.from_numpy(np.ascontiguousarray(weight(k, tuple(v.shape))))
+        else:
+            new[k] = torch.from_numpy(t[k].astype(np.float32).reshape(tuple(v.shape)))
+    model.load_state_dict(new, strict=True)
+
+
+def build_quantized(name, q, outdir, converter):
+    """Seeds until the quantized model has no near-ties: base f32 model →
+    checkpoint → colibri-convert → dequantized into transformers → ref."""
+    import subprocess
+    spec = dict(QBASE, seed=q["seed"])
+    d = os.path.join(outdir, name)
+    tokdir = os.path.join(outdir, QBASE["tokenizer"])
+    ids = special_ids(tokdir, spec)
+    cfg = make_config(spec, ids)
+    for attempt in range(400):
+        seed = q["seed"] + attempt
+        torch.manual_seed(seed)
+        model = GlmMoeDsaForCausalLM(cfg).eval()
+        randomize(model, seed)
+        src = tempfile.mkdtemp()
+        try:
+            with open(os.path.join(src, "config.json"), "w") as f:
+                json.dump(config_json(spec, cfg), f, indent=2, sort_keys=True)
+                f.write("\n")
+            gen = {k: v for k, v in spec["generation"].items() if k != "eos"}
+            gen.update(eos_token_id=ids["gen_eos"], pad_token_id=ids["pad"])
+            with open(os.path.join(src, "generation_config.json"), "w") as f:
+                json.dump(gen, f, indent=2, sort_keys=True)
+                f.write("\n")
+            for fn in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(os.path.join(tokdir, fn), src)
+            save_file(checkpoint_tensors(model, cfg), os.path.join(src, "model.safetensors"), metadata={"format": "pt"})
+            if os.path.exists(d):
+                shutil.rmtree(d)
+            args = [converter, src, d, "--dense-bits", str(q["dense_bits"]), "--expert-bits", str(q["expert_bits"]), "--threads", "1"]
+            if q["group_size"]:
+                args += ["--group-size", str(q["group_size"])]
+            p = subprocess.run(args, capture_output=True, text=True)
+            if p.returncode:
+                sys.exit("%s: colibri-convert failed:\n%s" % (name, p.stderr))
+        finally:
+            shutil.rmtree(src)
+        load_container(model, d)
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(5, cfg.vocab_size, (spec["prompt_len"],), generator=g).tolist()
+        tf, steps, greedy = reference(model, cfg, prompt, spec["greedy_len"])
+        m = margins(model, cfg, prompt + greedy, tf, steps)
+        ok = m["index"] >= MIN_INDEX_GAP and m["router"] >= MIN_ROUTER_GAP_Q and m["logit"] >= MIN_LOGIT_GAP
+        print("%s: seed %d margins %s%s" % (name, seed, {k: "%.2g" % v for k, v in m.items()}, "" if ok else " (rejected)"))
+        if ok:
+            break
+    else:
+        sys.exit("%s: no seed without near-ties" % name)
+    for fn in os.listdir(d):  # the converter's resume manifest and lock are not fixture files
+        if not fn.endswith((".json", ".safetensors")) or fn.startswith("colibri-convert"):
+            os.remove(os.path.join(d, fn))
+    write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, None)
+
+
 def write_hashes(outdir, names):
     lines = []
     for name in sorted(names) + ["tokenizer"]:
@@ -388,20 +542,25 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures"))
     ap.add_argument("--only", action="append", help="build only this fixture (repeatable)")
     ap.add_argument("--check", action="store_true", help="regenerate into a temp dir and compare with --out")
+    ap.add_argument("--converter", default=os.path.join(os.path.dirname(__file__), "..", "colibri-convert"),
+                    help="colibri-convert binary (make builds it) for the quantized fixtures")
     a = ap.parse_args()
     check_modeling_file()
     torch.set_num_threads(1)  # fixed reduction order, so reruns are byte-identical
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    names = a.only or sorted(FIXTURES)
+    names = a.only or sorted(FIXTURES) + sorted(QFIXTURES)
     root = tempfile.mkdtemp() if a.check else None
     target = os.path.join(root, "tests", "fixtures") if root else a.out
     for d in ("tiny-glm5", "tiny-glm52", "tokenizer"):
         os.makedirs(os.path.join(target, d), exist_ok=True)
     oracle_tokenizer.write_all(os.path.normpath(os.path.join(target, "..", "..")))
     for n in names:
-        build(n, FIXTURES[n], target)
+        if n in QFIXTURES:
+            build_quantized(n, QFIXTURES[n], target, os.path.abspath(a.converter))
+        else:
+            build(n, FIXTURES[n], target)
     if not a.check:
-        write_hashes(a.out, sorted(FIXTURES))
+        write_hashes(a.out, sorted(FIXTURES) + sorted(QFIXTURES))
         return
     bad = []
     for n in names + ["tokenizer"]:
