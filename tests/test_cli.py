@@ -427,7 +427,7 @@ class Generate(unittest.TestCase):
         return ref, out, err
 
     def test_greedy_equals_transformers_generate(self):
-        for name in ORACLES:
+        for name in [n for n in ORACLES if "chat" in load_json(os.path.join(FIXTURES, n, "ref.json"))]:
             for extra in ({}, {"CAP": "1", "PIN": "0", "UBATCH": "3"}):
                 ref, out, err = self.chat_run(name, extra)
                 self.assertEqual(ids_line(err, "prompt tokens"), ref["prompt_ids"], name)
