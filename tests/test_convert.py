@@ -281,6 +281,35 @@ class Resume(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(err.count("finished before, skipped"), 3, err)
 
+    def test_stale_temporaries_removed(self):
+        rc, err = convert(TINY, self.dst, *self.FLAGS)
+        self.assertEqual(rc, 0, err)
+        os.remove(os.path.join(self.dst, "out-00003.safetensors"))
+        for f in ("out-00003.safetensors.tmp", "colibri-convert.json.tmp.12345", "config.json.tmp.99"):
+            with open(os.path.join(self.dst, f), "wb") as g:
+                g.write(b"partial")
+        rc, err = convert(TINY, self.dst, *self.FLAGS)
+        self.assertEqual(rc, 0, err)
+        self.assertFalse([f for f in os.listdir(self.dst) if ".tmp" in f])
+
+    def test_quantization_config_stripped_anywhere(self):
+        with open(os.path.join(TINY, "config.json")) as f:
+            text = f.read()
+        want = json.loads(text)
+        q = '"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "note": "a } and a , in a string"}'
+        for i, edited in enumerate((text.replace("{", "{" + q + ",", 1), text.rstrip()[:-1] + "," + q + "}\n")):
+            src, dst = os.path.join(self.tmp, "q%d" % i), os.path.join(self.tmp, "q%d-out" % i)
+            os.mkdir(src)
+            copy_fixture("tiny-glm5", src)
+            with open(os.path.join(src, "config.json"), "w") as f:
+                f.write(edited)
+            rc, err = convert(src, dst, "--expert-bits", "32", "--dense-bits", "32")
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(dst, "config.json")) as f:
+                out = f.read()
+            self.assertNotIn("quantization_config", out)
+            self.assertEqual(json.loads(out), want)
+
     def test_lock(self):
         os.mkdir(self.dst)
         with open(os.path.join(self.dst, ".colibri-convert.lock"), "w") as f:

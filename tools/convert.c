@@ -857,11 +857,17 @@ static int cv_dst_prepare(const cv_opts *o, const cv_plan *p, int *lock) {
     if (!dp) return cv_fail("%s: %s", o->dst, strerror(errno));
     struct dirent *de;
     int rc = 0;
+    static const char *const meta[] = {CV_MANIFEST, "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"};
     while (!rc && (de = readdir(dp))) {
         size_t l = strlen(de->d_name);
-        int ours = 0;
+        int ours = 0, tmp = 0;
         for (int i = 0; i < p->nsh && !ours; i++) ours = !strncmp(de->d_name, p->sh[i].file, strlen(p->sh[i].file));
-        if (ours && l > 4 && !strcmp(de->d_name + l - 4, ".tmp")) { /* a shard an earlier run did not finish */
+        tmp = ours && l > 4 && !strcmp(de->d_name + l - 4, ".tmp");                  /* st_writer's shard.tmp */
+        for (int i = 0; i < 5 && !tmp; i++) {                                          /* compat_write_atomic's name.tmp.PID */
+            size_t ml = strlen(meta[i]);
+            tmp = !strncmp(de->d_name, meta[i], ml) && !strncmp(de->d_name + ml, ".tmp.", 5);
+        }
+        if (tmp) { /* left by an earlier run that did not finish; we hold the lock */
             snprintf(path, sizeof path, "%s/%s", o->dst, de->d_name);
             unlink(path);
         } else if (!ours && l >= 12 && !strcmp(de->d_name + l - 12, ".safetensors")) {
