@@ -722,7 +722,7 @@ static int cv_source_id(const st_index *ix, const char *cfg, size_t cfg_len, cv_
         char *h = (char *)malloc(hl + 1); /* st.h capped and checked hl */
         if (!h) return cv_fail("out of memory");
         if (compat_pread_full(f->fd, h, hl, 8)) { free(h); return cv_fail("%s: %s", f->path, strerror(errno)); }
-                                                                          s->hash[i] = cv_fnv(cv_fnv(CV_FNV0, lb, 8), h, hl);
+        s->hash[i] = cv_fnv(cv_fnv(CV_FNV0, lb, 8), h, hl);
         free(h);
     }
     return 0;
@@ -955,7 +955,7 @@ static int cv_copy_meta(const cv_opts *o, const char *cfg, size_t cfg_len) {
     js_free(d);
     snprintf(path, sizeof path, "%s/config.json", o->dst);
     if (bad) { free(c); return cv_fail("%s/config.json: could not remove quantization_config", o->src); }
-                                       int rc = compat_write_atomic(path, c, n);
+    int rc = compat_write_atomic(path, c, n);
     free(c);
     if (rc) return cv_fail("%s: %s", path, strerror(errno));
     static const char *const extra[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json"};
@@ -1047,10 +1047,15 @@ static void cv_progress(cv_run *r) {
 static void cv_decode(const cv_run *r, const cv_item *it, const void *raw, int64_t r0, int64_t rows, const float *fsc, float *f) {
     const int64_t I = it->I, nb1 = (I + CV_FP8_BLOCK - 1) / CV_FP8_BLOCK;
     const size_t cnt = (size_t)rows * (size_t)I;
-    if (it->t->dtype == ST_BF16) {
-        const uint16_t *h = (const uint16_t *)raw;
-        uint32_t *u = (uint32_t *)f;
-        for (size_t i = 0; i < cnt; i++) u[i] = (uint32_t)h[i] << 16;
+    if (it->t->dtype == ST_BF16) { /* the top half of an f32; memcpy keeps it vectorizable and alias-clean */
+        const uint8_t *b = (const uint8_t *)raw;
+#pragma omp simd
+        for (size_t i = 0; i < cnt; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            uint32_t u = (uint32_t)h << 16;
+            memcpy(f + i, &u, 4);
+        }
     } else if (it->t->dtype == ST_F8_E4M3) {
         const uint8_t *q = (const uint8_t *)raw;
         for (int64_t o = 0; o < rows; o++) {
