@@ -213,6 +213,8 @@ class Resume(unittest.TestCase):
     def test_rerun_skips_and_refuses(self):
         rc, err = convert(TINY, self.dst, *self.FLAGS)
         self.assertEqual(rc, 0, err)
+        h, data = read_st(os.path.join(TINY, "model.safetensors"))
+        self.assertIn("read %d bytes" % len(data), err)  # every source tensor read once
         first = {f: slurp(os.path.join(self.dst, f)) for f in mtimes(self.dst)}
         man = load_json(os.path.join(self.dst, "colibri-convert.json"))
         self.assertEqual({s["file"]: s["bytes"] for s in man["shards"]}, {f: len(b) for f, b in first.items()})
@@ -223,6 +225,8 @@ class Resume(unittest.TestCase):
         rc, err = convert(TINY, self.dst, *self.FLAGS)
         self.assertEqual(rc, 0, err)
         self.assertRegex(err, r"out-00002.safetensors: layer 1, .* converted")
+        layer1 = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in h.items() if k.startswith("model.layers.1."))
+        self.assertIn("read %d bytes" % layer1, err)
         self.assertEqual(err.count("finished before, skipped"), 4, err)
         m1 = mtimes(self.dst)
         for f in m0:

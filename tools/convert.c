@@ -117,9 +117,14 @@ static void cv_usage(FILE *f) {
     fprintf(f, "usage: colibri-convert SRC DST --expert-bits N --dense-bits N [options]\n"
                "  SRC  Hugging Face glm_moe_dsa directory (bf16/f16/f32, or FP8 e4m3 + weight_scale_inv)\n"
                "  DST  container directory (created; a rerun resumes)\n");
-    for (int i = 0; i < F_N; i++)
-        fprintf(f, "  %-14s %-2s %s%s%s%s\n", cv_flags[i].flag, cv_flags[i].arg ? cv_flags[i].arg : "", cv_flags[i].help,
-                cv_flags[i].def ? " (" : "", cv_flags[i].def ? cv_flags[i].def : "", cv_flags[i].def ? ")" : "");
+    for (int i = 0; i < F_N; i++) {
+        const cv_flag *g = &cv_flags[i];
+        fprintf(f, "  %-14s %-2s %s", g->flag, g->arg ? g->arg : "", g->help);
+        if (g->def) fprintf(f, strcmp(g->def, "required") ? " (default: %s)\n" : " (%s)\n", g->def);
+        else fputc('\n', f);
+    }
+    fprintf(f, "Writes out-NNNNN.safetensors (globals, then one per layer), the metadata files and %s (resume\n"
+               "manifest). Exit codes: 0 ok, 2 bad arguments, bad input or I/O error.\n", CV_MANIFEST);
 }
 
 /* Parses an integer flag value strictly into [lo, hi]. 0 or -1 with a message. */
@@ -1452,10 +1457,8 @@ int main(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     s.lock = -1;
     int a = cv_parse_args(argc, argv, &s.o);
-    if (a) {
-        cv_usage(a > 0 ? stdout : stderr);
-        return a > 0 ? 0 : 2;
-    }
+    if (a > 0) cv_usage(stdout);
+    if (a) return a > 0 ? 0 : 2; /* errors were named; --help has the rest */
     if (s.o.threads) omp_set_num_threads(s.o.threads);
     int rc = cv_prepare(&s) || cv_execute(&s) ? 2 : 0;
     cv_state_free(&s);
