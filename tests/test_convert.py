@@ -546,6 +546,22 @@ class FP8(unittest.TestCase):
                         self.fail("%s[%d,%d]: fp8 %r vs bf16 %r, bound %r" % (name, o, j, a[k], b[k], bound))
         self.assertGreater(worst, 0.05)  # the bound is not vacuous
 
+    def test_bf16_at_16_bits_is_exact(self):
+        """--*-bits 16 copies bf16 sources bit for bit; F32 classes widen them exactly."""
+        dst = os.path.join(self.tmp, "bf16-16")
+        rc, err = convert(self.src["bf16"], dst, "--expert-bits", "16", "--dense-bits", "16", "--mtp-bits", "16")
+        self.assertEqual(rc, 0, err)
+        c, src = container(dst), container(self.src["bf16"])
+        self.assertEqual(sorted(c), sorted(src))
+        for name, (e, data, _) in src.items():
+            if c[name][0]["dtype"] == "BF16":
+                self.assertEqual(c[name][1], data, name)
+            else:
+                self.assertEqual(c[name][0]["dtype"], "F32", name)
+                self.assertEqual(floats(*c[name][:2]), floats(e, data), name)
+        self.assertEqual(c["model.layers.1.mlp.gate.weight"][0]["dtype"], "F32")
+        self.assertEqual(c["model.layers.1.mlp.experts.0.up_proj.weight"][0]["dtype"], "BF16")
+
     def test_missing_or_misshaped_scale(self):
         for case in ("missing", "shape"):
             d = os.path.join(self.tmp, "bad-" + case)
