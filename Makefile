@@ -42,7 +42,7 @@ LDLIBS += $(OPTLIBS) -lpthread
 HEADERS := $(wildcard *.h)
 ENGINE_SRC := colibri.c
 
-all: colibri colibri-synth
+all: colibri colibri-synth colibri-convert
 
 colibri: $(ENGINE_SRC) $(HEADERS) Makefile
 	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $(ENGINE_SRC) $(LDLIBS)
@@ -50,6 +50,10 @@ colibri: $(ENGINE_SRC) $(HEADERS) Makefile
 # Synthetic GLM-5-shaped containers for tier, I/O and speed tests.
 colibri-synth: tools/make_synth.c $(HEADERS) Makefile
 	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ tools/make_synth.c $(LDLIBS)
+
+# Hugging Face GLM-5 (bf16/f16/f32/FP8) -> colibri container.
+colibri-convert: tools/convert.c $(HEADERS) Makefile
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ tools/convert.c $(LDLIBS)
 
 # ---- tests --------------------------------------------------------------
 # Each tests/test_*.c is one program; it includes the header(s) it tests (or
@@ -63,6 +67,8 @@ $(1)/colibri: $(ENGINE_SRC) $(HEADERS) Makefile | $(1)
 	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -o $$@ $(ENGINE_SRC) $$(LDLIBS)
 $(1)/colibri-synth: tools/make_synth.c $(HEADERS) Makefile | $(1)
 	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ tools/make_synth.c $$(LDLIBS)
+$(1)/colibri-convert: tools/convert.c $(HEADERS) Makefile | $(1)
+	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ tools/convert.c $$(LDLIBS)
 $(1)/%: tests/%.c $(ENGINE_SRC) $(HEADERS) tests/check.h Makefile | $(1)
 	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ $$< $$(LDLIBS)
 $(1):
@@ -91,7 +97,7 @@ define run_tests
 	@echo "all tests passed ($(1))"
 endef
 
-test: build/test/colibri build/test/colibri-synth $(patsubst tests/%.c,build/test/%,$(TEST_SRCS)) build/nolibs/colibri build/nolibs/test_io
+test: build/test/colibri build/test/colibri-synth build/test/colibri-convert $(patsubst tests/%.c,build/test/%,$(TEST_SRCS)) build/nolibs/colibri build/nolibs/test_io
 	$(call run_tests,build/test)
 	@echo "== build/nolibs (without liburing and libnuma)"
 	@build/nolibs/test_io
@@ -100,14 +106,14 @@ test: build/test/colibri build/test/colibri-synth $(patsubst tests/%.c,build/tes
 	@sh tests/run_arm.sh
 	@sh tests/run_arm_engine.sh
 
-sanitize: build/asan/colibri build/asan/colibri-synth $(patsubst tests/%.c,build/asan/%,$(TEST_SRCS))
+sanitize: build/asan/colibri build/asan/colibri-synth build/asan/colibri-convert $(patsubst tests/%.c,build/asan/%,$(TEST_SRCS))
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(MAKE) --no-print-directory run-sanitize
 
 run-sanitize:
 	$(call run_tests,build/asan)
 
 clean:
-	rm -rf build colibri colibri-synth
+	rm -rf build colibri colibri-synth colibri-convert
 
 .PHONY: all test sanitize run-sanitize clean
 .SECONDARY:
