@@ -83,6 +83,10 @@ NOLIB_FLAGS := $(filter-out -DCOLI_HAVE_URING -DCOLI_HAVE_NUMA,$(BASEFLAGS))
 build/nolibs/colibri: $(ENGINE_SRC) $(HEADERS) Makefile
 	@mkdir -p $(@D)
 	$(CC) $(NOLIB_FLAGS) $(ARCHFLAGS) -Werror -o $@ $(ENGINE_SRC) -lm -lpthread
+# The portable build (no -march): kernels still dispatch at run time.
+build/portable/colibri: $(ENGINE_SRC) $(HEADERS) Makefile
+	@mkdir -p $(@D)
+	$(CC) $(BASEFLAGS) -Werror -o $@ $(ENGINE_SRC) $(LDLIBS)
 build/nolibs/test_io: tests/test_io.c $(HEADERS) tests/check.h Makefile
 	@mkdir -p $(@D)
 	$(CC) $(NOLIB_FLAGS) $(ARCHFLAGS) -Werror -I. -o $@ $< -lm -lpthread
@@ -97,8 +101,10 @@ define run_tests
 	@echo "all tests passed ($(1))"
 endef
 
-test: build/test/colibri build/test/colibri-synth build/test/colibri-convert $(patsubst tests/%.c,build/test/%,$(TEST_SRCS)) build/nolibs/colibri build/nolibs/test_io
+test: build/test/colibri build/test/colibri-synth build/test/colibri-convert $(patsubst tests/%.c,build/test/%,$(TEST_SRCS)) build/nolibs/colibri build/nolibs/test_io build/portable/colibri
 	$(call run_tests,build/test)
+	@echo "== build/portable (ARCH=portable: kernels chosen at run time)"
+	@COLIBRI=build/portable/colibri $(PYTHON) tests/test_cli.py Oracle.test_every_fixture_passes Oracle.test_every_kernel_level
 	@echo "== build/nolibs (without liburing and libnuma)"
 	@build/nolibs/test_io
 	@COLIBRI=build/nolibs/colibri $(PYTHON) tests/test_cli.py NoLibs
