@@ -12,27 +12,37 @@
  *   QT_I4G  QT_I4 packing, one scale per group of gs inputs (gs multiple of
  *           16 in 16..256; the last group may be partial)
  *
- * Kernels: one table of functions per CPU level, chosen once (mm_init).
- * Levels: scalar (plain C reference, compiled everywhere), avx2, avxvnni,
- * avx512, avx512vnni, neon, neon-dotprod, neon-i8mm. x86 and aarch64 levels
- * are compiled with target attributes, so a portable build holds them all.
+ * Kernels: one table per CPU level (mm_kernels_of), chosen once by mm_init.
+ * Levels: scalar (the plain C reference, compiled everywhere), avx2, avxvnni,
+ * avx512, avx512vnni, neon, neon-dotprod, neon-i8mm; each is compiled with
+ * a target attribute, so a portable (-march=x86-64 / armv8-a) build holds
+ * every level of its architecture and dispatch picks by cpuid/getauxval.
+ * Float kernels exist per vector width (AVX2, AVX-512, NEON). Integer
+ * kernels are written once per width in the template sections at the end of
+ * this file and instantiated per level by re-including the file with a dot
+ * primitive (maddubs, vpdpbusd, smull, sdot); i8mm adds a 2×2 smmla kernel.
  *
  * Two arithmetic paths (mm_init's idot flag):
  *   float   y = Σ_i deq(W[o,i]) · x[i] in f32, deq = q·scale exactly as
- *           qt_dequant_row. Summation order is fixed per level (so y does not
- *           depend on S, batch neighbours or threads) but differs between
- *           levels by rounding. f32 weights always take this path.
- *   integer (IDOT) each activation row is quantized to int8 (scale
- *           absmax/127, round-half-to-even); dot products are exact int32
- *           sums, so every level gives bit-identical y:
+ *           qt_dequant_row. Each level has one fixed summation order per
+ *           (row, activation row): the same for every S, batch and thread
+ *           count, but different between levels (rounding). f32 weights
+ *           always take this path.
+ *   integer (IDOT, int8/int4/int2/grouped int4) each activation row is
+ *           quantized to int8 (xs = absmax/127, q = rne(x·(127/absmax)))
+ *           and D = Σ q_w·q_x is an exact int32 sum (q_w = stored value: int8,
+ *           nibble-8, crumb-2), so every level gives bit-identical y:
  *             per-row formats: y = ((float)D · s[o]) · xs
- *             grouped:         T = Σ_g (float)D_g · s[o,g] accumulated into 16
- *                              lanes L[g mod 16] (mul then add, in increasing
- *                              g), reduced as L[j]+=L[j+8], L[j]+=L[j+4],
- *                              L[j]+=L[j+2], L[0]+=L[1]; y = T · xs
- *           (D = exact Σ q_w·q_x over the row or group.) Needs I ≤ 2^17.
- * Bit-exactness of the integer path relies on no FMA contraction of the
- * reference's a*b+c (-ffp-contract=off, the project default).
+ *             grouped:         L[g mod 16] += (float)D_g · s[o,g] for g in
+ *                              increasing order (mul then add, L starts at
+ *                              +0, missing groups of the last 16 add 0·0),
+ *                              T = ((L0+L8)+(L4+L12)) + ... as L[j]+=L[j+8],
+ *                              L[j]+=L[j+4], L[j]+=L[j+2], L0+L1; y = T · xs
+ *           It needs I ≤ 2^17 (and ≤ mm_init's max_cols); larger I take the
+ *           float path. Activations are laid out per level so that the
+ *           vector unpack of the weights needs no shuffles (mm_act_quant).
+ * Bit-exactness relies on no FMA contraction of the reference's a*b+c
+ * (-ffp-contract=off, the project default and ISO C mode's default).
  *
  * Prefix: qt_ (formats), mm_ (kernels). No globals, no getenv, no exit. */
 #ifndef COLI_QUANT_H
@@ -407,8 +417,9 @@ static inline int64_t mm_act_blk(qt_fmt f, int vb) { return f == QT_I2 ? 4 * vb 
 /* Quantizes one activation row x[I] for weights of format f (group size gs)
  * into q in the layout of a level with vector bytes vb: int4 blocks of 2·vb
  * elements as [even elements | odd elements], int2 blocks of 4·vb as the four
- * phases i mod 4, int8 and every tail natural. *xs = absmax/127 (0 for an
- * all-zero row, NaN if any x is not finite), q = rne(x·127/absmax). xg gets
+ * phases i mod 4, int8 and every tail natural. *xs = absmax/127 (0, with
+ * q = 0, when absmax < 1e-30; NaN if any x is not finite), q =
+ * rne(x·127/absmax). xg gets
  * offset·Σq per group, zero-padded to a multiple of 16 groups (per-row
  * formats: xg[0] only). */
 static inline void mm_act_quant(const float *x, int64_t I, qt_fmt f, int gs, int vb, int8_t *q, float *xs, int32_t *xg) {
@@ -1546,7 +1557,7 @@ static inline float mm_dot_f32(const float *a, const float *b, int64_t n) {
 #define MMT_PRE mm256
 /* |w| and x·sign(w) for signed int8 weights */
 #define MMT_ABS8(w) _mm256_abs_epi8(w)
-#define MMT_SIGNX(x, w) _mm256_sign_epi8((x), (w))
+#define MMT_SIGNX(x, w, neg) _mm256_sign_epi8((x), (w))
 #define MMT_NEGMASK(w) 0
 #define mmt_L __m256
 #define MMT_LZERO(L)                       \
@@ -1572,7 +1583,7 @@ static inline float mm_dot_f32(const float *a, const float *b, int64_t n) {
 #define MMT_PRE mm512
 #define MMT_ABS8(w) _mm512_abs_epi8(w)
 #define MMT_NEGMASK(w) _mm512_movepi8_mask(w)
-#define MMT_SIGNX(x, w) _mm512_mask_sub_epi8((x), neg, _mm512_setzero_si512(), (x))
+#define MMT_SIGNX(x, w, neg) _mm512_mask_sub_epi8((x), (neg), _mm512_setzero_si512(), (x))
 #define mmt_L __m512
 #define MMT_LZERO(L) ((L)[0] = _mm512_setzero_ps())
 #define MMT_STAGE2(c16, n16, xg, s, L) ((L)[0] = mm512_stage2((c16), (n16), (xg), (s), (L)[0]))
@@ -1595,7 +1606,21 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
         acc[t][0] = acc[t][1] = MMT_ZERO;
     }
     const MMT_I m4 = MMT_SET8(15), m2 = MMT_SET8(3);
-    for (int64_t b = 0; b < nb; b++) {
+    int64_t b = 0;
+    if (f == QT_I8) /* two blocks per step: two chains per pair */
+        for (; b + 2 <= nb; b += 2) {
+            MM_PREFETCH(w + MMV * b + MM_PF_DIST);
+            if (MMV == 64) MM_PREFETCH(w + MMV * b + MM_PF_DIST + 64);
+            const MMT_I w0 = MMT_LD(w + MMV * b), w1 = MMT_LD(w + MMV * (b + 1)), a0 = MMT_ABS8(w0), a1 = MMT_ABS8(w1);
+            const uint64_t n0 = MMT_NEGMASK(w0), n1 = MMT_NEGMASK(w1);
+            (void)n0, (void)n1;
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                acc[t][0] = MMT_DP(acc[t][0], a0, MMT_SIGNX(MMT_LD(q[t] + MMV * b), w0, n0));
+                acc[t][1] = MMT_DP(acc[t][1], a1, MMT_SIGNX(MMT_LD(q[t] + MMV * (b + 1)), w1, n1));
+            }
+        }
+    for (; b < nb; b++) {
         MM_PREFETCH(w + MMV * b + MM_PF_DIST);
         const MMT_I wv = MMT_LD(w + MMV * b);
         if (f == QT_I8) {
@@ -1603,7 +1628,7 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
             const uint64_t neg = MMT_NEGMASK(wv);
             (void)neg;
             MM_UNROLL
-            for (int t = 0; t < T; t++) acc[t][0] = MMT_DP(acc[t][0], aw, MMT_SIGNX(MMT_LD(q[t] + MMV * b), wv));
+            for (int t = 0; t < T; t++) acc[t][0] = MMT_DP(acc[t][0], aw, MMT_SIGNX(MMT_LD(q[t] + MMV * b), wv, neg));
         } else if (f == QT_I4) {
             const MMT_I lo = MMT_AND(wv, m4), hi = MMT_AND(MMT_SRL16(wv, 4), m4);
             MM_UNROLL
@@ -1794,7 +1819,18 @@ static MM_AI MMT_TGT void MMT_F(mmn_itile)(const mm_args *a, int64_t o, int s0, 
         q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
         acc[t][0] = acc[t][1] = vdupq_n_s32(0);
     }
-    for (int64_t b = 0; b < nb; b++) {
+    int64_t b = 0;
+    if (f == QT_I8) /* two blocks per step: two chains per pair */
+        for (; b + 2 <= nb; b += 2) {
+            if (!(b & 3)) MM_PREFETCH(w + 16 * b + MM_PF_DIST);
+            const int8x16_t w0 = vld1q_s8((const int8_t *)w + 16 * b), w1 = vld1q_s8((const int8_t *)w + 16 * b + 16);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                acc[t][0] = MMT_DP(acc[t][0], w0, vld1q_s8(q[t] + 16 * b));
+                acc[t][1] = MMT_DP(acc[t][1], w1, vld1q_s8(q[t] + 16 * b + 16));
+            }
+        }
+    for (; b < nb; b++) {
         if (!(b & 3)) MM_PREFETCH(w + 16 * b + MM_PF_DIST);
         if (f == QT_I8) {
             const int8x16_t wv = vld1q_s8((const int8_t *)w + 16 * b);
