@@ -110,11 +110,14 @@ run-sanitize:
 # workloads and writes bench/results.json (see bench/README.md); models and
 # logs go to $(COLI_BENCH_CACHE) (default bench/cache). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or "--only iopaths".
-BENCH_BINS := build/bench_quant build/bench_io build/bench_tok
+BENCH_BINS := build/bench_quant build/bench_io build/bench_mem build/bench_tok
 build/bench_quant: bench/bench_quant.c $(HEADERS) Makefile
 	@mkdir -p $(@D)
 	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 build/bench_io: bench/bench_io.c Makefile
+	@mkdir -p $(@D)
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $< -lpthread
+build/bench_mem: bench/bench_mem.c Makefile
 	@mkdir -p $(@D)
 	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $< -lpthread
 build/bench_tok: bench/bench_tok.c $(HEADERS) Makefile

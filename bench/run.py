@@ -102,6 +102,16 @@ class Bench:
                   "io_paths": [], "tokenizer": None, "convert": None, "llamacpp": None, "skipped": []}
         self.prompts = {}
         self.memcg = None
+        # OpenMP workers that sleep between parallel regions can take a scheduler
+        # tick (~10 ms) to wake on a VM; any explicit GOMP_SPINCOUNT keeps libgomp
+        # spinning briefly instead. Applied to every engine run (colibri and
+        # llama.cpp alike) unless --omp-default; the resident section also
+        # measures the default to show what it costs.
+        if a.omp_default:
+            self.omp_env = {}
+        else:
+            self.omp_env = {k: os.environ[k] for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ} or {"GOMP_SPINCOUNT": "300000"}
+        self.R["omp_env"] = self.omp_env
 
     # ------------------------------------------------------------ helpers
     def say(self, msg):
@@ -124,7 +134,11 @@ class Bench:
     def run(self, name, cmd, env=None, timeout=1800, cgroup=None, check=True):
         """Runs cmd; returns (stdout, stderr, rc, wall seconds, peak RSS bytes, log path)."""
         full = dict(os.environ)
-        full.update(env or {})
+        for k, v in (env or {}).items():  # None removes a variable
+            if v is None:
+                full.pop(k, None)
+            else:
+                full[k] = v
         t = time.time()
         pre = None
         if cgroup:
@@ -369,31 +383,38 @@ class Bench:
         return peak
 
     # ------------------------------------------------------------ prompts
-    def prompt(self, model, n):
-        """A text of exactly n tokens (CHAT_TEMPLATE=0) taken from tools/tok_train.txt, varied per `n`."""
-        key = n
+    def prompt(self, model, n, offset=0):
+        """A text of exactly n tokens (CHAT_TEMPLATE=0): words of tools/tok_train.txt from word `offset` on
+        (repeated as needed), then " the" fillers (one token each) to make up the count."""
+        key = (n, offset)
         if key in self.prompts:
             return self.prompts[key]
         with open(os.path.join(ROOT, "tools", "tok_train.txt"), encoding="utf-8") as f:
-            base = " ".join(f.read().split())
-        words = base.split(" ")
-        text_words = []
-        while len(text_words) < 3 * n + 50:
-            text_words += words
-        # candidate prefixes around the estimate; fillers " the" add one token each
-        cands = [" ".join(text_words[:k]) for k in range(max(1, n // 3), min(len(text_words), 2 * n + 20))]
-        counts = self.tok_counts(model, cands)
-        best = None
-        for c, k in zip(cands, counts):
-            if k <= n and (best is None or k > best[1]):
-                best = (c, k)
-        for pad in range(0, 8):
-            if best is None:
-                break
-            txt = best[0] + " the" * (n - best[1] + pad) if pad == 0 else best[0] + " the" * (n - best[1] - pad)
-            if self.tok_counts(model, [txt])[0] == n:
+            words = f.read().split()
+        o = offset % len(words)
+        words = words[o:] + words[:o]
+        tw = words * (n // len(words) + 2)
+
+        def count(k):
+            return self.tok_counts(model, [" ".join(tw[:k])])[0] if k else 0
+        lo, hi = 0, min(len(tw), n)  # every word is at least one token
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if count(mid) <= n:
+                lo = mid
+            else:
+                hi = mid - 1
+        text = " ".join(tw[:lo])
+        f = n - count(lo)
+        for _ in range(16):
+            txt = (text + " the" * f) if text else ("the" + " the" * (f - 1))
+            c = self.tok_counts(model, [txt])[0]
+            if c == n:
                 self.prompts[key] = txt
                 return txt
+            f += n - c
+            if f < 1:
+                break
         raise SystemExit("bench: could not build a prompt of exactly %d tokens" % n)
 
     def tok_counts(self, model, texts):
@@ -429,10 +450,11 @@ class Bench:
         raise KeyError(d)
 
     # ------------------------------------------------------------ colibri runs
-    def crun(self, label, model, env, prompt_n, ngen, cold=False, cg_limit=None, timeout=3600):
-        e = {"SEED": "1", "TEMP": "0", "USAGE_SAVE": "0", "CHAT_TEMPLATE": "0", "PIN": "0", "NGEN": str(ngen)}
+    def crun(self, label, model, env, prompt_n, ngen, cold=False, cg_limit=None, timeout=3600, offset=0, omp=True):
+        e = dict(self.omp_env) if omp else {}
+        e.update({"SEED": "1", "TEMP": "0", "USAGE_SAVE": "0", "CHAT_TEMPLATE": "0", "PIN": "0", "NGEN": str(ngen)})
         e.update(env)
-        e["PROMPT"] = self.prompt(model, prompt_n)
+        e["PROMPT"] = self.prompt(model, prompt_n, offset)
         cached = self.drop_cache(self.shards(model)) if cold else None
         cg = self.cg_make(cg_limit) if cg_limit else None
         try:
@@ -441,7 +463,7 @@ class Bench:
             peak = self.cg_done(cg)
         r = parse_colibri(err)
         r.update(label=label, rc=rc, wall_s=round(wall, 3), peak_rss=rss, log=lp, cgroup_peak=peak, cache_left_after_drop=cached,
-                 env={k: v for k, v in e.items() if k != "PROMPT"})
+                 env={k: v for k, v in e.items() if k != "PROMPT" and v is not None})
         if rc != 0 or "decode_tps" not in r:
             self.say("  %s: colibri failed (exit %s), see %s" % (label, rc, lp))
             r["failed"] = True
@@ -465,25 +487,46 @@ class Bench:
     def limits(self):
         L = self.R["limits"]
         bq = os.path.join(ROOT, "build", "bench_quant")
-        args = ["--json", "--time", "0.15" if self.a.quick else "0.3", "--mem", "512" if self.a.quick else "1024"]
+        args = ["--json", "--time", "0.15" if self.a.quick else "0.2", "--mem", "512" if self.a.quick else "1536"]
         if self.section_on("kernels"):
-            self.say("kernels: bench_quant (memory bandwidth, matvec per format)")
-            out, err, _, _, _, _ = self.run("bench_quant", [bq] + args, timeout=1800)
+            self.say("kernels: bench_quant (memory bandwidth, matvec per format)%s" % (" with " + self.omp_env_str() if self.omp_env else ""))
+            out, err, _, _, _, _ = self.run("bench_quant", [bq] + args, env=self.omp_env, timeout=1800)
         else:
             self.say("memory bandwidth: bench_quant --only f32 (kernels section off)")
-            out, err, _, _, _, _ = self.run("bench_quant-bw", [bq] + args + ["--only", "f32"], timeout=1800)
+            out, err, _, _, _, _ = self.run("bench_quant-bw", [bq] + args + ["--only", "f32"], env=self.omp_env, timeout=1800)
         q = json.loads(out)
-        L["mem_bw_gbs"] = {"1": q["bandwidth_gbs"]["1"], "all": q["bandwidth_gbs"]["all"], "threads": q["threads"],
-                           "how": "bench_quant: best of 8 sequential reads of a >= 1 GiB buffer, 64-byte vector loads"}
+        mo, _, _, _, _, _ = self.run("bench_mem", [os.path.join(ROOT, "build", "bench_mem"), "--json", "--mib", "1024" if self.a.quick else "4096"],
+                                     timeout=600)
+        mb = json.loads(mo)["results"]
+        L["mem_bw_gbs"] = {"1": mb[0]["gbs"], "all": mb[-1]["gbs"], "threads": mb[-1]["threads"],
+                           "how": "bench_mem: best of 5 passes over a 4 GiB buffer (far above the LLC), 64-byte vector loads, spinning pthreads",
+                           "bench_quant_probe": q["bandwidth_gbs"]}
+        self.say("memory read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)" % (mb[0]["gbs"], mb[-1]["gbs"], mb[-1]["threads"]))
+        if self.omp_env and self.section_on("kernels"):
+            # the same kernel with libgomp's defaults: what the OpenMP wake-up costs here
+            self.say("kernels: int4 g64 again with the default OpenMP environment")
+            o2, _, _, _, _, _ = self.run("bench_quant-omp-default", [bq, "--json", "--time", "0.1", "--mem", "256", "--only", "int4-grouped"],
+                                         env={"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}, timeout=900)
+            q2 = json.loads(o2)
+            L["mem_bw_gbs_omp_default"] = q2["bandwidth_gbs"]
+            for k in q2["kernels"]:
+                if k["S"] == 1 and k["idot"] == 1:
+                    self.R["workloads"].append({
+                        "id": "kernel.%s-g%d.%dx%d.idot1.t%d.omp-default" % (k["fmt"], k["gs"], k["O"], k["I"], k["threads"]),
+                        "engine": "colibri", "model": None, "what": "matvec S=1 with libgomp's default waiting (no GOMP_SPINCOUNT)", "unit": "GB/s",
+                        "value": k["gbs"], "n": 1, "limit_name": "memory read bandwidth (%s)" % ("1 thread" if k["threads"] == 1 else "all threads"),
+                        "limit": L["mem_bw_gbs"]["1" if k["threads"] == 1 else "all"],
+                        "ratio": k["gbs"] / L["mem_bw_gbs"]["1" if k["threads"] == 1 else "all"]})
         if self.section_on("kernels"):
             self.R["kernels"] = q
             for k in q["kernels"]:
                 if k["S"] == 1:
                     self.R["workloads"].append({
                         "id": "kernel.%s%s.%dx%d.idot%d.t%d" % (k["fmt"], "-g%d" % k["gs"] if k["gs"] else "", k["O"], k["I"], k["idot"], k["threads"]),
-                        "engine": "colibri", "model": None, "what": "matvec (decode, S=1) over matrices larger than the LLC", "unit": "GB/s",
+                        "engine": "colibri", "model": None, "what": "matvec (decode, S=1) over a set of matrices (bench_quant --mem)", "unit": "GB/s",
                         "value": k["gbs"], "n": 1, "limit_name": "memory read bandwidth (%s thread%s)" % (k["threads"], "s" if k["threads"] > 1 else ""),
-                        "limit": q["bandwidth_gbs"]["1" if k["threads"] == 1 else "all"], "ratio": k["pct_bw"] / 100.0})
+                        "limit": L["mem_bw_gbs"]["1" if k["threads"] == 1 else "all"],
+                        "ratio": k["gbs"] / L["mem_bw_gbs"]["1" if k["threads"] == 1 else "all"]})
             peak = max((k["gflops"] for k in q["kernels"] if k["threads"] == q["threads"] and k["idot"] == 1), default=None)
             L["kernel_peak_gflops"] = peak
         # O_DIRECT on the disk that holds the models: the streaming model's shards
@@ -562,6 +605,13 @@ class Bench:
         self.workload("resident.prefill%d" % P, "colibri", name, "prefill tok/s of a %d-token prompt, all experts resident" % P, pre, "prefill_tps", "tok/s",
                       {"limit_name": "kernel peak GFLOP/s (bench_quant, all threads, S<=32)", "limit": L.get("kernel_peak_gflops"),
                        "ratio": median([r.get("compute_ratio") for r in pre]), "achieved_gflops": median([r.get("prefill_gflops") for r in pre])})
+        if self.omp_env:
+            r = self.decode_limit(self.crun("resident-decode16-omp-default", d, dict(env, GOMP_SPINCOUNT=None, OMP_WAIT_POLICY=None), 32, 16, omp=False),
+                                  name, "resident")
+            self.say("  default OpenMP environment (no %s): decode %s tok/s" % (self.omp_env_str(), r.get("decode_tps")))
+            self.workload("resident.decode16.omp-default", "colibri", name,
+                          "decode tok/s over 16 tokens after 32, all resident, libgomp's default waiting (as users run it)", [r], "decode_tps",
+                          "tok/s", {"limit_name": "memory read bandwidth (all threads)", "limit": L["mem_bw_gbs"]["all"], "ratio": r.get("mem_ratio")})
         runs = [self.prefill_limit(self.crun("resident-prefill%d-%d" % (PL, i), d, env, PL, 1), name) for i in range(max(1, n // 2))]
         self.say("  prefill %d: %s tok/s" % (PL, runs[0].get("prefill_tps")))
         self.workload("resident.prefill%d" % PL, "colibri", name, "prefill tok/s of a %d-token prompt, all experts resident" % PL, runs, "prefill_tps", "tok/s",
@@ -633,7 +683,7 @@ class Bench:
         runs = []
         for i in range(H):
             # a different prompt each run (rotating), so warm runs are not the same routing replayed
-            r = self.crun("history-%d" % i, d, env, P + 3 * i, G, cold=True, cg_limit=lim)
+            r = self.crun("history-%d" % i, d, env, P, G, cold=True, cg_limit=lim, offset=211 * i)
             self.decode_limit(r, name, "stream")
             r["run"] = i + 1
             runs.append(r)
@@ -807,8 +857,8 @@ class Bench:
                 self.drop_cache([g])
             cg = self.cg_make(cg_limit) if cg_limit else None
             try:
-                out, err, rc, wall, rss, lp = self.run(label, [lb, "-m", g, "-t", str(T), "-o", "json"] + extra_args + args, timeout=3600, cgroup=cg,
-                                                       check=False)
+                out, err, rc, wall, rss, lp = self.run(label, [lb, "-m", g, "-t", str(T), "-o", "json"] + extra_args + args, env=self.omp_env,
+                                                       timeout=3600, cgroup=cg, check=False)
             finally:
                 peak = self.cg_done(cg)
             if rc != 0 and not extra_args and "GGML_ASSERT" in err:
@@ -858,8 +908,9 @@ class Bench:
         L["resident_raw"] = rows
         row("resident.prefill%d" % P, "prefill %d tokens, resident" % P, "medium", wval("resident.prefill%d" % P), "resident.prefill%d" % P, rows, "pp", P)
         row("resident.prefill%d" % PL, "prefill %d tokens, resident" % PL, "medium", wval("resident.prefill%d" % PL), "resident.prefill%d" % PL, rows, "pp", PL)
-        row("resident.decode%d" % G, "decode %d tokens after %d, resident" % (G, P), "medium", wval("resident.decode%d" % G), "resident.decode%d" % G,
-            rows, "tg", G, depth=P)
+        fw = (G - 1) / G  # colibri's decode rate counts G tokens over G-1 forward passes; llama-bench's tg counts G passes
+        row("resident.decode%d" % G, "decode %d tokens after %d, resident" % (G, P), "medium", (wval("resident.decode%d" % G) or 0) * fw or None,
+            "resident.decode%d x (G-1)/G" % G, rows, "tg", G, depth=P)
         # int8 experts: small8 (Q8_0) vs colibri int8, resident, decode only
         g8 = gguf_of("small8")
         d8 = self.ensure_model("small8")
@@ -873,8 +924,8 @@ class Bench:
                       {"limit_name": "memory read bandwidth (all threads)", "limit": self.R["limits"]["mem_bw_gbs"]["all"],
                        "ratio": median([r.get("mem_ratio") for r in cr])})
         rows8, _, _ = lbench("llama-resident8-tg", g8, ["-p", "0", "-n", str(G), "-d", str(P), "-r", str(reps)])
-        row("resident8.decode%d" % G, "decode %d after %d, int8/Q8_0 experts, resident" % (G, P), "small8", wval("resident8.decode%d" % G),
-            "resident8.decode%d" % G, rows8, "tg", G, depth=P)
+        row("resident8.decode%d" % G, "decode %d after %d, int8/Q8_0 experts, resident" % (G, P), "small8", (wval("resident8.decode%d" % G) or 0) * fw or None,
+            "resident8.decode%d x (G-1)/G" % G, rows8, "tg", G, depth=P)
         # streaming: large, same memory limit for both engines
         gl = gguf_of("large")
         ram = self.R["limits"].get("stream_ram_gb") or self.stream_budget()
@@ -893,13 +944,16 @@ class Bench:
         L["stream_cgroup_peak"] = [peak, peakp]
         cs = self.crun("stream-cmp-decode", self.model_dir("large"), {"RAM_GB": str(ram), "DIRECT": "1", "PIN": "0"}, P, Gs, cold=True, cg_limit=lim) \
             if Gs != G else None
-        cval = cs.get("decode_tps") if cs else wval("stream.decode%d" % G)
+        cval = (cs.get("decode_tps") if cs else wval("stream.decode%d" % G) or 0) * (Gs - 1) / Gs or None
         row("stream.decode%d" % Gs, "decode %d after %d, streamed, cold" % (Gs, P), "large", cval, "stream.decode%d" % G if not cs else "stream-cmp-decode",
             rows, "tg", Gs, depth=P, extra={"method": how})
         row("stream.prefill%d" % P, "prefill %d tokens, streamed, cold" % P, "large", wval("stream.prefill%d" % P), "stream.prefill%d" % P,
             rowsp, "pp", P, extra={"method": how})
 
     # ------------------------------------------------------------ driver
+    def omp_env_str(self):
+        return " ".join("%s=%s" % kv for kv in sorted(self.omp_env.items()))
+
     def section_on(self, s):
         if self.a.only:
             return s in self.a.only
@@ -1178,10 +1232,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="runs per measured configuration (medians reported)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.json"))
     ap.add_argument("--no-peer", action="store_true", help="leave out llama.cpp")
+    ap.add_argument("--omp-default", action="store_true", help="run the engines with libgomp's default waiting (no GOMP_SPINCOUNT)")
     a = ap.parse_args()
     if a.repeats < 1:
         raise SystemExit("bench: --repeats must be at least 1")
-    for b in ("colibri", "colibri-synth", "build/bench_quant", "build/bench_io", "build/bench_tok"):
+    for b in ("colibri", "colibri-synth", "build/bench_quant", "build/bench_io", "build/bench_mem", "build/bench_tok"):
         if not os.access(os.path.join(ROOT, b), os.X_OK):
             raise SystemExit("bench: %s is not built (run `make bench`)" % b)
     Bench(a).main()
