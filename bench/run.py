@@ -1226,7 +1226,7 @@ def print_table(R, prev):
                                                               " ".join(R["machine"].get("loadavg_start", [])), " ".join(R["machine"].get("loadavg_end", [])),
                                                               "  previous: " + prev.get("started", "?") if prev else ""))
     print("random-weight synthetic models: tokens are noise, speed only")
-    hdr = "%-48s %-9s %11s %-6s %9s %7s  %-34s" % ("workload", "engine", "value", "unit", "limit", "ratio", "limit is")
+    hdr = "%-56s %-9s %11s %-6s %9s %7s  %-34s" % ("workload", "engine", "value", "unit", "limit", "ratio", "limit is")
     if prev:
         hdr += " %11s %7s" % ("previous", "change")
     print(hdr)
@@ -1235,8 +1235,8 @@ def print_table(R, prev):
         v = w.get("value")
         lim = w.get("limit")
         ratio = w.get("ratio")
-        line = "%-48s %-9s %11s %-6s %9s %7s  %-34s" % (
-            w["id"][:48], (w.get("engine") or "-")[:9], "%.3f" % v if isinstance(v, (int, float)) else "-", w.get("unit", ""),
+        line = "%-56s %-9s %11s %-6s %9s %7s  %-34s" % (
+            w["id"][:56], (w.get("engine") or "-")[:9], "%.3f" % v if isinstance(v, (int, float)) else "-", w.get("unit", ""),
             "%.2f" % lim if isinstance(lim, (int, float)) else "-", "%.1f%%" % (100 * ratio) if isinstance(ratio, (int, float)) else "-",
             (w.get("limit_name") or "")[:34])
         if prev:
