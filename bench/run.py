@@ -1265,7 +1265,8 @@ def print_table(R, prev):
             c, l, x = r.get("colibri_tok_s"), r.get("llamacpp_tok_s"), r.get("ratio_colibri_over_llamacpp")
             print("%-28s %-8s %12s %12s %8s" % (r["id"], r["model"], "%.3f" % c if c else "-", "%.3f" % l if l else "-", "%.2fx" % x if x else "-"))
     busy = []
-    for w in R["workloads"]:
+    peer = R.get("llamacpp") if isinstance(R.get("llamacpp"), dict) else {}
+    for w in R["workloads"] + [{"runs": peer.get("runs") or []}]:
         for r in w.get("runs") or []:
             if (r.get("others_cpu_frac") or 0) > 0.15:
                 busy.append("%s %.0f%%" % (r.get("label"), 100 * r["others_cpu_frac"]))
