@@ -4,6 +4,8 @@
 #                        dispatch at startup on what the CPU offers)
 #   make test            every test, warnings as errors, no network/GPU/pip
 #   make sanitize        the same tests under ASan + UBSan
+#   make bench           benchmark report (bench/results.json; not part of test)
+#   make llamacpp        the llama.cpp peer for make bench (tools/install_llamacpp.sh)
 CC ?= cc
 ARCH ?= native
 PYTHON ?= python3
@@ -118,8 +120,33 @@ sanitize: build/asan/colibri build/asan/colibri-synth build/asan/colibri-convert
 run-sanitize:
 	$(call run_tests,build/asan)
 
+# ---- benchmarks (never part of `make test`) -------------------------------
+# make bench: bench/run.py measures the machine's limits and the engine's
+# workloads and writes bench/results.json (see bench/README.md); models and
+# logs go to $(COLI_BENCH_CACHE) (default bench/cache). BENCH_ARGS passes
+# options, e.g. make bench BENCH_ARGS="--quick" or "--only iopaths".
+BENCH_BINS := build/bench_quant build/bench_io build/bench_mem build/bench_tok
+build/bench_quant: bench/bench_quant.c $(HEADERS) Makefile
+	@mkdir -p $(@D)
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+build/bench_io: bench/bench_io.c Makefile
+	@mkdir -p $(@D)
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $< -lpthread
+build/bench_mem: bench/bench_mem.c Makefile
+	@mkdir -p $(@D)
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $< -lpthread
+build/bench_tok: bench/bench_tok.c $(HEADERS) Makefile
+	@mkdir -p $(@D)
+	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+
+bench: colibri colibri-synth $(BENCH_BINS)
+	$(PYTHON) bench/run.py $(BENCH_ARGS)
+
+llamacpp:
+	tools/install_llamacpp.sh
+
 clean:
 	rm -rf build colibri colibri-synth colibri-convert
 
-.PHONY: all test sanitize run-sanitize clean
+.PHONY: all test sanitize run-sanitize clean bench llamacpp
 .SECONDARY:
