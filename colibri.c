@@ -1843,7 +1843,7 @@ static void print_end(coli_model *m) {
     tel_stats *t = &m->tel;
     t->hit_pin = m->xs.hit_pin, t->hit_lru = m->xs.hit_lru, t->miss = m->xs.miss + m->xs.mapped, t->bytes_read = m->xs.bytes_read;
     tel_lap(t, TEL_OTHER);
-    t->io_busy = m->xs.read_s + m->io.busy_ns * 1e-9;
+    t->io_busy = m->xs.read_s + m->xs.busy_wall; /* wall time with reads in flight, not a sum over parallel reads */
     tel_end_line(stderr, t);
     if (t->prof) tel_prof_line(stderr, t);
     if (m->repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", m->repinned);
@@ -2125,7 +2125,7 @@ static int coli_main(int argc, char **argv) {
     m.repin = (int)env_i(&e, "REPIN");
     m.rss_limit = env_f(&e, "RSS_GUARD_GB") > 0 ? (uint64_t)(env_f(&e, "RSS_GUARD_GB") * GB) : m.budget;
     print_startup(&m, dir);
-    m.xs.bytes_read = 0, m.xs.read_s = 0, m.io.busy_ns = 0; /* the run's counters start after pinning */
+    m.xs.bytes_read = 0, m.xs.read_s = 0, m.xs.busy_wall = 0, m.io.busy_ns = 0; /* the run's counters start after pinning */
     memset(m.io.bytes, 0, sizeof m.io.bytes), memset(m.io.reads, 0, sizeof m.io.reads);
     tel_start(&m.tel, (int)env_i(&e, "PROF"));
     coli_gen g;
@@ -2144,5 +2144,20 @@ out:
 }
 
 #ifndef COLI_NO_MAIN
-int main(int argc, char **argv) { return coli_main(argc, argv); }
+/* libgomp reads its wait policy before main. Left alone it may put idle
+ * workers to sleep, and on some VMs waking them costs a scheduler tick per
+ * parallel region: decode measured 0.6-1.3 tok/s instead of 18-20 on a
+ * 2-vCPU machine. So unless the user chose a policy, the engine restarts
+ * itself once with GOMP_SPINCOUNT set (libgomp's own default spin count,
+ * which it otherwise throttles). */
+static void omp_spin_reexec(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("GOMP_SPINCOUNT", "300000", 1)) return;
+    execv("/proc/self/exe", argv); /* on failure: run as is */
+}
+
+int main(int argc, char **argv) {
+    omp_spin_reexec(argv);
+    return coli_main(argc, argv);
+}
 #endif

@@ -49,7 +49,7 @@ typedef struct {
     int direct;                /* may use O_DIRECT (weights yes, small scale arrays no) */
     uint8_t *data;             /* out */
     int state;                 /* out: 0 pending, 1 done, -errno failed (atomic) */
-    double t_sub;              /* internal: when it was submitted */
+    double t_sub, t_done;      /* when it was submitted, when it finished */
     int drive;                 /* out: which drive served it */
     uint64_t aoff;             /* internal: aligned offset actually read */
     size_t alen, got;
@@ -197,7 +197,10 @@ static inline void io_add_busy_(io_ctx *c, double t0) {
 }
 
 static inline int io_state(const io_req *r) { return __atomic_load_n(&r->state, __ATOMIC_ACQUIRE); }
-static inline void io_set_state_(io_req *r, int v) { __atomic_store_n(&r->state, v, __ATOMIC_RELEASE); }
+static inline void io_set_state_(io_req *r, int v) {
+    if (v) r->t_done = compat_now();
+    __atomic_store_n(&r->state, v, __ATOMIC_RELEASE);
+}
 
 /* Performs one read on the calling thread: routed drive, O_DIRECT when
  * asked and possible, a failing mirror replaced by the primary (and not

@@ -102,7 +102,9 @@ typedef struct {
     void *convert_ud;
     uint64_t hit_pin, hit_lru, miss, bytes_read, mapped;
     uint64_t pred_total, pred_used, routed;  /* prefetch recall: predicted ∩ routed / routed */
-    double read_s;
+    double read_s;           /* reads on the compute thread (conversions, pins) */
+    int inflight;            /* slots with reads in flight */
+    double busy_t0, busy_end, busy_wall; /* wall time with at least one read in flight */
     char err[600];
 } xs_store;
 
@@ -364,11 +366,19 @@ static inline int xs_slot_poll(xs_store *x, int k, int s, int *failed) {
 
 /* Finishes slot s after its reads: views, counters; a failed read empties
  * the slot. Returns 0 or -1 with x->err. */
+/* One slot's reads are over: the union of in-flight intervals grows. */
+static inline void xs_busy_end(xs_store *x, const xs_slot *sl) {
+    for (int i = 0; i < sl->nreq; i++)
+        if (sl->req[i].t_done > x->busy_end) x->busy_end = sl->req[i].t_done;
+    if (--x->inflight == 0) x->busy_wall += x->busy_end - x->busy_t0;
+}
+
 static inline int xs_slot_finish(xs_store *x, int k, int s, int failed) {
     xs_slot *sl = xs_slot_at(x, k, s);
     tier_lru *lru = &x->lru[k];
     int e = lru->expert[s];
     sl->loading = 0;
+    xs_busy_end(x, sl);
     if (sl->pilot) sl->pilot = 0, lru->busy[s]--;
     if (failed) {
         tier_lru_evict(lru, s);
@@ -411,6 +421,7 @@ static inline int xs_slot_load(xs_store *x, int k, int e, int victim) {
     }
     sl->nreq = xs_plan_reads(x, k, e, sl->mem, sl->req);
     sl->loading = 1;
+    if (x->inflight++ == 0) x->busy_t0 = x->busy_end = compat_now();
     io_req *rp[4];
     for (int i = 0; i < sl->nreq; i++) rp[i] = &sl->req[i];
     io_submit(x->io, rp, sl->nreq);
@@ -425,6 +436,7 @@ static inline int xs_settle(xs_store *x, int k) {
         if (sl->loading && sl->pilot && xs_slot_poll(x, k, s, &failed)) {
             if (failed) { /* a failed speculative read never stops the run */
                 sl->loading = 0;
+                xs_busy_end(x, sl);
                 sl->pilot = 0;
                 x->lru[k].busy[s]--;
                 tier_lru_evict(&x->lru[k], s);

@@ -30,7 +30,7 @@ typedef struct {
     int prof;                     /* stage laps on (PROF=1) */
     double t0, last;
     double stage[TEL_NSTAGE];
-    double io_busy;               /* seconds spent in expert reads, any thread */
+    double io_busy;               /* wall seconds with expert reads in flight */
     uint64_t hit_pin, hit_lru, miss, bytes_read;
     int prompt_tokens, gen_tokens;
     double t_prefill, t_decode, ttft;
@@ -80,7 +80,7 @@ static inline void tel_prof_line(FILE *f, const tel_stats *t) {
         sum += t->stage[s];
     }
     double hidden = t->io_busy - t->stage[TEL_EXPERT_IO];
-    fprintf(f, " | total %.3f s = wall %.3f s | expert reads busy %.3f s, %.3f s of it hidden behind compute\n", sum, wall,
+    fprintf(f, " | total %.3f s = wall %.3f s | expert reads in flight %.3f s, %.3f s of it hidden behind compute\n", sum, wall,
             t->io_busy, hidden > 0 ? hidden : 0.0);
 }
 

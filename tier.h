@@ -220,8 +220,9 @@ typedef struct {
 /* Splits the budget: the fixed part (dense, KV, working set, reserve) and at
  * least one LRU slot per MoE layer must fit, else short_by says by how much
  * and -1 is returned. The pinned set takes what PIN asks for while leaving
- * min(topk, experts) LRU slots per layer; the LRU takes the rest (or CAP,
- * lowered to what fits). Everything never exceeds every expert once. */
+ * min(topk, experts) LRU slots per layer (from history alone, at most half
+ * of that room); the LRU takes the rest (or CAP, lowered to what fits).
+ * Everything never exceeds every expert once. */
 static inline int tier_plan_make(const tier_budget *b, tier_plan *p) {
     memset(p, 0, sizeof *p);
     uint64_t fixed = b->dense + b->kv + b->work + b->reserve, per_slot = b->expert * (uint64_t)b->moe_layers;
@@ -242,6 +243,10 @@ static inline int tier_plan_make(const tier_budget *b, tier_plan *p) {
     uint64_t room = free_b - (uint64_t)keep * per_slot;
     uint64_t pin = b->pin_mode == TIER_PIN_ALL ? room : (b->pin_mode == TIER_PIN_BYTES || b->pin_mode == TIER_PIN_AUTO) ? b->pin_bytes : 0;
     if (pin > room) pin = room;
+    /* history alone takes at most half the room: the LRU still catches
+     * what the history did not see (measured: pinning all of it under a
+     * tight budget lowered the hit rate from 82% to 69-73%) */
+    if (b->pin_mode == TIER_PIN_AUTO && pin > room / 2) pin = room / 2;
     if (pin > all) pin = all;
     p->pin_bytes = pin;
     uint64_t slots = b->cap > 0 ? (uint64_t)keep : (free_b - pin) / per_slot;

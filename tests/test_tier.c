@@ -80,6 +80,8 @@ static void test_budget(void) {
     CHECK(tier_plan_make(&b, &p) == 0 && p.lru_slots == 4 && p.pin_bytes == 420 * MB);
     b.pin_mode = TIER_PIN_AUTO, b.pin_bytes = 100 * MB;
     CHECK(tier_plan_make(&b, &p) == 0 && p.pin_bytes == 100 * MB && p.lru_slots == 20);
+    b.pin_bytes = 5000 * MB; /* history alone: at most half the room */
+    CHECK(tier_plan_make(&b, &p) == 0 && p.pin_bytes == 210 * MB && p.lru_slots == 14);
     b.pin_mode = TIER_PIN_BYTES, b.pin_bytes = 5000 * MB;
     CHECK(tier_plan_make(&b, &p) == 0 && p.pin_bytes == 420 * MB && p.lru_slots == 4);
     b.pin_mode = TIER_PIN_NONE, b.cap = 40; /* 800 MB wanted, 500 available */
