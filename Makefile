@@ -112,7 +112,6 @@ test: build/test/colibri build/test/colibri-synth build/test/colibri-convert $(p
 	@COLIBRI=build/nolibs/colibri $(PYTHON) tests/test_cli.py NoLibs
 	@echo "== aarch64 under qemu (NEON, dotprod, i8mm)"
 	@sh tests/run_arm.sh
-	@sh tests/run_arm_engine.sh
 
 sanitize: build/asan/colibri build/asan/colibri-synth build/asan/colibri-convert $(patsubst tests/%.c,build/asan/%,$(TEST_SRCS))
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(MAKE) --no-print-directory run-sanitize

@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from ab import END_RE  # noqa: E402  (the end-of-run line, parsed as tools/ab.py does)
 
-PROF_RE = re.compile(r"^prof: (.*) \| total ([\d.]+) s = wall ([\d.]+) s \| expert reads busy ([\d.]+) s, ([\d.]+) s of it hidden behind compute", re.M)
+PROF_RE = re.compile(r"^prof: (.*) \| total ([\d.]+) s = wall ([\d.]+) s \| expert reads (?:busy|in flight) ([\d.]+) s, ([\d.]+) s of it hidden behind compute", re.M)
 STAGE_RE = re.compile(r"([a-zA-Z/ ]+?) ([\d.]+) s \((\d+)%\)")
 RECALL_RE = re.compile(r"prefetch: recall ([\d.]+)% \((\d+) of (\d+) routed experts were predicted; (\d+) predictions\)")
 PLAN_RE = re.compile(r"plan: budget ([\d.]+ [KMG]B) \| resident: dense ([\d.]+ [KMG]B), KV ([\d.]+ [KMG]B), working set ([\d.]+ [KMG]B) \| "
@@ -520,7 +520,7 @@ class Bench:
             mb = got if mb is None else [a if a["gbs"] >= b["gbs"] else b for a, b in zip(mb, got)]
         L["mem_bw_gbs"] = {"1": mb[0]["gbs"], "all": mb[-1]["gbs"], "threads": mb[-1]["threads"],
                            "how": "bench_mem, run twice: best of 5 passes over a 4 GiB buffer (far above the LLC), 64-byte vector loads, spinning pthreads",
-                           "bench_quant_probe": q["bandwidth_gbs"]}
+                           "bench_quant_probe": q.get("bandwidth_gbs", q.get("probe_gbs"))}
         self.say("memory read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)" % (mb[0]["gbs"], mb[-1]["gbs"], mb[-1]["threads"]))
         if not self.a.quick:
             # the same probe over a buffer the size of bench_quant's matrix sets: how much a large LLC adds
@@ -532,7 +532,7 @@ class Bench:
             o2, _, _, _, _, _ = self.run("bench_quant-omp-default", [bq, "--json", "--time", "0.1", "--mem", "256", "--only", "int4-grouped"],
                                          env={"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}, timeout=900)
             q2 = json.loads(o2)
-            L["mem_bw_gbs_omp_default"] = q2["bandwidth_gbs"]
+            L["mem_bw_gbs_omp_default"] = q2.get("bandwidth_gbs", q2.get("probe_gbs"))
             for k in q2["kernels"]:
                 if k["S"] == 1 and k["idot"] == 1:
                     self.R["workloads"].append({

@@ -1,8 +1,10 @@
 #!/bin/sh
-# run_arm.sh — cross-compiles tests/test_quant.c for aarch64 (portable
-# armv8-a, so dispatch must reach dotprod and i8mm through target attributes)
-# and runs it under qemu-user with every CPU feature on, exercising the neon,
-# neon-dotprod and neon-i8mm levels. Run from the repository root.
+# run_arm.sh — cross-compiles tests/test_quant.c and the engine for aarch64
+# (portable armv8-a, so dispatch must reach dotprod and i8mm through target
+# attributes) and runs them under qemu-user with every CPU feature on: the
+# kernel tests, then the oracle self-test on every fixture at the neon,
+# neon-dotprod and neon-i8mm levels, IDOT on and off. Run from the
+# repository root.
 # Needs: apt-get install -y gcc-aarch64-linux-gnu qemu-user
 set -e
 CC=${ARM_CC:-aarch64-linux-gnu-gcc}
@@ -24,3 +26,18 @@ for l in neon neon-dotprod neon-i8mm; do
     echo "$out" | grep -q "^level $l *ok" || { echo "run_arm.sh: level $l was not exercised"; exit 1; }
 done
 echo "run_arm.sh: neon, neon-dotprod, neon-i8mm ok under qemu"
+
+# the engine, without the optional libraries
+"$CC" -std=c11 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -Werror -Wno-format-truncation -D_GNU_SOURCE -march=armv8-a \
+    -o build/arm/colibri colibri.c -lm -lpthread
+for fx in tests/fixtures/*/ref.json; do
+    dir=$(dirname "$fx")
+    for level in neon neon-dotprod neon-i8mm; do
+        for idot in 1 0; do
+            out=$(GOMP_SPINCOUNT=300000 SIMD=$level IDOT=$idot USAGE_SAVE=0 THREADS=2 "$QEMU" -cpu max -L "$SYSROOT" build/arm/colibri "$dir" 2>/dev/null) || {
+                echo "run_arm.sh: $dir SIMD=$level IDOT=$idot failed: $out"; exit 1; }
+            case "$out" in *PASS) ;; *) echo "run_arm.sh: $dir SIMD=$level IDOT=$idot: $out"; exit 1 ;; esac
+        done
+    done
+    echo "run_arm.sh: $dir passes the oracle at neon, neon-dotprod, neon-i8mm (IDOT on and off) under qemu"
+done
