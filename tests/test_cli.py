@@ -17,34 +17,8 @@ import sys
 import tempfile
 import unittest
 
-BIN = os.environ.get("COLIBRI", "./colibri")
-FIXTURES = "tests/fixtures"
-ORACLES = sorted(d for d in os.listdir(FIXTURES) if os.path.exists(os.path.join(FIXTURES, d, "ref.json")))
-
-
-def run(model, env=None, args=None, timeout=120):
-    e = {k: v for k, v in os.environ.items() if k in ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")}
-    e.update(env or {})
-    p = subprocess.run([BIN] + (args if args is not None else [model]), env=e, capture_output=True, timeout=timeout)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-
-
-def read_st(path):
-    """(header dict, data bytes) of a safetensors file."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8:8 + n]), raw[8 + n:]
-
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def save_json(obj, path):
-    with open(path, "w") as f:
-        json.dump(obj, f)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import BIN, FIXTURES, ORACLES, copy_fixture, load_json, read_st, run, save_json  # noqa: E402
 
 
 def write_st(path, header, data):
@@ -141,14 +115,6 @@ def smallest_budget(test, d, env=None):
         else:
             hi = mid
     return hi
-
-
-def copy_fixture(name, dst):
-    """Copies a fixture's files (not its run history) into dst."""
-    src = os.path.join(FIXTURES, name)
-    for f in os.listdir(src):
-        if not f.startswith("."):
-            shutil.copy(os.path.join(src, f), dst)
 
 
 class Tiers(unittest.TestCase):

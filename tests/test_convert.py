@@ -27,22 +27,18 @@ import random
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import unittest
 
-BIN = os.environ.get("COLIBRI", "./colibri")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import BIN, FIXTURES, copy_fixture, env_base, load_json, read_st, run  # noqa: E402
+
 CONVERT = os.path.join(os.path.dirname(BIN) or ".", "colibri-convert")
-FIXTURES = "tests/fixtures"
 TINY = os.path.join(FIXTURES, "tiny-glm5")
 # The full-precision fixtures (the quantized ones are converter output already).
 ORACLES = sorted(d for d in os.listdir(FIXTURES)
                  if os.path.exists(os.path.join(FIXTURES, d, "ref.json")) and os.path.exists(os.path.join(FIXTURES, d, "model.safetensors")))
-
-
-def env_base(extra=None):
-    e = {k: v for k, v in os.environ.items() if k in ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")}
-    e.update(extra or {})
-    return e
 
 
 def convert(src, dst, *flags, timeout=120):
@@ -51,18 +47,7 @@ def convert(src, dst, *flags, timeout=120):
 
 
 def engine(model, env=None, timeout=120):
-    e = env_base({"USAGE_SAVE": "0"})
-    e.update(env or {})
-    p = subprocess.run([BIN, model], env=e, capture_output=True, timeout=timeout)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-
-
-def read_st(path):
-    """(header dict, data bytes) of a safetensors file."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8:8 + n]), raw[8 + n:]
+    return run(model, dict({"USAGE_SAVE": "0"}, **(env or {})), timeout=timeout)
 
 
 def write_st(path, tensors):
@@ -115,18 +100,6 @@ def dequant(c, name, rows):
 def slurp(path):
     with open(path, "rb") as f:
         return f.read()
-
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def copy_fixture(name, dst):
-    src = os.path.join(FIXTURES, name)
-    for f in os.listdir(src):
-        if not f.startswith("."):
-            shutil.copy(os.path.join(src, f), dst)
 
 
 def mtimes(d):

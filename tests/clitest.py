@@ -1,0 +1,53 @@
+"""Helpers shared by the end-to-end tests (stdlib only): the binary under
+test ($COLIBRI), a clean environment for it, the fixtures, small file
+helpers."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+
+BIN = os.environ.get("COLIBRI", "./colibri")
+FIXTURES = "tests/fixtures"
+# Fixture directories with an oracle reference.
+ORACLES = sorted(d for d in os.listdir(FIXTURES) if os.path.exists(os.path.join(FIXTURES, d, "ref.json")))
+
+
+def env_base(extra=None):
+    """Only what the runs need from the caller's environment (sanitizer
+    options), so stray knobs never leak into a test."""
+    e = {k: v for k, v in os.environ.items() if k in ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")}
+    e.update(extra or {})
+    return e
+
+
+def run(model, env=None, args=None, timeout=120):
+    """(exit status, stdout, stderr) of colibri on model (or on args)."""
+    p = subprocess.run([BIN] + (args if args is not None else [model]), env=env_base(env), capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def read_st(path):
+    """(header dict, data bytes) of a safetensors file."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def save_json(obj, path):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+def copy_fixture(name, dst):
+    """Copies a fixture's files (not its run history) into dst."""
+    src = os.path.join(FIXTURES, name)
+    for f in os.listdir(src):
+        if not f.startswith("."):
+            shutil.copy(os.path.join(src, f), dst)
