@@ -1,12 +1,16 @@
 # colibri — build, test, sanitize.
-#   make                 ./colibri for this CPU (ARCH=native)
+#   make                 ./colibri for this CPU (ARCH=native), colibri-convert, colibri-synth
 #   make ARCH=portable   a generic x86-64 / armv8-a binary (kernels still
 #                        dispatch at startup on what the CPU offers)
 #   make test            every test, warnings as errors, no network/GPU/pip
 #   make sanitize        the same tests under ASan + UBSan
 #   make bench           benchmark report (bench/results.json; not part of test)
 #   make llamacpp        the llama.cpp peer for make bench (tools/install_llamacpp.sh)
+# Parallel builds work (make -j); objects go to build/<flavour>/, one
+# flavour per set of flags, with dependencies tracked by the compiler.
+.DEFAULT_GOAL := all
 CC ?= cc
+AR ?= ar
 ARCH ?= native
 PYTHON ?= python3
 
@@ -18,9 +22,9 @@ endif
 
 # -ffp-contract=off: no silent FMA contraction, so results do not depend on
 # what the compiler fuses (token-exactness across builds).
-BASEFLAGS := -std=c11 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -Wno-format-truncation -D_GNU_SOURCE
+BASEFLAGS := -std=c11 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -Wno-format-truncation -D_GNU_SOURCE -I.
 CFLAGS ?=
-LDLIBS := -lm
+LIBS := -lm -lpthread
 
 # Optional libraries, used when their headers and libraries are present
 # (URING=0 / NUMA=0 build without them).
@@ -38,105 +42,87 @@ ifneq ($(NUMA),0)
     OPTLIBS += -lnuma
   endif
 endif
-BASEFLAGS += $(OPTDEFS)
-LDLIBS += $(OPTLIBS) -lpthread
 
-HEADERS := $(wildcard *.h)
-ENGINE_SRC := colibri.c
+# The matmul kernels: one translation unit per instruction-set family,
+# compiled once per flavour into an archive every multiplying program links.
+KERNEL_SRC := $(sort $(wildcard kernels/*.c))
+TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+TEST_PY := $(sort $(wildcard tests/test_*.py))
+BENCH_C := bench_quant bench_io bench_mem bench_tok
+DEPFLAGS = -MMD -MP -MF $@.d
+
+# $(1) = build directory, $(2) = compile flags, $(3) = libraries
+define flavour
+$(1)/kernels/%.o: kernels/%.c Makefile
+	@mkdir -p $$(@D)
+	$$(CC) $(2) $$(DEPFLAGS) -c -o $$@ $$<
+$(1)/libkernels.a: $(patsubst kernels/%.c,$(1)/kernels/%.o,$(KERNEL_SRC))
+	@rm -f $$@
+	$$(AR) rcs $$@ $$^
+$(1)/colibri.o: colibri.c Makefile
+	@mkdir -p $$(@D)
+	$$(CC) $(2) $$(DEPFLAGS) -c -o $$@ $$<
+$(1)/colibri: $(1)/colibri.o $(1)/libkernels.a
+	$$(CC) $(2) -o $$@ $$^ $(3)
+$(1)/colibri-synth: tools/make_synth.c Makefile
+	@mkdir -p $$(@D)
+	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
+$(1)/colibri-convert: tools/convert.c Makefile
+	@mkdir -p $$(@D)
+	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
+$(1)/test_%: tests/test_%.c $(1)/libkernels.a Makefile
+	@mkdir -p $$(@D)
+	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(1)/libkernels.a $(3)
+$(1)/bench_%: bench/bench_%.c $(1)/libkernels.a Makefile
+	@mkdir -p $$(@D)
+	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(1)/libkernels.a $(3)
+-include $(wildcard $(1)/*.d $(1)/kernels/*.d)
+endef
+
+RELFLAGS := $(BASEFLAGS) $(OPTDEFS) $(ARCHFLAGS) $(CFLAGS)
+TESTFLAGS := $(BASEFLAGS) $(OPTDEFS) $(ARCHFLAGS) -Werror
+SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+
+$(eval $(call flavour,build/rel,$(RELFLAGS),$(LIBS) $(OPTLIBS)))
+$(eval $(call flavour,build/test,$(TESTFLAGS),$(LIBS) $(OPTLIBS)))
+$(eval $(call flavour,build/asan,$(TESTFLAGS) $(SANFLAGS),$(LIBS) $(OPTLIBS)))
+# Without liburing and libnuma: that build must keep working.
+$(eval $(call flavour,build/nolibs,$(BASEFLAGS) $(ARCHFLAGS) -Werror,$(LIBS)))
+# ARCH=portable (no -march): kernels still dispatch at run time.
+$(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(OPTLIBS)))
 
 all: colibri colibri-synth colibri-convert
 
-colibri: $(ENGINE_SRC) $(HEADERS) Makefile
-	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $(ENGINE_SRC) $(LDLIBS)
-
-# Synthetic GLM-5-shaped containers for tier, I/O and speed tests.
-colibri-synth: tools/make_synth.c $(HEADERS) Makefile
-	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ tools/make_synth.c $(LDLIBS)
-
-# Hugging Face GLM-5 (bf16/f16/f32/FP8) -> colibri container.
-colibri-convert: tools/convert.c $(HEADERS) Makefile
-	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ tools/convert.c $(LDLIBS)
+colibri colibri-synth colibri-convert: %: build/rel/%
+	cp $< $@
 
 # ---- tests --------------------------------------------------------------
-# Each tests/test_*.c is one program; it includes the header(s) it tests (or
-# colibri.c with COLI_NO_MAIN). They run from the repository root.
-TEST_SRCS := $(sort $(wildcard tests/test_*.c))
-TEST_PY := $(sort $(wildcard tests/test_*.py))
+# Each tests/test_*.c is one program: it includes the header(s) it tests (or
+# colibri.c with COLI_NO_MAIN) and links the kernels. Python tests drive the
+# binaries. Everything runs from the repository root; tests/run.py prints
+# each part's passed and skipped checks and fails when a part that
+# COLI_REQUIRE names was skipped.
+# The builds run with one job per CPU even when make was started without -j.
+TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-synth $(1)/colibri-convert
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-# $(1) = build dir, $(2) = extra flags
-define test_rules
-$(1)/colibri: $(ENGINE_SRC) $(HEADERS) Makefile | $(1)
-	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -o $$@ $(ENGINE_SRC) $$(LDLIBS)
-$(1)/colibri-synth: tools/make_synth.c $(HEADERS) Makefile | $(1)
-	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ tools/make_synth.c $$(LDLIBS)
-$(1)/colibri-convert: tools/convert.c $(HEADERS) Makefile | $(1)
-	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ tools/convert.c $$(LDLIBS)
-$(1)/%: tests/%.c $(ENGINE_SRC) $(HEADERS) tests/check.h Makefile | $(1)
-	$$(CC) $$(BASEFLAGS) $$(ARCHFLAGS) -Werror $(2) -I. -o $$@ $$< $$(LDLIBS)
-$(1):
-	mkdir -p $$@
-endef
+test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/test_io build/portable/colibri
+sanitize-build: $(call TEST_BINS,build/asan)
 
-SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+test:
+	@$(MAKE) --no-print-directory -j$(NPROC) test-build
+	@$(PYTHON) tests/run.py build/test
 
-# The build without the optional libraries must keep working: the engine and
-# the I/O test are also built and run without liburing and libnuma.
-NOLIB_FLAGS := $(filter-out -DCOLI_HAVE_URING -DCOLI_HAVE_NUMA,$(BASEFLAGS))
-build/nolibs/colibri: $(ENGINE_SRC) $(HEADERS) Makefile
-	@mkdir -p $(@D)
-	$(CC) $(NOLIB_FLAGS) $(ARCHFLAGS) -Werror -o $@ $(ENGINE_SRC) -lm -lpthread
-# The portable build (no -march): kernels still dispatch at run time.
-build/portable/colibri: $(ENGINE_SRC) $(HEADERS) Makefile
-	@mkdir -p $(@D)
-	$(CC) $(BASEFLAGS) -Werror -o $@ $(ENGINE_SRC) $(LDLIBS)
-build/nolibs/test_io: tests/test_io.c $(HEADERS) tests/check.h Makefile
-	@mkdir -p $(@D)
-	$(CC) $(NOLIB_FLAGS) $(ARCHFLAGS) -Werror -I. -o $@ $< -lm -lpthread
-$(eval $(call test_rules,build/test,))
-$(eval $(call test_rules,build/asan,$(SANFLAGS)))
-
-TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS))
-
-define run_tests
-	@set -e; for t in $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)); do echo "== $$t"; $$t; done
-	@set -e; for t in $(TEST_PY); do echo "== $$t"; COLIBRI=$(1)/colibri $(PYTHON) $$t; done
-	@echo "all tests passed ($(1))"
-endef
-
-test: build/test/colibri build/test/colibri-synth build/test/colibri-convert $(patsubst tests/%.c,build/test/%,$(TEST_SRCS)) build/nolibs/colibri build/nolibs/test_io build/portable/colibri
-	$(call run_tests,build/test)
-	@echo "== build/portable (ARCH=portable: kernels chosen at run time)"
-	@COLIBRI=build/portable/colibri $(PYTHON) tests/test_cli.py Oracle.test_every_fixture_passes Oracle.test_every_kernel_level
-	@echo "== build/nolibs (without liburing and libnuma)"
-	@build/nolibs/test_io
-	@COLIBRI=build/nolibs/colibri $(PYTHON) tests/test_cli.py NoLibs
-	@echo "== aarch64 under qemu (NEON, dotprod, i8mm)"
-	@sh tests/run_arm.sh
-
-sanitize: build/asan/colibri build/asan/colibri-synth build/asan/colibri-convert $(patsubst tests/%.c,build/asan/%,$(TEST_SRCS))
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(MAKE) --no-print-directory run-sanitize
-
-run-sanitize:
-	$(call run_tests,build/asan)
+sanitize:
+	@$(MAKE) --no-print-directory -j$(NPROC) sanitize-build
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) tests/run.py --sanitize build/asan
 
 # ---- benchmarks (never part of `make test`) -------------------------------
 # make bench: bench/run.py measures the machine's limits and the engine's
 # workloads and writes bench/results.json (see bench/README.md); models and
 # logs go to $(COLI_BENCH_CACHE) (default bench/cache). BENCH_ARGS passes
 # options, e.g. make bench BENCH_ARGS="--quick" or "--only iopaths".
-BENCH_BINS := build/bench_quant build/bench_io build/bench_mem build/bench_tok
-build/bench_quant: bench/bench_quant.c $(HEADERS) Makefile
-	@mkdir -p $(@D)
-	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
-build/bench_io: bench/bench_io.c Makefile
-	@mkdir -p $(@D)
-	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $< -lpthread
-build/bench_mem: bench/bench_mem.c Makefile
-	@mkdir -p $(@D)
-	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -o $@ $< -lpthread
-build/bench_tok: bench/bench_tok.c $(HEADERS) Makefile
-	@mkdir -p $(@D)
-	$(CC) $(BASEFLAGS) $(ARCHFLAGS) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+BENCH_BINS := $(addprefix build/rel/,$(BENCH_C))
 
 bench: colibri colibri-synth $(BENCH_BINS)
 	$(PYTHON) bench/run.py $(BENCH_ARGS)
@@ -147,5 +133,6 @@ llamacpp:
 clean:
 	rm -rf build colibri colibri-synth colibri-convert
 
-.PHONY: all test sanitize run-sanitize clean bench llamacpp
+.PHONY: all test test-build sanitize sanitize-build clean bench llamacpp
 .SECONDARY:
+.DELETE_ON_ERROR:

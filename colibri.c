@@ -13,6 +13,7 @@
 #include "env.h"
 #include "io.h"
 #include "json.h"
+#include "kernels.h"
 #include "quant.h"
 #include "st.h"
 #include "store.h"

@@ -3,8 +3,8 @@
  * aligned offsets of the given files, with 1..N requests in flight (one
  * thread per request, each a blocking pread, as colibri's PIPE pool does).
  *
- *   cc -std=c11 -O2 -D_GNU_SOURCE -pthread -o build/bench_io bench/bench_io.c
- *   build/bench_io [--json] [--size BYTES]... [--qd N]... [--time SEC] FILE...
+ *   make build/rel/bench_io
+ *   build/rel/bench_io [--json] [--size BYTES]... [--qd N]... [--time SEC] FILE...
  *
  * Defaults: --size 18874368 (a GLM-5 int4 expert's weights, 3 x 2048 x 6144
  * / 2), --qd 1 --qd 4, --time 2. Sizes are rounded up to 4 KiB. For each

@@ -2,8 +2,8 @@
  * against: every thread streams its slice of one large buffer with 64-byte
  * vector loads into four accumulators, best of R passes.
  *
- *   cc -std=c11 -O2 -march=native -D_GNU_SOURCE -pthread -o build/bench_mem bench/bench_mem.c
- *   build/bench_mem [--json] [--mib N] [--reps R] [--threads T]...
+ *   make build/rel/bench_mem
+ *   build/rel/bench_mem [--json] [--mib N] [--reps R] [--threads T]...
  *
  * Defaults: 4096 MiB, 5 passes, 1 thread and one per online CPU. The buffer
  * must be much larger than the last-level cache (some server parts show

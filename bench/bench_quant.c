@@ -1,4 +1,4 @@
-/* bench_quant.c — quant.h kernel speed against the memory system, in one run:
+/* bench_quant.c — kernels.h speed against the memory system, in one run:
  *   1. streaming-read bandwidth (≥ 1 GiB buffer), one thread and all threads;
  *   2. decode matvec (S = 1) for int8, int4, grouped int4 (g64) and f32 at the
  *      GLM-5 expert shapes 2048×6144 and 6144×2048, over a set of matrices
@@ -7,13 +7,12 @@
  *      ratio to the best streaming read seen in the run (probe or kernel);
  *   3. small batches S = 8 and 32: GFLOP/s and time per activation row
  *      relative to S = 1.
- * Build: gcc -std=c11 -O2 -fopenmp -ffp-contract=off -march=native -D_GNU_SOURCE
- *        -I. -o build/bench_quant bench/bench_quant.c -lm
- * Usage: build/bench_quant [--json] [--level NAME] [--mem MiB] [--time SEC]
+ * Build: make build/rel/bench_quant (links the kernels)
+ * Usage: build/rel/bench_quant [--json] [--level NAME] [--mem MiB] [--time SEC]
  *        [--only FORMAT] [--hugepages]
  *   --only: one format by qt_fmt_name (int8, int4, int4-grouped, f32);
  *   --hugepages: back the probe buffer and the matrices with 2 MiB pages. */
-#include "quant.h"
+#include "kernels.h"
 
 #include <omp.h>
 #include <sys/mman.h>

@@ -1,7 +1,7 @@
 /* bench_tok.c — tok_encode throughput on the parity corpus, one thread.
  *
- *   cc -std=c11 -O2 -D_GNU_SOURCE -march=native -I. -o build/bench_tok bench/bench_tok.c
- *   build/bench_tok [tokenizer.json] [corpus.jsonl] [runs]
+ *   make build/rel/bench_tok
+ *   build/rel/bench_tok [tokenizer.json] [corpus.jsonl] [runs]
  * Defaults: tests/fixtures/tokenizer/tokenizer.json (32k ids), its corpus.jsonl, 7 runs.
  * Two figures, each the median of the runs, in MB/s of input bytes (MB = 1e6):
  *   lines  every corpus line encoded by its own call (the way prompts arrive)

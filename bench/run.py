@@ -501,7 +501,7 @@ class Bench:
     # ------------------------------------------------------------ sections
     def limits(self):
         L = self.R["limits"]
-        bq = os.path.join(ROOT, "build", "bench_quant")
+        bq = os.path.join(ROOT, "build", "rel", "bench_quant")
         args = ["--json", "--time", "0.15" if self.a.quick else "0.2", "--mem", "512" if self.a.quick else "1536"]
         if self.section_on("kernels"):
             self.say("kernels: bench_quant (memory bandwidth, matvec per format)%s" % (" with " + self.omp_env_str() if self.omp_env else ""))
@@ -513,7 +513,7 @@ class Bench:
         # twice, best of both: one probe can land while other processes hold a CPU
         mb = None
         for i in range(2):
-            mo, _, _, _, _, _ = self.run("bench_mem", [os.path.join(ROOT, "build", "bench_mem"), "--json", "--mib", "1024" if self.a.quick else "4096"],
+            mo, _, _, _, _, _ = self.run("bench_mem", [os.path.join(ROOT, "build", "rel", "bench_mem"), "--json", "--mib", "1024" if self.a.quick else "4096"],
                                          timeout=600)
             L.setdefault("mem_bw_probes", []).append(dict(json.loads(mo), **(self.last_others or {})))
             got = json.loads(mo)["results"]
@@ -524,7 +524,7 @@ class Bench:
         self.say("memory read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)" % (mb[0]["gbs"], mb[-1]["gbs"], mb[-1]["threads"]))
         if not self.a.quick:
             # the same probe over a buffer the size of bench_quant's matrix sets: how much a large LLC adds
-            mo, _, _, _, _, _ = self.run("bench_mem-1536", [os.path.join(ROOT, "build", "bench_mem"), "--json", "--mib", "1536"], timeout=600)
+            mo, _, _, _, _, _ = self.run("bench_mem-1536", [os.path.join(ROOT, "build", "rel", "bench_mem"), "--json", "--mib", "1536"], timeout=600)
             L["mem_bw_gbs_1536mib"] = {str(x["threads"]): x["gbs"] for x in json.loads(mo)["results"]}
         if self.omp_env and self.section_on("kernels"):
             # the same kernel with libgomp's defaults: what the OpenMP wake-up costs here
@@ -561,7 +561,7 @@ class Bench:
             sizes.append(syn)
         if not self.a.quick:
             sizes.append(2 * GLM5_EXPERT_INT4)  # a GLM-5 int8 expert
-        cmd = [os.path.join(ROOT, "build", "bench_io"), "--json", "--time", "1" if self.a.quick else "2"]
+        cmd = [os.path.join(ROOT, "build", "rel", "bench_io"), "--json", "--time", "1" if self.a.quick else "2"]
         for s in sizes:
             cmd += ["--size", str(s)]
         for qd in (1, 4, 8):
@@ -768,7 +768,7 @@ class Bench:
         self.R["io_paths"] = out
 
     def tokenizer(self):
-        out, _, _, _, _, _ = self.run("bench_tok", [os.path.join(ROOT, "build", "bench_tok")], timeout=600)
+        out, _, _, _, _, _ = self.run("bench_tok", [os.path.join(ROOT, "build", "rel", "bench_tok")], timeout=600)
         t = {}
         for line in out.splitlines():
             m = re.match(r"tok\.h (lines|text):\s+([\d.]+) MB/s", line)
@@ -1288,7 +1288,7 @@ def main():
     a = ap.parse_args()
     if a.repeats < 1:
         raise SystemExit("bench: --repeats must be at least 1")
-    for b in ("colibri", "colibri-synth", "build/bench_quant", "build/bench_io", "build/bench_mem", "build/bench_tok"):
+    for b in ("colibri", "colibri-synth", "build/rel/bench_quant", "build/rel/bench_io", "build/rel/bench_mem", "build/rel/bench_tok"):
         if not os.access(os.path.join(ROOT, b), os.X_OK):
             raise SystemExit("bench: %s is not built (run `make bench`)" % b)
     Bench(a).main()

@@ -1,12 +1,14 @@
 /* check.h — minimal assertions for the C tests: each failed check prints its
- * location and is counted; check_report() returns the exit status. */
+ * location and is counted; a part that cannot run here says SKIP with the
+ * reason (tests/run.py collects those lines); check_report() prints the
+ * counts and returns the exit status. */
 #ifndef COLI_CHECK_H
 #define COLI_CHECK_H
 
 #include <stdio.h>
 #include <string.h>
 
-static int check_failures, check_count;
+static int check_failures, check_count, check_skips;
 
 #define CHECK(cond)                                                                   \
     do {                                                                              \
@@ -28,9 +30,20 @@ static int check_failures, check_count;
         }                                                                                                  \
     } while (0)
 
+/* A part of the test that cannot run here, and why: one line on stdout,
+ * "SKIP <part>: <reason>". */
+#define SKIP(part, ...)                  \
+    do {                                 \
+        check_skips++;                   \
+        printf("SKIP %s: ", (part));     \
+        printf(__VA_ARGS__);             \
+        printf("\n");                    \
+        fflush(stdout);                  \
+    } while (0)
+
 static inline int check_report(const char *name) {
     if (check_failures) fprintf(stderr, "%s: %d of %d checks failed\n", name, check_failures, check_count);
-    else printf("%s: %d checks passed\n", name, check_count);
+    else printf("%s: %d checks passed, %d skipped\n", name, check_count, check_skips);
     return check_failures ? 1 : 0;
 }
 

@@ -282,7 +282,10 @@ static void test_truncated_shard(int mode, int mmap) {
     static coli_model m;
     coli_opts o = opts(1, 512, -1);
     o.io.mode = mode, o.io.mmap = mmap;
-    if (mode == IO_URING && !io_have_uring()) return;
+    if (mode == IO_URING && !io_have_uring()) {
+        SKIP("io_uring", "engine on a truncated shard through io_uring: this build has no liburing");
+        return;
+    }
     CHECK(model_load(&m, tmpdir, &o, NULL) == 0);
     snprintf(src, sizeof src, "%s/model.safetensors", tmpdir);
     /* keep the header and dense tensors; cut before the first routed expert's data */

@@ -562,12 +562,13 @@ int main(void) {
 
     char summary[512];
     snprintf(summary, sizeof summary,
-             "test_tok: %zu corpus lines x %d tokenizers: ids %zu/%zu, decode %zu/%zu, stream %zu/%zu; pre-tokens %zu/%zu; "
+             "%zu corpus lines x %d tokenizers: ids %zu/%zu, decode %zu/%zu, stream %zu/%zu; pre-tokens %zu/%zu; "
              "unicode %zu code points; chat %zu/12; hostile %zu/%zu refused",
              n, ntok, p.ids, p.lines, p.decode, p.lines, p.stream, p.lines, pre, n, uni, chat, hostile, hostile_total);
     free_lines(texts, n);
     free_lines(corpus, n);
     js_free(v);
     free(vbuf);
-    return check_report(summary);
+    printf("test_tok: %s\n", summary);
+    return check_report("test_tok");
 }

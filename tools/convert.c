@@ -46,6 +46,9 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <limits.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <sys/file.h>
 #include <sys/stat.h>
 

@@ -1,0 +1,267 @@
+/* kernels/int_x86.h — the x86 integer path written once for both vector
+ * widths (MMV = 32 or 64 bytes, chosen by MMT_X86_256 / MMT_X86_512) and
+ * instantiated per level with MMT_SFX, MMT_TGT and the dot primitive MMT_DP
+ * (see kernels/impl.h). Exact int32 dots, then the canonical finish of
+ * kernels.h, so every level matches the scalar reference bit for bit. */
+#ifdef MMT_X86_256
+#define MMV 32
+#define MMT_I __m256i
+#define MMT_LD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define MMT_ST(p, v) _mm256_storeu_si256((__m256i *)(p), (v))
+#define MMT_ZERO _mm256_setzero_si256()
+#define MMT_AND _mm256_and_si256
+#define MMT_SRL16 _mm256_srli_epi16
+#define MMT_SET8 _mm256_set1_epi8
+#define MMT_ADD32 _mm256_add_epi32
+#define MMT_PAIRS mm256_pairs
+#define MMT_HSUM mm256_hsum_i32
+#define MMT_PRE mm256
+/* |w| and x·sign(w) for signed int8 weights */
+#define MMT_ABS8(w) _mm256_abs_epi8(w)
+#define MMT_SIGNX(x, w, neg) _mm256_sign_epi8((x), (w))
+#define MMT_NEGMASK(w) 0
+#define mmt_L __m256
+#define MMT_LZERO(L)                       \
+    do {                                   \
+        (L)[0] = _mm256_setzero_ps();      \
+        (L)[1] = _mm256_setzero_ps();      \
+    } while (0)
+#define MMT_STAGE2(c16, n16, xg, s, L) mm256_stage2((c16), (n16), (xg), (s), (L))
+#define MMT_FSTEP(g, xg, s, L) mm256_fstep((g)[0], (g)[1], (xg), (s), (L))
+#define MMT_TREE(L) mm256_tree16(L)
+#else
+#define MMV 64
+#define MMT_I __m512i
+#define MMT_LD(p) _mm512_loadu_si512((const void *)(p))
+#define MMT_ST(p, v) _mm512_storeu_si512((void *)(p), (v))
+#define MMT_ZERO _mm512_setzero_si512()
+#define MMT_AND _mm512_and_si512
+#define MMT_SRL16 _mm512_srli_epi16
+#define MMT_SET8 _mm512_set1_epi8
+#define MMT_ADD32 _mm512_add_epi32
+#define MMT_PAIRS mm512_pairs
+#define MMT_HSUM _mm512_reduce_add_epi32
+#define MMT_PRE mm512
+#define MMT_ABS8(w) _mm512_abs_epi8(w)
+#define MMT_NEGMASK(w) _mm512_movepi8_mask(w)
+#define MMT_SIGNX(x, w, neg) _mm512_mask_sub_epi8((x), (neg), _mm512_setzero_si512(), (x))
+#define mmt_L __m512
+#define MMT_LZERO(L) ((L)[0] = _mm512_setzero_ps())
+#define MMT_STAGE2(c16, n16, xg, s, L) ((L)[0] = mm512_stage2((c16), (n16), (xg), (s), (L)[0]))
+#define MMT_FSTEP(g, xg, s, L) ((L)[0] = mm512_fstep((g)[0], (xg), (s), (L)[0]))
+#define MMT_TREE(L) mm512_tree16((L)[0])
+#endif
+#define MMT_N(name) MMT_F(MMT_CAT(MMT_PRE, name))
+
+/* Per-row formats, one row × T activation rows: exact int32 dots, two
+ * accumulators per pair, then the shared scalar tail. */
+static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, const qt_fmt f, const int T) {
+    const qt_tensor *W = a->W;
+    const int64_t I = W->I, blk = mm_act_blk(f, MMV), nb = I / blk;
+    const uint8_t *w = mm_wrow(W, o);
+    const int8_t *q[MM_TILE];
+    MMT_I acc[MM_TILE][2];
+    MM_UNROLL
+    for (int t = 0; t < T; t++) {
+        q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
+        acc[t][0] = acc[t][1] = MMT_ZERO;
+    }
+    const MMT_I m4 = MMT_SET8(15), m2 = MMT_SET8(3);
+    int64_t b = 0;
+    if (f == QT_I8) /* two blocks per step: two chains per pair */
+        for (; b + 2 <= nb; b += 2) {
+            MM_PREFETCH(w + MMV * b + MM_PF_DIST);
+            if (MMV == 64) MM_PREFETCH(w + MMV * b + MM_PF_DIST + 64);
+            const MMT_I w0 = MMT_LD(w + MMV * b), w1 = MMT_LD(w + MMV * (b + 1)), a0 = MMT_ABS8(w0), a1 = MMT_ABS8(w1);
+            const uint64_t n0 = MMT_NEGMASK(w0), n1 = MMT_NEGMASK(w1);
+            (void)n0, (void)n1;
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                acc[t][0] = MMT_DP(acc[t][0], a0, MMT_SIGNX(MMT_LD(q[t] + MMV * b), w0, n0));
+                acc[t][1] = MMT_DP(acc[t][1], a1, MMT_SIGNX(MMT_LD(q[t] + MMV * (b + 1)), w1, n1));
+            }
+        }
+    for (; b < nb; b++) {
+        MM_PREFETCH(w + MMV * b + MM_PF_DIST);
+        const MMT_I wv = MMT_LD(w + MMV * b);
+        if (f == QT_I8) {
+            const MMT_I aw = MMT_ABS8(wv);
+            const uint64_t neg = MMT_NEGMASK(wv);
+            (void)neg;
+            MM_UNROLL
+            for (int t = 0; t < T; t++) acc[t][0] = MMT_DP(acc[t][0], aw, MMT_SIGNX(MMT_LD(q[t] + MMV * b), wv, neg));
+        } else if (f == QT_I4) {
+            const MMT_I lo = MMT_AND(wv, m4), hi = MMT_AND(MMT_SRL16(wv, 4), m4);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                acc[t][0] = MMT_DP(acc[t][0], lo, MMT_LD(q[t] + blk * b));
+                acc[t][1] = MMT_DP(acc[t][1], hi, MMT_LD(q[t] + blk * b + MMV));
+            }
+        } else {
+            const MMT_I c0 = MMT_AND(wv, m2), c1 = MMT_AND(MMT_SRL16(wv, 2), m2), c2 = MMT_AND(MMT_SRL16(wv, 4), m2),
+                        c3 = MMT_AND(MMT_SRL16(wv, 6), m2);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                const int8_t *x = q[t] + blk * b;
+                acc[t][0] = MMT_DP(MMT_DP(acc[t][0], c0, MMT_LD(x)), c2, MMT_LD(x + 2 * MMV));
+                acc[t][1] = MMT_DP(MMT_DP(acc[t][1], c1, MMT_LD(x + MMV)), c3, MMT_LD(x + 3 * MMV));
+            }
+        }
+    }
+    const float so = mm_srow(W, o)[0];
+    MM_UNROLL
+    for (int t = 0; t < T; t++) {
+        int32_t D = MMT_HSUM(MMT_ADD32(acc[t][0], acc[t][1])) + mm_idot_tail(f, w, q[t], nb * blk, I);
+        a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = mm_ifinish(D, a->xg[(size_t)(s0 + t) * (size_t)a->ldg], so, a->xs[s0 + t]);
+    }
+}
+
+/* One full super-block of one activation row with N16 (chunks per group, a
+ * power of two) known at compile time: chunk sums and the reduction tree
+ * stay in registers. Same integers as the generic path. */
+static MM_AI MMT_TGT void MMT_N(gsb)(const uint8_t *w, const int8_t *q, int64_t b0, const int N16, const int32_t *xg, const float *sc,
+                                      mmt_L *L) {
+    enum { NCV = 256 * 16 / (2 * MMV) / 2 }; /* chunk vectors of a super-block at N16 = 16 */
+    const int64_t blk = 2 * MMV;
+    const int ncv = 256 * N16 / blk / 2, ng = 64 / MMV; /* chunk vectors, group-sum vectors */
+    const MMT_I m4 = MMT_SET8(15);
+    MMT_I cv[NCV];
+    _Pragma("GCC unroll 32") for (int k = 0; k < ncv; k++) {
+        const int64_t b = b0 + 2 * k;
+        MM_PREFETCH(w + MMV * b + MM_PF_DIST);
+        if (MMV == 64) MM_PREFETCH(w + MMV * b + MM_PF_DIST + 64);
+        const MMT_I w0 = MMT_LD(w + MMV * b), w1 = MMT_LD(w + MMV * (b + 1));
+        const int8_t *x = q + blk * b;
+        MMT_I p0 = MMT_DP(MMT_DP(MMT_ZERO, MMT_AND(w0, m4), MMT_LD(x)), MMT_AND(MMT_SRL16(w0, 4), m4), MMT_LD(x + MMV));
+        MMT_I p1 = MMT_DP(MMT_DP(MMT_ZERO, MMT_AND(w1, m4), MMT_LD(x + blk)), MMT_AND(MMT_SRL16(w1, 4), m4), MMT_LD(x + blk + MMV));
+        cv[k] = MMT_PAIRS(p0, p1);
+    }
+    _Pragma("GCC unroll 8") for (int n = ncv; n > ng; n >>= 1) {
+        _Pragma("GCC unroll 16") for (int k = 0; k < n / 2; k++) cv[k] = MMT_PAIRS(cv[2 * k], cv[2 * k + 1]);
+    }
+    MMT_FSTEP(cv, xg, sc, L);
+}
+
+/* Grouped int4, one row × T activation rows: per super-block of 16 groups,
+ * chunk sums (16 elements) from pairs of blocks, then stage 2. N16 is gs/16
+ * when a register fast path exists for it, else 0. */
+static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, const int T, const int N16) {
+    const qt_tensor *W = a->W;
+    const int64_t I = W->I, gs = W->gs, ng = qt_row_scales(W), n16 = gs / 16, sbl = 16 * gs, blk = 2 * MMV, nbt = I / blk;
+    const uint8_t *w = mm_wrow(W, o);
+    const float *sr = mm_srow(W, o);
+    const int8_t *q[MM_TILE];
+    mmt_L L[MM_TILE][2];
+    __attribute__((aligned(64))) int32_t c16[MM_TILE][QT_GS_MAX + 16];
+    float sbuf[16];
+    MM_UNROLL
+    for (int t = 0; t < T; t++) {
+        q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
+        MMT_LZERO(L[t]);
+    }
+    const MMT_I m4 = MMT_SET8(15);
+    for (int64_t sb = 0; 16 * sb < ng; sb++) {
+        const int64_t e0 = sb * sbl, e1 = e0 + sbl < I ? e0 + sbl : I, bA = e0 / blk, bB = e1 / blk < nbt ? e1 / blk : nbt;
+        if (N16 && e0 + sbl <= blk * nbt) {
+            MM_PREFETCH(sr + 16 * sb + MM_PF_SCALES * ng);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) MMT_N(gsb)(w, q[t], bA, N16, a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb, sr + 16 * sb, L[t]);
+            continue;
+        }
+        int64_t b = bA;
+        for (; b + 2 <= bB; b += 2) {
+            MM_PREFETCH(w + MMV * b + MM_PF_DIST);
+            if (MMV == 64) MM_PREFETCH(w + MMV * b + MM_PF_DIST + 64);
+            const MMT_I w0 = MMT_LD(w + MMV * b), w1 = MMT_LD(w + MMV * (b + 1));
+            const MMT_I l0 = MMT_AND(w0, m4), h0 = MMT_AND(MMT_SRL16(w0, 4), m4), l1 = MMT_AND(w1, m4), h1 = MMT_AND(MMT_SRL16(w1, 4), m4);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                const int8_t *x = q[t] + blk * b;
+                MMT_I p0 = MMT_DP(MMT_DP(MMT_ZERO, l0, MMT_LD(x)), h0, MMT_LD(x + MMV));
+                MMT_I p1 = MMT_DP(MMT_DP(MMT_ZERO, l1, MMT_LD(x + blk)), h1, MMT_LD(x + blk + MMV));
+                MMT_ST(c16[t] + blk / 16 * (b - bA), MMT_PAIRS(p0, p1));
+            }
+        }
+        if (b < bB) {
+            const MMT_I w0 = MMT_LD(w + MMV * b), l0 = MMT_AND(w0, m4), h0 = MMT_AND(MMT_SRL16(w0, 4), m4);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                const int8_t *x = q[t] + blk * b;
+                MMT_ST(c16[t] + blk / 16 * (b - bA), MMT_PAIRS(MMT_DP(MMT_DP(MMT_ZERO, l0, MMT_LD(x)), h0, MMT_LD(x + MMV)), MMT_ZERO));
+            }
+        }
+        const int64_t it = blk * bB > e0 ? blk * bB : e0, nv = (e1 - e0 + 15) / 16;
+        const float *sc = mm_sb_scales(sr, ng, sb, sbuf);
+        MM_PREFETCH(sr + 16 * sb + MM_PF_SCALES * ng); /* the same super-block some rows ahead */
+        MM_UNROLL
+        for (int t = 0; t < T; t++) {
+            if (it < e1) mm_c16_tail(w, q[t], e0, it, e1, c16[t]);
+            if (nv < 16 * n16) memset(c16[t] + nv, 0, (size_t)(16 * n16 - nv) * 4);
+            MMT_STAGE2(c16[t], (int)n16, a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb, sc, L[t]);
+        }
+    }
+    MM_UNROLL
+    for (int t = 0; t < T; t++) a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = MMT_TREE(L[t]) * a->xs[s0 + t];
+}
+
+static MM_AI MMT_TGT void MMT_N(gtile_t)(const mm_args *a, int64_t o, int s0, int T, const int N16) {
+    switch (T) {
+    case 1: MMT_N(gtile)(a, o, s0, 1, N16); break;
+    case 2: MMT_N(gtile)(a, o, s0, 2, N16); break;
+    case 3: MMT_N(gtile)(a, o, s0, 3, N16); break;
+    default: MMT_N(gtile)(a, o, s0, 4, N16); break;
+    }
+}
+
+static MM_AI MMT_TGT void MMT_N(irows_f)(const mm_args *a, int64_t o0, int64_t o1, const qt_fmt f) {
+    for (int64_t o = o0; o < o1; o++)
+        for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
+            const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
+            if (f == QT_I4G) {
+                const int gs = a->W->gs;
+                if (gs == 64) MMT_N(gtile_t)(a, o, s0, T, 4);
+                else if (gs == 128) MMT_N(gtile_t)(a, o, s0, T, 8);
+                else MMT_N(gtile_t)(a, o, s0, T, 0);
+            }
+            else switch (T) {
+                case 1: MMT_N(itile)(a, o, s0, f, 1); break;
+                case 2: MMT_N(itile)(a, o, s0, f, 2); break;
+                case 3: MMT_N(itile)(a, o, s0, f, 3); break;
+                default: MMT_N(itile)(a, o, s0, f, 4); break;
+                }
+        }
+}
+
+/* Integer path of this level for rows [o0, o1). */
+static inline MMT_TGT void MMT_N(irows)(const mm_args *a, int64_t o0, int64_t o1) {
+    switch (a->W->fmt) {
+    case QT_I8: MMT_N(irows_f)(a, o0, o1, QT_I8); break;
+    case QT_I4: MMT_N(irows_f)(a, o0, o1, QT_I4); break;
+    case QT_I2: MMT_N(irows_f)(a, o0, o1, QT_I2); break;
+    case QT_I4G: MMT_N(irows_f)(a, o0, o1, QT_I4G); break;
+    default: break;
+    }
+}
+
+#undef MMV
+#undef MMT_I
+#undef MMT_LD
+#undef MMT_ST
+#undef MMT_ZERO
+#undef MMT_AND
+#undef MMT_SRL16
+#undef MMT_SET8
+#undef MMT_ADD32
+#undef MMT_PAIRS
+#undef MMT_HSUM
+#undef MMT_PRE
+#undef MMT_ABS8
+#undef MMT_SIGNX
+#undef MMT_NEGMASK
+#undef MMT_LZERO
+#undef MMT_STAGE2
+#undef MMT_FSTEP
+#undef MMT_TREE
+#undef MMT_N
+#undef mmt_L
+
