@@ -1683,9 +1683,9 @@ typedef struct {
     env_val v[ENV_COUNT];
 } coli_env;
 
-static const env_val *env_v(const coli_env *e, const char *name) { return &e->v[env_index(name)]; }
-static long long env_i(const coli_env *e, const char *name) { return env_v(e, name)->i; }
-static double env_f(const coli_env *e, const char *name) { return env_v(e, name)->f; }
+static const env_val *env_v(const coli_env *e, env_id id) { return &e->v[id]; }
+static long long env_i(const coli_env *e, env_id id) { return e->v[id].i; }
+static double env_f(const coli_env *e, env_id id) { return e->v[id].f; }
 
 /* Resolves every knob from the environment; warns about likely typos.
  * Returns 0 or -1 with err naming the variable. */
@@ -1731,27 +1731,27 @@ static int parse_weights(const char *v, int n, double *w) {
 static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t errlen) {
     static const int absorb_map[] = {-1, 0, 1}; /* auto|0|1 */
     memset(o, 0, sizeof *o);
-    o->cap = (int)env_i(e, "CAP"), o->ctx = (int)env_i(e, "CTX"), o->ubatch = (int)env_i(e, "UBATCH");
-    o->absorb = absorb_map[env_i(e, "ABSORB")];
-    o->ram_gb = env_f(e, "RAM_GB"), o->overcommit = (int)env_i(e, "COLI_RAM_OVERCOMMIT");
+    o->cap = (int)env_i(e, ENV_CAP), o->ctx = (int)env_i(e, ENV_CTX), o->ubatch = (int)env_i(e, ENV_UBATCH);
+    o->absorb = absorb_map[env_i(e, ENV_ABSORB)];
+    o->ram_gb = env_f(e, ENV_RAM_GB), o->overcommit = (int)env_i(e, ENV_COLI_RAM_OVERCOMMIT);
     o->pin = PIN_AUTO, o->pin_gb = -1, o->quiet = !isatty(2);
-    const char *pin = env_v(e, "PIN")->s;
+    const char *pin = env_v(e, ENV_PIN)->s;
     if (!strcmp(pin, "0")) o->pin = PIN_OFF;
     else if (strcmp(pin, "auto")) o->pin = PIN_FILE, o->pin_file = pin;
-    const env_val *pg = env_v(e, "PIN_GB");
+    const env_val *pg = env_v(e, ENV_PIN_GB);
     if (pg->s) o->pin_gb = pg->i ? PIN_GB_ALL : pg->f;
-    int pipe = (int)env_i(e, "PIPE"), uring = (int)env_i(e, "URING"); /* 0 auto, 1 off, 2 on */
-    o->io.mmap = (int)env_i(e, "COLI_MMAP"), o->io.direct = (int)env_i(e, "DIRECT");
-    o->io.workers = (int)env_i(e, "PIPE_WORKERS"), o->io.fail_at = env_i(e, "COLI_IO_FAULT");
-    o->pilot = (int)env_i(e, "PILOT"), o->pilot_real = (int)env_i(e, "PILOT_REAL"), o->pilot_k = (int)env_i(e, "PILOT_K");
-    o->mlock = (int)env_i(e, "MLOCK"), o->numa = (int)env_i(e, "COLI_NUMA");
+    int pipe = (int)env_i(e, ENV_PIPE), uring = (int)env_i(e, ENV_URING); /* 0 auto, 1 off, 2 on */
+    o->io.mmap = (int)env_i(e, ENV_COLI_MMAP), o->io.direct = (int)env_i(e, ENV_DIRECT);
+    o->io.workers = (int)env_i(e, ENV_PIPE_WORKERS), o->io.fail_at = env_i(e, ENV_COLI_IO_FAULT);
+    o->pilot = (int)env_i(e, ENV_PILOT), o->pilot_real = (int)env_i(e, ENV_PILOT_REAL), o->pilot_k = (int)env_i(e, ENV_PILOT_K);
+    o->mlock = (int)env_i(e, ENV_MLOCK), o->numa = (int)env_i(e, ENV_COLI_NUMA);
     static const int bits[] = {2, 4, 8, 0}; /* choices 2|4|8|16; 16 keeps floats as f32 */
-    o->dense_bits = bits[env_i(e, "DENSE_BITS")], o->expert_bits = bits[env_i(e, "EXPERT_BITS")];
-    o->group_size = (int)env_i(e, "GROUP_SIZE");
+    o->dense_bits = bits[env_i(e, ENV_DENSE_BITS)], o->expert_bits = bits[env_i(e, ENV_EXPERT_BITS)];
+    o->group_size = (int)env_i(e, ENV_GROUP_SIZE);
     if (o->group_size && (o->group_size % 16 || o->group_size < 16))
         return snprintf(err, errlen, "GROUP_SIZE=%d is invalid: expected 0 (per row) or a multiple of 16 in [16, 256]", o->group_size), -1;
-    o->idot = (int)env_i(e, "IDOT");
-    const char *simd = env_v(e, "SIMD")->s;
+    o->idot = (int)env_i(e, ENV_IDOT);
+    const char *simd = env_v(e, ENV_SIMD)->s;
     o->simd = strcmp(simd, "auto") ? mm_level_parse(simd) : -1;
     if (o->simd >= 0 && !mm_level_ok(o->simd))
         return snprintf(err, errlen, "SIMD=%s: this CPU lacks %s (best here: %s)", simd, mm_level_needs(o->simd), mm_level_name(mm_best_level())), -1;
@@ -1762,7 +1762,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     if (o->io.mmap) o->io.mode = IO_SYNC;
     else if (io_have_uring() && (uring == 2 || (uring == 0 && pipe != 1))) o->io.mode = IO_URING;
     else o->io.mode = pipe == 1 ? IO_SYNC : IO_POOL;
-    const char *mir = env_v(e, "COLI_MODEL_MIRROR")->s;
+    const char *mir = env_v(e, ENV_COLI_MODEL_MIRROR)->s;
     for (const char *p = mir; p && *p;) {
         size_t l = strcspn(p, ",;");
         if (l) {
@@ -1779,7 +1779,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
         p += l + (p[l] != 0);
     }
     o->io.weight[0] = 1;
-    const char *wv = env_v(e, "COLI_DISK_WEIGHTS")->s;
+    const char *wv = env_v(e, ENV_COLI_DISK_WEIGHTS)->s;
     if (wv && parse_weights(wv, 1 + o->nmirrors, o->io.weight))
         return snprintf(err, errlen, "COLI_DISK_WEIGHTS=%s is invalid: expected %d positive numbers separated by commas (primary first, then each mirror)", wv, 1 + o->nmirrors), -1;
     o->weights_given = wv != NULL;
@@ -1904,10 +1904,10 @@ typedef struct {
  * knob is unset (greedy when generation_config.json does not sample). */
 static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     memset(g, 0, sizeof *g);
-    g->prompt = env_v(e, "PROMPT")->s, g->system = env_v(e, "SYSTEM")->s;
-    g->chat = (int)env_i(e, "CHAT_TEMPLATE"), g->think = (int)env_i(e, "THINK"), g->ngen = (int)env_i(e, "NGEN");
-    g->tokens = (int)env_i(e, "TOKENS");
-    const env_val *t = env_v(e, "TEMP"), *k = env_v(e, "TOP_K"), *p = env_v(e, "TOP_P"), *mp = env_v(e, "MIN_P"), *sd = env_v(e, "SEED");
+    g->prompt = env_v(e, ENV_PROMPT)->s, g->system = env_v(e, ENV_SYSTEM)->s;
+    g->chat = (int)env_i(e, ENV_CHAT_TEMPLATE), g->think = (int)env_i(e, ENV_THINK), g->ngen = (int)env_i(e, ENV_NGEN);
+    g->tokens = (int)env_i(e, ENV_TOKENS);
+    const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
     g->sp.top_p = p->s ? (float)p->f : c->gen_sample ? c->gen_top_p : 1.0f;
@@ -2109,7 +2109,7 @@ static int coli_main(int argc, char **argv) {
     coli_env e;
     if (coli_env_load(&e, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
 #ifdef _OPENMP
-    if (env_i(&e, "THREADS") > 0) omp_set_num_threads((int)env_i(&e, "THREADS"));
+    if (env_i(&e, ENV_THREADS) > 0) omp_set_num_threads((int)env_i(&e, ENV_THREADS));
 #endif
     static coli_opts o;
     if (coli_opts_from_env(&e, &o, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
@@ -2118,21 +2118,21 @@ static int coli_main(int argc, char **argv) {
     uint64_t *rows = NULL;
     int have = 0, rc = EXIT_INPUT;
     tok *t = NULL;
-    if (env_v(&e, "PROMPT")->s && !(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail; /* before any weight is read */
+    if (env_v(&e, ENV_PROMPT)->s && !(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail; /* before any weight is read */
     if (model_open(&m, dir)) goto fail;
     if (!(rows = (uint64_t *)calloc((size_t)m.c.n_layers * m.c.n_experts, sizeof(uint64_t)))) { model_fail(&m, "out of memory"); goto fail; }
     if (usage_history(&m, dir, &o, rows, &have)) goto out;
     if (model_setup(&m, &o, have ? rows : NULL)) goto fail;
-    m.repin = (int)env_i(&e, "REPIN");
-    m.rss_limit = env_f(&e, "RSS_GUARD_GB") > 0 ? (uint64_t)(env_f(&e, "RSS_GUARD_GB") * GB) : m.budget;
+    m.repin = (int)env_i(&e, ENV_REPIN);
+    m.rss_limit = env_f(&e, ENV_RSS_GUARD_GB) > 0 ? (uint64_t)(env_f(&e, ENV_RSS_GUARD_GB) * GB) : m.budget;
     print_startup(&m, dir);
     m.xs.bytes_read = 0, m.xs.read_s = 0, m.xs.busy_wall = 0, m.io.busy_ns = 0; /* the run's counters start after pinning */
     memset(m.io.bytes, 0, sizeof m.io.bytes), memset(m.io.reads, 0, sizeof m.io.reads);
-    tel_start(&m.tel, (int)env_i(&e, "PROF"));
+    tel_start(&m.tel, (int)env_i(&e, ENV_PROF));
     coli_gen g;
     gen_from_env(&e, &m.c, &g);
     rc = g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
-    if (rc != EXIT_INPUT && env_i(&e, "USAGE_SAVE")) usage_save(&m, dir, rows);
+    if (rc != EXIT_INPUT && env_i(&e, ENV_USAGE_SAVE)) usage_save(&m, dir, rows);
     goto out;
 fail:
     fprintf(stderr, "colibri: %s\n", m.err);

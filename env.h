@@ -24,75 +24,117 @@ typedef struct {
     const char *doc;
 } env_knob;
 
-#define ENV_INT(name, def, lo, hi, doc) {name, ENV_KIND_INT, def, lo, hi, NULL, doc}
-#define ENV_FLOAT(name, def, lo, hi, doc) {name, ENV_KIND_FLOAT, def, lo, hi, NULL, doc}
-#define ENV_BOOL(name, def, doc) {name, ENV_KIND_BOOL, def, 0, 1, NULL, doc}
-#define ENV_STR(name, def, doc) {name, ENV_KIND_STR, def, 0, 0, NULL, doc}
-#define ENV_CHOICE(name, def, choices, doc) {name, ENV_KIND_CHOICE, def, 0, 0, choices, doc}
-/* a number in range, or one word (parsed as i = 1) */
-#define ENV_FLOAT_OR(name, def, lo, hi, word, doc) {name, ENV_KIND_FLOAT_OR, def, lo, hi, word, doc}
+/* The registry, as one list expanded twice: into the knob ids (ENV_<NAME>,
+ * so a misspelt knob does not compile) and into the table env_knobs[].
+ * INT(name, default, lo, hi, doc), FLOAT(...), BOOL(name, default, doc),
+ * STR(name, default, doc), CHOICE(name, default, "a|b", doc),
+ * FLOAT_OR(name, default, lo, hi, word, doc): a number in range, or one word
+ * (parsed as i = 1). */
+#define ENV_REGISTRY(INT, FLOAT, BOOL, STR, CHOICE, FLOAT_OR) \
+    STR(PROMPT, NULL, \
+        "Text to continue; unset = run the oracle self-test against the model directory's ref.json.") \
+    STR(SYSTEM, NULL, \
+        "System message placed before the prompt by the chat template.") \
+    BOOL(CHAT_TEMPLATE, "1", \
+        "1 = wrap PROMPT in the GLM-5 chat template; 0 = tokenize PROMPT as is.") \
+    BOOL(THINK, "0", \
+        "1 = open the reply with <think> (thinking); 0 = with </think>.") \
+    INT(NGEN, "256", 1, 1048576, \
+        "Maximum generated tokens (generation also stops at a stop token or when CTX is full).") \
+    FLOAT(TEMP, NULL, 0, 100, \
+        "Sampling temperature; 0 = greedy. Unset = generation_config.json (greedy if it does not sample).") \
+    INT(TOP_K, NULL, 0, 16777216, \
+        "Keep the K most likely tokens; 0 = off. Unset = generation_config.json.") \
+    FLOAT(TOP_P, NULL, 0, 1, \
+        "Nucleus sampling: keep the most likely tokens up to this probability mass. Unset = generation_config.json.") \
+    FLOAT(MIN_P, NULL, 0, 1, \
+        "Drop tokens less likely than MIN_P times the most likely one. Unset = generation_config.json.") \
+    INT(SEED, NULL, 0, 9007199254740991.0, \
+        "Random seed for sampling; unset = from the clock (the seed used is printed).") \
+    BOOL(TOKENS, "0", \
+        "1 = print the prompt and generated token ids on stderr.") \
+    INT(CAP, "0", 0, 1048576, \
+        "Expert cache (LRU) slots per MoE layer; 0 = what the RAM budget leaves after the dense weights, KV cache, working set and pinned set.") \
+    INT(CTX, "4096", 16, 1048576, \
+        "Context capacity in tokens (prompt + generated); capped at the model's max_position_embeddings.") \
+    INT(THREADS, "0", 0, 4096, \
+        "Compute threads; 0 = OpenMP's default (OMP_NUM_THREADS if set, else one per CPU).") \
+    CHOICE(ABSORB, "auto", "auto|0|1", \
+        "MLA evaluation: auto = whichever costs less for the batch (absorbed for decode and small batches, reconstructed for large prefill batches); 1 = always absorbed; 0 = always reconstructed.") \
+    INT(UBATCH, "512", 1, 65536, \
+        "Prompt positions per forward pass during prefill; 1 processes the prompt one token at a time.") \
+    CHOICE(SIMD, "auto", "auto|scalar|avx2|avxvnni|avx512|avx512vnni|neon|neon-dotprod|neon-i8mm", \
+        "Matmul kernel level; auto = the best this CPU supports (named on the startup line). A level the CPU lacks is refused.") \
+    BOOL(IDOT, "1", \
+        "1 = int8/int4 weights multiply activations quantized to int8 with integer dot products; 0 = exact float accumulation.") \
+    CHOICE(DENSE_BITS, "16", "2|4|8|16", \
+        "Quantize full-precision dense weights at load time (8 = int8, 4 = int4, 2 = int2; 16 = keep them f32). Changes the model.") \
+    CHOICE(EXPERT_BITS, "16", "2|4|8|16", \
+        "Quantize full-precision routed experts as they are read (8, 4, 2; 16 = keep f32). Changes the model.") \
+    INT(GROUP_SIZE, "0", 0, 256, \
+        "Group size for 4-bit load-time quantization (a multiple of 16); 0 = one scale per row.") \
+    FLOAT(RAM_GB, "0", 0, 1e6, \
+        "RAM budget in GB (10^9 bytes) for weights, KV cache, expert caches and working memory; 0 = 90% of the memory available at start.") \
+    BOOL(COLI_RAM_OVERCOMMIT, "0", \
+        "1 = start even when the resident part does not fit the RAM budget.") \
+    STR(PIN, "auto", \
+        "Pinned hot set: auto = from the model directory's .coli_usage history, 0 = none, or the path of a usage file.") \
+    FLOAT_OR(PIN_GB, NULL, 0, 1e6, "all", \
+        "GB of experts to pin (most used first); all = everything the budget allows; unset = every expert the history has seen, within the budget.") \
+    INT(REPIN, "0", 0, 1000000000, \
+        "Re-rank and swap pinned experts every N generated tokens; 0 = never.") \
+    FLOAT(RSS_GUARD_GB, "0", 0, 1e6, \
+        "Resident-memory guard in GB: above it, cached experts are freed and the cache shrinks; 0 = the RAM budget.") \
+    BOOL(USAGE_SAVE, "1", \
+        "1 = add this run's expert routing counts to <model>/.coli_usage at the end; 0 = read-only.") \
+    BOOL(PROF, "0", \
+        "1 = print a per-stage time breakdown at the end of the run.") \
+    CHOICE(PIPE, "auto", "auto|0|1", \
+        "Expert misses read by a pool of reader threads while resident experts compute; auto = on unless io_uring is used; 0 = read on the compute thread.") \
+    INT(PIPE_WORKERS, "4", 1, 64, \
+        "Reader threads of the PIPE pool.") \
+    CHOICE(URING, "auto", "auto|0|1", \
+        "Expert misses of a layer submitted as one io_uring batch; auto = on when built with liburing and the kernel allows it.") \
+    BOOL(DIRECT, "0", \
+        "1 = expert weights read with O_DIRECT (bypassing the page cache); scales stay buffered.") \
+    BOOL(PILOT, "0", \
+        "1 = after each layer's attention, predict the next layer's experts and ask the kernel to read them ahead.") \
+    BOOL(PILOT_REAL, "0", \
+        "1 = load the predicted experts into the next layer's cache (never evicting a clearly hotter one).") \
+    INT(PILOT_K, "0", 0, 1024, \
+        "Experts predicted per position for PILOT / PILOT_REAL; 0 = num_experts_per_tok.") \
+    BOOL(COLI_MMAP, "0", \
+        "1 = map the shards and use expert weights in place instead of copying them into caches.") \
+    BOOL(MLOCK, "0", \
+        "1 = lock the pinned experts' memory (or, with COLI_MMAP, their mapped pages) against swapping.") \
+    BOOL(COLI_NUMA, "0", \
+        "1 = interleave large resident allocations across NUMA nodes (needs libnuma at build time).") \
+    STR(COLI_MODEL_MIRROR, NULL, \
+        "Directories (comma-separated) holding byte-identical copies of some or all shards on other drives; expert reads are spread over them.") \
+    STR(COLI_DISK_WEIGHTS, NULL, \
+        "Read shares of the primary and each mirror, e.g. 3,1; unset = measured at startup.") \
+    INT(COLI_IO_FAULT, "0", 0, 1000000000, \
+        "Testing: the Nth expert read fails with EIO; 0 = off.")
 
-static const env_knob env_knobs[] = {
-    ENV_STR("PROMPT", NULL, "Text to continue; unset = run the oracle self-test against the model directory's ref.json."),
-    ENV_STR("SYSTEM", NULL, "System message placed before the prompt by the chat template."),
-    ENV_BOOL("CHAT_TEMPLATE", "1", "1 = wrap PROMPT in the GLM-5 chat template; 0 = tokenize PROMPT as is."),
-    ENV_BOOL("THINK", "0", "1 = open the reply with <think> (thinking); 0 = with </think>."),
-    ENV_INT("NGEN", "256", 1, 1048576, "Maximum generated tokens (generation also stops at a stop token or when CTX is full)."),
-    ENV_FLOAT("TEMP", NULL, 0, 100, "Sampling temperature; 0 = greedy. Unset = generation_config.json (greedy if it does not sample)."),
-    ENV_INT("TOP_K", NULL, 0, 16777216, "Keep the K most likely tokens; 0 = off. Unset = generation_config.json."),
-    ENV_FLOAT("TOP_P", NULL, 0, 1, "Nucleus sampling: keep the most likely tokens up to this probability mass. Unset = generation_config.json."),
-    ENV_FLOAT("MIN_P", NULL, 0, 1, "Drop tokens less likely than MIN_P times the most likely one. Unset = generation_config.json."),
-    ENV_INT("SEED", NULL, 0, 9007199254740991.0, "Random seed for sampling; unset = from the clock (the seed used is printed)."),
-    ENV_BOOL("TOKENS", "0", "1 = print the prompt and generated token ids on stderr."),
-    ENV_INT("CAP", "0", 0, 1048576,
-            "Expert cache slots per MoE layer; 0 = as many as fit in half the memory available at start."),
-    ENV_INT("CTX", "4096", 16, 1048576,
-            "Context capacity in tokens (prompt + generated); capped at the model's max_position_embeddings."),
-    ENV_INT("THREADS", "0", 0, 4096, "Compute threads; 0 = one per online CPU."),
-    ENV_CHOICE("ABSORB", "auto", "auto|0|1",
-               "MLA evaluation: auto = whichever costs less for the batch (absorbed for decode and small batches, reconstructed for large prefill batches); 1 = always absorbed; 0 = always reconstructed."),
-    ENV_INT("UBATCH", "512", 1, 65536,
-            "Prompt positions per forward pass during prefill; 1 processes the prompt one token at a time."),
-    ENV_CHOICE("SIMD", "auto", "auto|scalar|avx2|avxvnni|avx512|avx512vnni|neon|neon-dotprod|neon-i8mm",
-               "Matmul kernel level; auto = the best this CPU supports (named on the startup line). A level the CPU lacks is refused."),
-    ENV_BOOL("IDOT", "1", "1 = int8/int4 weights multiply activations quantized to int8 with integer dot products; 0 = exact float accumulation."),
-    ENV_CHOICE("DENSE_BITS", "16", "2|4|8|16",
-               "Quantize full-precision dense weights at load time (8 = int8, 4 = int4, 2 = int2; 16 = keep them f32). Changes the model."),
-    ENV_CHOICE("EXPERT_BITS", "16", "2|4|8|16",
-               "Quantize full-precision routed experts as they are read (8, 4, 2; 16 = keep f32). Changes the model."),
-    ENV_INT("GROUP_SIZE", "0", 0, 256, "Group size for 4-bit load-time quantization (a multiple of 16); 0 = one scale per row."),
-    ENV_FLOAT("RAM_GB", "0", 0, 1e6,
-              "RAM budget in GB (10^9 bytes) for weights, KV cache, expert caches and working memory; 0 = 90% of the memory available at start."),
-    ENV_BOOL("COLI_RAM_OVERCOMMIT", "0", "1 = start even when the resident part does not fit the RAM budget."),
-    ENV_STR("PIN", "auto",
-            "Pinned hot set: auto = from the model directory's .coli_usage history, 0 = none, or the path of a usage file."),
-    ENV_FLOAT_OR("PIN_GB", NULL, 0, 1e6, "all",
-                 "GB of experts to pin (most used first); all = everything the budget allows; unset = every expert the history has seen, within the budget."),
-    ENV_INT("REPIN", "0", 0, 1000000000, "Re-rank and swap pinned experts every N generated tokens; 0 = never."),
-    ENV_FLOAT("RSS_GUARD_GB", "0", 0, 1e6,
-              "Resident-memory guard in GB: above it, cached experts are freed and the cache shrinks; 0 = the RAM budget."),
-    ENV_BOOL("USAGE_SAVE", "1", "1 = add this run's expert routing counts to <model>/.coli_usage at the end; 0 = read-only."),
-    ENV_BOOL("PROF", "0", "1 = print a per-stage time breakdown at the end of the run."),
-    ENV_CHOICE("PIPE", "auto", "auto|0|1",
-               "Expert misses read by a pool of reader threads while resident experts compute; auto = on unless io_uring is used; 0 = read on the compute thread."),
-    ENV_INT("PIPE_WORKERS", "4", 1, 64, "Reader threads of the PIPE pool."),
-    ENV_CHOICE("URING", "auto", "auto|0|1",
-               "Expert misses of a layer submitted as one io_uring batch; auto = on when built with liburing and the kernel allows it."),
-    ENV_BOOL("DIRECT", "0", "1 = expert weights read with O_DIRECT (bypassing the page cache); scales stay buffered."),
-    ENV_BOOL("PILOT", "0", "1 = after each layer's attention, predict the next layer's experts and ask the kernel to read them ahead."),
-    ENV_BOOL("PILOT_REAL", "0", "1 = load the predicted experts into the next layer's cache (never evicting a clearly hotter one)."),
-    ENV_INT("PILOT_K", "0", 0, 1024, "Experts predicted per position for PILOT / PILOT_REAL; 0 = num_experts_per_tok."),
-    ENV_BOOL("COLI_MMAP", "0", "1 = map the shards and use expert weights in place instead of copying them into caches."),
-    ENV_BOOL("MLOCK", "0", "1 = lock the pinned experts' memory (or, with COLI_MMAP, their mapped pages) against swapping."),
-    ENV_BOOL("COLI_NUMA", "0", "1 = interleave large resident allocations across NUMA nodes (needs libnuma at build time)."),
-    ENV_STR("COLI_MODEL_MIRROR", NULL,
-            "Directories (comma-separated) holding byte-identical copies of some or all shards on other drives; expert reads are spread over them."),
-    ENV_STR("COLI_DISK_WEIGHTS", NULL,
-            "Read shares of the primary and each mirror, e.g. 3,1; unset = measured at startup."),
-    ENV_INT("COLI_IO_FAULT", "0", 0, 1000000000, "Testing: the Nth expert read fails with EIO; 0 = off."),
-};
+#define ENV_ID_(name, ...) ENV_##name,
+typedef enum { ENV_REGISTRY(ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_) ENV_COUNT } env_id;
+#undef ENV_ID_
 
-enum { ENV_COUNT = (int)(sizeof env_knobs / sizeof env_knobs[0]) };
+#define ENV_T_INT(name, def, lo, hi, doc) {#name, ENV_KIND_INT, def, lo, hi, NULL, doc},
+#define ENV_T_FLOAT(name, def, lo, hi, doc) {#name, ENV_KIND_FLOAT, def, lo, hi, NULL, doc},
+#define ENV_T_BOOL(name, def, doc) {#name, ENV_KIND_BOOL, def, 0, 1, NULL, doc},
+#define ENV_T_STR(name, def, doc) {#name, ENV_KIND_STR, def, 0, 0, NULL, doc},
+#define ENV_T_CHOICE(name, def, choices, doc) {#name, ENV_KIND_CHOICE, def, 0, 0, choices, doc},
+#define ENV_T_FLOAT_OR(name, def, lo, hi, word, doc) {#name, ENV_KIND_FLOAT_OR, def, lo, hi, word, doc},
+static const env_knob env_knobs[ENV_COUNT] = {ENV_REGISTRY(ENV_T_INT, ENV_T_FLOAT, ENV_T_BOOL, ENV_T_STR, ENV_T_CHOICE, ENV_T_FLOAT_OR)};
+#undef ENV_T_INT
+#undef ENV_T_FLOAT
+#undef ENV_T_BOOL
+#undef ENV_T_STR
+#undef ENV_T_CHOICE
+#undef ENV_T_FLOAT_OR
+
+
 
 typedef struct {
     int set;          /* 1 if taken from the environment, 0 if the default */

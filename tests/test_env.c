@@ -43,6 +43,15 @@ static void test_parse(void) {
     }
 }
 
+/* The ids the engine uses name their knobs, and every name finds its id. */
+static void test_ids(void) {
+    CHECK(!strcmp(env_knobs[ENV_CAP].name, "CAP"));
+    CHECK(!strcmp(env_knobs[ENV_COLI_IO_FAULT].name, "COLI_IO_FAULT"));
+    CHECK(env_index("CAP") == ENV_CAP && env_index("PROMPT") == ENV_PROMPT);
+    CHECK(env_index("NOT_A_KNOB") == -1);
+    for (int k = 0; k < ENV_COUNT; k++) CHECK(env_index(env_knobs[k].name) == k);
+}
+
 static void test_suggest(void) {
     CHECK(env_suggest("CAP") == NULL);
     CHECK(env_suggest("CAPP") && !strcmp(env_suggest("CAPP"), "CAP"));
@@ -89,9 +98,39 @@ static void test_doc(void) {
     free(doc);
 }
 
+/* README's table of the knobs that matter names registry knobs only. */
+static void test_readme(void) {
+    size_t len;
+    char *doc = compat_read_file("README.md", 1 << 20, &len);
+    CHECK(doc != NULL);
+    if (!doc) return;
+    const char *t = strstr(doc, "| knob | what it does |");
+    CHECK(t != NULL);
+    int rows = 0;
+    for (const char *line = t ? strchr(t, '\n') : NULL; line && line[1] == '|'; line = strchr(line + 1, '\n')) {
+        const char *eol = strchr(line + 1, '\n'), *cell = strchr(line + 2, '|');
+        for (const char *p = line + 1; p && cell && p < cell && p < eol; p++) {
+            if (*p != '`') continue;
+            const char *q = strchr(p + 1, '`');
+            if (!q || q > cell) break;
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(q - p - 1), p + 1);
+            int known = env_index(name) >= 0;
+            CHECK(known);
+            if (!known) fprintf(stderr, "README.md names %s, which is not a knob\n", name);
+            rows += known;
+            p = q;
+        }
+    }
+    CHECK(rows > 10);
+    free(doc);
+}
+
 int main(void) {
     test_parse();
+    test_ids();
     test_suggest();
     test_doc();
+    test_readme();
     return check_report("test_env");
 }
