@@ -51,7 +51,8 @@ TEST_PY := $(sort $(wildcard tests/test_*.py))
 BENCH_C := bench_quant bench_io bench_mem bench_tok
 DEPFLAGS = -MMD -MP -MF $@.d
 
-# $(1) = build directory, $(2) = compile flags, $(3) = libraries
+# $(1) = build directory, $(2) = compile flags, $(3) = libraries, $(4) = the
+# flavour whose kernel archive it links (kernels use no optional library)
 define flavour
 $(1)/kernels/%.o: kernels/%.c Makefile
 	@mkdir -p $$(@D)
@@ -62,7 +63,7 @@ $(1)/libkernels.a: $(patsubst kernels/%.c,$(1)/kernels/%.o,$(KERNEL_SRC))
 $(1)/colibri.o: colibri.c Makefile
 	@mkdir -p $$(@D)
 	$$(CC) $(2) $$(DEPFLAGS) -c -o $$@ $$<
-$(1)/colibri: $(1)/colibri.o $(1)/libkernels.a
+$(1)/colibri: $(1)/colibri.o $(4)/libkernels.a
 	$$(CC) $(2) -o $$@ $$^ $(3)
 $(1)/colibri-synth: tools/make_synth.c Makefile
 	@mkdir -p $$(@D)
@@ -70,12 +71,12 @@ $(1)/colibri-synth: tools/make_synth.c Makefile
 $(1)/colibri-convert: tools/convert.c Makefile
 	@mkdir -p $$(@D)
 	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
-$(1)/test_%: tests/test_%.c $(1)/libkernels.a Makefile
+$(1)/test_%: tests/test_%.c $(4)/libkernels.a Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(1)/libkernels.a $(3)
-$(1)/bench_%: bench/bench_%.c $(1)/libkernels.a Makefile
+	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
+$(1)/bench_%: bench/bench_%.c $(4)/libkernels.a Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(1)/libkernels.a $(3)
+	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
 -include $(wildcard $(1)/*.d $(1)/kernels/*.d)
 endef
 
@@ -83,13 +84,13 @@ RELFLAGS := $(BASEFLAGS) $(OPTDEFS) $(ARCHFLAGS) $(CFLAGS)
 TESTFLAGS := $(BASEFLAGS) $(OPTDEFS) $(ARCHFLAGS) -Werror
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 
-$(eval $(call flavour,build/rel,$(RELFLAGS),$(LIBS) $(OPTLIBS)))
-$(eval $(call flavour,build/test,$(TESTFLAGS),$(LIBS) $(OPTLIBS)))
-$(eval $(call flavour,build/asan,$(TESTFLAGS) $(SANFLAGS),$(LIBS) $(OPTLIBS)))
+$(eval $(call flavour,build/rel,$(RELFLAGS),$(LIBS) $(OPTLIBS),build/rel))
+$(eval $(call flavour,build/test,$(TESTFLAGS),$(LIBS) $(OPTLIBS),build/test))
+$(eval $(call flavour,build/asan,$(TESTFLAGS) $(SANFLAGS),$(LIBS) $(OPTLIBS),build/asan))
 # Without liburing and libnuma: that build must keep working.
-$(eval $(call flavour,build/nolibs,$(BASEFLAGS) $(ARCHFLAGS) -Werror,$(LIBS)))
+$(eval $(call flavour,build/nolibs,$(BASEFLAGS) $(ARCHFLAGS) -Werror,$(LIBS),build/test))
 # ARCH=portable (no -march): kernels still dispatch at run time.
-$(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(OPTLIBS)))
+$(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(OPTLIBS),build/portable))
 
 all: colibri colibri-synth colibri-convert
 

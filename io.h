@@ -531,6 +531,29 @@ static inline double io_probe(io_ctx *c, int i, int d, uint64_t bytes) {
     return done && dt > 0 ? done / dt : 0;
 }
 
+/* Sets each drive's read share to its bandwidth measured on file i (up to
+ * `bytes`; a drive that reads nothing keeps a token share on the primary,
+ * none elsewhere). */
+static inline void io_measure_weights(io_ctx *c, int i, uint64_t bytes) {
+    for (int d = 0; d < c->ndrives; d++) {
+        double bw = io_probe(c, i, d, bytes);
+        c->o.weight[d] = bw > 0 ? bw : (d ? 0 : 1);
+    }
+}
+
+/* The drives' read shares (primary first) into w; returns the drive count. */
+static inline int io_weights(const io_ctx *c, double *w) {
+    for (int d = 0; d < c->ndrives; d++) w[d] = c->o.weight[d];
+    return c->ndrives;
+}
+
+/* Starts the statistics afresh (bytes and reads per drive, busy time). */
+static inline void io_stats_reset(io_ctx *c) {
+    memset(c->bytes, 0, sizeof c->bytes);
+    memset(c->reads, 0, sizeof c->reads);
+    c->busy_ns = 0;
+}
+
 /* ---- hints, maps, placement ---- */
 
 /* Asks the kernel to start reading a range into the page cache (a no-op for

@@ -379,6 +379,20 @@ static inline void st_convert_f32_(st_dtype dt, const void *src, float *dst, siz
 
 static inline int st_is_float(st_dtype dt) { return dt == ST_F32 || dt == ST_F16 || dt == ST_BF16; }
 
+/* Checks that t is a float tensor (F32/F16/BF16) of shape [d0] (d1 = 0) or
+ * [d0, d1]. Returns 0, or -1 with err naming the file, the tensor and what
+ * was expected. */
+static inline int st_check_float(const st_index *ix, const st_tensor *t, int64_t d0, int64_t d1, char *err, size_t errlen) {
+    const char *path = ix->files[t->file].path;
+    int nd = d1 ? 2 : 1;
+    if (!st_is_float(t->dtype)) return st_err_(err, errlen, "%s: tensor '%s': dtype %s is not F32/F16/BF16", path, t->name, st_dtype_names[t->dtype]);
+    if (t->ndim == nd && t->shape[0] == d0 && (nd == 1 || t->shape[1] == d1)) return 0;
+    char got[96] = "";
+    for (int i = 0, o = 0; i < t->ndim && o < 80; i++) o += snprintf(got + o, sizeof got - (size_t)o, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    if (nd == 2) return st_err_(err, errlen, "%s: tensor '%s' has shape [%s], expected [%lld, %lld]", path, t->name, got, (long long)d0, (long long)d1);
+    return st_err_(err, errlen, "%s: tensor '%s' has shape [%s], expected [%lld]", path, t->name, got, (long long)d0);
+}
+
 /* Reads elements [first, first+n) of a float tensor (F32/F16/BF16) as f32.
  * Returns 0 or -1 with err naming file and tensor. */
 static inline int st_read_f32_range(const st_index *ix, const st_tensor *t, uint64_t first, size_t n, float *dst, char *err, size_t errlen) {

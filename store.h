@@ -1,13 +1,25 @@
-/* store.h — routed experts in memory. Knows where each expert's three
- * matrices (and their .qs scales) lie in the shards, how an expert sits in
- * memory, and which experts are resident: a pinned set per layer (one arena
- * each) and a per-layer LRU of slots (policy from tier.h). A layer's misses
- * are read through io.h while resident experts compute (jobs), predicted
- * experts of the next layer can be prefetched, and in mmap mode experts are
- * used in place. Counts hits (pin / LRU), misses, bytes, routing counts.
- * Never computes. Prefix: xs_.
+/* store.h — the routed experts in memory, behind an API that owns its state.
  *
- * "Layer" here means MoE layer k (0 .. n_layers-1), not the model layer. */
+ * Knows where each expert's three matrices (and their .qs scales) lie in the
+ * shards, how an expert sits in memory (as stored, or converted on read:
+ * float experts to f32 or to EXPERT_BITS with quant.h's quantizer), and
+ * which experts are resident: a pinned set per layer (one arena each) and a
+ * per-layer LRU of slots (policy from tier.h). A layer's misses are read
+ * through io.h while resident experts compute (jobs: xs_begin / xs_next /
+ * xs_done), predicted experts of the next layer can be prefetched, and in
+ * mmap mode experts are used in place. Re-pinning, shrinking under memory
+ * pressure and statistics are store operations; callers never write its
+ * fields. Every expert read is checked: a failed or short read, or a
+ * non-finite weight or scale, is an error naming the file and the tensor.
+ *
+ * Life cycle: xs_init (options) → per MoE layer xs_layer_begin, xs_locate
+ * for every expert, xs_layer_end → xs_open_cache (slots, the I/O context) →
+ * xs_pin → per forward, per layer: xs_begin, xs_next/xs_done until done →
+ * xs_free. "Layer" means MoE layer k (0 .. n_layers-1), not the model
+ * layer. One thread drives a store (OpenMP is used inside for pinning).
+ *
+ * Prefix: xs_. Must not: compute, read the environment, or know tensor
+ * names (the engine finds the tensors and hands them over). */
 #ifndef COLI_STORE_H
 #define COLI_STORE_H
 
@@ -24,6 +36,27 @@
 #include "tier.h"
 
 enum { XS_GATE, XS_UP, XS_DOWN };
+#define XS_MAX_REQ 6 /* reads per expert: 3 weight ranges (or one span) + 3 scale arrays */
+
+/* How the store reads and keeps experts. */
+typedef struct {
+    int direct;              /* O_DIRECT reads: buffers keep alignment slack */
+    int mmap;                /* use experts in place in the mapped shards */
+    int numa;                /* interleave arenas and slots across NUMA nodes */
+    int expert_bits;         /* float experts: 0 = f32, 8/4/2 = quantized on read */
+    int group_size;          /* 4 bits: 0 = per row, else grouped */
+    int threads;             /* staging buffers (pins load in parallel) */
+} xs_opts;
+
+/* Counters of a run (xs_stats_get / xs_stats_reset). */
+typedef struct {
+    uint64_t hit_pin, hit_lru, miss, mapped;  /* per distinct expert of a layer's batch */
+    uint64_t bytes_read;                      /* from disk, pins included until a reset */
+    uint64_t routed, pred_total, pred_used;   /* prefetch recall: predicted ∩ routed / routed */
+    double read_s;                            /* reads on the calling thread (conversions, pins) */
+    double busy_wall;                         /* wall time with at least one read in flight */
+    int repinned;                             /* experts swapped into the pinned set */
+} xs_stats;
 
 /* Where one expert lives on disk. */
 typedef struct {
@@ -31,6 +64,7 @@ typedef struct {
     const st_tensor *s[3];   /* their .qs scales, or NULL for float weights */
     uint32_t rel[3];         /* adjacent weights: each one's offset within the span */
     uint8_t adjacent;        /* the three weights back to back in one file, same dtype */
+    uint8_t checked;         /* mmap mode: its mapped values were found finite */
     uint64_t span_off, span_len;
 } xs_loc;
 
@@ -40,6 +74,7 @@ typedef struct {
     int64_t O[3], I[3];
     qt_fmt fmt[3];           /* in-memory format of each matrix */
     int gs[3];
+    int quantized;           /* the container holds .qs scales (-1: not known yet) */
     size_t w_bytes[3];       /* weights of each matrix in memory */
     size_t s_count[3];       /* scales of each matrix */
     size_t fixed[3];         /* weight offsets when not a span copy */
@@ -53,7 +88,7 @@ typedef struct {
 typedef struct {
     uint8_t *mem;
     qt_tensor view[3];
-    io_req req[4];
+    io_req req[XS_MAX_REQ];
     int nreq;
     int loading;             /* reads in flight */
     int pilot;               /* loaded on a prediction and still holding its busy mark */
@@ -67,22 +102,18 @@ typedef struct {
     qt_tensor view[3];
 } xs_job;
 
-/* Converts an expert's raw float matrices to the layer's memory format;
- * f is a per-thread f32 buffer of the largest matrix. */
-typedef void (*xs_convert_fn)(void *ud, int k, int e, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem, float *f);
-
 typedef struct {
     int n_layers, n_experts;
+    xs_opts o;
     const st_index *st;
     io_ctx *io;
-    int mmap;                /* use experts in place in the mapped shards */
-    int numa;                /* interleave arenas and slots across NUMA nodes */
     xs_layout *lay;          /* [n_layers] */
     xs_loc *loc;             /* [n_layers][n_experts] */
     tier_lru *lru;           /* [n_layers] */
     xs_slot *slot;           /* [n_layers][max_slots] */
     int max_slots;
     int *pin;                /* [n_layers][n_experts] index in the layer's arena, or -1 */
+    uint8_t *pinned;         /* [n_layers][n_experts] 1 = pinned */
     qt_tensor *pin_view;     /* [n_layers][n_experts][3] */
     uint8_t **arena;         /* [n_layers] pinned experts, stride = layout bytes */
     int *n_pinned;           /* [n_layers] */
@@ -90,6 +121,8 @@ typedef struct {
     uint64_t *count;         /* [n_layers][n_experts] routing counts of this run */
     uint64_t *heat, *last;   /* [n_layers][n_experts] session heat and last use, for re-pinning */
     uint64_t tick;
+    tier_swap *swaps;        /* [n_layers] re-pin scratch */
+    int *freed;              /* [max_slots] shrink scratch */
     xs_job *jobs;            /* [n_experts] the current layer's work */
     int njobs;
     io_req **pending;        /* scratch for waits */
@@ -98,13 +131,9 @@ typedef struct {
     float **fbuf;            /* per thread: one matrix in f32, for quantizing on read */
     size_t staging_len, fbuf_len;
     int n_staging;
-    xs_convert_fn convert;   /* non-raw layouts: disk bytes → memory format */
-    void *convert_ud;
-    uint64_t hit_pin, hit_lru, miss, bytes_read, mapped;
-    uint64_t pred_total, pred_used, routed;  /* prefetch recall: predicted ∩ routed / routed */
-    double read_s;           /* reads on the compute thread (conversions, pins) */
+    xs_stats stats;
     int inflight;            /* slots with reads in flight */
-    double busy_t0, busy_end, busy_wall; /* wall time with at least one read in flight */
+    double busy_t0, busy_end;
     char err[600];
 } xs_store;
 
@@ -117,18 +146,27 @@ static inline int xs_fail(xs_store *x, const char *fmt, ...) {
 }
 
 static inline size_t xs_align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+static inline xs_loc *xs_loc_at(const xs_store *x, int k, int e) { return &x->loc[(size_t)k * x->n_experts + e]; }
+static inline const char *xs_path(const xs_store *x, const st_tensor *t) { return x->st->files[t->file].path; }
 
-/* Sets up the store for n_layers MoE layers of n_experts experts; the
- * caller then fills lay[] and loc[] (xs_locate, xs_set_layout). */
-static inline int xs_init(xs_store *x, const st_index *st, int n_layers, int n_experts, int threads) {
+/* The in-memory format for float experts at `bits` (0 = f32). */
+static inline qt_fmt xs_bits_fmt(int bits, int gs) {
+    return bits == 8 ? QT_I8 : bits == 4 ? (gs ? QT_I4G : QT_I4) : bits == 2 ? QT_I2 : QT_F32;
+}
+
+/* Sets up an empty store for n_layers MoE layers of n_experts experts.
+ * Returns 0 or -1 with x->err. */
+static inline int xs_init(xs_store *x, const st_index *st, int n_layers, int n_experts, const xs_opts *o) {
     memset(x, 0, sizeof *x);
     x->st = st;
+    x->o = *o;
     x->n_layers = n_layers;
     x->n_experts = n_experts;
     size_t ne = (size_t)n_layers * n_experts + 1, nl = (size_t)n_layers + 1;
     x->lay = (xs_layout *)calloc(nl, sizeof *x->lay);
     x->loc = (xs_loc *)calloc(ne, sizeof *x->loc);
     x->pin = (int *)malloc(ne * sizeof(int));
+    x->pinned = (uint8_t *)calloc(ne, 1);
     x->pin_view = (qt_tensor *)calloc(ne * 3, sizeof(qt_tensor));
     x->predicted = (uint8_t *)calloc(ne, 1);
     x->count = (uint64_t *)calloc(ne, sizeof(uint64_t));
@@ -136,39 +174,84 @@ static inline int xs_init(xs_store *x, const st_index *st, int n_layers, int n_e
     x->last = (uint64_t *)calloc(ne, sizeof(uint64_t));
     x->arena = (uint8_t **)calloc(nl, sizeof(uint8_t *));
     x->n_pinned = (int *)calloc(nl, sizeof(int));
+    x->swaps = (tier_swap *)calloc(nl, sizeof(tier_swap));
     x->jobs = (xs_job *)calloc((size_t)n_experts + 1, sizeof(xs_job));
-    x->pending = (io_req **)calloc((size_t)n_experts * 4 + 1, sizeof(io_req *));
-    x->pending_done = (uint8_t *)calloc((size_t)n_experts * 4 + 1, 1);
-    x->n_staging = threads < 1 ? 1 : threads;
+    x->pending = (io_req **)calloc((size_t)n_experts * XS_MAX_REQ + 1, sizeof(io_req *));
+    x->pending_done = (uint8_t *)calloc((size_t)n_experts * XS_MAX_REQ + 1, 1);
+    x->n_staging = o->threads < 1 ? 1 : o->threads;
     x->staging = (uint8_t **)calloc((size_t)x->n_staging, sizeof(uint8_t *));
     x->fbuf = (float **)calloc((size_t)x->n_staging, sizeof(float *));
-    if (!x->lay || !x->loc || !x->pin || !x->pin_view || !x->predicted || !x->count || !x->heat || !x->last || !x->arena ||
-        !x->n_pinned || !x->jobs || !x->pending || !x->pending_done || !x->staging || !x->fbuf)
+    if (!x->lay || !x->loc || !x->pin || !x->pinned || !x->pin_view || !x->predicted || !x->count || !x->heat || !x->last || !x->arena ||
+        !x->n_pinned || !x->swaps || !x->jobs || !x->pending || !x->pending_done || !x->staging || !x->fbuf)
         return xs_fail(x, "out of memory for the expert store");
     for (size_t i = 0; i < ne; i++) x->pin[i] = -1;
+    for (int k = 0; k < n_layers; k++) x->lay[k].quantized = -1;
     return 0;
 }
 
-/* Records where expert e of layer k lives: weights w (gate, up, down) and
- * their scales s (or NULLs). */
-static inline void xs_locate(xs_store *x, int k, int e, const st_tensor *const w[3], const st_tensor *const s[3]) {
-    xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+/* ---- where experts are ---- */
+
+/* Starts MoE layer k: the shape [O, I] of its gate, up and down matrices. */
+static inline void xs_layer_begin(xs_store *x, int k, const int64_t O[3], const int64_t I[3]) {
+    xs_layout *L = &x->lay[k];
+    for (int p = 0; p < 3; p++) L->O[p] = O[p], L->I[p] = I[p];
+    L->quantized = -1;
+}
+
+/* Expert e of layer k: its weights w (gate, up, down) and their scales s
+ * (NULL entries for float weights). Quantized weights (U8/I8 with an F32
+ * .qs) are used as stored, their format told by the byte counts and the
+ * same for every expert of the layer; float weights must have the layer's
+ * shape and become f32 or opts.expert_bits. Returns 0, or -1 with x->err
+ * naming the file and tensor. */
+static inline int xs_locate(xs_store *x, int k, int e, const st_tensor *const w[3], const st_tensor *const s[3]) {
+    xs_layout *L = &x->lay[k];
+    xs_loc *l = xs_loc_at(x, k, e);
+    for (int p = 0; p < 3; p++) {
+        const st_tensor *t = w[p], *q = s ? s[p] : NULL;
+        int quant = q != NULL;
+        if (L->quantized < 0) L->quantized = quant;
+        if (quant != L->quantized)
+            return xs_fail(x, "%s: tensor '%s' %s a .qs scale companion, unlike the other experts of MoE layer %d", xs_path(x, t), t->name,
+                           quant ? "has" : "lacks", k);
+        if (!quant) {
+            if (st_check_float(x->st, t, L->O[p], L->I[p], x->err, sizeof x->err)) return -1;
+            qt_fmt f = xs_bits_fmt(x->o.expert_bits, x->o.group_size);
+            if (e == 0 && p == 0) L->raw = 1;
+            if (e == 0) L->fmt[p] = f, L->gs[p] = f == QT_I4G ? x->o.group_size : 0;
+            if (t->dtype != ST_F32 || f != QT_F32) L->raw = 0; /* converted on read */
+            continue;
+        }
+        if ((t->dtype != ST_U8 && t->dtype != ST_I8) || q->dtype != ST_F32)
+            return xs_fail(x, "%s: tensor '%s': quantized weights must be U8 with F32 .qs scales (got %s and %s)", xs_path(x, t), t->name,
+                           st_dtype_names[t->dtype], st_dtype_names[q->dtype]);
+        qt_fmt f;
+        int gs;
+        char why[300];
+        if (qt_resolve(L->O[p], L->I[p], t->nbytes, q->nbytes, &f, &gs, why, sizeof why))
+            return xs_fail(x, "%s: tensor '%s': %s", xs_path(x, t), t->name, why);
+        if (e == 0) L->fmt[p] = f, L->gs[p] = gs, L->raw = 1;
+        else if (f != L->fmt[p] || gs != L->gs[p])
+            return xs_fail(x, "%s: tensor '%s' is %s but expert 0 of MoE layer %d is %s", xs_path(x, t), t->name, qt_fmt_name(f), k,
+                           qt_fmt_name(L->fmt[p]));
+    }
     const st_tensor *o[3] = {w[0], w[1], w[2]};
     for (int p = 0; p < 3; p++) l->w[p] = w[p], l->s[p] = s ? s[p] : NULL;
     for (int i = 0; i < 3; i++) /* order by offset */
         for (int j = i + 1; j < 3; j++)
             if (o[j]->off < o[i]->off) { const st_tensor *t = o[i]; o[i] = o[j]; o[j] = t; }
     l->adjacent = o[0]->file == o[1]->file && o[1]->file == o[2]->file && o[0]->dtype == o[1]->dtype &&
-                  o[1]->dtype == o[2]->dtype && o[0]->off + o[0]->nbytes == o[1]->off && o[1]->off + o[1]->nbytes == o[2]->off;
+                  o[1]->dtype == o[2]->dtype && o[0]->off + o[0]->nbytes == o[1]->off && o[1]->off + o[1]->nbytes == o[2]->off &&
+                  o[2]->off + o[2]->nbytes - o[0]->off <= UINT32_MAX;
     l->span_off = o[0]->off;
     l->span_len = o[2]->off + o[2]->nbytes - o[0]->off;
-    for (int p = 0; p < 3; p++) l->rel[p] = (uint32_t)(w[p]->off - l->span_off);
+    for (int p = 0; p < 3; p++) l->rel[p] = l->adjacent ? (uint32_t)(w[p]->off - l->span_off) : 0;
+    return 0;
 }
 
-/* Completes layer k's layout from its matrices' formats and shapes (the
- * caller set O, I, fmt, gs, raw): sizes, offsets, the weights area with
- * room for O_DIRECT alignment. */
-static inline void xs_set_layout(xs_store *x, int k, int direct) {
+/* Completes layer k after every expert was located: sizes and offsets of
+ * its in-memory layout (with room for O_DIRECT alignment). */
+static inline void xs_layer_end(xs_store *x, int k) {
     xs_layout *L = &x->lay[k];
     size_t off = 0, span = 0;
     for (int p = 0; p < 3; p++) {
@@ -177,91 +260,91 @@ static inline void xs_set_layout(xs_store *x, int k, int direct) {
         L->fixed[p] = off;
         off = xs_align_up(off + L->w_bytes[p], 64);
     }
-    for (int e = 0; e < x->n_experts; e++) {
-        const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    for (int e = 0; L->raw && e < x->n_experts; e++) {
+        const xs_loc *l = xs_loc_at(x, k, e);
         if (l->adjacent && l->span_len > span) span = (size_t)l->span_len;
     }
-    L->w_area = xs_align_up((span > off ? span : off) + (direct ? IO_SLACK : 0), 64);
+    L->w_area = xs_align_up((span > off ? span : off) + (x->o.direct ? IO_SLACK : 0), 64);
     off = L->w_area;
     for (int p = 0; p < 3; p++) {
         L->s_off[p] = off;
         off = xs_align_up(off + L->s_count[p] * 4, 64);
     }
-    L->bytes = xs_align_up(off, direct ? IO_ALIGN : 64);
+    L->bytes = xs_align_up(off, x->o.direct ? IO_ALIGN : 64);
 }
 
+/* In-memory bytes of one expert of layer k; of the largest of any layer. */
 static inline size_t xs_expert_bytes(const xs_store *x, int k) { return x->lay[k].bytes; }
-
-/* The largest expert of any layer (what a budget plans per slot). */
 static inline size_t xs_max_expert_bytes(const xs_store *x) {
     size_t b = 0;
     for (int k = 0; k < x->n_layers; k++) b = x->lay[k].bytes > b ? x->lay[k].bytes : b;
     return b;
 }
 
+/* The layout of layer k (format of each matrix, for the startup line). */
+static inline const xs_layout *xs_layout_of(const xs_store *x, int k) { return &x->lay[k]; }
+
 /* Bytes of expert e of layer k on disk (weights and scales). */
 static inline uint64_t xs_disk_bytes(const xs_store *x, int k, int e) {
-    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    const xs_loc *l = xs_loc_at(x, k, e);
     uint64_t b = 0;
     for (int p = 0; p < 3; p++) b += l->w[p]->nbytes + (l->s[p] ? l->s[p]->nbytes : 0);
     return b;
 }
 
-/* Staging bytes a conversion needs per thread (the raw bytes of the three
- * matrices; the f32 buffer for quantizing on read comes on top). */
-static inline size_t xs_staging_bytes(const xs_store *x) {
+/* Whether any layer converts on read (float experts not kept as raw f32). */
+static inline int xs_converts(const xs_store *x) {
+    for (int k = 0; k < x->n_layers; k++)
+        if (!x->lay[k].raw) return 1;
+    return 0;
+}
+
+/* Raw bytes of the largest expert's three matrices (a conversion's staging). */
+static inline size_t xs_raw_bytes_(const xs_store *x) {
     size_t s = 0;
     for (size_t i = 0; i < (size_t)x->n_layers * x->n_experts; i++) {
-        const xs_loc *l = &x->loc[i];
         size_t need = 0;
-        for (int p = 0; p < 3; p++) need += xs_align_up((size_t)l->w[p]->nbytes, 64);
+        for (int p = 0; p < 3; p++) need += xs_align_up((size_t)x->loc[i].w[p]->nbytes, 64);
         s = need > s ? need : s;
     }
     return s;
 }
 
-/* Allocates the LRU bookkeeping (slots per layer, memory on first use) and
- * the per-thread staging buffers for conversions. */
-static inline int xs_alloc_cache(xs_store *x, io_ctx *io, int slots) {
-    x->io = io;
-    x->max_slots = slots;
-    x->lru = (tier_lru *)calloc((size_t)x->n_layers + 1, sizeof(tier_lru));
-    x->slot = (xs_slot *)calloc((size_t)x->n_layers * (size_t)slots + 1, sizeof(xs_slot));
-    if (!x->lru || !x->slot) return xs_fail(x, "out of memory for the expert cache");
+/* Elements of the largest matrix (a conversion's f32 buffer). */
+static inline size_t xs_max_matrix_(const xs_store *x) {
+    size_t n = 0;
     for (int k = 0; k < x->n_layers; k++)
-        if (tier_lru_init(&x->lru[k], x->n_experts, slots)) return xs_fail(x, "out of memory for the expert cache");
-    int convert = 0;
-    for (int k = 0; k < x->n_layers; k++) convert |= !x->lay[k].raw;
-    x->staging_len = convert ? xs_staging_bytes(x) : 0;
-    for (int k = 0; convert && k < x->n_layers; k++)
         for (int p = 0; p < 3; p++) {
-            size_t n = (size_t)x->lay[k].O[p] * (size_t)x->lay[k].I[p];
-            x->fbuf_len = n > x->fbuf_len ? n : x->fbuf_len;
+            size_t m = (size_t)x->lay[k].O[p] * (size_t)x->lay[k].I[p];
+            n = m > n ? m : n;
         }
-    for (int t = 0; t < x->n_staging && x->staging_len; t++)
-        if (!(x->staging[t] = (uint8_t *)compat_aligned_alloc(IO_ALIGN, x->staging_len + IO_SLACK)) ||
-            !(x->fbuf[t] = (float *)compat_aligned_alloc(64, x->fbuf_len * 4)))
-            return xs_fail(x, "out of memory for expert staging");
-    return 0;
+    return n;
 }
 
-static inline const char *xs_path(const xs_store *x, const st_tensor *t) { return x->st->files[t->file].path; }
+/* Memory a store needs per thread for conversions (0 when nothing
+ * converts), for the budget plan. */
+static inline size_t xs_staging_bytes(const xs_store *x) {
+    return xs_converts(x) ? xs_raw_bytes_(x) + IO_SLACK + xs_max_matrix_(x) * 4 : 0;
+}
+
+/* ---- reading one expert ---- */
 
 /* Views of an expert whose weights start at w (a span copy when span is
  * set, else fixed offsets) and whose scales are at s[3]. */
 static inline void xs_make_views(const xs_store *x, int k, int e, const uint8_t *w, int span, const float *const s[3], qt_tensor out[3]) {
     const xs_layout *L = &x->lay[k];
-    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    const xs_loc *l = xs_loc_at(x, k, e);
     for (int p = 0; p < 3; p++)
         out[p] = (qt_tensor){L->fmt[p], L->O[p], L->I[p], w + (span ? l->rel[p] : L->fixed[p]), s[p], L->gs[p]};
 }
 
 /* The reads that bring expert e of layer k into mem (raw layouts): the
  * weights span with one request (O_DIRECT-capable) or one per matrix, and
- * one small buffered request per scale array. Returns the count. */
-static inline int xs_plan_reads(const xs_store *x, int k, int e, uint8_t *mem, io_req *r) {
+ * one small buffered request per scale array: at most XS_MAX_REQ. Returns
+ * the count. */
+static inline int xs_plan_reads(const xs_store *x, int k, int e, uint8_t *mem, io_req r[XS_MAX_REQ]) {
     const xs_layout *L = &x->lay[k];
-    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    const xs_loc *l = xs_loc_at(x, k, e);
     int n = 0;
     if (l->adjacent)
         r[n++] = (io_req){.file = l->w[0]->file, .off = l->span_off, .len = (size_t)l->span_len, .buf = mem, .cap = L->w_area, .direct = 1};
@@ -276,29 +359,76 @@ static inline int xs_plan_reads(const xs_store *x, int k, int e, uint8_t *mem, i
     return n;
 }
 
+/* Scales at their place in an expert's memory, or NULLs for f32. */
+static inline void xs_scales_in(const xs_store *x, int k, const uint8_t *mem, const float *s[3]) {
+    const xs_layout *L = &x->lay[k];
+    for (int p = 0; p < 3; p++) s[p] = L->s_count[p] ? (const float *)(mem + L->s_off[p]) : NULL;
+}
+
 /* Views after the reads planned by xs_plan_reads completed. */
 static inline void xs_views_after(const xs_store *x, int k, int e, uint8_t *mem, const io_req *r, qt_tensor out[3]) {
-    const xs_layout *L = &x->lay[k];
-    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
     const float *s[3];
-    for (int p = 0; p < 3; p++) s[p] = L->s_count[p] ? (const float *)(mem + L->s_off[p]) : NULL;
-    xs_make_views(x, k, e, l->adjacent ? r[0].data : mem, l->adjacent, s, out);
+    xs_scales_in(x, k, mem, s);
+    xs_make_views(x, k, e, xs_loc_at(x, k, e)->adjacent ? r[0].data : mem, xs_loc_at(x, k, e)->adjacent, s, out);
 }
 
 static inline int xs_read_error(xs_store *x, int k, int e, int rc, char *err, size_t n) {
-    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    const xs_loc *l = xs_loc_at(x, k, e);
     snprintf(err, n, "%s: expert %d of MoE layer %d ('%s'): read failed: %s", xs_path(x, l->w[0]), e, k, l->w[0]->name,
              rc == -EIO ? "file truncated or I/O error" : strerror(-rc));
     return -1;
 }
 
+/* Index of the first non-finite of n floats, or -1. */
+static inline int64_t xs_nonfinite_(const float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(v[i]) <= FLT_MAX)) return (int64_t)i;
+    return -1;
+}
+
+/* Every f32 weight and every scale of an expert's views is finite, else an
+ * error naming the tensor: a NaN or infinity in a model file never reaches
+ * the output silently. */
+static inline int xs_check_finite(const xs_store *x, int k, int e, const qt_tensor v[3], char *err, size_t n) {
+    const xs_loc *l = xs_loc_at(x, k, e);
+    for (int p = 0; p < 3; p++) {
+        int64_t at = -1;
+        const char *what = "weight";
+        if (v[p].fmt == QT_F32) at = xs_nonfinite_((const float *)v[p].w, (size_t)(v[p].O * v[p].I));
+        else if ((at = xs_nonfinite_(v[p].s, (size_t)qt_scale_count(v[p].fmt, v[p].O, v[p].I, v[p].gs))) >= 0) what = "scale";
+        if (at >= 0) {
+            snprintf(err, n, "%s: tensor '%s': %s %lld is not finite (NaN or infinity)", xs_path(x, l->w[p]), l->w[p]->name, what, (long long)at);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Converts an expert's raw float matrices into mem in the layer's format
+ * (f32, or quantized with the one quantizer); f is an f32 buffer of the
+ * largest matrix. Returns the count of non-finite inputs. */
+static inline int64_t xs_convert_(const xs_store *x, int k, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem, float *f) {
+    const xs_layout *L = &x->lay[k];
+    int64_t bad = 0;
+    for (int p = 0; p < 3; p++) {
+        if (L->fmt[p] == QT_F32) {
+            st_convert_f32_(w[p]->dtype, raw[p], (float *)(mem + L->fixed[p]), (size_t)w[p]->numel);
+            continue;
+        }
+        st_convert_f32_(w[p]->dtype, raw[p], f, (size_t)w[p]->numel);
+        bad += qt_quantize(f, L->O[p], L->I[p], L->fmt[p], L->gs[p], mem + L->fixed[p], (float *)(mem + L->s_off[p]));
+    }
+    return bad;
+}
+
 /* Reads expert e of layer k into mem synchronously on the calling thread
- * (staging buffer `thread` for conversions) and fills its views. Returns 0
- * or -1 with err naming the file and tensor. Safe from several threads. */
+ * (staging buffer `thread` for conversions), checks it and fills its
+ * views. Returns 0 or -1 with err naming the file and tensor. Safe from
+ * several threads with distinct `thread`. */
 static inline int xs_read_sync(xs_store *x, int k, int e, uint8_t *mem, int thread, qt_tensor view[3], uint64_t *bytes, char *err, size_t errlen) {
     const xs_layout *L = &x->lay[k];
-    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
-    io_req r[4];
+    const xs_loc *l = xs_loc_at(x, k, e);
+    io_req r[XS_MAX_REQ];
     *bytes = 0;
     if (L->raw) {
         int n = xs_plan_reads(x, k, e, mem, r);
@@ -308,7 +438,7 @@ static inline int xs_read_sync(xs_store *x, int k, int e, uint8_t *mem, int thre
             *bytes += r[i].len;
         }
         xs_views_after(x, k, e, mem, r, view);
-        return 0;
+        return xs_check_finite(x, k, e, view, err, errlen);
     }
     const uint8_t *raw[3];
     uint8_t *st = x->staging[thread];
@@ -321,19 +451,24 @@ static inline int xs_read_sync(xs_store *x, int k, int e, uint8_t *mem, int thre
         *bytes += q.len;
         off = xs_align_up(off + (size_t)l->w[p]->nbytes, 64);
     }
-    x->convert(x->convert_ud, k, e, raw, l->w, mem, x->fbuf[thread]);
+    int64_t bad = xs_convert_(x, k, raw, l->w, mem, x->fbuf[thread]);
     const float *s[3];
-    for (int p = 0; p < 3; p++) s[p] = L->s_count[p] ? (const float *)(mem + L->s_off[p]) : NULL;
+    xs_scales_in(x, k, mem, s);
     xs_make_views(x, k, e, mem, 0, s, view);
-    return 0;
+    if (bad) {
+        snprintf(err, errlen, "%s: expert %d of MoE layer %d ('%s' and its two siblings): %lld weights are not finite (NaN or infinity)",
+                 xs_path(x, l->w[0]), e, k, l->w[0]->name, (long long)bad);
+        return -1;
+    }
+    return xs_check_finite(x, k, e, view, err, errlen);
 }
 
 /* mmap mode: views straight into the mapped shards, or 0 if this expert
  * cannot be used in place (converted layout, misaligned floats, a shard
- * that shrank). */
+ * that shrank, non-finite values: those are then read like any other). */
 static inline int xs_map_views(xs_store *x, int k, int e, qt_tensor view[3]) {
     const xs_layout *L = &x->lay[k];
-    const xs_loc *l = &x->loc[(size_t)k * x->n_experts + e];
+    xs_loc *l = xs_loc_at(x, k, e);
     if (!L->raw || !l->adjacent) return 0;
     const uint8_t *w = io_mapped(x->io, l->w[0]->file, l->span_off, (size_t)l->span_len);
     const float *s[3] = {NULL, NULL, NULL};
@@ -345,14 +480,44 @@ static inline int xs_map_views(xs_store *x, int k, int e, qt_tensor view[3]) {
         if (!s[p] || (uintptr_t)s[p] % 4) return 0;
     }
     xs_make_views(x, k, e, w, 1, s, view);
+    if (!l->checked) {
+        char err[8];
+        if (xs_check_finite(x, k, e, view, err, sizeof err)) return 0;
+        l->checked = 1;
+    }
     return 1;
 }
 
-/* ---- a layer's jobs ---- */
+/* ---- the cache ---- */
 
 static inline xs_slot *xs_slot_at(xs_store *x, int k, int s) { return &x->slot[(size_t)k * x->max_slots + s]; }
 
-/* Whether every read of slot s has finished; a failure sets err. */
+/* Opens the caches: `slots` LRU slots per layer (memory on first use),
+ * reads through io, per-thread staging for conversions. 0 or -1. */
+static inline int xs_open_cache(xs_store *x, io_ctx *io, int slots) {
+    x->io = io;
+    x->max_slots = slots;
+    x->lru = (tier_lru *)calloc((size_t)x->n_layers + 1, sizeof(tier_lru));
+    x->slot = (xs_slot *)calloc((size_t)x->n_layers * (size_t)slots + 1, sizeof(xs_slot));
+    x->freed = (int *)calloc((size_t)slots + 1, sizeof(int));
+    if (!x->lru || !x->slot || !x->freed) return xs_fail(x, "out of memory for the expert cache");
+    for (int k = 0; k < x->n_layers; k++)
+        if (tier_lru_init(&x->lru[k], x->n_experts, slots)) return xs_fail(x, "out of memory for the expert cache");
+    if (xs_converts(x)) {
+        x->staging_len = xs_raw_bytes_(x);
+        x->fbuf_len = xs_max_matrix_(x);
+    }
+    for (int t = 0; t < x->n_staging && x->staging_len; t++)
+        if (!(x->staging[t] = (uint8_t *)compat_aligned_alloc(IO_ALIGN, x->staging_len + IO_SLACK)) ||
+            !(x->fbuf[t] = (float *)compat_aligned_alloc(64, x->fbuf_len * 4)))
+            return xs_fail(x, "out of memory for expert staging");
+    return 0;
+}
+
+/* Enabled LRU slots of layer k (lowered by xs_shrink). */
+static inline int xs_lru_slots(const xs_store *x, int k) { return x->lru ? x->lru[k].cap : 0; }
+
+/* Whether every read of slot s has finished; a failure sets *failed. */
 static inline int xs_slot_poll(xs_store *x, int k, int s, int *failed) {
     xs_slot *sl = xs_slot_at(x, k, s);
     *failed = 0;
@@ -364,15 +529,15 @@ static inline int xs_slot_poll(xs_store *x, int k, int s, int *failed) {
     return 1;
 }
 
-/* Finishes slot s after its reads: views, counters; a failed read empties
- * the slot. Returns 0 or -1 with x->err. */
 /* One slot's reads are over: the union of in-flight intervals grows. */
 static inline void xs_busy_end(xs_store *x, const xs_slot *sl) {
     for (int i = 0; i < sl->nreq; i++)
         if (sl->req[i].t_done > x->busy_end) x->busy_end = sl->req[i].t_done;
-    if (--x->inflight == 0) x->busy_wall += x->busy_end - x->busy_t0;
+    if (--x->inflight == 0) x->stats.busy_wall += x->busy_end - x->busy_t0;
 }
 
+/* Finishes slot s after its reads: views, checks, counters; a failed read
+ * or a non-finite value empties the slot. Returns 0 or -1 with x->err. */
 static inline int xs_slot_finish(xs_store *x, int k, int s, int failed) {
     xs_slot *sl = xs_slot_at(x, k, s);
     tier_lru *lru = &x->lru[k];
@@ -384,13 +549,18 @@ static inline int xs_slot_finish(xs_store *x, int k, int s, int failed) {
         tier_lru_evict(lru, s);
         return xs_read_error(x, k, e, failed, x->err, sizeof x->err);
     }
-    for (int i = 0; i < sl->nreq; i++) x->bytes_read += sl->req[i].len;
+    for (int i = 0; i < sl->nreq; i++) x->stats.bytes_read += sl->req[i].len;
     xs_views_after(x, k, e, sl->mem, sl->req, sl->view);
+    if (xs_check_finite(x, k, e, sl->view, x->err, sizeof x->err)) {
+        tier_lru_evict(lru, s);
+        return -1;
+    }
     return 0;
 }
 
-/* Starts reading expert e into a free LRU slot of layer k (busy while in
- * flight). Returns the slot, -1 if every slot is busy, -2 on error. */
+/* Starts reading expert e into a free LRU slot of layer k (the victim, or
+ * tier.h's choice when victim < 0), busy while in flight. Returns the
+ * slot, -1 if every slot is busy, -2 on error. */
 static inline int xs_slot_load(xs_store *x, int k, int e, int victim) {
     tier_lru *lru = &x->lru[k];
     int s = victim >= 0 ? victim : tier_lru_victim(lru);
@@ -401,20 +571,21 @@ static inline int xs_slot_load(xs_store *x, int k, int e, int victim) {
             xs_fail(x, "out of memory for an expert slot (%zu bytes)", x->lay[k].bytes);
             return -2;
         }
-        if (x->numa) io_numa_interleave(sl->mem, x->lay[k].bytes);
+        if (x->o.numa) io_numa_interleave(sl->mem, x->lay[k].bytes);
     }
     tier_lru_install(lru, s, e, x->tick);
     lru->busy[s]++;
     if (!x->lay[k].raw) { /* conversions are synchronous */
         uint64_t b;
         double t0 = compat_now();
-        if (xs_read_sync(x, k, e, sl->mem, 0, sl->view, &b, x->err, sizeof x->err)) {
+        int rc = xs_read_sync(x, k, e, sl->mem, 0, sl->view, &b, x->err, sizeof x->err);
+        x->stats.read_s += compat_now() - t0;
+        if (rc) {
             tier_lru_evict(lru, s);
             lru->busy[s]--;
             return -2;
         }
-        x->read_s += compat_now() - t0;
-        x->bytes_read += b;
+        x->stats.bytes_read += b;
         sl->nreq = 0;
         sl->loading = 0;
         return s;
@@ -422,7 +593,7 @@ static inline int xs_slot_load(xs_store *x, int k, int e, int victim) {
     sl->nreq = xs_plan_reads(x, k, e, sl->mem, sl->req);
     sl->loading = 1;
     if (x->inflight++ == 0) x->busy_t0 = x->busy_end = compat_now();
-    io_req *rp[4];
+    io_req *rp[XS_MAX_REQ];
     for (int i = 0; i < sl->nreq; i++) rp[i] = &sl->req[i];
     io_submit(x->io, rp, sl->nreq);
     return s;
@@ -446,6 +617,8 @@ static inline int xs_settle(xs_store *x, int k) {
     return 0;
 }
 
+/* ---- a layer's jobs ---- */
+
 /* Starts layer k's work: the distinct experts it needs (ascending). Pinned
  * and cached experts are ready at once (cached slots held busy), mapped
  * ones too in mmap mode; misses are read into free slots as far as slots
@@ -459,28 +632,28 @@ static inline int xs_begin(xs_store *x, int k, const int *experts, int n) {
         xs_job *jb = &x->jobs[j];
         jb->e = e, jb->slot = -1, jb->state = XS_QUEUED;
         x->tick++;
-        x->routed++;
-        x->pred_used += x->predicted[i];
+        x->stats.routed++;
+        x->stats.pred_used += x->predicted[i];
         if (x->pin[i] >= 0) {
-            x->hit_pin++;
+            x->stats.hit_pin++;
             memcpy(jb->view, &x->pin_view[i * 3], sizeof jb->view);
             jb->state = XS_READY;
             continue;
         }
-        if (x->mmap && xs_map_views(x, k, e, jb->view)) {
-            x->mapped++;
-            x->bytes_read += xs_disk_bytes(x, k, e);
+        if (x->o.mmap && xs_map_views(x, k, e, jb->view)) {
+            x->stats.mapped++;
+            x->stats.bytes_read += xs_disk_bytes(x, k, e);
             jb->state = XS_READY;
             continue;
         }
         int s = tier_lru_lookup(&x->lru[k], e, x->tick);
         if (s >= 0) {
-            x->hit_lru++;
+            x->stats.hit_lru++;
             x->lru[k].busy[s]++;
             jb->slot = s;
             jb->state = xs_slot_at(x, k, s)->loading ? XS_LOADING : XS_READY;
             if (jb->state == XS_READY) memcpy(jb->view, xs_slot_at(x, k, s)->view, sizeof jb->view);
-        } else x->miss++;
+        } else x->stats.miss++;
     }
     memset(x->predicted + (size_t)k * x->n_experts, 0, (size_t)x->n_experts);
     for (int j = 0; j < n; j++) {
@@ -493,6 +666,13 @@ static inline int xs_begin(xs_store *x, int k, const int *experts, int n) {
         jb->state = XS_LOADING;
     }
     return 0;
+}
+
+/* Adds the unfinished requests of slot s to the wait list. */
+static inline int xs_pending_add_(xs_store *x, xs_slot *sl, int np) {
+    for (int i = 0; i < sl->nreq; i++)
+        if (!io_state(&sl->req[i])) x->pending[np] = &sl->req[i], x->pending_done[np++] = 0;
+    return np;
 }
 
 /* The next job of layer k that can be computed: a ready one, else it
@@ -533,24 +713,21 @@ static inline int xs_next(xs_store *x, int k) {
         if (!loading) { /* slots held by prefetches still in flight: wait for them */
             for (int s = 0; s < x->max_slots; s++) {
                 xs_slot *sl = xs_slot_at(x, k, s);
-                for (int i = 0; sl->loading && sl->pilot && i < sl->nreq; i++)
-                    if (!io_state(&sl->req[i])) x->pending[np] = &sl->req[i], x->pending_done[np++] = 0;
+                if (sl->loading && sl->pilot) np = xs_pending_add_(x, sl, np);
             }
             if (!np) return xs_fail(x, "expert cache of MoE layer %d: every slot is busy", k), -2;
             io_wait_any(x->io, x->pending, x->pending_done, np);
             if (xs_settle(x, k)) return -2;
             continue;
         }
-        for (int j = 0; j < x->njobs; j++) {
-            xs_job *jb = &x->jobs[j];
-            if (jb->state != XS_LOADING) continue;
-            xs_slot *sl = xs_slot_at(x, k, jb->slot);
-            for (int i = 0; i < sl->nreq; i++)
-                if (!io_state(&sl->req[i])) x->pending[np] = &sl->req[i], x->pending_done[np++] = 0;
-        }
+        for (int j = 0; j < x->njobs; j++)
+            if (x->jobs[j].state == XS_LOADING) np = xs_pending_add_(x, xs_slot_at(x, k, x->jobs[j].slot), np);
         if (np) io_wait_any(x->io, x->pending, x->pending_done, np);
     }
 }
+
+/* Job j of the current layer (valid until the next xs_begin). */
+static inline const xs_job *xs_job_get(const xs_store *x, int j) { return &x->jobs[j]; }
 
 /* Job j of layer k is computed: its slot may be evicted again. */
 static inline void xs_done(xs_store *x, int k, int j) {
@@ -569,8 +746,8 @@ static inline void xs_prefetch(xs_store *x, int k, const int *experts, int n, in
         size_t i = (size_t)k * x->n_experts + e;
         if (x->predicted[i]) continue;
         x->predicted[i] = 1;
-        x->pred_total++;
-        if (x->pin[i] >= 0 || x->lru[k].where[e] >= 0 || x->mmap) continue;
+        x->stats.pred_total++;
+        if (x->pin[i] >= 0 || x->lru[k].where[e] >= 0 || x->o.mmap) continue;
         const xs_loc *l = &x->loc[i];
         if (!real || !x->lay[k].raw) {
             for (int p = 0; p < 3; p++) {
@@ -592,28 +769,41 @@ static inline void xs_prefetch(xs_store *x, int k, const int *experts, int n, in
     }
 }
 
-/* ---- pinned set ---- */
+/* Notes that the router chose expert e of layer k (usage history, heat). */
+static inline void xs_note_use(xs_store *x, int k, int e) {
+    size_t i = (size_t)k * x->n_experts + e;
+    x->count[i]++;
+    x->heat[i]++;
+    x->last[i] = x->tick;
+}
 
-/* Loads the experts flagged in pinned[L][E] into one arena per layer, in
- * parallel (OpenMP, one staging buffer per thread). progress(done, total)
- * is called from one thread now and then. Returns 0 or -1 with x->err. */
-static inline int xs_load_pins(xs_store *x, const uint8_t *pinned, void (*progress)(void *, uint64_t, uint64_t), void *ud) {
+/* This run's routing counts, [n_layers][n_experts]. */
+static inline const uint64_t *xs_counts(const xs_store *x) { return x->count; }
+
+/* ---- the pinned set ---- */
+
+/* Pins the experts flagged in pinned[L][E]: one arena per layer, filled in
+ * parallel (OpenMP, one staging buffer per thread); in mmap mode raw
+ * experts are used in place instead. progress(ud, done, total) is called
+ * from one thread now and then. Returns 0 or -1 with x->err. */
+static inline int xs_pin(xs_store *x, const uint8_t *pinned, void (*progress)(void *, uint64_t, uint64_t), void *ud) {
     size_t ne = (size_t)x->n_layers * x->n_experts;
     int *list = (int *)malloc((ne ? ne : 1) * sizeof(int)), n = 0;
     if (!list) return xs_fail(x, "out of memory");
     uint64_t total = 0;
+    memcpy(x->pinned, pinned, ne);
     for (int k = 0; k < x->n_layers; k++) {
         int c = 0;
         for (int e = 0; e < x->n_experts; e++)
             if (pinned[(size_t)k * x->n_experts + e]) x->pin[(size_t)k * x->n_experts + e] = c++, list[n++] = k * x->n_experts + e;
         x->n_pinned[k] = c;
         total += (uint64_t)c * x->lay[k].bytes;
-        if (c && !(x->mmap && x->lay[k].raw)) {
+        if (c && !(x->o.mmap && x->lay[k].raw)) {
             if (!(x->arena[k] = (uint8_t *)compat_aligned_alloc(IO_ALIGN, (size_t)c * x->lay[k].bytes))) {
                 free(list);
                 return xs_fail(x, "out of memory for %d pinned experts of MoE layer %d", c, k);
             }
-            if (x->numa) io_numa_interleave(x->arena[k], (size_t)c * x->lay[k].bytes);
+            if (x->o.numa) io_numa_interleave(x->arena[k], (size_t)c * x->lay[k].bytes);
         }
     }
     int failed = 0;
@@ -630,7 +820,7 @@ static inline int xs_load_pins(xs_store *x, const uint8_t *pinned, void (*progre
         uint64_t b = 0;
         qt_tensor *view = &x->pin_view[(size_t)list[i] * 3];
         int rc = 0;
-        if (!(x->mmap && xs_map_views(x, k, e, view))) {
+        if (!(x->o.mmap && xs_map_views(x, k, e, view))) {
             if (!x->arena[k]) rc = -1, snprintf(err, sizeof err, "expert %d of MoE layer %d cannot be used in place (COLI_MMAP)", e, k);
             else rc = xs_read_sync(x, k, e, x->arena[k] + (size_t)x->pin[list[i]] * x->lay[k].bytes, th, view, &b, err, sizeof err);
         }
@@ -646,10 +836,41 @@ static inline int xs_load_pins(xs_store *x, const uint8_t *pinned, void (*progre
         if (progress && th == 0) progress(ud, done, total);
     }
     free(list);
-    x->bytes_read += bytes;
-    x->read_s += compat_now() - t0;
+    x->stats.bytes_read += bytes;
+    x->stats.read_s += compat_now() - t0;
     if (progress && !failed) progress(ud, total, total);
     return failed ? -1 : 0;
+}
+
+/* Pins the most used experts by counts[L][E] within `budget` bytes (see
+ * tier_pick_pins). Returns 0 or -1 with x->err. */
+static inline int xs_pin_by_usage(xs_store *x, const uint64_t *counts, uint64_t budget, void (*progress)(void *, uint64_t, uint64_t), void *ud) {
+    int L = x->n_layers, E = x->n_experts;
+    uint64_t *bytes = (uint64_t *)malloc(((size_t)L + 1) * 8);
+    tier_rank *order = (tier_rank *)malloc(((size_t)L * E + 1) * sizeof(tier_rank));
+    uint8_t *want = (uint8_t *)calloc((size_t)L * E + 1, 1);
+    int rc = -1;
+    if (bytes && order && want) {
+        for (int k = 0; k < L; k++) bytes[k] = xs_expert_bytes(x, k);
+        tier_pick_pins(counts, L, E, bytes, budget, want, order);
+        rc = xs_pin(x, want, progress, ud);
+    } else xs_fail(x, "out of memory");
+    free(bytes);
+    free(order);
+    free(want);
+    return rc;
+}
+
+/* Pinned experts in all layers, and their bytes in memory. */
+static inline int xs_pinned_count(const xs_store *x) {
+    int n = 0;
+    for (int k = 0; k < x->n_layers; k++) n += x->n_pinned[k];
+    return n;
+}
+static inline uint64_t xs_pinned_bytes(const xs_store *x) {
+    uint64_t b = 0;
+    for (int k = 0; k < x->n_layers; k++) b += (uint64_t)x->n_pinned[k] * x->lay[k].bytes;
+    return b;
 }
 
 /* Locks the pinned experts' memory (arenas, or their mapped ranges) so
@@ -673,43 +894,68 @@ static inline int xs_lock_pins(xs_store *x) {
     return 0;
 }
 
-/* Re-pin at a safe point: expert `admit` of layer k takes the arena place
- * of pinned expert `evict`. Returns 0 or -1 (x->err); on failure the
- * evicted expert is gone from the pinned set, never half-loaded. */
-static inline int xs_repin(xs_store *x, int k, int admit, int evict) {
+/* Expert `admit` of layer k takes the arena place of pinned expert
+ * `evict`. Returns 0 or -1 (x->err); on failure the evicted expert is gone
+ * from the pinned set, never half-loaded. */
+static inline int xs_swap_pin_(xs_store *x, int k, int admit, int evict) {
     size_t ia = (size_t)k * x->n_experts + admit, iv = (size_t)k * x->n_experts + evict;
     int place = x->pin[iv];
     x->pin[iv] = -1;
+    x->pinned[iv] = 0;
     uint64_t b;
     double t0 = compat_now();
     if (!x->arena[k]) {
         if (!xs_map_views(x, k, admit, &x->pin_view[ia * 3])) return xs_fail(x, "expert %d of MoE layer %d cannot be used in place", admit, k);
     } else if (xs_read_sync(x, k, admit, x->arena[k] + (size_t)place * x->lay[k].bytes, 0, &x->pin_view[ia * 3], &b, x->err, sizeof x->err))
         return -1;
-    else x->bytes_read += b;
-    x->read_s += compat_now() - t0;
+    else x->stats.bytes_read += b;
+    x->stats.read_s += compat_now() - t0;
     int s = x->lru[k].where[admit]; /* a cached copy is no longer needed */
     if (s >= 0 && !x->lru[k].busy[s]) tier_lru_evict(&x->lru[k], s);
     x->pin[ia] = place;
+    x->pinned[ia] = 1;
     return 0;
 }
 
-/* Notes that the router chose expert e of layer k (usage history, heat). */
-static inline void xs_note_use(xs_store *x, int k, int e) {
-    size_t i = (size_t)k * x->n_experts + e;
-    x->count[i]++;
-    x->heat[i]++;
-    x->last[i] = x->tick;
+/* One re-pin pass, between forward passes: the hottest unpinned experts of
+ * this session replace clearly colder pinned ones (tier_repin_pass, at most
+ * `limit`), then heat decays. Returns the swaps made, or -1 (x->err). */
+static inline int xs_repin(xs_store *x, int limit) {
+    int n = tier_repin_pass(x->heat, x->last, x->pinned, x->n_layers, x->n_experts, x->tick, limit, x->swaps);
+    for (int i = 0; i < n; i++)
+        if (xs_swap_pin_(x, x->swaps[i].layer, x->swaps[i].admit, x->swaps[i].evict)) return -1;
+    tier_decay(x->heat, (size_t)x->n_layers * x->n_experts);
+    x->stats.repinned += n;
+    return n;
 }
 
-/* Gives memory back: frees the slots tier_lru_shrink disabled. */
-static inline void xs_release_slots(xs_store *x, int k, const int *slots, int n) {
-    for (int i = 0; i < n; i++) {
-        xs_slot *sl = xs_slot_at(x, k, slots[i]);
-        free(sl->mem);
-        sl->mem = NULL;
+/* Gives memory back under pressure, between forward passes: each layer
+ * frees a quarter of its enabled LRU slots (at least one, keeping one),
+ * least recently used first, and its capacity drops so the cache cannot
+ * grow back. Returns the slots freed. */
+static inline int xs_shrink(xs_store *x) {
+    int got = 0;
+    for (int k = 0; x->lru && k < x->n_layers; k++) {
+        int want = x->lru[k].cap / 4 > 1 ? x->lru[k].cap / 4 : 1;
+        int n = tier_lru_shrink(&x->lru[k], want, 1, x->freed);
+        for (int i = 0; i < n; i++) {
+            xs_slot *sl = xs_slot_at(x, k, x->freed[i]);
+            free(sl->mem);
+            sl->mem = NULL;
+        }
+        got += n;
     }
+    return got;
 }
+
+/* ---- statistics ---- */
+
+static inline void xs_stats_get(const xs_store *x, xs_stats *out) { *out = x->stats; }
+
+/* Starts a run's counters afresh (after pinning); routing counts stay. */
+static inline void xs_stats_reset(xs_store *x) { memset(&x->stats, 0, sizeof x->stats); }
+
+/* ---- teardown ---- */
 
 /* Waits for every read still in flight (before freeing their memory). */
 static inline void xs_quiesce(xs_store *x) {
@@ -732,8 +978,8 @@ static inline void xs_free(xs_store *x) {
         for (int t = 0; t < x->n_staging; t++) free(x->staging[t]);
     if (x->fbuf)
         for (int t = 0; t < x->n_staging; t++) free(x->fbuf[t]);
-    void *p[] = {x->lru, x->slot, x->arena, x->staging, x->fbuf, x->n_pinned, x->lay, x->loc, x->pin, x->pin_view, x->predicted,
-                 x->count, x->heat, x->last, x->jobs, x->pending, x->pending_done};
+    void *p[] = {x->lru, x->slot, x->freed, x->arena, x->staging, x->fbuf, x->n_pinned, x->lay, x->loc, x->pin, x->pinned, x->pin_view,
+                 x->predicted, x->count, x->heat, x->last, x->swaps, x->jobs, x->pending, x->pending_done};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(x, 0, sizeof *x);
 }

@@ -1,0 +1,294 @@
+/* config.h — a model directory's config.json (and generation_config.json)
+ * read strictly into coli_config: every dimension bounded, every field that
+ * changes the math either honoured or refused by name, the per-layer MLP
+ * and indexer kinds derived as transformers derives them (docs/model.md
+ * §1). Errors name the file and the field. Prefix: cfg_, coli_config_.
+ * Must not: read tensors or the environment, or allocate in proportion to
+ * anything but the layer count. */
+#ifndef COLI_CONFIG_H
+#define COLI_CONFIG_H
+
+#include <errno.h>
+#include <stdarg.h>
+
+#include "json.h"
+
+#define MAX_EOS 16
+
+typedef struct {
+    int vocab, dim, n_layers, n_heads;
+    int q_lora, kv_lora, qk_nope, qk_rope, qk_head, v_head;
+    int inter, moe_inter, n_experts, topk, n_shared, n_group, topk_group, norm_topk;
+    float route_scale, rms_eps;
+    double rope_theta;
+    int index_topk, index_heads, index_dim;
+    int max_pos, tie_embed;
+    unsigned char *moe;      /* [n_layers] 1 = MoE MLP, 0 = dense MLP        */
+    unsigned char *idx_full; /* [n_layers] 1 = own indexer, 0 = shared       */
+    int eos[MAX_EOS], n_eos;
+    /* sampling defaults from generation_config.json (gen_sample = do_sample) */
+    int gen_sample, gen_top_k;
+    float gen_temp, gen_top_p, gen_min_p;
+} coli_config;
+
+typedef struct {
+    const js_doc *d;
+    int root;
+    const char *path;
+    char *err;
+    size_t errlen;
+} cfg_reader;
+
+static inline int cfg_fail(cfg_reader *r, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(r->err, r->errlen, "%s: %s", r->path, msg);
+    return -1;
+}
+
+/* Integer field `key` in [lo, hi]; `def` < lo means required. */
+static inline int cfg_int(cfg_reader *r, const char *key, long long lo, long long hi, long long def, int *out) {
+    int n = js_get(r->d, r->root, key);
+    if (n < 0 || js_typeof(r->d, n) == JS_NULL) {
+        if (def < lo) return cfg_fail(r, "missing field '%s'", key);
+        *out = (int)def;
+        return 0;
+    }
+    if (!js_is_int(r->d, n)) return cfg_fail(r, "field '%s' must be an integer", key);
+    long long v = js_int(r->d, n);
+    if (v < lo || v > hi) return cfg_fail(r, "field '%s'=%lld is outside [%lld, %lld]", key, v, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+static inline int cfg_num(cfg_reader *r, const js_doc *d, int obj, const char *key, double lo, double hi, double def, double *out) {
+    int n = js_get(d, obj, key);
+    if (n < 0 || js_typeof(d, n) == JS_NULL) {
+        if (def < lo) return cfg_fail(r, "missing field '%s'", key);
+        *out = def;
+        return 0;
+    }
+    if (!js_is_num(d, n)) return cfg_fail(r, "field '%s' must be a number", key);
+    double v = js_num(d, n);
+    if (!(v >= lo && v <= hi)) return cfg_fail(r, "field '%s'=%g is outside [%g, %g]", key, v, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static inline int cfg_bool(cfg_reader *r, const char *key, int def, int *out) {
+    int n = js_get(r->d, r->root, key);
+    if (n < 0 || js_typeof(r->d, n) == JS_NULL) { *out = def; return 0; }
+    if (!js_is_bool(r->d, n)) return cfg_fail(r, "field '%s' must be true or false", key);
+    *out = js_typeof(r->d, n) == JS_TRUE;
+    return 0;
+}
+
+/* Reads a per-layer list of two words (e.g. "full"/"shared") into flags. */
+static inline int cfg_layer_words(cfg_reader *r, int node, const char *key, const char *one, const char *zero, int n, unsigned char *out) {
+    if (js_typeof(r->d, node) != JS_ARR || js_count(r->d, node) != n)
+        return cfg_fail(r, "field '%s' must be a list of %d strings", key, n);
+    int i = 0;
+    for (int c = js_first(r->d, node); c >= 0; c = js_next(r->d, c), i++) {
+        const char *s = js_str(r->d, c);
+        if (s && !strcmp(s, one)) out[i] = 1;
+        else if (s && !strcmp(s, zero)) out[i] = 0;
+        else return cfg_fail(r, "%s[%d] must be \"%s\" or \"%s\"", key, i, one, zero);
+    }
+    return 0;
+}
+
+/* Adds the ids of an eos_token_id field (int or list) to the stop set. */
+static inline int cfg_eos(cfg_reader *r, const js_doc *d, int obj, coli_config *c) {
+    int n = js_get(d, obj, "eos_token_id");
+    if (n < 0 || js_typeof(d, n) == JS_NULL) return 0;
+    int single = js_typeof(d, n) != JS_ARR;
+    for (int e = single ? n : js_first(d, n); e >= 0; e = single ? -1 : js_next(d, e)) {
+        if (!js_is_int(d, e) || js_int(d, e) < 0 || js_int(d, e) >= c->vocab)
+            return cfg_fail(r, "eos_token_id entries must be token ids below vocab_size %d", c->vocab);
+        int id = (int)js_int(d, e), dup = 0;
+        for (int k = 0; k < c->n_eos; k++) dup |= c->eos[k] == id;
+        if (dup) continue;
+        if (c->n_eos == MAX_EOS) return cfg_fail(r, "more than %d eos_token_id entries", MAX_EOS);
+        c->eos[c->n_eos++] = id;
+    }
+    return 0;
+}
+
+static inline int cfg_dims(cfg_reader *r, coli_config *c) {
+    const int B = 1 << 20;
+    if (cfg_int(r, "vocab_size", 1, 1 << 24, -1, &c->vocab) || cfg_int(r, "hidden_size", 1, B, -1, &c->dim) ||
+        cfg_int(r, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
+        cfg_int(r, "num_attention_heads", 1, 1024, -1, &c->n_heads) || cfg_int(r, "q_lora_rank", 1, B, -1, &c->q_lora) ||
+        cfg_int(r, "kv_lora_rank", 1, B, -1, &c->kv_lora) || cfg_int(r, "qk_nope_head_dim", 1, 65536, -1, &c->qk_nope) ||
+        cfg_int(r, "qk_rope_head_dim", 2, 65536, -1, &c->qk_rope) || cfg_int(r, "v_head_dim", 1, 65536, -1, &c->v_head) ||
+        cfg_int(r, "intermediate_size", 1, B, -1, &c->inter) ||
+        cfg_int(r, "moe_intermediate_size", 1, B, -1, &c->moe_inter) ||
+        cfg_int(r, "n_routed_experts", 1, 65536, -1, &c->n_experts) ||
+        cfg_int(r, "num_experts_per_tok", 1, 1024, -1, &c->topk) ||
+        cfg_int(r, "n_shared_experts", 0, 64, 1, &c->n_shared) || cfg_int(r, "n_group", 1, 65536, 1, &c->n_group) ||
+        cfg_int(r, "topk_group", 1, 65536, 1, &c->topk_group) ||
+        cfg_int(r, "index_topk", 1, 1 << 24, 2048, &c->index_topk) ||
+        cfg_int(r, "index_n_heads", 1, 1024, 32, &c->index_heads) ||
+        cfg_int(r, "index_head_dim", 1, 65536, 128, &c->index_dim) ||
+        cfg_int(r, "max_position_embeddings", 1, 1 << 30, 202752, &c->max_pos))
+        return -1;
+    int kvh;
+    if (cfg_int(r, "num_key_value_heads", 1, 1024, c->n_heads, &kvh)) return -1;
+    if (kvh != c->n_heads) return cfg_fail(r, "num_key_value_heads=%d must equal num_attention_heads=%d (MLA)", kvh, c->n_heads);
+    c->qk_head = c->qk_nope + c->qk_rope;
+    if (c->qk_rope % 2) return cfg_fail(r, "qk_rope_head_dim=%d must be even", c->qk_rope);
+    if (c->index_dim < c->qk_rope) return cfg_fail(r, "index_head_dim=%d is smaller than qk_rope_head_dim=%d", c->index_dim, c->qk_rope);
+    if (c->topk > c->n_experts) return cfg_fail(r, "num_experts_per_tok=%d exceeds n_routed_experts=%d", c->topk, c->n_experts);
+    if (c->n_experts % c->n_group) return cfg_fail(r, "n_routed_experts=%d is not a multiple of n_group=%d", c->n_experts, c->n_group);
+    if (c->topk_group > c->n_group) return cfg_fail(r, "topk_group=%d exceeds n_group=%d", c->topk_group, c->n_group);
+    if (c->n_group > 1 && c->n_experts / c->n_group < 2)
+        return cfg_fail(r, "n_group=%d leaves fewer than 2 experts per group", c->n_group);
+    if (c->topk > c->topk_group * (c->n_experts / c->n_group))
+        return cfg_fail(r, "num_experts_per_tok=%d exceeds the experts in topk_group=%d groups", c->topk, c->topk_group);
+    return 0;
+}
+
+static inline int cfg_floats(cfg_reader *r, coli_config *c) {
+    double v = 0;
+    if (cfg_num(r, r->d, r->root, "routed_scaling_factor", 0, 1e6, 2.5, &v)) return -1;
+    c->route_scale = (float)v;
+    if (cfg_num(r, r->d, r->root, "rms_norm_eps", 1e-12, 1, 1e-5, &v)) return -1;
+    c->rms_eps = (float)v;
+    if (cfg_bool(r, "norm_topk_prob", 1, &c->norm_topk) || cfg_bool(r, "tie_word_embeddings", 0, &c->tie_embed)) return -1;
+    int rp = js_get(r->d, r->root, "rope_parameters");
+    if (rp >= 0 && js_typeof(r->d, rp) != JS_NULL) {
+        if (js_typeof(r->d, rp) != JS_OBJ) return cfg_fail(r, "field 'rope_parameters' must be an object");
+        int rt = js_get(r->d, rp, "rope_type");
+        if (rt >= 0 && (!js_str(r->d, rt) || strcmp(js_str(r->d, rt), "default")))
+            return cfg_fail(r, "rope_parameters.rope_type '%s' is not supported (only \"default\")", js_str(r->d, rt) ? js_str(r->d, rt) : "?");
+        if (cfg_num(r, r->d, rp, "rope_theta", 1, 1e12, -1, &c->rope_theta)) return -1;
+    } else {
+        int rs = js_get(r->d, r->root, "rope_scaling");
+        if (rs >= 0 && js_typeof(r->d, rs) != JS_NULL) return cfg_fail(r, "rope_scaling is not supported");
+        if (cfg_num(r, r->d, r->root, "rope_theta", 1, 1e12, -1, &c->rope_theta)) return -1;
+    }
+    return 0;
+}
+
+static inline int cfg_strings(cfg_reader *r) {
+    int mt = js_get(r->d, r->root, "model_type");
+    if (!js_str(r->d, mt)) return cfg_fail(r, "missing field 'model_type'");
+    if (strcmp(js_str(r->d, mt), "glm_moe_dsa")) return cfg_fail(r, "model_type '%s' is not supported (expected glm_moe_dsa)", js_str(r->d, mt));
+    int act = js_get(r->d, r->root, "hidden_act");
+    if (act >= 0 && (!js_str(r->d, act) || strcmp(js_str(r->d, act), "silu")))
+        return cfg_fail(r, "hidden_act must be \"silu\"");
+    int ab = 0;
+    if (cfg_bool(r, "attention_bias", 0, &ab)) return -1;
+    if (ab) return cfg_fail(r, "attention_bias=true is not supported");
+    return 0;
+}
+
+/* Per-layer MLP kind and indexer kind, as transformers derives them:
+ * mlp_layer_types or first_k_dense_replace; indexer_types, or
+ * index_topk_pattern, or the index_topk_freq / index_skip_topk_offset rule
+ * (layer i is full iff max(i - offset + 1, 0) % freq == 0). */
+static inline int cfg_layer_kinds(cfg_reader *r, coli_config *c) {
+    int L = c->n_layers;
+    c->moe = (unsigned char *)calloc((size_t)L, 1);
+    c->idx_full = (unsigned char *)calloc((size_t)L, 1);
+    if (!c->moe || !c->idx_full) return cfg_fail(r, "out of memory");
+    int mlt = js_get(r->d, r->root, "mlp_layer_types");
+    if (mlt >= 0 && js_typeof(r->d, mlt) != JS_NULL) {
+        if (cfg_layer_words(r, mlt, "mlp_layer_types", "sparse", "dense", L, c->moe)) return -1;
+    } else {
+        int fk;
+        if (cfg_int(r, "first_k_dense_replace", 0, L, 3 < L ? 3 : L, &fk)) return -1;
+        for (int i = fk; i < L; i++) c->moe[i] = 1;
+    }
+    int it = js_get(r->d, r->root, "indexer_types"), pat = js_get(r->d, r->root, "index_topk_pattern");
+    if (it >= 0 && js_typeof(r->d, it) != JS_NULL) {
+        if (cfg_layer_words(r, it, "indexer_types", "full", "shared", L, c->idx_full)) return -1;
+    } else if (js_str(r->d, pat)) {
+        const char *p = js_str(r->d, pat);
+        if ((int)strlen(p) != L) return cfg_fail(r, "index_topk_pattern must have %d letters", L);
+        for (int i = 0; i < L; i++) {
+            if (p[i] != 'F' && p[i] != 'S') return cfg_fail(r, "index_topk_pattern[%d] must be 'F' or 'S'", i);
+            c->idx_full[i] = p[i] == 'F';
+        }
+    } else if (pat >= 0 && js_typeof(r->d, pat) != JS_NULL) {
+        if (cfg_layer_words(r, pat, "index_topk_pattern", "full", "shared", L, c->idx_full)) return -1;
+    } else {
+        int freq, off;
+        if (cfg_int(r, "index_topk_freq", 0, 1 << 20, 1, &freq) || cfg_int(r, "index_skip_topk_offset", -(1 << 20), 1 << 20, 2, &off)) return -1;
+        if (freq < 1) freq = 1;
+        for (int i = 0; i < L; i++) {
+            int v = i - off + 1;
+            c->idx_full[i] = (v < 0 ? 0 : v) % freq == 0;
+        }
+    }
+    if (!c->idx_full[0]) return cfg_fail(r, "layer 0 must run its own indexer (indexer type \"full\")");
+    return 0;
+}
+
+static inline void coli_config_free(coli_config *c) {
+    free(c->moe);
+    free(c->idx_full);
+    c->moe = c->idx_full = NULL;
+}
+
+/* Sampling defaults of generation_config.json: do_sample, temperature,
+ * top_p, top_k, min_p (transformers' defaults when absent). */
+static inline int cfg_sampling(cfg_reader *r, coli_config *c) {
+    double t = 0, p = 0, mp = 0;
+    int k;
+    if (cfg_bool(r, "do_sample", 0, &c->gen_sample) || cfg_num(r, r->d, r->root, "temperature", 0, 100, 1.0, &t) ||
+        cfg_num(r, r->d, r->root, "top_p", 0, 1, 1.0, &p) || cfg_int(r, "top_k", 0, 1 << 24, 50, &k) ||
+        cfg_num(r, r->d, r->root, "min_p", 0, 1, 0, &mp))
+        return -1;
+    c->gen_temp = (float)t, c->gen_top_p = (float)p, c->gen_top_k = k, c->gen_min_p = (float)mp;
+    return 0;
+}
+
+/* Loads <dir>/config.json (+ generation_config.json for stop ids and
+ * sampling defaults). */
+static inline int coli_config_load(coli_config *c, const char *dir, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    c->gen_temp = 1.0f, c->gen_top_p = 1.0f, c->gen_top_k = 50;
+    char path[4096], gpath[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    js_doc *d = js_load_object(path, 16u << 20, err, errlen);
+    if (!d) return -1;
+    cfg_reader r = {d, d->root, path, err, errlen};
+    int rc = cfg_strings(&r);
+    if (!rc) rc = cfg_dims(&r, c);
+    if (!rc) rc = cfg_floats(&r, c);
+    if (!rc) rc = cfg_layer_kinds(&r, c);
+    if (!rc) rc = cfg_eos(&r, d, d->root, c);
+    js_free(d);
+    if (rc) return rc;
+    snprintf(gpath, sizeof gpath, "%s/generation_config.json", dir);
+    if (!(d = js_load_object(gpath, 1u << 20, err, errlen))) return errno == ENOENT ? 0 : -1;
+    cfg_reader g = {d, d->root, gpath, err, errlen};
+    rc = cfg_eos(&g, d, d->root, c);
+    if (!rc) rc = cfg_sampling(&g, c);
+    js_free(d);
+    return rc;
+}
+
+/* ---- MoE layers: model layer l ↔ MoE layer k (the store's numbering) */
+
+/* MoE layer index of model layer `layer` (the count of MoE layers before it). */
+static inline int moe_index(const coli_config *c, int layer) {
+    int k = 0;
+    for (int i = 0; i < layer; i++) k += c->moe[i];
+    return k;
+}
+
+static inline int n_moe_layers(const coli_config *c) { return moe_index(c, c->n_layers); }
+
+/* Model layer of MoE layer k. */
+static inline int moe_layer(const coli_config *c, int k) {
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->moe[l] && k-- == 0) return l;
+    return -1;
+}
+
+#endif

@@ -1,0 +1,458 @@
+/* forward.h — the per-token math of GLM-5 (glm_moe_dsa) over a loaded
+ * coli_model: RMSNorm, interleaved RoPE, MLA attention on the compressed
+ * KV cache (absorbed or reconstructed), the DSA lightning indexer, the
+ * sigmoid router with its correction bias and group-limited choice, the
+ * MoE with routed experts from the store, dense MLPs, the final norm and
+ * lm_head. It follows Hugging Face transformers' modeling_glm_moe_dsa.py in
+ * float32; docs/model.md gives the equations and the traps, by section.
+ * Prefix: fwd_ (and the small math helpers). Must not: load weights, plan
+ * memory, read files or the environment, or sample. */
+#ifndef COLI_FORWARD_H
+#define COLI_FORWARD_H
+
+#include "model.h"
+
+/* ------------------------------------------------------------------- math */
+
+/* y = w ⊙ x / sqrt(mean(x²) + eps) over n elements. */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+}
+
+/* LayerNorm with weight and bias (biased variance). */
+static void layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps) {
+    double mu = 0, var = 0;
+    for (int i = 0; i < n; i++) mu += x[i];
+    mu /= n;
+    for (int i = 0; i < n; i++) var += (x[i] - mu) * (x[i] - mu);
+    float r = 1.0f / sqrtf((float)(var / n) + eps);
+    for (int i = 0; i < n; i++) y[i] = (float)(x[i] - mu) * r * w[i] + b[i];
+}
+
+/* Interleaved RoPE on d values at position p: pair (2i, 2i+1) rotates by
+ * angle i; the result is written de-interleaved [evens' | odds'] exactly as
+ * transformers' apply_rotary_pos_emb_interleave returns it. */
+static void rope_apply(float *v, int d, const float *cs, const float *sn) {
+    float tmp[512];
+    int h = d / 2;
+    for (int i = 0; i < h; i++) {
+        float a = v[2 * i], b = v[2 * i + 1];
+        tmp[i] = a * cs[i] - b * sn[i];
+        tmp[h + i] = b * cs[i] + a * sn[i];
+    }
+    memcpy(v, tmp, (size_t)d * 4);
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* In-place softmax of n scores. */
+static void softmax(float *x, int n) {
+    float mx = x[0], sum = 0;
+    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) sum += (x[i] = expf(x[i] - mx));
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* k-th largest (k ≥ 1) of n values; reorders v. */
+static float kth_largest(float *v, int n, int k) {
+    int lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float piv = v[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > piv) i++;
+            while (v[j] < piv) j--;
+            if (i <= j) { float t = v[i]; v[i] = v[j]; v[j] = t; i++; j--; }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return v[want];
+    }
+    return v[want];
+}
+
+/* Keys kept by the indexer among n scored keys: the k largest scores, ties
+ * at the threshold broken toward earlier positions; written ascending to
+ * out. `tmp` holds n floats. Returns k. */
+static int topk_select(const float *score, int n, int k, float *tmp, int *out) {
+    memcpy(tmp, score, (size_t)n * 4);
+    float thr = kth_largest(tmp, n, k);
+    int above = 0;
+    for (int t = 0; t < n; t++) above += score[t] > thr;
+    int ties = k - above, c = 0;
+    for (int t = 0; t < n && c < k; t++)
+        if (score[t] > thr || (score[t] == thr && ties-- > 0)) out[c++] = t;
+    return c;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* DSA indexer of full layer l for rows [0, S) at positions pos..pos+S-1:
+ * caches their keys and writes each row's kept keys to sc->sel/nsel
+ * (nsel = -1: every causal key is kept). */
+static void fwd_indexer(coli_model *m, int l, int S, int pos) {
+    coli_config *c = &m->c;
+    coli_layer *L = &m->L[l];
+    coli_scratch *sc = &m->sc;
+    int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, k = c->index_topk;
+    float *kc = m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * id;
+    mm_matmul(&m->mm, &L->iq, sc->qlat, S, sc->qi);
+    mm_matmul(&m->mm, &L->ik, sc->a, S, sc->tmp); /* tmp: [S][id] raw keys */
+    mm_matmul(&m->mm, &L->iw, sc->a, S, sc->iw);
+    float wscale = 1.0f / sqrtf((float)ih), sscale = 1.0f / sqrtf((float)id);
+    for (int s = 0; s < S; s++) {
+        int p = pos + s;
+        const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
+        float *key = kc + (size_t)p * id;
+        layernorm(key, sc->tmp + (size_t)s * id, L->ik_norm_w, L->ik_norm_b, id, 1e-6f);
+        rope_apply(key, c->qk_rope, cs, sn);
+        for (int h = 0; h < ih; h++) rope_apply(sc->qi + ((size_t)s * ih + h) * id, c->qk_rope, cs, sn);
+        for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
+    }
+    for (int s = 0; s < S; s++) {
+        int T = pos + s + 1;
+        if (T <= k) { sc->nsel[s] = -1; continue; }
+        float *score = sc->thr[0], *tmp = sc->thr[0] + m->kv.ctx;
+        const float *qs = sc->qi + (size_t)s * ih * id, *w = sc->iw + (size_t)s * ih;
+#pragma omp parallel for schedule(static) if (T * ih * id > 65536)
+        for (int t = 0; t < T; t++) {
+            const float *key = kc + (size_t)t * id;
+            float acc = 0;
+            for (int h = 0; h < ih; h++) {
+                float d = mm_dot_f32(qs + (size_t)h * id, key, id) * sscale;
+                acc += w[h] * (d > 0 ? d : 0);
+            }
+            score[t] = acc;
+        }
+        sc->nsel[s] = topk_select(score, T, k, tmp, sc->sel + (size_t)s * k);
+    }
+}
+
+/* Absorbed attention of head h for query row s over the kept keys: the
+ * query is pulled into the latent space (q_nope · W_UK, a transposed
+ * product over kv_b's rows), scored against the cached latents, and the
+ * weighted latent is written to out[kv_lora]; the caller expands it by W_UV.
+ * Reentrant: per-thread scratch thr. */
+static void attn_head_latent(coli_model *m, int l, int s, int pos, int h, float *thr, float *out) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    const coli_layer *L = &m->L[l];
+    int T = pos + s + 1, kvl = c->kv_lora, nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head;
+    const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl, *kr = m->kv.rope + (size_t)l * m->kv.ctx * rd;
+    const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
+    int n = sc->nsel[s] < 0 ? T : sc->nsel[s];
+    const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
+    float *score = thr, *qa = thr + m->kv.ctx;
+    qt_tensor uk = qt_rows(&L->kv_b, (int64_t)h * kvw, nope);
+    mm_matvec_t(&m->mm, &uk, q, qa);
+    float scale = 1.0f / sqrtf((float)c->qk_head);
+    for (int i = 0; i < n; i++) {
+        int t = sel ? sel[i] : i;
+        score[i] = (mm_dot_f32(qa, lat + (size_t)t * kvl, kvl) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
+    }
+    softmax(score, n);
+    memset(out, 0, (size_t)kvl * 4);
+    for (int i = 0; i < n; i++) {
+        const float *lt = lat + (size_t)(sel ? sel[i] : i) * kvl;
+        float p = score[i];
+        for (int j = 0; j < kvl; j++) out[j] += p * lt[j];
+    }
+}
+
+/* Ordinary attention of head h for query row s over the kept keys, with
+ * K_nope | V of every key already expanded in kv[t][nope + v]. */
+static void attn_head_rows(coli_model *m, int l, int s, int pos, int h, const float *kv, float *score) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    int nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head, vh = c->v_head;
+    const float *kr = m->kv.rope + (size_t)l * m->kv.ctx * rd;
+    const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
+    int Ts = pos + s + 1, n = sc->nsel[s] < 0 ? Ts : sc->nsel[s];
+    const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
+    float scale = 1.0f / sqrtf((float)c->qk_head);
+    for (int i = 0; i < n; i++) {
+        int t = sel ? sel[i] : i;
+        score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
+    }
+    softmax(score, n);
+    float *o = sc->attn + ((size_t)s * c->n_heads + h) * vh;
+    memset(o, 0, (size_t)vh * 4);
+    for (int i = 0; i < n; i++) {
+        const float *v = kv + (size_t)(sel ? sel[i] : i) * kvw + nope;
+        float p = score[i];
+        for (int j = 0; j < vh; j++) o[j] += p * v[j];
+    }
+}
+
+/* Whether absorbed MLA costs less than reconstruction for a batch of S
+ * queries. Per head and key, absorbed scores and accumulates in the latent
+ * space (S·(2·kv_lora + rope) multiply-adds), reconstruction expands every
+ * key once (kv_lora·(nope + v)) and then attends in head space
+ * (S·(nope + rope + v)). For GLM-5 the crossover is S ≈ 400. */
+static int absorb_is_cheaper(const coli_config *c, int S) {
+    double absorbed = (double)S * (2.0 * c->kv_lora + c->qk_rope);
+    double rebuilt = (double)c->kv_lora * (c->qk_nope + c->v_head) + (double)S * (c->qk_nope + c->qk_rope + c->v_head);
+    return absorbed <= rebuilt;
+}
+
+/* MLA attention of layer l on normed rows sc->a; result in sc->tmp. */
+static void fwd_attention(coli_model *m, int l, int S, int pos) {
+    coli_config *c = &m->c;
+    coli_layer *L = &m->L[l];
+    coli_scratch *sc = &m->sc;
+    int half = c->qk_rope / 2, kvl = c->kv_lora, rd = c->qk_rope, H = c->n_heads;
+    mm_matmul(&m->mm, &L->q_a, sc->a, S, sc->qlat);
+    for (int s = 0; s < S; s++) rmsnorm(sc->qlat + (size_t)s * c->q_lora, sc->qlat + (size_t)s * c->q_lora, L->q_a_norm, c->q_lora, 1e-6f);
+    mm_matmul(&m->mm, &L->q_b, sc->qlat, S, sc->q);
+    mm_matmul(&m->mm, &L->kv_a, sc->a, S, sc->ckv);
+    for (int s = 0; s < S; s++) {
+        int p = pos + s;
+        const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
+        const float *ckv = sc->ckv + (size_t)s * (kvl + rd);
+        rmsnorm(m->kv.lat + ((size_t)l * m->kv.ctx + p) * kvl, ckv, L->kv_a_norm, kvl, 1e-6f);
+        float *kr = m->kv.rope + ((size_t)l * m->kv.ctx + p) * rd;
+        memcpy(kr, ckv + kvl, (size_t)rd * 4);
+        rope_apply(kr, rd, cs, sn);
+        for (int h = 0; h < H; h++) rope_apply(sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, rd, cs, sn);
+    }
+    if (c->idx_full[l]) fwd_indexer(m, l, S, pos); /* shared layers keep the last full layer's choice */
+    int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, S) : m->absorb;
+    /* Matmuls (which may use the shared IDOT scratch) run outside parallel
+     * regions; small problems stay on one thread, where a parallel region
+     * costs more than it saves. */
+    double work = (double)S * H * (pos + S) * (kvl + rd);
+    int vh = c->v_head, kvw = c->qk_nope + vh;
+    if (absorbed) {
+#pragma omp parallel for schedule(dynamic) collapse(2) if (work > 2e5)
+        for (int h = 0; h < H; h++)
+            for (int s = 0; s < S; s++) attn_head_latent(m, l, s, pos, h, sc->thr[coli_thread_id()], sc->hlat + ((size_t)h * S + s) * kvl);
+        for (int h = 0; h < H; h++) { /* expand each head's latents by W_UV */
+            qt_tensor uv = qt_rows(&L->kv_b, (int64_t)h * kvw + c->qk_nope, vh);
+            mm_matmul(&m->mm, &uv, sc->hlat + (size_t)h * S * kvl, S, sc->hout);
+            for (int s = 0; s < S; s++) memcpy(sc->attn + ((size_t)s * H + h) * vh, sc->hout + (size_t)s * vh, (size_t)vh * 4);
+        }
+    } else {
+        const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl;
+        for (int h = 0; h < H; h++) {
+            qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);
+            mm_matmul(&m->mm, &w, lat, pos + S, sc->hkv); /* hkv[t] = [k_nope | v] for every key */
+#pragma omp parallel for schedule(dynamic) if (work > 2e5 * H)
+            for (int s = 0; s < S; s++) attn_head_rows(m, l, s, pos, h, sc->hkv, sc->thr[coli_thread_id()]);
+        }
+    }
+    mm_matmul(&m->mm, &L->o, sc->attn, S, sc->tmp);
+}
+
+/* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down. */
+static void mlp(mm_ctx *mc, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, const float *x, int S, float *g, float *u, float *y) {
+    int64_t I = gate->O;
+    mm_matmul(mc, gate, x, S, g);
+    mm_matmul(mc, up, x, S, u);
+    for (int64_t i = 0; i < (int64_t)S * I; i++) g[i] = silu(g[i]) * u[i];
+    mm_matmul(mc, down, g, S, y);
+}
+
+/* Router for one row: sigmoid scores, correction bias for the choice only,
+ * group-limited selection (group score = sum of its top-2 choice scores),
+ * top-k (ties to the lower index), optional normalization, scaling.
+ * tmp holds 2·n_experts + n_group floats. */
+static void route_row(const coli_config *c, const float *logit, const float *bias, int *ex, float *w, float *tmp) {
+    int E = c->n_experts, per = E / c->n_group;
+    float *prob = tmp, *choice = tmp + E, *gs = tmp + 2 * E;
+    for (int e = 0; e < E; e++) {
+        prob[e] = 1.0f / (1.0f + expf(-logit[e]));
+        choice[e] = prob[e] + bias[e];
+    }
+    if (c->n_group > 1) {
+        for (int g = 0; g < c->n_group; g++) {
+            float b1 = -INFINITY, b2 = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                if (choice[e] > b1) { b2 = b1; b1 = choice[e]; }
+                else if (choice[e] > b2) b2 = choice[e];
+            }
+            gs[g] = b1 + b2;
+        }
+        for (int k = 0; k < c->topk_group; k++) { /* mark kept groups with NaN-free +inf */
+            int best = -1;
+            for (int g = 0; g < c->n_group; g++)
+                if (gs[g] != INFINITY && (best < 0 || gs[g] > gs[best])) best = g;
+            gs[best] = INFINITY;
+        }
+        for (int e = 0; e < E; e++)
+            if (gs[e / per] != INFINITY) choice[e] = -INFINITY;
+    }
+    float sum = 0;
+    for (int k = 0; k < c->topk; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (choice[e] != -INFINITY && (best < 0 || choice[e] > choice[best])) best = e;
+        ex[k] = best;
+        w[k] = prob[best];
+        choice[best] = -INFINITY;
+        sum += w[k];
+    }
+    for (int k = 0; k < c->topk; k++) w[k] = (c->norm_topk ? w[k] / (sum + 1e-20f) : w[k]) * c->route_scale;
+}
+
+/* Routes rows [0, S) of sc->a for MoE layer l: chosen experts and weights
+ * in sc->route_e / sc->route_w. */
+static void moe_route(coli_model *m, const coli_layer *L, const float *x, int S) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    int D = c->dim, K = c->topk;
+#pragma omp parallel for schedule(static) if (S * c->n_experts * D > 65536)
+    for (int s = 0; s < S; s++)
+        for (int e = 0; e < c->n_experts; e++)
+            sc->rlogit[(size_t)s * c->n_experts + e] = mm_dot_f32(L->router + (size_t)e * D, x + (size_t)s * D, D);
+    for (int s = 0; s < S; s++)
+        route_row(c, sc->rlogit + (size_t)s * c->n_experts, L->router_bias, sc->route_e + (size_t)s * K, sc->route_w + (size_t)s * K,
+                  sc->route_tmp);
+}
+
+/* MoE of layer l on normed rows sc->a → sc->tmp. Each distinct expert is
+ * fetched once and applied to every row that chose it. Experts compute in
+ * whatever order their bytes arrive (resident first, misses as their reads
+ * land), each into its own output rows; the weighted sum then runs in
+ * increasing expert order, as transformers accumulates, so the result never
+ * depends on what was resident. Returns 0 or -1 on a read error. */
+static int fwd_moe(coli_model *m, int l, int S) {
+    coli_config *c = &m->c;
+    coli_layer *L = &m->L[l];
+    coli_scratch *sc = &m->sc;
+    xs_store *x = &m->xs;
+    int D = c->dim, K = c->topk, mk = moe_index(c, l), nu = 0;
+    moe_route(m, L, sc->a, S);
+    memset(sc->used, 0, (size_t)c->n_experts);
+    for (int i = 0; i < S * K; i++) {
+        sc->used[sc->route_e[i]] = 1;
+        xs_note_use(x, mk, sc->route_e[i]);
+    }
+    for (int e = 0; e < c->n_experts; e++)
+        if (sc->used[e]) sc->uniq[nu++] = e;
+    tel_lap(&m->tel, TEL_ROUTER);
+    if (xs_begin(x, mk, sc->uniq, nu)) return model_fail(m, "%s", x->err);
+    for (;;) {
+        int j = xs_next(x, mk);
+        tel_lap(&m->tel, TEL_EXPERT_IO);
+        if (j == -2) return model_fail(m, "%s", x->err);
+        if (j < 0) break;
+        const xs_job *jb = xs_job_get(x, j);
+        int n = 0;
+        for (int i = 0; i < S * K; i++)
+            if (sc->route_e[i] == jb->e) sc->rows[n++] = i;
+        for (int r = 0; r < n; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
+        mlp(&m->mm, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
+        for (int r = 0; r < n; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
+        xs_done(x, mk, j);
+        tel_lap(&m->tel, TEL_EXPERT_MM);
+    }
+    memset(sc->moe_acc, 0, (size_t)S * D * 4);
+    for (int u = 0; u < nu; u++)
+        for (int i = 0; i < S * K; i++) {
+            if (sc->route_e[i] != sc->uniq[u]) continue;
+            float wt = sc->route_w[i], *acc = sc->moe_acc + (size_t)(i / K) * D;
+            const float *y = sc->yk + (size_t)i * D;
+            for (int d = 0; d < D; d++) acc[d] += wt * y[d];
+        }
+    if (c->n_shared) {
+        mlp(&m->mm, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        for (size_t i = 0; i < (size_t)S * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
+    } else memcpy(sc->tmp, sc->moe_acc, (size_t)S * D * 4);
+    tel_lap(&m->tel, TEL_DENSE_MM);
+    return 0;
+}
+
+/* Router lookahead: after layer l's attention, the next MoE layer's router
+ * runs on the current residual (normed with that layer's weights) and its
+ * top pilot_k experts per row are prefetched (PILOT_REAL) or hinted to the
+ * kernel (PILOT). Prediction only: never changes what is computed. */
+static void fwd_pilot(coli_model *m, int l, int S) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    int next = l + 1;
+    while (next < c->n_layers && !c->moe[next]) next++;
+    if (next >= c->n_layers) return;
+    const coli_layer *N = &m->L[next];
+    int D = c->dim, E = c->n_experts, n = 0;
+    for (int s = 0; s < S; s++) rmsnorm(sc->xs + (size_t)s * D, sc->x + (size_t)s * D, N->post_norm, D, c->rms_eps);
+    moe_route(m, N, sc->xs, S); /* route_e/route_w are free until this layer's MoE routes */
+    for (int s = 0; s < S; s++) {
+        const float *lg = sc->rlogit + (size_t)s * E;
+        for (int k = 0; k < m->pilot_k; k++) { /* top pilot_k by biased score */
+            int best = -1;
+            float bv = 0;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = n - k; j < n; j++) taken |= m->sc.pred[j] == e;
+                float v = 1.0f / (1.0f + expf(-lg[e])) + N->router_bias[e];
+                if (!taken && (best < 0 || v > bv)) best = e, bv = v;
+            }
+            m->sc.pred[n++] = best;
+        }
+    }
+    xs_prefetch(&m->xs, moe_index(c, next), m->sc.pred, n, m->pilot_real);
+}
+
+/* One forward over S ≤ max_s tokens at positions pos..pos+S-1. Writes the
+ * logits of every row to out[S][vocab], or (out = NULL) of the last row to
+ * sc->logits. Returns 0, or -1 with m->err set (expert read failure). */
+static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) {
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    int D = c->dim;
+    for (int s = 0; s < S; s++) qt_dequant_row(&m->embed, tok[s], sc->x + (size_t)s * D);
+    for (int l = 0; l < c->n_layers; l++) {
+        coli_layer *L = &m->L[l];
+        for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->in_norm, D, c->rms_eps);
+        fwd_attention(m, l, S, pos);
+        for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
+        tel_lap(&m->tel, TEL_ATTN);
+        if (m->pilot && S <= 8) {
+            fwd_pilot(m, l, S);
+            tel_lap(&m->tel, TEL_ROUTER);
+        }
+        for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->post_norm, D, c->rms_eps);
+        if (c->moe[l]) {
+            if (fwd_moe(m, l, S)) return -1;
+        } else {
+            mlp(&m->mm, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+            tel_lap(&m->tel, TEL_DENSE_MM);
+        }
+        for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
+    }
+    int r0 = out ? 0 : S - 1, n = out ? S : 1;
+    for (int s = 0; s < n; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)(r0 + s) * D, m->final_norm, D, c->rms_eps);
+    mm_matmul(&m->mm, &m->lm_head, sc->a, n, out ? out : sc->logits);
+    tel_lap(&m->tel, TEL_DENSE_MM);
+    return 0;
+}
+
+/* Runs n tokens at positions pos.. in chunks of UBATCH. With all_out set,
+ * the logits of every position go to all_out[n][vocab]; otherwise the last
+ * position's logits are left in sc->logits. */
+static int fwd_tokens(coli_model *m, const int *tok, int n, int pos, float *all_out) {
+    coli_config *c = &m->c;
+    if (pos + n > m->kv.ctx) return model_fail(m, "context of %d tokens exceeds CTX=%d", pos + n, m->kv.ctx);
+    for (int i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= c->vocab) return model_fail(m, "token id %d is outside the vocabulary (%d)", tok[i], c->vocab);
+    for (int done = 0; done < n;) {
+        int S = n - done < m->ubatch ? n - done : m->ubatch;
+        if (fwd_batch(m, tok + done, S, pos + done, all_out ? all_out + (size_t)done * c->vocab : NULL)) return -1;
+        done += S;
+    }
+    if (all_out) memcpy(m->sc.logits, all_out + (size_t)(n - 1) * c->vocab, (size_t)c->vocab * 4);
+    return 0;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+#endif

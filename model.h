@@ -1,0 +1,736 @@
+/* model.h — a GLM-5 model's memory: which tensors it loads and how they are
+ * held (the weight table), what everything costs before anything is
+ * allocated (model_measure: config.json and the shard headers alone), the
+ * budget plan that refuses a run that cannot fit, then one load of the
+ * dense weights, the KV cache, the activation scratch, the expert store and
+ * its pinned set; and the operations between tokens (re-pinning, the RSS
+ * guard). Dense weights are validated by name, shape and dtype; a quantized
+ * container's U8 + .qs tensors are used as stored (docs/container.md).
+ * Prefix: model_. Must not: compute the forward pass (forward.h), read the
+ * environment or print except for progress and the plan's warnings. */
+#ifndef COLI_MODEL_H
+#define COLI_MODEL_H
+
+#include <math.h>
+#include <stdarg.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "compat.h"
+#include "config.h"
+#include "io.h"
+#include "kernels.h"
+#include "quant.h"
+#include "st.h"
+#include "store.h"
+#include "telemetry.h"
+#include "tier.h"
+
+#define GB 1e9
+
+static inline int coli_nthreads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static inline int coli_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------------ types */
+
+typedef struct {
+    float *in_norm, *post_norm;          /* [dim]                             */
+    qt_tensor q_a, q_b, kv_a, kv_b, o;   /* MLA projections                   */
+    float *q_a_norm, *kv_a_norm;         /* [q_lora], [kv_lora]               */
+    qt_tensor iq, ik, iw;                /* indexer wq_b, wk, weights_proj    */
+    float *ik_norm_w, *ik_norm_b;        /* [index_dim] LayerNorm             */
+    qt_tensor gate, up, down;            /* dense MLP or shared experts       */
+    float *router, *router_bias;         /* [n_experts][dim], [n_experts]     */
+} coli_layer;
+
+typedef struct {
+    float *lat;     /* [n_layers][ctx][kv_lora] normalized latent */
+    float *rope;    /* [n_layers][ctx][qk_rope] roped shared key  */
+    float *ikey;    /* [n_full][ctx][index_dim] indexer keys      */
+    int *full_slot; /* [n_layers] index into ikey, -1 for shared layers */
+    int ctx;
+    void *block;    /* the one allocation the arrays live in */
+} coli_kv;
+
+/* Scratch for a forward of up to max_s positions, one allocation. */
+typedef struct {
+    int max_s;
+    float *x, *a, *qlat, *q, *ckv, *attn, *tmp, *mlp_g, *mlp_u, *moe_acc;
+    float *qi, *iw, *rlogit, *xs, *ys, *eg, *eu;
+    float *logits;
+    int *sel, *nsel;           /* [max_s][index_topk] chosen keys, count (-1 = all) */
+    int *route_e, *rows;       /* [max_s][topk] chosen experts; row lists */
+    float *route_w, *route_tmp;
+    float *yk;                 /* [max_s][topk][dim] each routed expert's output rows */
+    float *hlat, *hout, *hkv;  /* attention: [heads][max_s][kv_lora] latents, [max_s][v_head], [ctx][nope + v_head] */
+    int *uniq;                 /* [n_experts] distinct experts of a batch */
+    uint8_t *used;             /* [n_experts] */
+    float *cos, *sin;          /* [ctx][qk_rope/2] */
+    float **thr;               /* [threads] per-thread attention/indexer scratch */
+    int *pred;                 /* [max_s][pilot_k] predicted experts (router lookahead) */
+    void *block;
+} coli_scratch;
+
+enum { PIN_OFF, PIN_AUTO, PIN_FILE };
+#define PIN_GB_ALL (-2.0)
+
+/* Everything model_setup needs to know, as plain values (the run modes fill
+ * it from the environment). */
+typedef struct {
+    int cap, ctx, ubatch, absorb;
+    double ram_gb;          /* 0 = derived from MemAvailable at start */
+    int overcommit;         /* start even when the plan does not fit */
+    int pin;                /* PIN_OFF / PIN_AUTO / PIN_FILE */
+    const char *pin_file;
+    double pin_gb;          /* < 0: unset; PIN_GB_ALL: everything the budget allows */
+    int quiet;              /* no progress bar */
+    io_opts io;             /* expert I/O path */
+    char *mirrors[IO_MAX_DRIVES];
+    int nmirrors;
+    int pilot, pilot_real, pilot_k;
+    int mlock, numa;
+    int weights_given;      /* COLI_DISK_WEIGHTS set */
+    int simd, idot;         /* kernel level (-1 = best), integer dot products */
+    int dense_bits, expert_bits, group_size; /* load-time quantization (0 = keep) */
+} coli_opts;
+
+/* Resident bytes by part (model_measure). */
+typedef struct {
+    uint64_t dense;    /* weights that stay in memory */
+    uint64_t kv;       /* KV cache for the context */
+    uint64_t work;     /* activations, per-thread scratch, conversion staging */
+} model_mem;
+
+typedef struct {
+    coli_config c;
+    st_index st;
+    coli_layer *L;
+    qt_tensor embed;            /* [vocab][dim] */
+    float *final_norm;          /* [dim] */
+    qt_tensor lm_head;
+    xs_store xs;                /* routed experts: pinned set + LRU */
+    io_ctx io;                  /* expert reads */
+    int pilot, pilot_real, pilot_k; /* router lookahead: hints / real loads, predictions per row */
+    coli_kv kv;
+    coli_scratch sc;
+    tel_stats tel;
+    int absorb;                 /* -1 auto, 0 reconstruct, 1 absorbed */
+    int ubatch;
+    int dense_bits, group_size; /* load-time quantization of float dense weights (0 = keep) */
+    int any_int;                /* some weight is in an integer format */
+    mm_ctx mm;                  /* matmul kernels (CPU level, IDOT) */
+    int numa;                   /* interleave large resident allocations */
+    model_mem mem;
+    tier_plan plan;
+    uint64_t budget;            /* resolved RAM budget */
+    int repin;                  /* re-pin every N generated tokens (0 = off) */
+    uint64_t rss_limit;         /* RSS guard (0 = off) */
+    char err[1024];
+} coli_model;
+
+static inline int model_fail(coli_model *m, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A resident allocation, 64-byte aligned; with COLI_NUMA, pages of large
+ * ones are interleaved across nodes before their first touch. */
+static inline void *model_resident(const coli_model *m, size_t bytes) {
+    void *p = compat_aligned_alloc(64, bytes ? bytes : 4);
+    if (p && m->numa && bytes >= ((size_t)1 << 20)) io_numa_interleave(p, bytes);
+    return p;
+}
+
+/* ------------------------------------------------------------ the weights */
+
+/* How a dense tensor is held: a plain f32 array ([O] or [O, I]: norms,
+ * router), a matrix at DENSE_BITS, a matrix kept f32 (the indexer's head
+ * weights), or the embedding / lm_head (DENSE_BITS only below 8 bits). */
+typedef enum { W_ARR, W_MAT, W_MAT_F32, W_MAT_IO } w_kind;
+
+/* One dense tensor the model loads and where it goes. */
+typedef struct {
+    char name[112];
+    int64_t O, I;     /* I = 0: a vector */
+    w_kind kind;
+    float **arr;      /* W_ARR */
+    qt_tensor *mat;   /* matrices */
+} w_spec;
+
+/* What a spec becomes: the tensors read (t, and q for a .qs companion),
+ * the in-memory format and bytes. */
+typedef struct {
+    const st_tensor *t, *q;
+    qt_fmt fmt;
+    int gs;
+    uint64_t wbytes, sbytes; /* weights (64-aligned) and scales */
+} w_plan;
+
+static inline int model_nspecs(const coli_config *c) { return 4 + 19 * c->n_layers; }
+
+static inline void w_add_(w_spec *s, int *n, w_kind kind, int64_t O, int64_t I, float **arr, qt_tensor *mat, const char *fmt, int l) {
+    w_spec *w = &s[(*n)++];
+    snprintf(w->name, sizeof w->name, fmt, l);
+    w->O = O, w->I = I, w->kind = kind, w->arr = arr, w->mat = mat;
+}
+
+/* The dense weight table of the configured model: every tensor it loads
+ * besides the routed experts, with its shape and destination in m. Writes
+ * at most model_nspecs(c) entries and returns the count. */
+static inline int model_specs(coli_model *m, w_spec *s) {
+    const coli_config *c = &m->c;
+    int n = 0;
+    int64_t H = c->n_heads;
+    w_add_(s, &n, W_MAT_IO, c->vocab, c->dim, NULL, &m->embed, "model.embed_tokens.weight", 0);
+    w_add_(s, &n, W_ARR, c->dim, 0, &m->final_norm, NULL, "model.norm.weight", 0);
+    if (!c->tie_embed) w_add_(s, &n, W_MAT_IO, c->vocab, c->dim, NULL, &m->lm_head, "lm_head.weight", 0);
+    for (int l = 0; l < c->n_layers; l++) {
+        coli_layer *L = &m->L[l];
+        w_add_(s, &n, W_ARR, c->dim, 0, &L->in_norm, NULL, "model.layers.%d.input_layernorm.weight", l);
+        w_add_(s, &n, W_ARR, c->dim, 0, &L->post_norm, NULL, "model.layers.%d.post_attention_layernorm.weight", l);
+        w_add_(s, &n, W_MAT, c->q_lora, c->dim, NULL, &L->q_a, "model.layers.%d.self_attn.q_a_proj.weight", l);
+        w_add_(s, &n, W_ARR, c->q_lora, 0, &L->q_a_norm, NULL, "model.layers.%d.self_attn.q_a_layernorm.weight", l);
+        w_add_(s, &n, W_MAT, H * c->qk_head, c->q_lora, NULL, &L->q_b, "model.layers.%d.self_attn.q_b_proj.weight", l);
+        w_add_(s, &n, W_MAT, c->kv_lora + c->qk_rope, c->dim, NULL, &L->kv_a, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", l);
+        w_add_(s, &n, W_ARR, c->kv_lora, 0, &L->kv_a_norm, NULL, "model.layers.%d.self_attn.kv_a_layernorm.weight", l);
+        w_add_(s, &n, W_MAT, H * (c->qk_nope + c->v_head), c->kv_lora, NULL, &L->kv_b, "model.layers.%d.self_attn.kv_b_proj.weight", l);
+        w_add_(s, &n, W_MAT, c->dim, H * c->v_head, NULL, &L->o, "model.layers.%d.self_attn.o_proj.weight", l);
+        if (c->idx_full[l]) {
+            w_add_(s, &n, W_MAT, (int64_t)c->index_heads * c->index_dim, c->q_lora, NULL, &L->iq, "model.layers.%d.self_attn.indexer.wq_b.weight", l);
+            w_add_(s, &n, W_MAT, c->index_dim, c->dim, NULL, &L->ik, "model.layers.%d.self_attn.indexer.wk.weight", l);
+            w_add_(s, &n, W_MAT_F32, c->index_heads, c->dim, NULL, &L->iw, "model.layers.%d.self_attn.indexer.weights_proj.weight", l);
+            w_add_(s, &n, W_ARR, c->index_dim, 0, &L->ik_norm_w, NULL, "model.layers.%d.self_attn.indexer.k_norm.weight", l);
+            w_add_(s, &n, W_ARR, c->index_dim, 0, &L->ik_norm_b, NULL, "model.layers.%d.self_attn.indexer.k_norm.bias", l);
+        }
+        if (!c->moe[l]) {
+            w_add_(s, &n, W_MAT, c->inter, c->dim, NULL, &L->gate, "model.layers.%d.mlp.gate_proj.weight", l);
+            w_add_(s, &n, W_MAT, c->inter, c->dim, NULL, &L->up, "model.layers.%d.mlp.up_proj.weight", l);
+            w_add_(s, &n, W_MAT, c->dim, c->inter, NULL, &L->down, "model.layers.%d.mlp.down_proj.weight", l);
+            continue;
+        }
+        w_add_(s, &n, W_ARR, c->n_experts, c->dim, &L->router, NULL, "model.layers.%d.mlp.gate.weight", l);
+        w_add_(s, &n, W_ARR, c->n_experts, 0, &L->router_bias, NULL, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+        int64_t si = (int64_t)c->moe_inter * c->n_shared;
+        if (!si) continue;
+        w_add_(s, &n, W_MAT, si, c->dim, NULL, &L->gate, "model.layers.%d.mlp.shared_experts.gate_proj.weight", l);
+        w_add_(s, &n, W_MAT, si, c->dim, NULL, &L->up, "model.layers.%d.mlp.shared_experts.up_proj.weight", l);
+        w_add_(s, &n, W_MAT, c->dim, si, NULL, &L->down, "model.layers.%d.mlp.shared_experts.down_proj.weight", l);
+    }
+    return n;
+}
+
+/* The in-memory format for a float matrix loaded at `bits` (0, 16, 32 =
+ * f32; 8 int8; 4 int4, grouped when gs > 0; 2 int2). */
+static inline qt_fmt bits_fmt(int bits, int gs) { return xs_bits_fmt(bits == 16 || bits == 32 ? 0 : bits, gs); }
+
+static inline const char *tensor_path(const coli_model *m, const st_tensor *t) { return m->st.files[t->file].path; }
+
+/* Resolves spec s against the shards: the tensors exist with the right
+ * dtype and shape (a quantized container's bytes match a format), and the
+ * format and bytes it takes in memory. Reads headers only. 0 or -1 with
+ * m->err naming the file and tensor. */
+static inline int model_spec_plan(coli_model *m, const w_spec *s, w_plan *p) {
+    char qn[128], why[300];
+    memset(p, 0, sizeof *p);
+    if (!(p->t = st_find(&m->st, s->name))) return model_fail(m, "tensor '%s' not found in the model's safetensors files", s->name);
+    snprintf(qn, sizeof qn, "%s.qs", s->name);
+    p->q = s->kind == W_ARR ? NULL : st_find(&m->st, qn);
+    if (p->q) {
+        if (p->t->dtype != ST_U8 && p->t->dtype != ST_I8)
+            return model_fail(m, "%s: tensor '%s' has a .qs companion but dtype %s (expected U8)", tensor_path(m, p->t), s->name, st_dtype_names[p->t->dtype]);
+        if (p->q->dtype != ST_F32) return model_fail(m, "%s: tensor '%s' is %s, expected F32 scales", tensor_path(m, p->q), qn, st_dtype_names[p->q->dtype]);
+        if (qt_resolve(s->O, s->I, p->t->nbytes, p->q->nbytes, &p->fmt, &p->gs, why, sizeof why))
+            return model_fail(m, "%s: tensor '%s': %s", tensor_path(m, p->t), s->name, why);
+    } else {
+        if (st_check_float(&m->st, p->t, s->O, s->I, m->err, sizeof m->err)) return -1;
+        int bits = s->kind == W_MAT ? m->dense_bits : s->kind == W_MAT_IO && m->dense_bits && m->dense_bits < 8 ? m->dense_bits : 0;
+        p->fmt = s->kind == W_ARR ? QT_F32 : bits_fmt(bits, m->group_size);
+        p->gs = p->fmt == QT_I4G ? m->group_size : 0;
+    }
+    if (s->kind == W_ARR) p->wbytes = xs_align_up((size_t)p->t->numel * 4, 64);
+    else {
+        p->wbytes = xs_align_up((size_t)qt_weight_bytes(p->fmt, s->O, s->I, p->gs), 64);
+        p->sbytes = qt_scale_count(p->fmt, s->O, s->I, p->gs) * 4;
+    }
+    return 0;
+}
+
+/* Quantizes rows [0, n) of src into W's rows [r0, r0 + n) with the one
+ * quantizer, blocks of rows in parallel (the result does not depend on the
+ * thread count). Returns the count of non-finite inputs. */
+static inline int64_t quantize_rows(const float *src, const qt_tensor *W, int64_t r0, int64_t n) {
+    int64_t bad = 0, rb = (int64_t)qt_row_bytes(W), ns = qt_row_scales(W), blk = 64;
+#pragma omp parallel for schedule(static) reduction(+ : bad) if (n * W->I > 65536)
+    for (int64_t b = 0; b < n; b += blk) {
+        int64_t rows = n - b < blk ? n - b : blk;
+        bad += qt_quantize(src + (size_t)b * (size_t)W->I, rows, W->I, W->fmt, W->gs, (uint8_t *)W->w + (size_t)(r0 + b) * (size_t)rb,
+                           (float *)W->s + (size_t)(r0 + b) * (size_t)ns);
+    }
+    return bad;
+}
+
+/* Reads a float tensor as f32 into dst and refuses non-finite values. */
+static inline int model_read_f32(coli_model *m, const st_tensor *t, float *dst) {
+    if (st_read_f32(&m->st, t, dst, m->err, sizeof m->err)) return -1;
+    int64_t at = xs_nonfinite_(dst, (size_t)t->numel);
+    if (at >= 0) return model_fail(m, "%s: tensor '%s': value %lld is not finite (NaN or infinity)", tensor_path(m, t), t->name, (long long)at);
+    return 0;
+}
+
+/* Float tensor t quantized into W by chunks of rows (at most 64 MB of f32
+ * at a time). */
+static inline int model_quantize_tensor(coli_model *m, const st_tensor *t, qt_tensor *W) {
+    int64_t O = W->O, I = W->I, chunk = (16 << 20) / I > 0 ? (16 << 20) / I : 1;
+    float *tmp = (float *)malloc((size_t)(chunk < O ? chunk : O) * (size_t)I * 4);
+    if (!tmp) return model_fail(m, "out of memory quantizing '%s'", t->name);
+    for (int64_t r = 0; r < O; r += chunk) {
+        int64_t n = O - r < chunk ? O - r : chunk;
+        if (st_read_f32_range(&m->st, t, (uint64_t)r * (uint64_t)I, (size_t)(n * I), tmp, m->err, sizeof m->err)) { free(tmp); return -1; }
+        int64_t bad = quantize_rows(tmp, W, r, n);
+        if (bad) { free(tmp); return model_fail(m, "%s: tensor '%s' has %lld non-finite values", tensor_path(m, t), t->name, (long long)bad); }
+    }
+    free(tmp);
+    return 0;
+}
+
+/* Allocates and reads spec s as planned by model_spec_plan. 0 or -1. */
+static inline int model_spec_load(coli_model *m, const w_spec *s, const w_plan *p) {
+    uint8_t *mem = (uint8_t *)model_resident(m, (size_t)(p->wbytes + p->sbytes));
+    if (!mem) return model_fail(m, "out of memory loading '%s' (%llu bytes)", s->name, (unsigned long long)(p->wbytes + p->sbytes));
+    if (s->kind == W_ARR) {
+        *s->arr = (float *)mem;
+        return model_read_f32(m, p->t, (float *)mem);
+    }
+    qt_tensor *W = s->mat;
+    *W = (qt_tensor){p->fmt, s->O, s->I, mem, p->sbytes ? (const float *)(mem + p->wbytes) : NULL, p->gs};
+    if (p->fmt != QT_F32) m->any_int = 1;
+    if (p->q) {
+        if (st_read_raw(&m->st, p->t, mem, m->err, sizeof m->err) || st_read_raw(&m->st, p->q, mem + p->wbytes, m->err, sizeof m->err)) return -1;
+        int64_t at = xs_nonfinite_(W->s, (size_t)(p->sbytes / 4));
+        if (at >= 0) return model_fail(m, "%s: tensor '%s.qs': scale %lld is not finite (NaN or infinity)", tensor_path(m, p->q), s->name, (long long)at);
+        return 0;
+    }
+    if (p->fmt == QT_F32) return model_read_f32(m, p->t, (float *)mem);
+    return model_quantize_tensor(m, p->t, W);
+}
+
+/* Walks the weight table: with load = 0 checks every tensor and adds up
+ * the bytes; with load = 1 allocates and reads them. 0 or -1 (m->err). */
+static inline int model_weights(coli_model *m, int load, uint64_t *bytes) {
+    w_spec *s = (w_spec *)malloc((size_t)model_nspecs(&m->c) * sizeof *s);
+    if (!s) return model_fail(m, "out of memory");
+    int n = model_specs(m, s), rc = 0;
+    *bytes = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        w_plan p;
+        rc = model_spec_plan(m, &s[i], &p);
+        if (!rc) *bytes += p.wbytes + p.sbytes;
+        if (!rc && load) rc = model_spec_load(m, &s[i], &p);
+    }
+    if (!rc && load && m->c.tie_embed) m->lm_head = m->embed;
+    free(s);
+    return rc;
+}
+
+/* Frees the dense weights model_weights loaded. */
+static inline void model_weights_free(coli_model *m) {
+    if (!m->L) return;
+    w_spec *s = (w_spec *)malloc((size_t)model_nspecs(&m->c) * sizeof *s);
+    if (!s) return; /* at exit only; the process ends */
+    int n = model_specs(m, s);
+    for (int i = 0; i < n; i++) free(s[i].kind == W_ARR ? (void *)*s[i].arr : (void *)s[i].mat->w);
+    free(s);
+}
+
+/* ------------------------------------------------------- routed experts */
+
+/* Finds every routed expert's tensors (by name, headers only) and hands
+ * them to the store, which validates them and fixes each layer's layout. */
+static inline int model_locate_experts(coli_model *m) {
+    const coli_config *c = &m->c;
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int k = 0; k < m->xs.n_layers; k++) {
+        int l = moe_layer(c, k);
+        int64_t O[3] = {c->moe_inter, c->moe_inter, c->dim}, I[3] = {c->dim, c->dim, c->moe_inter};
+        xs_layer_begin(&m->xs, k, O, I);
+        for (int e = 0; e < c->n_experts; e++) {
+            const st_tensor *w[3], *sc[3];
+            for (int p = 0; p < 3; p++) {
+                char n[160], qn[168];
+                snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[p]);
+                snprintf(qn, sizeof qn, "%s.qs", n);
+                if (!(w[p] = st_find(&m->st, n))) return model_fail(m, "tensor '%s' not found in the model's safetensors files", n);
+                sc[p] = st_find(&m->st, qn);
+            }
+            if (xs_locate(&m->xs, k, e, w, sc)) return model_fail(m, "%s", m->xs.err);
+        }
+        xs_layer_end(&m->xs, k);
+        const xs_layout *L = xs_layout_of(&m->xs, k);
+        for (int p = 0; p < 3; p++) m->any_int |= L->fmt[p] != QT_F32;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------- KV cache and scratch */
+
+/* Carves `count` elements of `type` for `field` out of base at *off (a
+ * sizing pass when base is NULL: only *off advances). */
+#define MODEL_CARVE(obj, field, type, count, base, off)                            \
+    do {                                                                           \
+        (obj)->field = (base) ? (type *)(void *)((uint8_t *)(base) + *(off)) : NULL; \
+        *(off) += xs_align_up((size_t)(count) * sizeof(type), 64);                 \
+    } while (0)
+
+/* Lays the KV cache for ctx positions out in base (NULL: sizing only);
+ * returns its bytes. */
+static inline size_t kv_layout(const coli_config *c, int ctx, coli_kv *kv, void *base) {
+    size_t off = 0;
+    int nf = 0;
+    for (int l = 0; l < c->n_layers; l++) nf += c->idx_full[l];
+    MODEL_CARVE(kv, lat, float, (size_t)c->n_layers * ctx * c->kv_lora, base, &off);
+    MODEL_CARVE(kv, rope, float, (size_t)c->n_layers * ctx * c->qk_rope, base, &off);
+    MODEL_CARVE(kv, ikey, float, (size_t)nf * ctx * c->index_dim, base, &off);
+    MODEL_CARVE(kv, full_slot, int, c->n_layers, base, &off);
+    return off;
+}
+
+/* Lays the activation scratch for batches of max_s positions, a context
+ * of ctx, nt threads and pilot_k predictions per position out in base
+ * (NULL: sizing only); returns its bytes. */
+static inline size_t scratch_layout(const coli_config *c, int max_s, int ctx, int nt, int pilot_k, coli_scratch *s, void *base) {
+    size_t off = 0, S = (size_t)max_s, half = (size_t)c->qk_rope / 2;
+    size_t mi = (size_t)c->moe_inter * c->n_shared;
+    if (mi < (size_t)c->inter) mi = (size_t)c->inter;
+    if (mi < (size_t)c->moe_inter) mi = (size_t)c->moe_inter;
+    /* per thread: key scores (and a quickselect copy for the indexer) and an absorbed query */
+    size_t thr = 2 * (size_t)ctx + (size_t)c->kv_lora + 16;
+#define F(field, n) MODEL_CARVE(s, field, float, (n), base, &off)
+#define I(field, n) MODEL_CARVE(s, field, int, (n), base, &off)
+    F(x, S * c->dim); F(a, S * c->dim); F(qlat, S * c->q_lora); F(q, S * c->n_heads * c->qk_head);
+    F(ckv, S * (c->kv_lora + c->qk_rope)); F(attn, S * c->n_heads * c->v_head);
+    F(tmp, S * (size_t)(c->dim > c->index_dim ? c->dim : c->index_dim)); F(mlp_g, S * mi); F(mlp_u, S * mi); F(moe_acc, S * c->dim);
+    F(qi, S * c->index_heads * c->index_dim); F(iw, S * c->index_heads); F(rlogit, S * c->n_experts);
+    F(xs, S * c->dim); F(ys, S * c->dim); F(eg, S * c->moe_inter); F(eu, S * c->moe_inter); F(logits, c->vocab);
+    I(sel, S * c->index_topk); I(nsel, S); I(route_e, S * c->topk); F(route_w, S * c->topk);
+    F(route_tmp, 2 * (size_t)c->n_experts + c->n_group); I(rows, S * c->topk); F(yk, S * c->topk * c->dim);
+    F(hlat, (size_t)c->n_heads * S * c->kv_lora); F(hout, S * c->v_head); F(hkv, (size_t)ctx * ((size_t)c->qk_nope + c->v_head));
+    I(uniq, c->n_experts); MODEL_CARVE(s, used, uint8_t, c->n_experts, base, &off);
+    F(cos, (size_t)ctx * half); F(sin, (size_t)ctx * half); I(pred, S * (size_t)(pilot_k > 0 ? pilot_k : 1));
+    MODEL_CARVE(s, thr, float *, nt, base, &off);
+    for (int t = 0; t < nt; t++) {
+        if (base) s->thr[t] = (float *)(void *)((uint8_t *)base + off);
+        off += xs_align_up(thr * 4, 64);
+    }
+#undef F
+#undef I
+    s->max_s = max_s;
+    return off;
+}
+
+/* RoPE tables in f32 exactly as transformers builds them. */
+static inline void rope_tables(const coli_config *c, int ctx, float *cs, float *sn) {
+    int half = c->qk_rope / 2;
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->qk_rope);
+        for (int p = 0; p < ctx; p++) {
+            float ang = (float)p * inv;
+            cs[(size_t)p * half + i] = cosf(ang);
+            sn[(size_t)p * half + i] = sinf(ang);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- the plan */
+
+/* Context the KV cache holds: CTX capped at max_position_embeddings. */
+static inline int model_ctx(const coli_config *c, const coli_opts *o) { return o->ctx < c->max_pos ? o->ctx : c->max_pos; }
+
+/* Resident bytes by part, from config.json, the shard headers and the
+ * located experts alone: nothing is allocated or read. 0 or -1 (m->err). */
+static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *mem) {
+    const coli_config *c = &m->c;
+    coli_kv kv;
+    coli_scratch sc;
+    memset(mem, 0, sizeof *mem);
+    if (model_weights(m, 0, &mem->dense)) return -1;
+    int ctx = model_ctx(c, o), nt = coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
+    mem->kv = kv_layout(c, ctx, &kv, NULL);
+    mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt;
+    return 0;
+}
+
+/* Bytes as "12.3 GB" / "4.5 MB" / "678 KB" (decimal units). */
+static inline const char *fmt_bytes(char *buf, size_t n, double b) {
+    if (b >= 1e9) snprintf(buf, n, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(buf, n, "%.1f MB", b / 1e6);
+    else snprintf(buf, n, "%.0f KB", b / 1e3);
+    return buf;
+}
+
+/* The budget plan, before anything is loaded: the resident part must fit
+ * in the RAM budget or the run is refused, naming the knobs. pin_want is
+ * what the usage history asks to pin. 0 or -1 (m->err). */
+static inline int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_want) {
+    const coli_config *c = &m->c;
+    uint64_t avail = compat_mem_available();
+    m->budget = o->ram_gb > 0 ? (uint64_t)(o->ram_gb * GB) : (uint64_t)(0.9 * (double)avail);
+    tier_budget b = {.ram = m->budget, .dense = m->mem.dense, .kv = m->mem.kv, .work = m->mem.work, .reserve = m->budget / 20,
+                     .expert = xs_max_expert_bytes(&m->xs), .moe_layers = m->xs.n_layers, .n_experts = c->n_experts,
+                     .topk = c->topk, .cap = o->cap};
+    if (o->pin != PIN_OFF) {
+        if (o->pin_gb == PIN_GB_ALL) b.pin_mode = TIER_PIN_ALL;
+        else if (o->pin_gb >= 0) b.pin_mode = TIER_PIN_BYTES, b.pin_bytes = (uint64_t)(o->pin_gb * GB);
+        else b.pin_mode = TIER_PIN_AUTO, b.pin_bytes = pin_want;
+    }
+    if (tier_plan_make(&b, &m->plan) == 0) {
+        if (m->plan.cap_lowered)
+            fprintf(stderr, "colibri: CAP=%d does not fit the %.2f GB budget; using %d slots per layer\n", o->cap, m->budget / GB, m->plan.lru_slots);
+        return 0;
+    }
+    char why[700], f[8][32];
+    snprintf(why, sizeof why,
+             "the resident part needs %s (dense weights %s + KV cache %s for CTX=%d + working set %s + reserve %s "
+             "+ one expert slot per MoE layer %s) but the RAM budget is %s (%s); short by %s. Raise RAM_GB, "
+             "lower CTX or UBATCH, or set COLI_RAM_OVERCOMMIT=1",
+             fmt_bytes(f[0], 32, (double)m->plan.peak), fmt_bytes(f[1], 32, (double)b.dense), fmt_bytes(f[2], 32, (double)b.kv), model_ctx(c, o),
+             fmt_bytes(f[3], 32, (double)b.work), fmt_bytes(f[4], 32, (double)b.reserve), fmt_bytes(f[5], 32, (double)b.expert * b.moe_layers),
+             fmt_bytes(f[6], 32, (double)m->budget), o->ram_gb > 0 ? "RAM_GB" : "90% of MemAvailable", fmt_bytes(f[7], 32, (double)m->plan.short_by));
+    if (!o->overcommit) return model_fail(m, "%s", why);
+    fprintf(stderr, "colibri: warning (COLI_RAM_OVERCOMMIT=1): %s\n", why);
+    m->plan.lru_slots = 1;
+    m->plan.pin_bytes = 0;
+    m->plan.lru_bytes = b.expert * (uint64_t)b.moe_layers;
+    return 0;
+}
+
+/* ------------------------------------------------------------ setting up */
+
+/* Opens the shards for expert reads (mirrors, O_DIRECT twins, maps, the
+ * reader pool or io_uring). A refused io_uring falls back to the pool and
+ * a refused O_DIRECT to buffered reads, with a message; mirrors without
+ * given weights are measured. */
+static inline int model_io_open(coli_model *m, const coli_opts *o) {
+    char **paths = (char **)malloc((size_t)m->st.nfiles * sizeof(char *) + 1);
+    if (!paths) return model_fail(m, "out of memory");
+    for (int i = 0; i < m->st.nfiles; i++) paths[i] = m->st.files[i].path;
+    io_opts io = o->io;
+    int rc = io_open(&m->io, &io, paths, m->st.nfiles, (char *const *)o->mirrors, o->nmirrors);
+    if (rc && io.mode == IO_URING) {
+        fprintf(stderr, "colibri: %s; using %d reader threads instead\n", m->io.err, io.workers);
+        io_close(&m->io);
+        io.mode = IO_POOL;
+        rc = io_open(&m->io, &io, paths, m->st.nfiles, (char *const *)o->mirrors, o->nmirrors);
+    }
+    free(paths);
+    if (rc) return model_fail(m, "%s", m->io.err);
+    if (m->io.direct_refused) fprintf(stderr, "colibri: DIRECT=1: O_DIRECT is refused on this file system; expert reads stay buffered\n");
+    if (o->nmirrors && !o->weights_given) { /* measure each drive on the largest shard */
+        int big = 0;
+        for (int i = 1; i < m->st.nfiles; i++) big = m->st.files[i].size > m->st.files[big].size ? i : big;
+        io_measure_weights(&m->io, big, (uint64_t)64 << 20);
+    }
+    if (o->nmirrors) {
+        double w[IO_MAX_DRIVES], tot = 0;
+        int nd = io_weights(&m->io, w);
+        for (int d = 0; d < nd; d++) tot += w[d];
+        fprintf(stderr, "colibri: mirror: %d drives, expert reads split", nd);
+        for (int d = 0; d < nd; d++) fprintf(stderr, "%s %.0f%%", d ? " /" : "", 100.0 * w[d] / tot);
+        fprintf(stderr, " (%s)\n", o->weights_given ? "COLI_DISK_WEIGHTS" : "measured");
+    }
+    for (int i = 0; o->nmirrors && i < m->st.nfiles; i++)
+        if (io_file_drives(&m->io, i) < 1 + o->nmirrors)
+            fprintf(stderr, "colibri: mirror: %s is missing or differs on a mirror; read from the primary only\n", m->st.files[i].path);
+    return 0;
+}
+
+/* Reads config.json and indexes the shards of model directory `dir`.
+ * Returns 0, or -1 with m->err naming the file and field/tensor. */
+static inline int model_open(coli_model *m, const char *dir) {
+    memset(m, 0, sizeof *m);
+    if (coli_config_load(&m->c, dir, m->err, sizeof m->err)) return -1;
+    return st_open_dir(&m->st, dir, m->err, sizeof m->err);
+}
+
+/* COLI_NUMA: whether interleaving can work here; says why not. */
+static inline int numa_usable(void) {
+    if (!io_have_numa()) {
+        fprintf(stderr, "colibri: COLI_NUMA=1: this build has no libnuma; ignored\n");
+        return 0;
+    }
+    if (io_numa_nodes() < 2) {
+        fprintf(stderr, "colibri: COLI_NUMA=1: single NUMA node, nothing to interleave; ignored\n");
+        return 0;
+    }
+    void *probe = compat_aligned_alloc(4096, 1 << 20);
+    int rc = io_numa_interleave(probe, 1 << 20);
+    free(probe);
+    if (rc) fprintf(stderr, "colibri: COLI_NUMA=1: mbind refused (%s); ignored\n", strerror(-rc));
+    return rc == 0;
+}
+
+static inline void print_progress(void *ud, uint64_t done, uint64_t total) {
+    double *t0 = (double *)ud, el = compat_now() - t0[0];
+    if (el < 0.5 && done < total) return;
+    if (done < total && el - t0[1] < 0.25) return;
+    t0[1] = el;
+    double rate = done / (el > 1e-9 ? el : 1e-9), eta = rate > 0 ? (total - done) / rate : 0;
+    int w = 30, fill = total ? (int)(w * (double)done / total) : w;
+    fprintf(stderr, "\rcolibri: pinning experts [%.*s%*s] %5.1f%% %.2f/%.2f GB, %.0f MB/s, ETA %.0f s%s", fill,
+            "==============================", w - fill, "", total ? 100.0 * done / total : 100.0, done / GB, total / GB, rate / 1e6, eta,
+            done >= total ? "\n" : "");
+}
+
+/* Usage history rows ([n_layers][E], model layers) → counts per MoE layer. */
+static inline void usage_to_moe(const coli_config *c, const uint64_t *rows, uint64_t *moe) {
+    for (int k = 0, n = n_moe_layers(c); k < n; k++)
+        memcpy(moe + (size_t)k * c->n_experts, rows + (size_t)moe_layer(c, k) * c->n_experts, (size_t)c->n_experts * 8);
+}
+
+/* Pins the most used experts of the history `hist` ([n_layers][E] rows, or
+ * NULL) within the plan's pin budget. */
+static inline int model_pin(coli_model *m, const uint64_t *hist, int quiet) {
+    const coli_config *c = &m->c;
+    int L = m->xs.n_layers, E = c->n_experts;
+    if (!L || !m->plan.pin_bytes || !hist) return 0;
+    uint64_t *counts = (uint64_t *)calloc((size_t)L * E, 8);
+    if (!counts) return model_fail(m, "out of memory");
+    usage_to_moe(c, hist, counts);
+    double t0[2] = {compat_now(), 0};
+    int rc = xs_pin_by_usage(&m->xs, counts, m->plan.pin_bytes, quiet ? NULL : print_progress, t0);
+    free(counts);
+    return rc ? model_fail(m, "%s", m->xs.err) : 0;
+}
+
+/* Bytes of every expert the history has seen: what PIN=auto asks for. */
+static inline uint64_t model_pin_want(const coli_model *m, const uint64_t *hist) {
+    const coli_config *c = &m->c;
+    uint64_t want = 0;
+    for (int l = 0; hist && l < c->n_layers; l++)
+        for (int e = 0; c->moe[l] && e < c->n_experts; e++)
+            if (hist[(size_t)l * c->n_experts + e]) want += xs_expert_bytes(&m->xs, moe_index(c, l));
+    return want;
+}
+
+/* Allocates the KV cache and the scratch as measured, and fills the RoPE
+ * tables. 0 or -1. */
+static inline int model_alloc_state(coli_model *m, const coli_opts *o) {
+    const coli_config *c = &m->c;
+    int ctx = model_ctx(c, o);
+    size_t kb = kv_layout(c, ctx, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, coli_nthreads(), m->pilot_k, &m->sc, NULL);
+    if (!(m->kv.block = model_resident(m, kb))) return model_fail(m, "out of memory for the KV cache (CTX=%d; lower CTX)", ctx);
+    if (!(m->sc.block = model_resident(m, sb))) return model_fail(m, "out of memory for activations (UBATCH=%d)", o->ubatch);
+    kv_layout(c, ctx, &m->kv, m->kv.block);
+    scratch_layout(c, o->ubatch, ctx, coli_nthreads(), m->pilot_k, &m->sc, m->sc.block);
+    m->kv.ctx = ctx;
+    for (int l = 0, f = 0; l < c->n_layers; l++) m->kv.full_slot[l] = c->idx_full[l] ? f++ : -1;
+    rope_tables(c, ctx, m->sc.cos, m->sc.sin);
+    return 0;
+}
+
+/* Checks the config's sizes against the checkpoint before anything is
+ * allocated in proportion to them: every routed expert needs three tensors. */
+static inline int model_check_counts(coli_model *m) {
+    const coli_config *c = &m->c;
+    uint64_t need = (uint64_t)n_moe_layers(c) * (uint64_t)c->n_experts * 3;
+    if (need > (uint64_t)m->st.nt)
+        return model_fail(m, "config.json asks for %d MoE layers x %d routed experts (%llu expert tensors) but the safetensors files hold only %d tensors",
+                          n_moe_layers(c), c->n_experts, (unsigned long long)need, m->st.nt);
+    return 0;
+}
+
+/* After model_open: measure (headers only), plan against the budget, then
+ * load the dense weights, the KV cache, the scratch, the expert store and
+ * the pinned set. `hist` is the usage history rows ([n_layers][n_experts])
+ * or NULL. Returns 0, or -1 with m->err naming the file and field/tensor,
+ * or the shortfall of the budget. */
+static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t *hist) {
+    const coli_config *c = &m->c;
+    m->numa = o->numa && numa_usable();
+    m->dense_bits = o->dense_bits, m->group_size = o->group_size;
+    m->absorb = o->absorb;
+    m->ubatch = o->ubatch;
+    m->pilot = o->pilot || o->pilot_real;
+    m->pilot_real = o->pilot_real;
+    m->pilot_k = o->pilot_k > 0 ? (o->pilot_k < c->n_experts ? o->pilot_k : c->n_experts) : c->topk;
+    if (model_check_counts(m)) return -1;
+    if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers, sizeof(coli_layer)))) return model_fail(m, "out of memory");
+    xs_opts xo = {.direct = o->io.direct, .mmap = o->io.mmap, .numa = m->numa, .expert_bits = o->expert_bits,
+                  .group_size = o->group_size, .threads = coli_nthreads()};
+    if (xs_init(&m->xs, &m->st, n_moe_layers(c), c->n_experts, &xo)) return model_fail(m, "%s", m->xs.err);
+    if (model_locate_experts(m) || model_measure(m, o, &m->mem) || model_plan(m, o, model_pin_want(m, hist))) return -1;
+    int64_t cols = c->dim;
+    int64_t dims[] = {c->q_lora, c->kv_lora, (int64_t)c->n_heads * c->v_head, c->inter, (int64_t)c->moe_inter * c->n_shared};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) cols = dims[i] > cols ? dims[i] : cols;
+    char err[300];
+    if (mm_init(&m->mm, o->simd, o->idot, o->ubatch, cols, err, sizeof err)) return model_fail(m, "SIMD: %s", err);
+    uint64_t loaded;
+    if (model_weights(m, 1, &loaded) || model_alloc_state(m, o) || model_io_open(m, o)) return -1;
+    if (xs_open_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
+    if (model_pin(m, hist, o->quiet)) return -1;
+    int pinned = xs_pinned_count(&m->xs);
+    if (o->mlock && !pinned) fprintf(stderr, "colibri: MLOCK=1: no pinned experts to lock\n");
+    else if (o->mlock) {
+        int rc = xs_lock_pins(&m->xs);
+        if (rc) fprintf(stderr, "colibri: MLOCK=1: mlock failed (%s); raise the locked-memory limit (ulimit -l)\n", strerror(-rc));
+        else fprintf(stderr, "colibri: MLOCK=1: %d pinned experts locked in memory\n", pinned);
+    }
+    return 0;
+}
+
+static inline void model_free(coli_model *m) {
+    model_weights_free(m);
+    free(m->L);
+    xs_free(&m->xs);
+    io_close(&m->io);
+    mm_free(&m->mm);
+    free(m->kv.block);
+    free(m->sc.block);
+    st_close(&m->st);
+    coli_config_free(&m->c);
+    memset(m, 0, sizeof *m);
+}
+
+/* ------------------------------------------------- between tokens */
+
+/* Frees least-used LRU slots while the resident set is above the guard,
+ * lowering the capacity so the cache cannot grow back. */
+static inline void model_rss_guard(coli_model *m) {
+    uint64_t rss = compat_rss(), start = rss;
+    if (!m->rss_limit || rss <= m->rss_limit + m->rss_limit / 50) return;
+    int freed = 0;
+    for (int pass = 0; pass < 8 && rss > m->rss_limit; pass++) {
+        int got = xs_shrink(&m->xs);
+        freed += got;
+        if (!got) break;
+        rss = compat_rss();
+    }
+    fprintf(stderr, "colibri: RSS %.2f GB over the %.2f GB guard: freed %d cached experts, LRU now %d slots/layer (RSS %.2f GB)\n",
+            start / GB, m->rss_limit / GB, freed, xs_lru_slots(&m->xs, 0), rss / GB);
+}
+
+/* Called between tokens, where no expert is in use: re-pin every REPIN
+ * generated tokens (at most 16 swaps per pass), check RSS every 16. */
+static inline int model_safe_point(coli_model *m, int generated) {
+    if (m->repin > 0 && generated % m->repin == 0 && xs_repin(&m->xs, 16) < 0) return model_fail(m, "%s", m->xs.err);
+    if (generated % 16 == 0) model_rss_guard(m);
+    return 0;
+}
+
+#endif
