@@ -406,17 +406,18 @@ static inline int xs_check_finite(const xs_store *x, int k, int e, const qt_tens
 
 /* Converts an expert's raw float matrices into mem in the layer's format
  * (f32, or quantized with the one quantizer); f is an f32 buffer of the
- * largest matrix. Returns the count of non-finite inputs. */
-static inline int64_t xs_convert_(const xs_store *x, int k, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem, float *f) {
+ * largest matrix. Returns the first matrix with non-finite inputs, or -1
+ * (f32 results are checked afterwards, with their views). */
+static inline int xs_convert_(const xs_store *x, int k, const uint8_t *raw[3], const st_tensor *const w[3], uint8_t *mem, float *f) {
     const xs_layout *L = &x->lay[k];
-    int64_t bad = 0;
+    int bad = -1;
     for (int p = 0; p < 3; p++) {
         if (L->fmt[p] == QT_F32) {
             st_convert_f32_(w[p]->dtype, raw[p], (float *)(mem + L->fixed[p]), (size_t)w[p]->numel);
             continue;
         }
         st_convert_f32_(w[p]->dtype, raw[p], f, (size_t)w[p]->numel);
-        bad += qt_quantize(f, L->O[p], L->I[p], L->fmt[p], L->gs[p], mem + L->fixed[p], (float *)(mem + L->s_off[p]));
+        if (qt_quantize(f, L->O[p], L->I[p], L->fmt[p], L->gs[p], mem + L->fixed[p], (float *)(mem + L->s_off[p])) && bad < 0) bad = p;
     }
     return bad;
 }
@@ -451,13 +452,12 @@ static inline int xs_read_sync(xs_store *x, int k, int e, uint8_t *mem, int thre
         *bytes += q.len;
         off = xs_align_up(off + (size_t)l->w[p]->nbytes, 64);
     }
-    int64_t bad = xs_convert_(x, k, raw, l->w, mem, x->fbuf[thread]);
+    int bad = xs_convert_(x, k, raw, l->w, mem, x->fbuf[thread]);
     const float *s[3];
     xs_scales_in(x, k, mem, s);
     xs_make_views(x, k, e, mem, 0, s, view);
-    if (bad) {
-        snprintf(err, errlen, "%s: expert %d of MoE layer %d ('%s' and its two siblings): %lld weights are not finite (NaN or infinity)",
-                 xs_path(x, l->w[0]), e, k, l->w[0]->name, (long long)bad);
+    if (bad >= 0) {
+        snprintf(err, errlen, "%s: tensor '%s': weights are not finite (NaN or infinity)", xs_path(x, l->w[bad]), l->w[bad]->name);
         return -1;
     }
     return xs_check_finite(x, k, e, view, err, errlen);
@@ -821,7 +821,9 @@ static inline int xs_pin(xs_store *x, const uint8_t *pinned, void (*progress)(vo
         qt_tensor *view = &x->pin_view[(size_t)list[i] * 3];
         int rc = 0;
         if (!(x->o.mmap && xs_map_views(x, k, e, view))) {
-            if (!x->arena[k]) rc = -1, snprintf(err, sizeof err, "expert %d of MoE layer %d cannot be used in place (COLI_MMAP)", e, k);
+            if (!x->arena[k])
+                rc = -1, snprintf(err, sizeof err, "%s: expert %d of MoE layer %d cannot be used in place (COLI_MMAP): its weights are not one complete, aligned, finite range",
+                                  xs_path(x, xs_loc_at(x, k, e)->w[0]), e, k);
             else rc = xs_read_sync(x, k, e, x->arena[k] + (size_t)x->pin[list[i]] * x->lay[k].bytes, th, view, &b, err, sizeof err);
         }
         if (rc) {
