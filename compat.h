@@ -1,6 +1,7 @@
 /* compat.h — OS shims: full preads, aligned allocation, clocks, memory
  * figures (MemAvailable, RSS), atomic file replacement. The only file that
- * knows about platform differences. Prefix: compat_. */
+ * knows about platform differences. Prefix: compat_. Must not: know about
+ * models, tensors or the engine. */
 #ifndef COLI_COMPAT_H
 #define COLI_COMPAT_H
 

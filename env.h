@@ -3,7 +3,8 @@
  * each knob once at startup through env_parse (strict: the whole string must
  * be a value in range) and passes plain values on; nothing else reads the
  * environment. ENVIRONMENT.md carries the same table (a test compares it
- * with env_write_table). Prefix: env_. */
+ * with env_write_table). Prefix: env_. Must not: be read anywhere but the
+ * run modes (colibri.c), which pass plain values on. */
 #ifndef COLI_ENV_H
 #define COLI_ENV_H
 

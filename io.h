@@ -4,7 +4,8 @@
  * byte-identical mirror; page-cache hints; mmap'd shards; NUMA interleave.
  * An injectable failure (the Nth read returns EIO) serves fault tests.
  * Only the thread that owns an io_ctx submits and waits; the pool's workers
- * only read. Nothing here exits or reads the environment. Prefix: io_. */
+ * only read. Prefix: io_. Must not: exit, read the environment, or know
+ * what the bytes are (experts, layouts: store.h). */
 #ifndef COLI_IO_H
 #define COLI_IO_H
 

@@ -1,7 +1,8 @@
 /* sample.h — next-token choice: a seeded generator, greedy argmax, and
  * temperature / top-k / top-p / min-p sampling over a logit vector; the stop
  * set. Filters apply in transformers' order: temperature, top-k, top-p,
- * min-p. Pure functions over caller-owned buffers. Prefix: smp_. */
+ * min-p. Pure functions over caller-owned buffers. Prefix: smp_. Must not:
+ * read the environment or keep state outside what the caller passes. */
 #ifndef COLI_SAMPLE_H
 #define COLI_SAMPLE_H
 

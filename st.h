@@ -7,7 +7,9 @@
  * dtypes must be known, shape products are overflow-checked, byte ranges must
  * tile the data section exactly (no gap, overlap or trailing bytes), and a
  * name may appear once across all shards. Every error names the file and the
- * tensor or field; nothing here exits. Prefix: st_. */
+ * tensor or field. Prefix: st_. Must not: exit, know what a tensor means to
+ * the model (model.h, store.h), or write except through the atomic
+ * writer. */
 #ifndef COLI_ST_H
 #define COLI_ST_H
 

@@ -1,6 +1,7 @@
 /* telemetry.h — run counters and timers, the end-of-run line, the PROF=1
  * stage breakdown, and the `.coli_usage` expert history (read strictly,
- * written atomically). Prefix: tel_. */
+ * written atomically). Prefix: tel_. Must not: decide anything (it counts,
+ * times and prints what the engine hands it). */
 #ifndef COLI_TELEMETRY_H
 #define COLI_TELEMETRY_H
 

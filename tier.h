@@ -1,8 +1,8 @@
 /* tier.h — expert residency policy, as pure functions over caller-owned
  * arrays: per-layer LRU slot bookkeeping, the choice of a pinned hot set
  * from usage counts, LFRU scores with hysteresis for re-pinning, and the
- * RAM budget plan. No I/O, no allocation except in the init helpers.
- * Prefix: tier_. */
+ * RAM budget plan. Prefix: tier_. Must not: read or write files, allocate
+ * (except tier_lru_init), or know where an expert's bytes are (store.h). */
 #ifndef COLI_TIER_H
 #define COLI_TIER_H
 
