@@ -438,7 +438,7 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
     smp_work w = {0};
     smp_rng rng;
     int r = g->chat ? tok_chat(t, g->system, g->prompt, g->think, &ids) : tok_encode(t, g->prompt, strlen(g->prompt), &ids);
-    if (r == -2) { tok_chat_check(t, err, sizeof err); fprintf(stderr, "colibri: %s/tokenizer.json: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", dir, err); goto done; }
+    if (r == -2) { tok_chat_check(t, err, sizeof err); fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err); goto done; }
     if (r) { fprintf(stderr, "colibri: out of memory encoding the prompt\n"); goto done; }
     if (!ids.n) { fprintf(stderr, "colibri: the prompt is empty\n"); goto done; }
     for (size_t i = 0; i < ids.n; i++)
@@ -564,18 +564,23 @@ static int usage_history(const coli_model *m, const char *dir, const coli_opts *
     return 0;
 }
 
-/* Adds this run's routing counts to the history and writes <dir>/.coli_usage
- * atomically; a failure is reported, never fatal. */
-static void usage_save(const coli_model *m, const char *dir, uint64_t *rows) {
+/* Adds this run's routing counts to <dir>/.coli_usage (merged under a lock
+ * with whatever other runs added meanwhile, written atomically), whatever
+ * PIN was; a failure is reported, never fatal. */
+static void usage_save(const coli_model *m, const char *dir) {
     const coli_config *c = &m->c;
+    uint64_t *rows = (uint64_t *)calloc((size_t)c->n_layers * c->n_experts + 1, sizeof(uint64_t));
+    char path[4096], err[600];
+    snprintf(path, sizeof path, "%s/.coli_usage", dir);
+    if (!rows) { fprintf(stderr, "colibri: warning: could not save expert usage to %s: out of memory\n", path); return; }
     const uint64_t *count = xs_counts(&m->xs);
     for (int k = 0; k < m->xs.n_layers; k++)
-        for (int e = 0; e < c->n_experts; e++)
-            rows[(size_t)moe_layer(c, k) * c->n_experts + e] += count[(size_t)k * c->n_experts + e];
-    char path[4096], err[300];
-    snprintf(path, sizeof path, "%s/.coli_usage", dir);
-    if (tel_usage_save(path, c->n_layers, c->n_experts, tel_engine_id("glm_moe_dsa"), rows, err, sizeof err))
+        for (int e = 0; e < c->n_experts; e++) rows[(size_t)moe_layer(c, k) * c->n_experts + e] = count[(size_t)k * c->n_experts + e];
+    int moved;
+    if (tel_usage_merge(path, c->n_layers, c->n_experts, tel_engine_id("glm_moe_dsa"), rows, &moved, err, sizeof err))
         fprintf(stderr, "colibri: warning: could not save expert usage to %s: %s\n", path, err);
+    else if (moved) fprintf(stderr, "colibri: %s could not be used; kept as %s.unusable and started afresh\n", path, path);
+    free(rows);
 }
 
 /* A mapped shard truncated under the engine raises SIGBUS on access: say so
@@ -611,7 +616,13 @@ static int coli_main(int argc, char **argv) {
     uint64_t *rows = NULL;
     int have = 0, rc = EXIT_INPUT;
     tok *t = NULL;
-    if (env_v(&e, ENV_PROMPT)->s && !(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail; /* before any weight is read */
+    if (env_v(&e, ENV_PROMPT)->s) { /* the tokenizer, and the chat template's tokens, before any weight is read */
+        if (!(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail;
+        if (env_i(&e, ENV_CHAT_TEMPLATE) && tok_chat_check(t, err, sizeof err)) {
+            fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err);
+            goto out;
+        }
+    }
     if (model_open(&m, dir)) goto fail;
     if (!(rows = (uint64_t *)calloc((size_t)m.c.n_layers * m.c.n_experts, sizeof(uint64_t)))) { model_fail(&m, "out of memory"); goto fail; }
     if (usage_history(&m, dir, &o, rows, &have)) goto out;
@@ -625,7 +636,7 @@ static int coli_main(int argc, char **argv) {
     coli_gen g;
     gen_from_env(&e, &m.c, &g);
     rc = g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
-    if (rc != EXIT_INPUT && env_i(&e, ENV_USAGE_SAVE)) usage_save(&m, dir, rows);
+    if (rc != EXIT_INPUT && env_i(&e, ENV_USAGE_SAVE)) usage_save(&m, dir);
     goto out;
 fail:
     fprintf(stderr, "colibri: %s\n", m.err);

@@ -102,11 +102,40 @@ static inline int64_t compat_file_size(int fd) {
     return (int64_t)st.st_size;
 }
 
+/* errno for "not a regular file" (a FIFO, socket, device or directory),
+ * which has no errno of its own; compat_strerror names it. */
+#define COMPAT_ENOTREG 4095
+
+/* strerror that also knows COMPAT_ENOTREG. */
+static inline const char *compat_strerror(int e) {
+    return e == COMPAT_ENOTREG ? "not a regular file (FIFOs, devices, sockets and directories are refused)" : strerror(e);
+}
+
+/* Opens an existing regular file read-only (flags may add O_DIRECT)
+ * without ever blocking: a FIFO would otherwise wait forever for a writer.
+ * Returns the descriptor, or -1 with errno (COMPAT_ENOTREG for anything but
+ * a regular file). */
+static inline int compat_open_regular(const char *path, int flags) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        int e = S_ISREG(st.st_mode) ? errno : COMPAT_ENOTREG;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 /* Reads a whole small file (≤ cap bytes) into a NUL-terminated buffer.
  * Returns the buffer (caller frees) and its length in *len, or NULL with
- * errno set (EFBIG when larger than cap). */
+ * errno set (EFBIG when larger than cap, COMPAT_ENOTREG when not a regular
+ * file). */
 static inline char *compat_read_file(const char *path, size_t cap, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = compat_open_regular(path, 0);
     if (fd < 0) return NULL;
     int64_t sz = compat_file_size(fd);
     if (sz < 0) { int e = errno; close(fd); errno = e; return NULL; }

@@ -23,6 +23,7 @@ typedef struct {
     double rope_theta;
     int index_topk, index_heads, index_dim;
     int max_pos, tie_embed;
+    int n_mtp;               /* num_nextn_predict_layers: MTP layers after the last one */
     unsigned char *moe;      /* [n_layers] 1 = MoE MLP, 0 = dense MLP        */
     unsigned char *idx_full; /* [n_layers] 1 = own indexer, 0 = shared       */
     int eos[MAX_EOS], n_eos;
@@ -173,17 +174,48 @@ static inline int cfg_floats(cfg_reader *r, coli_config *c) {
     return 0;
 }
 
+/* 1 if string field `key` is absent or null, or exactly `want` (no embedded
+ * NUL); 0 otherwise. */
+static inline int cfg_str_is(cfg_reader *r, const char *key, const char *want) {
+    int n = js_get(r->d, r->root, key);
+    if (n < 0 || js_typeof(r->d, n) == JS_NULL) return 1;
+    return js_str(r->d, n) && js_str_len(r->d, n) == strlen(want) && !strcmp(js_str(r->d, n), want);
+}
+
+/* The string fields: model_type and the choices transformers hard-codes
+ * for glm_moe_dsa (hidden_act silu, sigmoid scoring, noaux_tc top-k,
+ * interleaved RoPE, no biases); a file asking for anything else describes
+ * another model and is refused. */
 static inline int cfg_strings(cfg_reader *r) {
     int mt = js_get(r->d, r->root, "model_type");
     if (!js_str(r->d, mt)) return cfg_fail(r, "missing field 'model_type'");
-    if (strcmp(js_str(r->d, mt), "glm_moe_dsa")) return cfg_fail(r, "model_type '%s' is not supported (expected glm_moe_dsa)", js_str(r->d, mt));
-    int act = js_get(r->d, r->root, "hidden_act");
-    if (act >= 0 && (!js_str(r->d, act) || strcmp(js_str(r->d, act), "silu")))
-        return cfg_fail(r, "hidden_act must be \"silu\"");
-    int ab = 0;
-    if (cfg_bool(r, "attention_bias", 0, &ab)) return -1;
-    if (ab) return cfg_fail(r, "attention_bias=true is not supported");
+    if (!cfg_str_is(r, "model_type", "glm_moe_dsa"))
+        return cfg_fail(r, "model_type '%s' is not supported (expected glm_moe_dsa)", js_str(r->d, mt));
+    static const char *const want[][2] = {{"hidden_act", "silu"}, {"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!cfg_str_is(r, want[i][0], want[i][1])) return cfg_fail(r, "field '%s' must be \"%s\" for glm_moe_dsa", want[i][0], want[i][1]);
+    static const char *const off[] = {"attention_bias", "mlp_bias"}, *const on[] = {"rope_interleave", "indexer_rope_interleave"};
+    for (size_t i = 0; i < 2; i++) {
+        int v = 0;
+        if (cfg_bool(r, off[i], 0, &v)) return -1;
+        if (v) return cfg_fail(r, "%s=true is not supported", off[i]);
+        if (cfg_bool(r, on[i], 1, &v)) return -1;
+        if (!v) return cfg_fail(r, "%s=false is not supported (glm_moe_dsa rotates interleaved pairs)", on[i]);
+    }
     return 0;
+}
+
+/* Fields transformers derives rather than reads (head_dim is the rotary
+ * dimension, qk_head_dim = nope + rope): a file that states them must
+ * agree, or it describes another model. */
+static inline int cfg_derived(cfg_reader *r, coli_config *c) {
+    int v;
+    if (cfg_int(r, "head_dim", 1, 65536, c->qk_rope, &v)) return -1;
+    if (v != c->qk_rope) return cfg_fail(r, "head_dim=%d disagrees with qk_rope_head_dim=%d (glm_moe_dsa's head_dim is the rotary dimension)", v, c->qk_rope);
+    if (cfg_int(r, "qk_head_dim", 1, 1 << 17, c->qk_head, &v)) return -1;
+    if (v != c->qk_head)
+        return cfg_fail(r, "qk_head_dim=%d disagrees with qk_nope_head_dim + qk_rope_head_dim = %d", v, c->qk_head);
+    return cfg_int(r, "num_nextn_predict_layers", 0, 16, 0, &c->n_mtp);
 }
 
 /* Per-layer MLP kind and indexer kind, as transformers derives them:
@@ -259,6 +291,7 @@ static inline int coli_config_load(coli_config *c, const char *dir, char *err, s
     cfg_reader r = {d, d->root, path, err, errlen};
     int rc = cfg_strings(&r);
     if (!rc) rc = cfg_dims(&r, c);
+    if (!rc) rc = cfg_derived(&r, c);
     if (!rc) rc = cfg_floats(&r, c);
     if (!rc) rc = cfg_layer_kinds(&r, c);
     if (!rc) rc = cfg_eos(&r, d, d->root, c);

@@ -248,12 +248,20 @@ static inline int env_distance(const char *a, const char *b) {
     return row[lb];
 }
 
-/* The knob a variable named `name` was probably meant to be: a COLI_-prefixed
- * name that is not a knob gets its closest knob (distance ≤ 3), any other
- * name one a single edit away (names of 4+ characters only). NULL if none or
- * if `name` is itself a knob. */
+/* The knob a variable named `name` was probably meant to be: a knob's name
+ * in the wrong case; for a COLI_-prefixed name that is not a knob, the
+ * closest knob (with or without the prefix) within an edit distance of a
+ * third of the name's length (at least 1); any other name of 4+ characters
+ * one edit away from a knob. NULL if none or if `name` is itself a knob. */
 static inline const char *env_suggest(const char *name) {
     if (env_index(name) >= 0) return NULL;
+    char up[72];
+    size_t n = strlen(name);
+    if (n < sizeof up) {
+        for (size_t i = 0; i <= n; i++) up[i] = (char)(name[i] >= 'a' && name[i] <= 'z' ? name[i] - 32 : name[i]);
+        int k = env_index(up);
+        if (k >= 0) return env_knobs[k].name;
+    }
     int prefixed = !strncmp(name, "COLI_", 5), best = 99;
     const char *pick = NULL;
     for (int i = 0; i < ENV_COUNT; i++) {
@@ -264,8 +272,11 @@ static inline const char *env_suggest(const char *name) {
         }
         if (d < best) { best = d; pick = env_knobs[i].name; }
     }
-    if (prefixed) return best <= 3 ? pick : NULL;
-    return (best == 1 && strlen(name) >= 4) ? pick : NULL;
+    if (prefixed) {
+        int limit = (int)(n - 5) / 3 > 1 ? (int)(n - 5) / 3 : 1;
+        return best <= limit ? pick : NULL;
+    }
+    return (best == 1 && n >= 4) ? pick : NULL;
 }
 
 /* Writes the registry as the markdown table kept in ENVIRONMENT.md. */

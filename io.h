@@ -263,10 +263,10 @@ static inline int io_open(io_ctx *c, const io_opts *o, char *const *paths, int n
         io_file *f = &c->f[i];
         for (int d = 0; d < IO_MAX_DRIVES; d++) f->fd[d] = f->dfd[d] = -1;
         f->path = strdup(paths[i]);
-        if ((f->fd[0] = open(paths[i], O_RDONLY | O_CLOEXEC)) < 0) return io_fail(c, "%s: %s", paths[i], strerror(errno));
+        if ((f->fd[0] = compat_open_regular(paths[i], 0)) < 0) return io_fail(c, "%s: %s", paths[i], compat_strerror(errno));
         f->size = (uint64_t)compat_file_size(f->fd[0]);
         if (o->direct) {
-            f->dfd[0] = open(paths[i], O_RDONLY | O_CLOEXEC | O_DIRECT);
+            f->dfd[0] = compat_open_regular(paths[i], O_DIRECT);
             if (f->dfd[0] < 0) c->direct_refused = 1;
         }
         if (o->mmap) {
@@ -279,7 +279,7 @@ static inline int io_open(io_ctx *c, const io_opts *o, char *const *paths, int n
         for (int m = 0; m < nmirrors; m++) {
             char mp[4096];
             snprintf(mp, sizeof mp, "%s/%s", mirrors[m], base);
-            int fd = open(mp, O_RDONLY | O_CLOEXEC);
+            int fd = compat_open_regular(mp, 0);
             if (fd < 0) continue;
             int same = (uint64_t)compat_file_size(fd) == f->size;
             uint8_t h1[8], h2[8];
@@ -297,7 +297,7 @@ static inline int io_open(io_ctx *c, const io_opts *o, char *const *paths, int n
                 continue;
             }
             f->fd[1 + m] = fd;
-            if (o->direct) f->dfd[1 + m] = open(mp, O_RDONLY | O_CLOEXEC | O_DIRECT);
+            if (o->direct) f->dfd[1 + m] = compat_open_regular(mp, O_DIRECT);
         }
     }
     if (o->mode == IO_POOL) {

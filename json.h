@@ -436,7 +436,7 @@ static inline js_doc *js_load_object(const char *path, size_t cap, char *err, si
     char *buf = compat_read_file(path, cap, &len);
     if (!buf) {
         int e = errno;
-        snprintf(err, errlen, "%s: %s", path, e == EFBIG ? "file too large" : strerror(e));
+        snprintf(err, errlen, "%s: %s", path, e == EFBIG ? "file too large" : compat_strerror(e));
         errno = e;
         return NULL;
     }

@@ -332,8 +332,9 @@ static inline int model_spec_load(coli_model *m, const w_spec *s, const w_plan *
 }
 
 /* Walks the weight table: with load = 0 checks every tensor and adds up
- * the bytes; with load = 1 allocates and reads them. 0 or -1 (m->err). */
-static inline int model_weights(coli_model *m, int load, uint64_t *bytes) {
+ * the bytes (marking in used[] the tensors it reads, when used is given);
+ * with load = 1 allocates and reads them. 0 or -1 (m->err). */
+static inline int model_weights(coli_model *m, int load, uint64_t *bytes, uint8_t *used) {
     w_spec *s = (w_spec *)malloc((size_t)model_nspecs(&m->c) * sizeof *s);
     if (!s) return model_fail(m, "out of memory");
     int n = model_specs(m, s), rc = 0;
@@ -342,6 +343,10 @@ static inline int model_weights(coli_model *m, int load, uint64_t *bytes) {
         w_plan p;
         rc = model_spec_plan(m, &s[i], &p);
         if (!rc) *bytes += p.wbytes + p.sbytes;
+        if (!rc && used) {
+            used[p.t - m->st.t] = 1;
+            if (p.q) used[p.q - m->st.t] = 1;
+        }
         if (!rc && load) rc = model_spec_load(m, &s[i], &p);
     }
     if (!rc && load && m->c.tie_embed) m->lm_head = m->embed;
@@ -385,6 +390,69 @@ static inline int model_locate_experts(coli_model *m) {
         const xs_layout *L = xs_layout_of(&m->xs, k);
         for (int p = 0; p < 3; p++) m->any_int |= L->fmt[p] != QT_F32;
     }
+    return 0;
+}
+
+/* ------------------------------------------- the checkpoint as a whole */
+
+/* Layer number of a "model.layers.<l>." tensor name, or -1. */
+static inline int model_name_layer(const char *name) {
+    const char *p = "model.layers.";
+    if (strncmp(name, p, strlen(p))) return -1;
+    char *end;
+    long l = strtol(name + strlen(p), &end, 10);
+    return end != name + strlen(p) && *end == '.' && l >= 0 && l < (1L << 20) ? (int)l : -1;
+}
+
+/* Which config field a tensor of the model's own layers that it does not
+ * use points at. */
+static inline const char *model_unused_hint(const char *name) {
+    if (strstr(name, ".shared_experts.")) return "n_shared_experts";
+    if (strstr(name, ".mlp.experts.")) return "n_routed_experts or the MoE layer kinds (mlp_layer_types, first_k_dense_replace)";
+    if (strstr(name, ".indexer.")) return "indexer_types (shared layers have no indexer)";
+    if (strstr(name, ".mlp.")) return "the MLP layer kinds (mlp_layer_types, first_k_dense_replace)";
+    return "the layer's shape fields";
+}
+
+/* Every tensor of the checkpoint is read by the configured model, or
+ * belongs to its MTP layers (noted once), or is refused when it shows that
+ * config.json does not describe this checkpoint (an unused tensor of the
+ * model's own layers, lm_head.weight with tie_word_embeddings, a layer past
+ * the MTP layers); anything else unused is listed as a warning. Headers
+ * only. 0 or -1 (m->err). */
+static inline int model_check_tensors(coli_model *m) {
+    const coli_config *c = &m->c;
+    uint8_t *used = (uint8_t *)calloc((size_t)m->st.nt + 1, 1);
+    if (!used) return model_fail(m, "out of memory");
+    uint64_t dummy;
+    int rc = model_weights(m, 0, &dummy, used), mtp = 0, other = 0;
+    for (size_t i = 0; !rc && i < (size_t)m->xs.n_layers * m->xs.n_experts; i++)
+        for (int p = 0; p < 3; p++) {
+            used[m->xs.loc[i].w[p] - m->st.t] = 1;
+            if (m->xs.loc[i].s[p]) used[m->xs.loc[i].s[p] - m->st.t] = 1;
+        }
+    const char *first_other = NULL;
+    int n_mtp = c->n_mtp > 0 ? c->n_mtp : 1;
+    for (int i = 0; !rc && i < m->st.nt; i++) {
+        if (used[i]) continue;
+        const st_tensor *t = &m->st.t[i];
+        int l = model_name_layer(t->name);
+        if (l >= c->n_layers && l < c->n_layers + n_mtp) mtp++;
+        else if (l >= 0 && l < c->n_layers)
+            rc = model_fail(m, "%s: tensor '%s' is not used by the model config.json describes: check %s", tensor_path(m, t), t->name,
+                            model_unused_hint(t->name));
+        else if (l >= 0)
+            rc = model_fail(m, "%s: tensor '%s' belongs to layer %d, past num_hidden_layers (%d) and num_nextn_predict_layers (%d)", tensor_path(m, t),
+                            t->name, l, c->n_layers, c->n_mtp);
+        else if (!strcmp(t->name, "lm_head.weight") || !strcmp(t->name, "lm_head.weight.qs"))
+            rc = model_fail(m, "%s: tensor '%s' exists but config.json sets tie_word_embeddings=true (the output layer would be the embedding)",
+                            tensor_path(m, t), t->name);
+        else if (!other++) first_other = t->name;
+    }
+    free(used);
+    if (rc) return -1;
+    if (mtp) fprintf(stderr, "colibri: the checkpoint's MTP layer (model.layers.%d, %d tensors) is not used by this version\n", c->n_layers, mtp);
+    if (other) fprintf(stderr, "colibri: warning: %d tensor%s not used by the model, e.g. '%s'\n", other, other > 1 ? "s are" : " is", first_other);
     return 0;
 }
 
@@ -469,7 +537,7 @@ static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *me
     coli_kv kv;
     coli_scratch sc;
     memset(mem, 0, sizeof *mem);
-    if (model_weights(m, 0, &mem->dense)) return -1;
+    if (model_weights(m, 0, &mem->dense, NULL)) return -1;
     int ctx = model_ctx(c, o), nt = coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
     mem->kv = kv_layout(c, ctx, &kv, NULL);
     mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt;
@@ -491,9 +559,14 @@ static inline int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_wan
     const coli_config *c = &m->c;
     uint64_t avail = compat_mem_available();
     m->budget = o->ram_gb > 0 ? (uint64_t)(o->ram_gb * GB) : (uint64_t)(0.9 * (double)avail);
+    int cap = o->cap;
+    if (cap > c->n_experts) {
+        fprintf(stderr, "colibri: CAP=%d exceeds the %d routed experts of a MoE layer; using %d\n", cap, c->n_experts, c->n_experts);
+        cap = c->n_experts;
+    }
     tier_budget b = {.ram = m->budget, .dense = m->mem.dense, .kv = m->mem.kv, .work = m->mem.work, .reserve = m->budget / 20,
                      .expert = xs_max_expert_bytes(&m->xs), .moe_layers = m->xs.n_layers, .n_experts = c->n_experts,
-                     .topk = c->topk, .cap = o->cap};
+                     .topk = c->topk, .cap = cap};
     if (o->pin != PIN_OFF) {
         if (o->pin_gb == PIN_GB_ALL) b.pin_mode = TIER_PIN_ALL;
         else if (o->pin_gb >= 0) b.pin_mode = TIER_PIN_BYTES, b.pin_bytes = (uint64_t)(o->pin_gb * GB);
@@ -501,7 +574,7 @@ static inline int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_wan
     }
     if (tier_plan_make(&b, &m->plan) == 0) {
         if (m->plan.cap_lowered)
-            fprintf(stderr, "colibri: CAP=%d does not fit the %.2f GB budget; using %d slots per layer\n", o->cap, m->budget / GB, m->plan.lru_slots);
+            fprintf(stderr, "colibri: CAP=%d does not fit the %.2f GB budget; using %d slots per layer\n", cap, m->budget / GB, m->plan.lru_slots);
         return 0;
     }
     char why[700], f[8][32];
@@ -560,12 +633,16 @@ static inline int model_io_open(coli_model *m, const coli_opts *o) {
     return 0;
 }
 
-/* Reads config.json and indexes the shards of model directory `dir`.
- * Returns 0, or -1 with m->err naming the file and field/tensor. */
+/* Reads config.json and indexes the shards of model directory `dir`;
+ * checks the config's sizes against the checkpoint before anything is
+ * allocated in proportion to them. Returns 0, or -1 with m->err naming the
+ * file and field/tensor. */
+static inline int model_check_counts(coli_model *m);
 static inline int model_open(coli_model *m, const char *dir) {
     memset(m, 0, sizeof *m);
     if (coli_config_load(&m->c, dir, m->err, sizeof m->err)) return -1;
-    return st_open_dir(&m->st, dir, m->err, sizeof m->err);
+    if (st_open_dir(&m->st, dir, m->err, sizeof m->err)) return -1;
+    return model_check_counts(m);
 }
 
 /* COLI_NUMA: whether interleaving can work here; says why not. */
@@ -669,19 +746,18 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
     m->pilot = o->pilot || o->pilot_real;
     m->pilot_real = o->pilot_real;
     m->pilot_k = o->pilot_k > 0 ? (o->pilot_k < c->n_experts ? o->pilot_k : c->n_experts) : c->topk;
-    if (model_check_counts(m)) return -1;
     if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers, sizeof(coli_layer)))) return model_fail(m, "out of memory");
     xs_opts xo = {.direct = o->io.direct, .mmap = o->io.mmap, .numa = m->numa, .expert_bits = o->expert_bits,
                   .group_size = o->group_size, .threads = coli_nthreads()};
     if (xs_init(&m->xs, &m->st, n_moe_layers(c), c->n_experts, &xo)) return model_fail(m, "%s", m->xs.err);
-    if (model_locate_experts(m) || model_measure(m, o, &m->mem) || model_plan(m, o, model_pin_want(m, hist))) return -1;
+    if (model_locate_experts(m) || model_check_tensors(m) || model_measure(m, o, &m->mem) || model_plan(m, o, model_pin_want(m, hist))) return -1;
     int64_t cols = c->dim;
     int64_t dims[] = {c->q_lora, c->kv_lora, (int64_t)c->n_heads * c->v_head, c->inter, (int64_t)c->moe_inter * c->n_shared};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) cols = dims[i] > cols ? dims[i] : cols;
     char err[300];
     if (mm_init(&m->mm, o->simd, o->idot, o->ubatch, cols, err, sizeof err)) return model_fail(m, "SIMD: %s", err);
     uint64_t loaded;
-    if (model_weights(m, 1, &loaded) || model_alloc_state(m, o) || model_io_open(m, o)) return -1;
+    if (model_weights(m, 1, &loaded, NULL) || model_alloc_state(m, o) || model_io_open(m, o)) return -1;
     if (xs_open_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
     if (model_pin(m, hist, o->quiet)) return -1;
     int pinned = xs_pinned_count(&m->xs);

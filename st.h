@@ -230,8 +230,8 @@ static inline int st_check_tiling_(st_index *ix, int fi, int first, uint64_t dat
 /* Opens one safetensors file and indexes its tensors. Returns 0 or -1. */
 static inline int st_add_file(st_index *ix, const char *path, char *err, size_t errlen) {
     if (ix->nfiles >= ST_MAX_FILES) return st_err_(err, errlen, "%s: more than %d shard files", path, ST_MAX_FILES);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return st_err_(err, errlen, "%s: %s", path, strerror(errno));
+    int fd = compat_open_regular(path, 0);
+    if (fd < 0) return st_err_(err, errlen, "%s: %s", path, compat_strerror(errno));
     int64_t size = compat_file_size(fd);
     uint8_t hb[8];
     if (size < 8) { close(fd); return st_err_(err, errlen, "%s: file too short for a safetensors header (%lld bytes)", path, (long long)size); }

@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <sys/file.h>
 
 #include "compat.h"
 
@@ -210,7 +211,7 @@ static inline int tel_usage_load(const char *path, int L, int E, uint32_t engine
     if (!text) {
         memset(counts, 0, (size_t)L * E * sizeof *counts);
         if (errno == ENOENT) return 1;
-        return tel_fail_(err, errlen, "%s", strerror(errno));
+        return tel_fail_(err, errlen, "%s", compat_strerror(errno));
     }
     int rc = tel_usage_parse(text, len, L, E, engine, counts, err, errlen);
     free(text);
@@ -225,6 +226,49 @@ static inline int tel_usage_save(const char *path, int L, int E, uint32_t engine
     int rc = compat_write_atomic(path, text, len);
     free(text);
     return rc ? tel_fail_(err, errlen, "%s", strerror(errno)) : 0;
+}
+
+/* Adds this run's counts to the history at <path> under an exclusive lock
+ * (<path>.lock, flock), re-reading the file first, so concurrent runs each
+ * add their counts and no run replaces the history with its own. A file
+ * that cannot be used (another model, corrupt, not a regular file) is kept
+ * as <path>.unusable, never silently overwritten: *moved is set. Returns 0
+ * or -1 with err. */
+static inline int tel_usage_merge(const char *path, int L, int E, uint32_t engine, const uint64_t *add, int *moved, char *err, size_t errlen) {
+    size_t pl = strlen(path);
+    char *lock = (char *)malloc(pl + 16), *aside = (char *)malloc(pl + 16);
+    uint64_t *cur = (uint64_t *)calloc((size_t)L * E + 1, sizeof(uint64_t));
+    int rc = -1, fd = -1;
+    *moved = 0;
+    if (!lock || !aside || !cur) { tel_fail_(err, errlen, "out of memory"); goto out; }
+    snprintf(lock, pl + 16, "%s.lock", path);
+    snprintf(aside, pl + 16, "%s.unusable", path);
+    fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        tel_fail_(err, errlen, "%s: %s", lock, fd < 0 ? strerror(errno) : compat_strerror(COMPAT_ENOTREG));
+        goto out;
+    }
+    while (flock(fd, LOCK_EX))
+        if (errno != EINTR) { tel_fail_(err, errlen, "%s: lock: %s", lock, strerror(errno)); goto out; }
+    char why[300];
+    int lr = tel_usage_load(path, L, E, engine, cur, why, sizeof why);
+    if (lr < 0) { /* keep what was there; start a new history */
+        if (rename(path, aside)) { tel_fail_(err, errlen, "%s is unusable (%s) and cannot be moved aside: %s", path, why, strerror(errno)); goto out; }
+        *moved = 1;
+        memset(cur, 0, (size_t)L * E * sizeof *cur);
+    }
+    for (size_t i = 0; i < (size_t)L * E; i++) {
+        uint64_t room = TEL_USAGE_MAX_COUNT - (cur[i] < TEL_USAGE_MAX_COUNT ? cur[i] : TEL_USAGE_MAX_COUNT);
+        cur[i] += add[i] < room ? add[i] : room;
+    }
+    rc = tel_usage_save(path, L, E, engine, cur, err, errlen);
+out:
+    if (fd >= 0) close(fd); /* releases the lock */
+    free(lock);
+    free(aside);
+    free(cur);
+    return rc;
 }
 
 #endif

@@ -1226,7 +1226,7 @@ static inline tok *tok_load(const char *path, char *err, size_t errlen) {
     size_t len;
     char *buf = compat_read_file(path, TOK_MAX_FILE, &len);
     if (!buf) {
-        tok_errf_(err, errlen, "%s: cannot read: %s", path, errno == EFBIG ? "larger than 1 GiB" : strerror(errno));
+        tok_errf_(err, errlen, "%s: cannot read: %s", path, errno == EFBIG ? "larger than 1 GiB" : compat_strerror(errno));
         return NULL;
     }
     tok *t = tok_load_mem(buf, len, path, err, errlen);

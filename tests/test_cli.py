@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import BIN, FIXTURES, ORACLES, copy_fixture, load_json, read_st, run, save_json  # noqa: E402
+from clitest import BIN, FIXTURES, ORACLES, copy_fixture, env_base, load_json, read_st, run, save_json  # noqa: E402
 
 
 def write_st(path, header, data):
@@ -226,6 +226,76 @@ class Tiers(unittest.TestCase):
         rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
         with open(os.path.join(self.dir, ".coli_usage")) as f:
             self.assertEqual(f.read(), before)
+
+
+def usage_counts(path):
+    """{(layer, expert): count} of a .coli_usage file."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            p = line.split()
+            if line.startswith("#") or int(p[0]) < 0:
+                continue
+            out[(int(p[0]), int(p[1]))] = int(p[2])
+    return out
+
+
+class History(unittest.TestCase):
+    """The usage history only ever grows by each run's counts: PIN=0 and
+    PIN=<file> runs add theirs, concurrent runs both count, an unusable
+    file is kept aside, a FIFO never blocks a run."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        copy_fixture(ORACLES[0], self.dir)
+        self.path = os.path.join(self.dir, ".coli_usage")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def one_run(self):
+        """The counts one oracle run adds (the runs are deterministic)."""
+        rc, out, err = run(self.dir, {"PIN": "0"})
+        self.assertEqual(rc, 0, err)
+        c = usage_counts(self.path)
+        os.unlink(self.path)
+        return c
+
+    def test_pin0_and_pin_file_add_to_history(self):
+        c = self.one_run()
+        self.assertTrue(c)
+        for env in ({"PIN": "0"}, {"PIN": "0"}, {"PIN": os.path.join(self.dir, "other")}):
+            if "other" in env["PIN"]:
+                shutil.copy(self.path, env["PIN"])
+            rc, out, err = run(self.dir, env)
+            self.assertEqual(rc, 0, err)
+        self.assertEqual(usage_counts(self.path), {k: 3 * v for k, v in c.items()})
+
+    def test_concurrent_runs_both_count(self):
+        c = self.one_run()
+        procs = [subprocess.Popen([BIN, self.dir], env=env_base({"PIN": "0"}), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(4)]
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(usage_counts(self.path), {k: 4 * v for k, v in c.items()})
+
+    def test_unusable_history_kept_aside(self):
+        c = self.one_run()
+        with open(self.path, "w") as f:
+            f.write("# colibri expert usage\n-1 99 8\n")
+        rc, out, err = run(self.dir, {})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("unusable", err)
+        with open(self.path + ".unusable") as f:
+            self.assertIn("-1 99 8", f.read())
+        self.assertEqual(usage_counts(self.path), c)
+
+    def test_fifo_history_never_blocks(self):
+        os.mkfifo(self.path)
+        rc, out, err = run(self.dir, {}, timeout=30)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("not a regular file", err)
+        self.assertTrue(os.path.isfile(self.path))
 
 
 class Synthetic(unittest.TestCase):
@@ -591,6 +661,87 @@ class Refusals(unittest.TestCase):
             f.truncate(os.path.getsize(self.st) - 100)
         self.refused("model.safetensors", "past end of file")
 
+    def config_edit(self, **kv):
+        path = os.path.join(self.dir, "config.json")
+        c = load_json(path)
+        for k, v in kv.items():
+            if v is None:
+                c.pop(k, None)
+            else:
+                c[k] = v
+        save_json(c, path)
+
+    def test_config_disagreeing_with_itself(self):
+        self.config_edit(head_dim=16)
+        self.refused("config.json", "head_dim=16 disagrees with qk_rope_head_dim=8")
+        self.config_edit(head_dim=8, qk_head_dim=31)
+        self.refused("config.json", "qk_head_dim=31")
+        self.config_edit(qk_head_dim=None, model_type="glm_moe_dsa\u0000x")
+        self.refused("config.json", "model_type")
+        self.config_edit(model_type="glm_moe_dsa", scoring_func="softmax")
+        self.refused("config.json", "scoring_func")
+        self.config_edit(scoring_func="sigmoid", mlp_bias=True)
+        self.refused("config.json", "mlp_bias=true")
+        self.config_edit(mlp_bias=None, rope_interleave=False)
+        self.refused("config.json", "rope_interleave=false")
+
+    def test_config_disagreeing_with_tensors(self):
+        self.config_edit(n_shared_experts=0)
+        self.refused("model.safetensors", "shared_experts", "n_shared_experts")
+        self.config_edit(n_shared_experts=1, tie_word_embeddings=True)
+        self.refused("lm_head.weight", "tie_word_embeddings")
+        self.config_edit(tie_word_embeddings=False, n_routed_experts=4, num_experts_per_tok=2)
+        self.refused("mlp.gate.weight", "expected [4, 64]")  # the router's shape tells first
+
+    def test_mtp_layer_noted_other_tensors_listed(self):
+        def add(h, data):
+            for name in ("model.layers.4.eh_proj.weight", "model.layers.4.enorm.weight", "rotary_emb.inv_freq"):
+                h[name] = {"dtype": "F32", "shape": [4], "data_offsets": [len(data), len(data) + 16]}
+                data += b"\0" * 16
+            return data
+        self.edit(add)
+        rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("MTP layer (model.layers.4, 2 tensors) is not used", err)
+        self.assertIn("1 tensor is not used by the model, e.g. 'rotary_emb.inv_freq'", err)
+        def far(h, data):
+            h["model.layers.7.enorm.weight"] = {"dtype": "F32", "shape": [4], "data_offsets": [len(data), len(data) + 16]}
+            return data + b"\0" * 16
+        self.edit(far)
+        self.refused("model.layers.7.enorm.weight", "past num_hidden_layers")
+
+    def test_nonfinite_weights(self):
+        def poison(name, at):
+            def f(h, data):
+                b = h[name]["data_offsets"][0] + 4 * at
+                return data[:b] + struct.pack("<f", float("inf")) + data[b + 4:]
+            return f
+        self.edit(poison("model.layers.2.mlp.experts.5.up_proj.weight", 7))
+        self.refused("experts.5.up_proj.weight", "not finite", env={"EXPERT_BITS": "8"})
+        self.refused("experts.5.up_proj.weight", "not finite", env={"PIN": "0"})
+        shutil.copy(os.path.join(FIXTURES, ORACLES[0], "model.safetensors"), self.st)
+        self.edit(poison("model.layers.0.self_attn.q_b_proj.weight", 3))
+        self.refused("q_b_proj.weight", "not finite")
+        self.refused("q_b_proj.weight", "non-finite", env={"DENSE_BITS": "8"})
+
+    def test_fifo_inputs(self):
+        for name in ("config.json", "model.safetensors"):
+            p = os.path.join(self.dir, name)
+            keep = p + ".keep"
+            os.rename(p, keep)
+            os.mkfifo(p)
+            rc, out, err = run(self.dir, {"USAGE_SAVE": "0"}, timeout=30)
+            self.assertEqual(rc, 2, err)
+            self.assertIn(name + ": not a regular file", err)
+            os.unlink(p)
+            os.rename(keep, p)
+        os.mkfifo(os.path.join(self.dir, "tokenizer.json.fifo"))
+        os.rename(os.path.join(self.dir, "tokenizer.json.fifo"), os.path.join(self.dir, "tokenizer.json"))
+        rc, out, err = run(self.dir, {"PROMPT": "hi", "USAGE_SAVE": "0"}, timeout=30)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("tokenizer.json", err)
+        self.assertIn("not a regular file", err)
+
     def test_bad_knob(self):
         self.refused("CAP=many", "integer", env={"CAP": "many"})
         self.refused("ABSORB=2", "one of auto, 0, 1", env={"ABSORB": "2"})
@@ -600,6 +751,28 @@ class Refusals(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("UBACH is not a colibri variable -- did you mean UBATCH?", err)
         self.assertIn("COLI_CAPP is not a colibri variable -- did you mean CAP?", err)
+
+    def test_knob_hints(self):
+        rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"COLI_FOO": "1", "cap": "2", "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("unknown variable COLI_FOO", err)
+        self.assertNotIn("COLI_FOO is not a colibri variable", err)
+        self.assertIn("cap is not a colibri variable -- did you mean CAP?", err)
+        rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"CAP": "1000", "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("CAP=1000 exceeds the 8 routed experts", err)
+        self.assertNotIn("does not fit", err)
+
+    def test_tokenizer_without_chat_tokens_refused_before_loading(self):
+        tj = os.path.join(self.dir, "tokenizer.json")
+        t = load_json(tj)
+        for a in t["added_tokens"]:
+            if a["content"] == "<|user|>":
+                a["content"] = "<|usr|>"
+        save_json(t, tj)
+        os.remove(self.st)  # would fail later: the refusal must come first
+        err = self.refused("tokenizer.json", "<|user|>", "CHAT_TEMPLATE=0", env={"PROMPT": "hi"})
+        self.assertEqual(err.count("tokenizer.json"), 1, err)
 
     def test_help_lists_registry(self):
         rc, out, err = run(None, args=["--help"])

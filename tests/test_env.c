@@ -58,6 +58,11 @@ static void test_suggest(void) {
     CHECK(env_suggest("UBACH") && !strcmp(env_suggest("UBACH"), "UBATCH"));
     CHECK(env_suggest("COLI_CTX") && !strcmp(env_suggest("COLI_CTX"), "CTX"));
     CHECK(env_suggest("HOSTNAME") == NULL);
+    CHECK(env_suggest("COLI_FOO") == NULL); /* three edits from CAP: too far for a three-letter name */
+    CHECK(env_suggest("cap") && !strcmp(env_suggest("cap"), "CAP"));
+    CHECK(env_suggest("Prompt") && !strcmp(env_suggest("Prompt"), "PROMPT"));
+    CHECK(env_suggest("coli_mmap") && !strcmp(env_suggest("coli_mmap"), "COLI_MMAP"));
+    CHECK(env_suggest("COLI_PIPE_WORKRS") && !strcmp(env_suggest("COLI_PIPE_WORKRS"), "PIPE_WORKERS"));
     CHECK(env_suggest("XDG_SESSION_ID") == NULL);
     CHECK(env_distance("kitten", "sitting") == 3);
 }
