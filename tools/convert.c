@@ -238,7 +238,7 @@ static int cv_config_load(const char *src, cv_config *c, char **text, size_t *le
     snprintf(path, sizeof path, "%s/config.json", src);
     memset(c, 0, sizeof *c);
     *text = compat_read_file(path, 16u << 20, len);
-    if (!*text) return cv_fail("%s: %s", path, strerror(errno));
+    if (!*text) return cv_fail("%s: %s", path, compat_strerror(errno));
     js_doc *d = js_parse(*text, *len, jerr, sizeof jerr);
     if (!d) return cv_fail("%s: not valid JSON: %s", path, jerr);
     int rc = 0, mt = js_get(d, d->root, "model_type");
@@ -796,7 +796,7 @@ static int cv_manifest_load(const char *dst, const cv_param *pr, const cv_source
     size_t len;
     snprintf(path, sizeof path, "%s/%s", dst, CV_MANIFEST);
     char *text = compat_read_file(path, 64u << 20, &len);
-    if (!text) return errno == ENOENT ? 0 : cv_fail("%s: %s", path, strerror(errno));
+    if (!text) return errno == ENOENT ? 0 : cv_fail("%s: %s", path, compat_strerror(errno));
     js_doc *d = js_parse(text, len, jerr, sizeof jerr);
     free(text);
     if (!d) return cv_fail("%s: not valid JSON: %s (remove it with the shards, or use a new DST)", path, jerr);
