@@ -14,7 +14,7 @@
 
 /* ------------------------------------------------------------------- math */
 
-/* y = w ⊙ x / sqrt(mean(x²) + eps) over n elements. */
+/* y = w ⊙ x / sqrt(mean(x²) + eps) over n elements (docs/model.md §2). */
 static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     double ss = 0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
@@ -22,7 +22,7 @@ static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) 
     for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
 }
 
-/* LayerNorm with weight and bias (biased variance). */
+/* LayerNorm with weight and bias (biased variance; the indexer's, §2). */
 static void layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps) {
     double mu = 0, var = 0;
     for (int i = 0; i < n; i++) mu += x[i];
@@ -34,7 +34,7 @@ static void layernorm(float *y, const float *x, const float *w, const float *b, 
 
 /* Interleaved RoPE on d values at position p: pair (2i, 2i+1) rotates by
  * angle i; the result is written de-interleaved [evens' | odds'] exactly as
- * transformers' apply_rotary_pos_emb_interleave returns it. */
+ * transformers' apply_rotary_pos_emb_interleave returns it (docs/model.md §3). */
 static void rope_apply(float *v, int d, const float *cs, const float *sn) {
     float tmp[512];
     int h = d / 2;
@@ -91,7 +91,7 @@ static int topk_select(const float *score, int n, int k, float *tmp, int *out) {
 
 /* ---------------------------------------------------------------- forward */
 
-/* DSA indexer of full layer l for rows [0, S) at positions pos..pos+S-1:
+/* DSA indexer (docs/model.md §5) of full layer l for rows [0, S) at positions pos..pos+S-1:
  * caches their keys and writes each row's kept keys to sc->sel/nsel
  * (nsel = -1: every causal key is kept). */
 static void fwd_indexer(coli_model *m, int l, int S, int pos) {
@@ -199,7 +199,7 @@ static int absorb_is_cheaper(const coli_config *c, int S) {
     return absorbed <= rebuilt;
 }
 
-/* MLA attention of layer l on normed rows sc->a; result in sc->tmp. */
+/* MLA attention (docs/model.md §4) of layer l on normed rows sc->a; result in sc->tmp. */
 static void fwd_attention(coli_model *m, int l, int S, int pos) {
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
@@ -256,7 +256,7 @@ static void mlp(mm_ctx *mc, const qt_tensor *gate, const qt_tensor *up, const qt
     mm_matmul(mc, down, g, S, y);
 }
 
-/* Router for one row: sigmoid scores, correction bias for the choice only,
+/* Router for one row (docs/model.md §6): sigmoid scores, correction bias for the choice only,
  * group-limited selection (group score = sum of its top-2 choice scores),
  * top-k (ties to the lower index), optional normalization, scaling.
  * tmp holds 2·n_experts + n_group floats. */
@@ -313,7 +313,7 @@ static void moe_route(coli_model *m, const coli_layer *L, const float *x, int S)
                   sc->route_tmp);
 }
 
-/* MoE of layer l on normed rows sc->a → sc->tmp. Each distinct expert is
+/* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp. Each distinct expert is
  * fetched once and applied to every row that chose it. Experts compute in
  * whatever order their bytes arrive (resident first, misses as their reads
  * land), each into its own output rows; the weighted sum then runs in
