@@ -3,7 +3,7 @@
 #   make ARCH=portable   a generic x86-64 / armv8-a binary (kernels still
 #                        dispatch at startup on what the CPU offers)
 #   make test            every test, warnings as errors, no network/GPU/pip
-#   make sanitize        the same tests under ASan + UBSan
+#   make sanitize        the same tests under ASan + UBSan, the threaded paths under TSan
 #   make bench           benchmark report (bench/results.json; not part of test)
 #   make llamacpp        the llama.cpp peer for make bench (tools/install_llamacpp.sh)
 # Parallel builds work (make -j); objects go to build/<flavour>/, one
@@ -74,19 +74,35 @@ $(1)/colibri-convert: tools/convert.c Makefile
 $(1)/test_%: tests/test_%.c $(4)/libkernels.a Makefile
 	@mkdir -p $$(@D)
 	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
+$(1)/fault.o: tests/fault.c Makefile
+	@mkdir -p $$(@D)
+	$$(CC) $(2) $$(DEPFLAGS) -c -o $$@ $$<
+$(1)/colibri-fault: $(1)/colibri.o $(1)/fault.o $(4)/libkernels.a
+	$$(CC) $(2) $$(WRAPS) -o $$@ $$^ $(3)
+$(1)/colibri-convert-fault: tools/convert.c $(1)/fault.o Makefile
+	$$(CC) $(2) $$(WRAPS) -o $$@ $$< $(1)/fault.o $(3)
 $(1)/bench_%: bench/bench_%.c $(4)/libkernels.a Makefile
 	@mkdir -p $$(@D)
 	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
 -include $(wildcard $(1)/*.d $(1)/kernels/*.d)
 endef
 
+# The fault-loop builds (tests/fault.c, tests/test_faults.py): every
+# allocation, read and write of the engine and the converter goes through
+# the injector.
+WRAPS := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc,--wrap=strdup,--wrap=strndup,--wrap=pread,--wrap=write,--wrap=fsync,--wrap=rename
+
 RELFLAGS := $(BASEFLAGS) $(OPTDEFS) $(ARCHFLAGS) $(CFLAGS)
 TESTFLAGS := $(BASEFLAGS) $(OPTDEFS) $(ARCHFLAGS) -Werror
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+# ThreadSanitizer does not see inside libgomp, so its build has no OpenMP:
+# one compute thread beside the real reader pool and io_uring completions.
+TSANFLAGS := $(filter-out -fopenmp,$(BASEFLAGS)) $(OPTDEFS) $(ARCHFLAGS) -Wno-unknown-pragmas -Werror -O1 -g -fsanitize=thread
 
 $(eval $(call flavour,build/rel,$(RELFLAGS),$(LIBS) $(OPTLIBS),build/rel))
 $(eval $(call flavour,build/test,$(TESTFLAGS),$(LIBS) $(OPTLIBS),build/test))
 $(eval $(call flavour,build/asan,$(TESTFLAGS) $(SANFLAGS),$(LIBS) $(OPTLIBS),build/asan))
+$(eval $(call flavour,build/tsan,$(TSANFLAGS),$(LIBS) $(OPTLIBS),build/tsan))
 # Without liburing and libnuma: that build must keep working.
 $(eval $(call flavour,build/nolibs,$(BASEFLAGS) $(ARCHFLAGS) -Werror,$(LIBS),build/test))
 # ARCH=portable (no -march): kernels still dispatch at run time.
@@ -104,11 +120,12 @@ colibri colibri-synth colibri-convert: %: build/rel/%
 # each part's passed and skipped checks and fails when a part that
 # COLI_REQUIRE names was skipped.
 # The builds run with one job per CPU even when make was started without -j.
-TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-synth $(1)/colibri-convert
+TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-synth $(1)/colibri-convert \
+            $(1)/colibri-fault $(1)/colibri-convert-fault
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/test_io build/portable/colibri
-sanitize-build: $(call TEST_BINS,build/asan)
+sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/test_io build/tsan/test_store build/tsan/test_engine
 
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) test-build
@@ -117,6 +134,7 @@ test:
 sanitize:
 	@$(MAKE) --no-print-directory -j$(NPROC) sanitize-build
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) tests/run.py --sanitize build/asan
+	@TSAN_OPTIONS=halt_on_error=1:exitcode=66 $(PYTHON) tests/run.py --tsan build/tsan
 
 # ---- benchmarks (never part of `make test`) -------------------------------
 # make bench: bench/run.py measures the machine's limits and the engine's

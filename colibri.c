@@ -260,6 +260,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
             if (o->nmirrors == IO_MAX_DRIVES - 1) return snprintf(err, errlen, "COLI_MODEL_MIRROR: at most %d directories", IO_MAX_DRIVES - 1), -1;
             char *d = strndup(p, l);
             struct stat st;
+            if (!d) return snprintf(err, errlen, "out of memory"), -1;
             if (stat(d, &st) || !S_ISDIR(st.st_mode)) {
                 snprintf(err, errlen, "COLI_MODEL_MIRROR: %s is not a directory", d);
                 free(d);

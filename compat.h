@@ -108,6 +108,7 @@ static inline int64_t compat_file_size(int fd) {
 
 /* strerror that also knows COMPAT_ENOTREG. */
 static inline const char *compat_strerror(int e) {
+    if (e == ENOMEM) return "out of memory";
     return e == COMPAT_ENOTREG ? "not a regular file (FIFOs, devices, sockets and directories are refused)" : strerror(e);
 }
 

@@ -225,6 +225,7 @@ static void fwd_attention(coli_model *m, int l, int S, int pos) {
      * regions; small problems stay on one thread, where a parallel region
      * costs more than it saves. */
     double work = (double)S * H * (pos + S) * (kvl + rd);
+    (void)work; /* read only by the OpenMP clauses */
     int vh = c->v_head, kvw = c->qk_nope + vh;
     if (absorbed) {
 #pragma omp parallel for schedule(dynamic) collapse(2) if (work > 2e5)

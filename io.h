@@ -262,7 +262,7 @@ static inline int io_open(io_ctx *c, const io_opts *o, char *const *paths, int n
     for (int i = 0; i < n; i++) {
         io_file *f = &c->f[i];
         for (int d = 0; d < IO_MAX_DRIVES; d++) f->fd[d] = f->dfd[d] = -1;
-        f->path = strdup(paths[i]);
+        if (!(f->path = strdup(paths[i]))) return io_fail(c, "out of memory");
         if ((f->fd[0] = compat_open_regular(paths[i], 0)) < 0) return io_fail(c, "%s: %s", paths[i], compat_strerror(errno));
         f->size = (uint64_t)compat_file_size(f->fd[0]);
         if (o->direct) {

@@ -443,7 +443,7 @@ static inline js_doc *js_load_object(const char *path, size_t cap, char *err, si
     js_doc *d = js_parse(buf, len, jerr, sizeof jerr);
     free(buf);
     errno = 0;
-    if (!d) snprintf(err, errlen, "%s: not valid JSON: %s", path, jerr);
+    if (!d) snprintf(err, errlen, strncmp(jerr, "out of memory", 13) ? "%s: not valid JSON: %s" : "%s: %s", path, jerr);
     else if (js_typeof(d, d->root) != JS_OBJ) {
         snprintf(err, errlen, "%s: not a JSON object", path);
         js_free(d);

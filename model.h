@@ -115,10 +115,14 @@ typedef struct {
     uint64_t work;     /* activations, per-thread scratch, conversion staging */
 } model_mem;
 
+struct w_spec;
+
 typedef struct {
     coli_config c;
     st_index st;
     coli_layer *L;
+    struct w_spec *specs;       /* the dense weight table (model_specs) */
+    int nspecs;
     qt_tensor embed;            /* [vocab][dim] */
     float *final_norm;          /* [dim] */
     qt_tensor lm_head;
@@ -166,7 +170,7 @@ static inline void *model_resident(const coli_model *m, size_t bytes) {
 typedef enum { W_ARR, W_MAT, W_MAT_F32, W_MAT_IO } w_kind;
 
 /* One dense tensor the model loads and where it goes. */
-typedef struct {
+typedef struct w_spec {
     char name[112];
     int64_t O, I;     /* I = 0: a vector */
     w_kind kind;
@@ -331,37 +335,38 @@ static inline int model_spec_load(coli_model *m, const w_spec *s, const w_plan *
     return model_quantize_tensor(m, p->t, W);
 }
 
-/* Walks the weight table: with load = 0 checks every tensor and adds up
- * the bytes (marking in used[] the tensors it reads, when used is given);
- * with load = 1 allocates and reads them. 0 or -1 (m->err). */
+/* Walks the weight table (m->specs): with load = 0 checks every tensor and
+ * adds up the bytes (marking in used[] the tensors it reads, when used is
+ * given); with load = 1 allocates and reads them. 0 or -1 (m->err). */
 static inline int model_weights(coli_model *m, int load, uint64_t *bytes, uint8_t *used) {
-    w_spec *s = (w_spec *)malloc((size_t)model_nspecs(&m->c) * sizeof *s);
-    if (!s) return model_fail(m, "out of memory");
-    int n = model_specs(m, s), rc = 0;
+    int rc = 0;
     *bytes = 0;
-    for (int i = 0; i < n && !rc; i++) {
+    for (int i = 0; i < m->nspecs && !rc; i++) {
         w_plan p;
-        rc = model_spec_plan(m, &s[i], &p);
+        rc = model_spec_plan(m, &m->specs[i], &p);
         if (!rc) *bytes += p.wbytes + p.sbytes;
         if (!rc && used) {
             used[p.t - m->st.t] = 1;
             if (p.q) used[p.q - m->st.t] = 1;
         }
-        if (!rc && load) rc = model_spec_load(m, &s[i], &p);
+        if (!rc && load) rc = model_spec_load(m, &m->specs[i], &p);
     }
     if (!rc && load && m->c.tie_embed) m->lm_head = m->embed;
-    free(s);
     return rc;
 }
 
-/* Frees the dense weights model_weights loaded. */
+/* Builds the weight table (m->L must exist). 0 or -1. */
+static inline int model_table(coli_model *m) {
+    if (!(m->specs = (w_spec *)malloc((size_t)model_nspecs(&m->c) * sizeof *m->specs))) return model_fail(m, "out of memory");
+    m->nspecs = model_specs(m, m->specs);
+    return 0;
+}
+
+/* Frees the dense weights model_weights loaded, and the table. */
 static inline void model_weights_free(coli_model *m) {
-    if (!m->L) return;
-    w_spec *s = (w_spec *)malloc((size_t)model_nspecs(&m->c) * sizeof *s);
-    if (!s) return; /* at exit only; the process ends */
-    int n = model_specs(m, s);
-    for (int i = 0; i < n; i++) free(s[i].kind == W_ARR ? (void *)*s[i].arr : (void *)s[i].mat->w);
-    free(s);
+    for (int i = 0; m->specs && i < m->nspecs; i++) free(m->specs[i].kind == W_ARR ? (void *)*m->specs[i].arr : (void *)m->specs[i].mat->w);
+    free(m->specs);
+    m->specs = NULL;
 }
 
 /* ------------------------------------------------------- routed experts */
@@ -747,6 +752,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
     m->pilot_real = o->pilot_real;
     m->pilot_k = o->pilot_k > 0 ? (o->pilot_k < c->n_experts ? o->pilot_k : c->n_experts) : c->topk;
     if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers, sizeof(coli_layer)))) return model_fail(m, "out of memory");
+    if (model_table(m)) return -1;
     xs_opts xo = {.direct = o->io.direct, .mmap = o->io.mmap, .numa = m->numa, .expert_bits = o->expert_bits,
                   .group_size = o->group_size, .threads = coli_nthreads()};
     if (xs_init(&m->xs, &m->st, n_moe_layers(c), c->n_experts, &xo)) return model_fail(m, "%s", m->xs.err);

@@ -255,6 +255,7 @@ static inline int st_add_file(st_index *ix, const char *path, char *err, size_t 
     ix->files[fi].path = strdup(path);
     ix->files[fi].fd = fd;
     ix->files[fi].size = (uint64_t)size;
+    if (!ix->files[fi].path) { js_free(d); return st_err_(err, errlen, "out of memory"); } /* st_close closes fd */
     int first = ix->nt, rc = 0;
     uint64_t data_start = 8 + hl;
     for (int c = js_first(d, d->root); c >= 0 && !rc; c = js_next(d, c)) {
@@ -327,7 +328,8 @@ static inline int st_open_dir(st_index *ix, const char *dir, char *err, size_t e
         char **nn = (char **)realloc(names, (size_t)(n + 1) * sizeof *nn);
         if (!nn) { rc = st_err_(err, errlen, "out of memory"); break; }
         names = nn;
-        names[n++] = strdup(de->d_name);
+        if (!(names[n] = strdup(de->d_name))) { rc = st_err_(err, errlen, "out of memory"); break; }
+        n++;
     }
     closedir(dp);
     if (!rc && n == 0) rc = st_err_(err, errlen, "%s: no *.safetensors files", dir);

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Runs every test part of one build flavour and says what ran.
 
-    tests/run.py [--sanitize] BUILD_DIR
+    tests/run.py [--sanitize | --tsan] BUILD_DIR
 
 Parts: each C test program BUILD_DIR/test_*, each Python test with
 COLIBRI=BUILD_DIR/colibri, and (not with --sanitize) the portable build's
 oracle at every kernel level, the build without liburing and libnuma, and
-the aarch64 run under qemu (tests/run_arm.sh). Each part's output is shown
+the aarch64 run under qemu (tests/run_arm.sh). --tsan runs the threaded
+paths only (the I/O engine, the store, the engine, the invariance matrix
+and the I/O tests of the CLI). Each part's output is shown
 as it runs; at the end a table gives per part the checks passed and the
 parts of it skipped, with their reasons.
 
@@ -75,11 +77,16 @@ def run_part(p):
     return p
 
 
-def parts_for(build, sanitize):
+def parts_for(build, sanitize, tsan):
+    colibri = {"COLIBRI": os.path.join(build, "colibri")}
+    if tsan:
+        out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in ("test_io", "test_store", "test_engine")]
+        out.append(Part("tests/test_cli.py (threaded paths)", [sys.executable, "tests/test_cli.py", "-v", "Tiers.test_invariance_matrix", "IOFaults"],
+                        colibri))
+        return out
     tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c"))
     pys = sorted(f for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".py"))
     out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in tests]
-    colibri = {"COLIBRI": os.path.join(build, "colibri")}
     out += [Part("tests/" + f, [sys.executable, "tests/" + f, "-v"], colibri) for f in pys]
     if sanitize:
         return out
@@ -95,14 +102,14 @@ def parts_for(build, sanitize):
 
 def main():
     args = sys.argv[1:]
-    sanitize = "--sanitize" in args
-    args = [a for a in args if a != "--sanitize"]
+    sanitize, tsan = "--sanitize" in args, "--tsan" in args
+    args = [a for a in args if a not in ("--sanitize", "--tsan")]
     if len(args) != 1:
         sys.exit(__doc__)
     build = args[0]
     require = {t.strip() for t in os.environ.get("COLI_REQUIRE", "").split(",") if t.strip()}
     t0 = time.time()
-    parts = [run_part(p) for p in parts_for(build, sanitize)]
+    parts = [run_part(p) for p in parts_for(build, sanitize, tsan)]
     # tags that builds without the library skip by design are not owed by them
     by_design = {"io_uring"}
     print("\n== summary (%s)" % build)

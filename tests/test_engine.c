@@ -98,6 +98,7 @@ static void test_bit_invariance(const char *dir) {
     CHECK(ref != NULL);
     if (!ref) return;
     int threads[] = {1, 2, 3};
+    (void)threads; /* only with OpenMP */
     int caps[] = {1, 2, 1000};
     for (size_t t = 0; t < 3; t++)
         for (size_t c = 0; c < 3; c++) {

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Fault loops, as SQLite tests itself (stdlib only). The fault builds
+(colibri-fault, colibri-convert-fault beside $COLIBRI) route every
+allocation, read and write through tests/fault.c, which fails the Nth one
+as XFAULT says. For every N:
+
+- allocations: the run ends with the right answer or a clean error (exit 2,
+  a message), never a crash, a wrong answer or (under ASan) a leak;
+- reads, on every expert I/O path: EIO gives a clean error naming the file;
+  a short read and EINTR are retried and change nothing;
+- writes of .coli_usage: a failed write leaves the old history, whole; a
+  kill at any write step leaves the old history or the complete new one;
+- the converter: a failed write or a kill at any write step never leaves a
+  file under its final name that differs from a clean conversion, and a
+  rerun completes with byte-identical output.
+"""
+import concurrent.futures
+import filecmp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import BIN, FIXTURES, copy_fixture, env_base  # noqa: E402
+
+HERE = os.path.dirname(BIN) or "."
+FAULT = os.path.join(HERE, "colibri-fault")
+CONVERT = os.path.join(HERE, "colibri-convert-fault")
+TINY = os.path.join(FIXTURES, "tiny-glm5")
+JOBS = max(2, os.cpu_count() or 2)
+SANITIZED = "asan" in HERE
+
+
+def run(args, env, timeout=120):
+    p = subprocess.run(args, env=env_base(env), capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def counts(args, env):
+    """The injector's counts for a fault-free run: {alloc, read, write, step}."""
+    rc, out, err = run(args, dict(env, XFAULT="count"))
+    line = [l for l in err.splitlines() if l.startswith("xfault: ")][-1].split()
+    return rc, out, {line[i]: int(line[i + 1]) for i in range(1, len(line), 2)}
+
+
+def every(n, fn):
+    """fn(i) for i in 1..n on JOBS threads; the failures, in order."""
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
+        return [r for r in ex.map(fn, range(1, n + 1)) if r]
+
+
+def usage(path):
+    with open(path) as f:
+        return f.read()
+
+
+class Engine(unittest.TestCase):
+    PATHS = [("sync", {"PIPE": "0", "URING": "0"}), ("pool", {"PIPE": "1", "URING": "0"}), ("mmap", {"COLI_MMAP": "1"})]
+
+    def setUp(self):
+        self.base_env = {"PIN": "0", "USAGE_SAVE": "0", "CAP": "2", "THREADS": "1"}
+        rc, self.want, _ = run([FAULT, TINY], self.base_env)
+        self.assertEqual(rc, 0)
+        self.assertTrue(self.want.endswith("PASS\n"), self.want)
+
+    def test_every_allocation(self):
+        rc, out, c = counts([FAULT, TINY], self.base_env)
+        self.assertEqual(out, self.want)
+        self.assertGreater(c["alloc"], 100)
+
+        def one(n):
+            rc, out, err = run([FAULT, TINY], dict(self.base_env, XFAULT="alloc:%d" % n))
+            if rc == 0 and out == self.want:
+                return None
+            if rc == 2 and err.startswith("colibri: ") and "out of memory" in err and not out:
+                return None
+            return "allocation %d: exit %d, out %r, err %r" % (n, rc, out[-200:], err[-400:])
+        bad = every(c["alloc"], one)
+        self.assertEqual(bad, [], "%d of %d allocations mishandled; first: %s" % (len(bad), c["alloc"], bad[:1]))
+
+    def test_every_read_on_every_path(self):
+        for name, env in self.PATHS:
+            env = dict(self.base_env, **env)
+            rc, out, c = counts([FAULT, TINY], env)
+            self.assertEqual(out, self.want, name)
+
+            def one(n):
+                for kind in ("short", "eintr", "eio"):
+                    rc, out, err = run([FAULT, TINY], dict(env, XFAULT="read:%d:%s" % (n, kind)))
+                    if kind != "eio" and (rc != 0 or out != self.want):
+                        return "%s read %d %s: exit %d %r" % (name, n, kind, rc, err[-300:])
+                    if kind == "eio" and not (rc == 0 and out == self.want) and not (
+                            rc == 2 and not out and (".safetensors" in err or ".json" in err)):
+                        return "%s read %d eio: exit %d %r" % (name, n, rc, err[-300:])
+                return None
+            bad = every(c["read"], one)
+            self.assertEqual(bad, [], "%s: %d of %d reads mishandled; first: %s" % (name, len(bad), c["read"], bad[:1]))
+
+    def test_io_uring_read_errors(self):
+        env = dict(self.base_env, URING="1")
+        rc, out, err = run([FAULT, TINY], env)
+        if "by io_uring batches" not in err:
+            self.skipTest("io_uring: not used by this build or kernel")
+        for n in range(1, 40):
+            rc, out, err = run([FAULT, TINY], dict(env, COLI_IO_FAULT=str(n)))
+            if rc == 0:
+                self.assertEqual(out, self.want)
+                continue
+            self.assertEqual(rc, 2, err)
+            self.assertIn("model.safetensors", err)
+            self.assertIn("read failed", err)
+
+
+class History(unittest.TestCase):
+    """.coli_usage under write faults and kills: the old history, whole, or
+    the complete new one; never a mix, never a leftover temporary."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        copy_fixture("tiny-glm5", self.dir)
+        self.path = os.path.join(self.dir, ".coli_usage")
+        self.env = {"PIN": "0", "THREADS": "1"}
+        rc, _, err = run([FAULT, self.dir], self.env)
+        self.assertEqual(rc, 0, err)
+        self.old = usage(self.path)
+        rc, _, err = run([FAULT, self.dir], self.env)
+        self.new = usage(self.path)
+        shutil.copy(self.path, self.path + ".saved")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def restore(self):
+        shutil.copy(self.path + ".saved", self.path)
+        return usage(self.path)
+
+    def leftovers(self):
+        return [f for f in os.listdir(self.dir) if ".tmp." in f]
+
+    def test_write_faults_keep_history(self):
+        before = self.restore()
+        rc, out, c = counts([FAULT, self.dir], self.env)
+        after = usage(self.path)
+        self.restore()
+        self.assertGreater(c["write"], 0)
+        for n in range(1, c["write"] + 1):
+            for kind in ("enospc", "eio"):
+                rc, out, err = run([FAULT, self.dir], dict(self.env, XFAULT="write:%d:%s" % (n, kind)))
+                self.assertEqual(rc, 0, err)
+                self.assertIn("could not save expert usage", err)
+                self.assertEqual(usage(self.path), before, "write %d %s" % (n, kind))
+                self.assertEqual(self.leftovers(), [])
+        self.assertNotEqual(after, before)
+
+    def test_kill_at_every_write_step(self):
+        before = self.restore()
+        rc, out, c = counts([FAULT, self.dir], self.env)
+        after = usage(self.path)
+        self.restore()
+        self.assertNotEqual(after, before)
+        for n in range(1, c["step"] + 1):
+            rc, out, err = run([FAULT, self.dir], dict(self.env, XFAULT="kill:%d" % n))
+            self.assertEqual(rc, -signal.SIGKILL, err)
+            self.assertIn(usage(self.path), (before, after), "kill at step %d" % n)
+            self.restore()
+        rc, out, err = run([FAULT, self.dir], self.env)  # a later run sweeps the dead writer's temporary
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.leftovers(), [])
+
+
+class Converter(unittest.TestCase):
+    """colibri-convert under write faults and kills: nothing under a final
+    name ever differs from a clean conversion; a rerun finishes the job."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.clean = os.path.join(self.tmp, "clean")
+        rc, out, err = run([CONVERT, TINY, self.clean, "--expert-bits", "4", "--dense-bits", "8"], {})
+        self.assertEqual(rc, 0, err)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def check_final_names(self, dst, what):
+        """Every file under its final name equals the clean conversion's
+        (the resume manifest and the lock excepted: they change as it goes)."""
+        for f in os.listdir(dst):
+            if ".tmp" in f or f.startswith(".") or f == "colibri-convert.json":
+                continue
+            self.assertTrue(filecmp.cmp(os.path.join(dst, f), os.path.join(self.clean, f), shallow=False), "%s: %s differs" % (what, f))
+
+    def finish_and_compare(self, dst, what):
+        rc, out, err = run([CONVERT.replace("-fault", ""), TINY, dst, "--expert-bits", "4", "--dense-bits", "8"], {})
+        self.assertEqual(rc, 0, "%s, rerun: %s" % (what, err))
+        for f in os.listdir(self.clean):
+            self.assertTrue(filecmp.cmp(os.path.join(dst, f), os.path.join(self.clean, f), shallow=False), "%s: %s differs after the rerun" % (what, f))
+
+    def counts(self):
+        dst = os.path.join(self.tmp, "count")
+        rc, out, c = counts([CONVERT, TINY, dst, "--expert-bits", "4", "--dense-bits", "8"], {})
+        self.assertEqual(rc, 0)
+        shutil.rmtree(dst)
+        return c
+
+    def test_write_faults(self):
+        c = self.counts()
+        step = max(1, c["write"] // 60) if not SANITIZED else max(1, c["write"] // 20)
+        for n in range(1, c["write"] + 1, step):
+            dst = os.path.join(self.tmp, "w%d" % n)
+            rc, out, err = run([CONVERT, TINY, dst, "--expert-bits", "4", "--dense-bits", "8"], {"XFAULT": "write:%d:enospc" % n})
+            self.assertEqual(rc, 2, "write %d: %s" % (n, err))
+            self.check_final_names(dst, "write %d" % n)
+            self.finish_and_compare(dst, "write %d" % n)
+            shutil.rmtree(dst)
+
+    def test_kill_at_every_write_step(self):
+        c = self.counts()
+        step = max(1, c["step"] // 60) if not SANITIZED else max(1, c["step"] // 20)
+        for n in range(1, c["step"] + 1, step):
+            dst = os.path.join(self.tmp, "k%d" % n)
+            rc, out, err = run([CONVERT, TINY, dst, "--expert-bits", "4", "--dense-bits", "8"], {"XFAULT": "kill:%d" % n})
+            self.assertEqual(rc, -signal.SIGKILL, "step %d: %s" % (n, err))
+            self.check_final_names(dst, "kill at step %d" % n)
+            self.finish_and_compare(dst, "kill at step %d" % n)
+            shutil.rmtree(dst)
+
+
+if __name__ == "__main__":
+    unittest.main()
