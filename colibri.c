@@ -236,6 +236,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     o->io.workers = (int)env_i(e, ENV_PIPE_WORKERS), o->io.fail_at = env_i(e, ENV_COLI_IO_FAULT);
     o->pilot = (int)env_i(e, ENV_PILOT), o->pilot_real = (int)env_i(e, ENV_PILOT_REAL), o->pilot_k = (int)env_i(e, ENV_PILOT_K);
     o->mlock = (int)env_i(e, ENV_MLOCK), o->numa = (int)env_i(e, ENV_COLI_NUMA);
+    o->threads = (int)env_i(e, ENV_THREADS);
     static const int bits[] = {2, 4, 8, 0}; /* choices 2|4|8|16; 16 keeps floats as f32 */
     o->dense_bits = bits[env_i(e, ENV_DENSE_BITS)], o->expert_bits = bits[env_i(e, ENV_EXPERT_BITS)];
     o->group_size = (int)env_i(e, ENV_GROUP_SIZE);
@@ -306,7 +307,7 @@ static void print_startup(const coli_model *m, const char *dir) {
             "colibri: %s | glm_moe_dsa, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | attention %s, experts %s | "
             "ctx %d | kernel %s, IDOT %s | %d threads\n",
             dir, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, qt_fmt_name(m->L[0].q_a.fmt), ef, m->kv.ctx,
-            mm_level_name(m->mm.level), m->mm.idot ? "on" : "off", coli_nthreads());
+            mm_level_name(m->mm.level), m->mm.idot ? "on" : "off", m->team.n);
     char b[8][32];
     fprintf(stderr,
             "colibri: plan: budget %s | resident: dense %s, KV %s, working set %s | experts %s each: %d pinned (%s), "
@@ -608,7 +609,7 @@ static int coli_main(int argc, char **argv) {
     coli_env e;
     if (coli_env_load(&e, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
 #ifdef _OPENMP
-    if (env_i(&e, ENV_THREADS) > 0) omp_set_num_threads((int)env_i(&e, ENV_THREADS));
+    if (env_i(&e, ENV_THREADS) > 0) omp_set_num_threads((int)env_i(&e, ENV_THREADS)); /* loading, pinning */
 #endif
     static coli_opts o;
     if (coli_opts_from_env(&e, &o, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
@@ -650,21 +651,5 @@ out:
 }
 
 #ifndef COLI_NO_MAIN
-/* libgomp reads its wait policy before main. Left alone it may put idle
- * workers to sleep, and on some VMs waking them costs a scheduler tick per
- * parallel region: decode measured 0.6-1.3 tok/s instead of 18-20 on a
- * 2-vCPU machine. So unless the user chose a policy, the engine restarts
- * itself once with GOMP_SPINCOUNT set (libgomp's own default spin count,
- * which it otherwise throttles). */
-static void omp_spin_reexec(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    if (setenv("GOMP_SPINCOUNT", "300000", 1)) return;
-    execv("/proc/self/exe", argv); /* on failure: run as is */
-}
-
-int main(int argc, char **argv) {
-    omp_spin_reexec(argv);
-    return coli_main(argc, argv);
-}
+int main(int argc, char **argv) { return coli_main(argc, argv); }
 #endif
-

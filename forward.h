@@ -89,23 +89,87 @@ static int topk_select(const float *score, int n, int k, float *tmp, int *out) {
     return c;
 }
 
-/* ---------------------------------------------------------------- forward */
+/* ---------------------------------------------------------------- forward
+ *
+ * A forward pass runs on the model's thread team (team.h): every function
+ * below taking an fwd_t is called by every thread of the team, tid 0 to
+ * nth-1, with the same arguments. Row-wise steps give each thread a
+ * contiguous block of rows (fwd_rows), always the same block for the same
+ * S, so a row written by one step is read by the next row-wise step on the
+ * same thread without a barrier; everything else meets at fwd_sync. What
+ * one thread must decide alone (the store's I/O, top-k choices) runs on
+ * tid 0 and is published before a barrier. No result depends on nth. */
 
-/* DSA indexer (docs/model.md §5) of full layer l for rows [0, S) at positions pos..pos+S-1:
- * caches their keys and writes each row's kept keys to sc->sel/nsel
- * (nsel = -1: every causal key is kept). */
-static void fwd_indexer(coli_model *m, int l, int S, int pos) {
+typedef struct {
+    coli_model *m;
+    int tid, nth;
+} fwd_t;
+
+static void fwd_sync_cb(void *arg) { team_sync((team *)arg); }
+static inline void fwd_sync(const fwd_t *f) { team_sync(&f->m->team); }
+
+/* This thread's block [*a, *b) of n items. */
+static inline void fwd_share(const fwd_t *f, int64_t n, int64_t *a, int64_t *b) {
+    int64_t per = (n + f->nth - 1) / f->nth;
+    *a = per * f->tid < n ? per * f->tid : n;
+    *b = *a + per < n ? *a + per : n;
+}
+
+static inline void fwd_matmul(const fwd_t *f, const qt_tensor *W, const float *x, int S, float *y) {
+    mm_matmul_team(&f->m->mm, W, x, S, y, f->tid, f->nth, fwd_sync_cb, &f->m->team);
+}
+
+/* RMSNorm of this thread's rows of x[S][n] into y. */
+static void fwd_rmsnorm_rows(const fwd_t *f, float *y, const float *x, const float *w, int S, int n, float eps) {
+    int64_t a, b;
+    fwd_share(f, S, &a, &b);
+    for (int64_t s = a; s < b; s++) rmsnorm(y + (size_t)s * n, x + (size_t)s * n, w, n, eps);
+}
+
+/* x += y over this thread's rows of [S][n]. */
+static void fwd_add_rows(const fwd_t *f, float *x, const float *y, int S, int n) {
+    int64_t a, b;
+    fwd_share(f, S, &a, &b);
+    for (size_t i = (size_t)a * n; i < (size_t)b * n; i++) x[i] += y[i];
+}
+
+/* Index scores of query row s against keys [t0, t1) into score[]. */
+static void fwd_index_scores(coli_model *m, const float *kc, int s, int64_t t0, int64_t t1, float *score) {
+    const coli_config *c = &m->c;
+    const coli_scratch *sc = &m->sc;
+    int ih = c->index_heads, id = c->index_dim;
+    float sscale = 1.0f / sqrtf((float)id);
+    const float *qs = sc->qi + (size_t)s * ih * id, *w = sc->iw + (size_t)s * ih;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *key = kc + (size_t)t * id;
+        float acc = 0;
+        for (int h = 0; h < ih; h++) {
+            float d = mm_dot_f32(qs + (size_t)h * id, key, id) * sscale;
+            acc += w[h] * (d > 0 ? d : 0);
+        }
+        score[t] = acc;
+    }
+}
+
+/* DSA indexer (docs/model.md §5) of full layer l for rows [0, S) at
+ * positions pos..pos+S-1: caches their keys and writes each row's kept keys
+ * to sc->sel/nsel (nsel = -1: every causal key is kept). Batches give each
+ * thread whole rows; a single row splits its keys over the team. */
+static void fwd_indexer(const fwd_t *f, int l, int S, int pos) {
+    coli_model *m = f->m;
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, k = c->index_topk;
     float *kc = m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * id;
-    mm_matmul(&m->mm, &L->iq, sc->qlat, S, sc->qi);
-    mm_matmul(&m->mm, &L->ik, sc->a, S, sc->tmp); /* tmp: [S][id] raw keys */
-    mm_matmul(&m->mm, &L->iw, sc->a, S, sc->iw);
-    float wscale = 1.0f / sqrtf((float)ih), sscale = 1.0f / sqrtf((float)id);
-    for (int s = 0; s < S; s++) {
-        int p = pos + s;
+    fwd_matmul(f, &L->iq, sc->qlat, S, sc->qi);
+    fwd_matmul(f, &L->ik, sc->a, S, sc->tmp); /* tmp: [S][id] raw keys */
+    fwd_matmul(f, &L->iw, sc->a, S, sc->iw);
+    float wscale = 1.0f / sqrtf((float)ih);
+    int64_t a, b;
+    fwd_share(f, S, &a, &b);
+    for (int64_t s = a; s < b; s++) {
+        int p = pos + (int)s;
         const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
         float *key = kc + (size_t)p * id;
         layernorm(key, sc->tmp + (size_t)s * id, L->ik_norm_w, L->ik_norm_b, id, 1e-6f);
@@ -113,23 +177,33 @@ static void fwd_indexer(coli_model *m, int l, int S, int pos) {
         for (int h = 0; h < ih; h++) rope_apply(sc->qi + ((size_t)s * ih + h) * id, c->qk_rope, cs, sn);
         for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
     }
+    fwd_sync(f); /* every key of the batch is cached */
+    if (S >= f->nth) {
+        for (int64_t s = a; s < b; s++) {
+            int T = pos + (int)s + 1;
+            if (T <= k) { sc->nsel[s] = -1; continue; }
+            float *score = sc->thr[f->tid], *tmp = score + m->kv.ctx;
+            fwd_index_scores(m, kc, (int)s, 0, T, score);
+            sc->nsel[s] = topk_select(score, T, k, tmp, sc->sel + (size_t)s * k);
+        }
+        fwd_sync(f);
+        return;
+    }
     for (int s = 0; s < S; s++) {
         int T = pos + s + 1;
-        if (T <= k) { sc->nsel[s] = -1; continue; }
-        float *score = sc->thr[0], *tmp = sc->thr[0] + m->kv.ctx;
-        const float *qs = sc->qi + (size_t)s * ih * id, *w = sc->iw + (size_t)s * ih;
-#pragma omp parallel for schedule(static) if (T * ih * id > 65536)
-        for (int t = 0; t < T; t++) {
-            const float *key = kc + (size_t)t * id;
-            float acc = 0;
-            for (int h = 0; h < ih; h++) {
-                float d = mm_dot_f32(qs + (size_t)h * id, key, id) * sscale;
-                acc += w[h] * (d > 0 ? d : 0);
-            }
-            score[t] = acc;
+        if (T <= k) {
+            if (f->tid == 0) sc->nsel[s] = -1;
+            continue;
         }
-        sc->nsel[s] = topk_select(score, T, k, tmp, sc->sel + (size_t)s * k);
+        float *score = sc->thr[0], *tmp = score + m->kv.ctx;
+        int64_t t0, t1;
+        fwd_share(f, T, &t0, &t1);
+        fwd_index_scores(m, kc, s, t0, t1, score);
+        fwd_sync(f);
+        if (f->tid == 0) sc->nsel[s] = topk_select(score, T, k, tmp, sc->sel + (size_t)s * k);
+        fwd_sync(f);
     }
+    fwd_sync(f); /* tid 0's nsel = -1 of rows with every key kept */
 }
 
 /* Absorbed attention of head h for query row s over the kept keys: the
@@ -199,18 +273,25 @@ static int absorb_is_cheaper(const coli_config *c, int S) {
     return absorbed <= rebuilt;
 }
 
-/* MLA attention (docs/model.md §4) of layer l on normed rows sc->a; result in sc->tmp. */
-static void fwd_attention(coli_model *m, int l, int S, int pos) {
+/* MLA attention (docs/model.md §4) of layer l on normed rows sc->a; result
+ * in sc->tmp. Absorbed: (head, row) pairs spread over the team, each head's
+ * W_UV expansion on one thread with its own scratch; reconstructed: each
+ * head's keys expanded by the team, its rows spread. */
+static void fwd_attention(const fwd_t *f, int l, int S, int pos) {
+    coli_model *m = f->m;
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     int half = c->qk_rope / 2, kvl = c->kv_lora, rd = c->qk_rope, H = c->n_heads;
-    mm_matmul(&m->mm, &L->q_a, sc->a, S, sc->qlat);
-    for (int s = 0; s < S; s++) rmsnorm(sc->qlat + (size_t)s * c->q_lora, sc->qlat + (size_t)s * c->q_lora, L->q_a_norm, c->q_lora, 1e-6f);
-    mm_matmul(&m->mm, &L->q_b, sc->qlat, S, sc->q);
-    mm_matmul(&m->mm, &L->kv_a, sc->a, S, sc->ckv);
-    for (int s = 0; s < S; s++) {
-        int p = pos + s;
+    fwd_matmul(f, &L->q_a, sc->a, S, sc->qlat);
+    fwd_rmsnorm_rows(f, sc->qlat, sc->qlat, L->q_a_norm, S, c->q_lora, 1e-6f);
+    fwd_sync(f);
+    fwd_matmul(f, &L->q_b, sc->qlat, S, sc->q);
+    fwd_matmul(f, &L->kv_a, sc->a, S, sc->ckv);
+    int64_t a, b;
+    fwd_share(f, S, &a, &b);
+    for (int64_t s = a; s < b; s++) {
+        int p = pos + (int)s;
         const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
         const float *ckv = sc->ckv + (size_t)s * (kvl + rd);
         rmsnorm(m->kv.lat + ((size_t)l * m->kv.ctx + p) * kvl, ckv, L->kv_a_norm, kvl, 1e-6f);
@@ -219,42 +300,43 @@ static void fwd_attention(coli_model *m, int l, int S, int pos) {
         rope_apply(kr, rd, cs, sn);
         for (int h = 0; h < H; h++) rope_apply(sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, rd, cs, sn);
     }
-    if (c->idx_full[l]) fwd_indexer(m, l, S, pos); /* shared layers keep the last full layer's choice */
+    fwd_sync(f); /* queries roped, the batch's keys cached */
+    if (c->idx_full[l]) fwd_indexer(f, l, S, pos); /* shared layers keep the last full layer's choice */
     int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, S) : m->absorb;
-    /* Matmuls (which may use the shared IDOT scratch) run outside parallel
-     * regions; small problems stay on one thread, where a parallel region
-     * costs more than it saves. */
-    double work = (double)S * H * (pos + S) * (kvl + rd);
-    (void)work; /* read only by the OpenMP clauses */
     int vh = c->v_head, kvw = c->qk_nope + vh;
     if (absorbed) {
-#pragma omp parallel for schedule(dynamic) collapse(2) if (work > 2e5)
-        for (int h = 0; h < H; h++)
-            for (int s = 0; s < S; s++) attn_head_latent(m, l, s, pos, h, sc->thr[coli_thread_id()], sc->hlat + ((size_t)h * S + s) * kvl);
-        for (int h = 0; h < H; h++) { /* expand each head's latents by W_UV */
+        for (int i = f->tid; i < H * S; i += f->nth)
+            attn_head_latent(m, l, i % S, pos, i / S, sc->thr[f->tid], sc->hlat + (size_t)i * kvl);
+        fwd_sync(f);
+        float *hout = sc->hout + (size_t)f->tid * S * vh;
+        for (int h = f->tid; h < H; h += f->nth) { /* expand each head's latents by W_UV */
             qt_tensor uv = qt_rows(&L->kv_b, (int64_t)h * kvw + c->qk_nope, vh);
-            mm_matmul(&m->mm, &uv, sc->hlat + (size_t)h * S * kvl, S, sc->hout);
-            for (int s = 0; s < S; s++) memcpy(sc->attn + ((size_t)s * H + h) * vh, sc->hout + (size_t)s * vh, (size_t)vh * 4);
+            mm_matmul_slot(&m->mm, &uv, sc->hlat + (size_t)h * S * kvl, S, hout, f->tid);
+            for (int s = 0; s < S; s++) memcpy(sc->attn + ((size_t)s * H + h) * vh, hout + (size_t)s * vh, (size_t)vh * 4);
         }
+        fwd_sync(f);
     } else {
         const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl;
         for (int h = 0; h < H; h++) {
             qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);
-            mm_matmul(&m->mm, &w, lat, pos + S, sc->hkv); /* hkv[t] = [k_nope | v] for every key */
-#pragma omp parallel for schedule(dynamic) if (work > 2e5 * H)
-            for (int s = 0; s < S; s++) attn_head_rows(m, l, s, pos, h, sc->hkv, sc->thr[coli_thread_id()]);
+            fwd_matmul(f, &w, lat, pos + S, sc->hkv); /* hkv[t] = [k_nope | v] for every key */
+            for (int s = f->tid; s < S; s += f->nth) attn_head_rows(m, l, s, pos, h, sc->hkv, sc->thr[f->tid]);
+            fwd_sync(f);
         }
     }
-    mm_matmul(&m->mm, &L->o, sc->attn, S, sc->tmp);
+    fwd_matmul(f, &L->o, sc->attn, S, sc->tmp);
 }
 
 /* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down. */
-static void mlp(mm_ctx *mc, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, const float *x, int S, float *g, float *u, float *y) {
-    int64_t I = gate->O;
-    mm_matmul(mc, gate, x, S, g);
-    mm_matmul(mc, up, x, S, u);
-    for (int64_t i = 0; i < (int64_t)S * I; i++) g[i] = silu(g[i]) * u[i];
-    mm_matmul(mc, down, g, S, y);
+static void fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, const float *x, int S, float *g, float *u,
+                    float *y) {
+    int64_t I = gate->O, a, b;
+    fwd_matmul(f, gate, x, S, g);
+    fwd_matmul(f, up, x, S, u);
+    fwd_share(f, (int64_t)S * I, &a, &b);
+    for (int64_t i = a; i < b; i++) g[i] = silu(g[i]) * u[i];
+    fwd_sync(f);
+    fwd_matmul(f, down, g, S, y);
 }
 
 /* Router for one row (docs/model.md §6): sigmoid scores, correction bias for the choice only,
@@ -299,79 +381,120 @@ static void route_row(const coli_config *c, const float *logit, const float *bia
     for (int k = 0; k < c->topk; k++) w[k] = (c->norm_topk ? w[k] / (sum + 1e-20f) : w[k]) * c->route_scale;
 }
 
-/* Routes rows [0, S) of sc->a for MoE layer l: chosen experts and weights
- * in sc->route_e / sc->route_w. */
-static void moe_route(coli_model *m, const coli_layer *L, const float *x, int S) {
+/* Router logits of rows [0, S) of x for a MoE layer's router (spread over
+ * the team), then each row's choice (rows spread, per-thread scratch):
+ * sc->route_e / sc->route_w. Ends at a barrier. */
+static void fwd_route(const fwd_t *f, const coli_layer *L, const float *x, int S) {
+    coli_model *m = f->m;
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
-    int D = c->dim, K = c->topk;
-#pragma omp parallel for schedule(static) if (S * c->n_experts * D > 65536)
-    for (int s = 0; s < S; s++)
-        for (int e = 0; e < c->n_experts; e++)
-            sc->rlogit[(size_t)s * c->n_experts + e] = mm_dot_f32(L->router + (size_t)e * D, x + (size_t)s * D, D);
-    for (int s = 0; s < S; s++)
-        route_row(c, sc->rlogit + (size_t)s * c->n_experts, L->router_bias, sc->route_e + (size_t)s * K, sc->route_w + (size_t)s * K,
-                  sc->route_tmp);
+    int D = c->dim, K = c->topk, E = c->n_experts;
+    int64_t a, b;
+    fwd_share(f, (int64_t)S * E, &a, &b);
+    for (int64_t i = a; i < b; i++) sc->rlogit[i] = mm_dot_f32(L->router + (size_t)(i % E) * D, x + (size_t)(i / E) * D, D);
+    fwd_sync(f);
+    fwd_share(f, S, &a, &b);
+    for (int64_t s = a; s < b; s++)
+        route_row(c, sc->rlogit + (size_t)s * E, L->router_bias, sc->route_e + (size_t)s * K, sc->route_w + (size_t)s * K, sc->thr[f->tid]);
+    fwd_sync(f);
 }
 
-/* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp. Each distinct expert is
- * fetched once and applied to every row that chose it. Experts compute in
- * whatever order their bytes arrive (resident first, misses as their reads
- * land), each into its own output rows; the weighted sum then runs in
- * increasing expert order, as transformers accumulates, so the result never
- * depends on what was resident. Returns 0 or -1 on a read error. */
-static int fwd_moe(coli_model *m, int l, int S) {
+/* What tid 0 publishes to the team during a forward pass. */
+typedef struct {
+    coli_model *m;
+    const int *tok;
+    int S, pos;
+    float *out;
+    int rc;       /* -1: failed, m->err set */
+    int job, n;   /* the expert job to compute, and its row count */
+} fwd_shared;
+
+/* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp. Each
+ * distinct expert is fetched once and applied to every row that chose it.
+ * Experts compute in whatever order their bytes arrive (resident first,
+ * misses as their reads land), each into its own output rows; the weighted
+ * sum then runs in increasing expert order, as transformers accumulates,
+ * so the result never depends on what was resident. The store is driven by
+ * tid 0 alone. Returns 0 or -1 (sh->rc, m->err) on a read error. */
+static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
+    coli_model *m = f->m;
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     xs_store *x = &m->xs;
     int D = c->dim, K = c->topk, mk = moe_index(c, l), nu = 0;
-    moe_route(m, L, sc->a, S);
-    memset(sc->used, 0, (size_t)c->n_experts);
-    for (int i = 0; i < S * K; i++) {
-        sc->used[sc->route_e[i]] = 1;
-        xs_note_use(x, mk, sc->route_e[i]);
-    }
-    for (int e = 0; e < c->n_experts; e++)
-        if (sc->used[e]) sc->uniq[nu++] = e;
-    tel_lap(&m->tel, TEL_ROUTER);
-    if (xs_begin(x, mk, sc->uniq, nu)) return model_fail(m, "%s", x->err);
-    for (;;) {
-        int j = xs_next(x, mk);
-        tel_lap(&m->tel, TEL_EXPERT_IO);
-        if (j == -2) return model_fail(m, "%s", x->err);
-        if (j < 0) break;
-        const xs_job *jb = xs_job_get(x, j);
-        int n = 0;
-        for (int i = 0; i < S * K; i++)
-            if (sc->route_e[i] == jb->e) sc->rows[n++] = i;
-        for (int r = 0; r < n; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
-        mlp(&m->mm, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
-        for (int r = 0; r < n; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
-        xs_done(x, mk, j);
-        tel_lap(&m->tel, TEL_EXPERT_MM);
-    }
-    memset(sc->moe_acc, 0, (size_t)S * D * 4);
-    for (int u = 0; u < nu; u++)
+    fwd_route(f, L, sc->a, S);
+    if (f->tid == 0) {
+        memset(sc->used, 0, (size_t)c->n_experts);
         for (int i = 0; i < S * K; i++) {
-            if (sc->route_e[i] != sc->uniq[u]) continue;
-            float wt = sc->route_w[i], *acc = sc->moe_acc + (size_t)(i / K) * D;
-            const float *y = sc->yk + (size_t)i * D;
-            for (int d = 0; d < D; d++) acc[d] += wt * y[d];
+            sc->used[sc->route_e[i]] = 1;
+            xs_note_use(x, mk, sc->route_e[i]);
         }
+        for (int e = 0; e < c->n_experts; e++)
+            if (sc->used[e]) sc->uniq[nu++] = e;
+        tel_lap(&m->tel, TEL_ROUTER);
+        if (xs_begin(x, mk, sc->uniq, nu)) sh->rc = model_fail(m, "%s", x->err);
+    }
+    for (;;) {
+        if (f->tid == 0 && !sh->rc) {
+            int j = xs_next(x, mk);
+            tel_lap(&m->tel, TEL_EXPERT_IO);
+            if (j == -2) sh->rc = model_fail(m, "%s", x->err);
+            sh->job = j;
+            if (j >= 0) {
+                int n = 0, e = xs_job_get(x, j)->e;
+                for (int i = 0; i < S * K; i++)
+                    if (sc->route_e[i] == e) sc->rows[n++] = i;
+                sh->n = n;
+            }
+        }
+        fwd_sync(f);
+        if (sh->rc) return -1;
+        if (sh->job < 0) break;
+        const xs_job *jb = xs_job_get(x, sh->job);
+        int n = sh->n;
+        int64_t a, b;
+        fwd_share(f, n, &a, &b);
+        for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
+        fwd_sync(f);
+        fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
+        for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
+        fwd_sync(f); /* the scatter read sc->rows, which tid 0 refills next */
+        if (f->tid == 0) {
+            xs_done(x, mk, sh->job); /* every thread is past the weights: the last matmul ended at a barrier */
+            tel_lap(&m->tel, TEL_EXPERT_MM);
+        }
+    }
+    int64_t a, b;
+    fwd_share(f, S, &a, &b);
+    for (int64_t s = a; s < b; s++) { /* experts in increasing id: sc->uniq is ascending */
+        float *acc = sc->moe_acc + (size_t)s * D;
+        memset(acc, 0, (size_t)D * 4);
+        for (int e = 0; e < c->n_experts; e++)
+            for (int k = 0; k < K; k++) {
+                int i = (int)s * K + k;
+                if (sc->route_e[i] != e) continue;
+                float wt = sc->route_w[i];
+                const float *y = sc->yk + (size_t)i * D;
+                for (int d = 0; d < D; d++) acc[d] += wt * y[d];
+            }
+    }
     if (c->n_shared) {
-        mlp(&m->mm, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
-        for (size_t i = 0; i < (size_t)S * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
-    } else memcpy(sc->tmp, sc->moe_acc, (size_t)S * D * 4);
-    tel_lap(&m->tel, TEL_DENSE_MM);
+        fwd_mlp(f, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        for (size_t i = (size_t)a * D; i < (size_t)b * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
+    } else
+        for (size_t i = (size_t)a * D; i < (size_t)b * D; i++) sc->tmp[i] = sc->moe_acc[i];
+    if (f->tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
     return 0;
 }
 
 /* Router lookahead: after layer l's attention, the next MoE layer's router
  * runs on the current residual (normed with that layer's weights) and its
  * top pilot_k experts per row are prefetched (PILOT_REAL) or hinted to the
- * kernel (PILOT). Prediction only: never changes what is computed. */
-static void fwd_pilot(coli_model *m, int l, int S) {
+ * kernel (PILOT) by tid 0. Prediction only: never changes what is
+ * computed. */
+static void fwd_pilot(const fwd_t *f, int l, int S) {
+    coli_model *m = f->m;
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
     int next = l + 1;
@@ -379,8 +502,10 @@ static void fwd_pilot(coli_model *m, int l, int S) {
     if (next >= c->n_layers) return;
     const coli_layer *N = &m->L[next];
     int D = c->dim, E = c->n_experts, n = 0;
-    for (int s = 0; s < S; s++) rmsnorm(sc->xs + (size_t)s * D, sc->x + (size_t)s * D, N->post_norm, D, c->rms_eps);
-    moe_route(m, N, sc->xs, S); /* route_e/route_w are free until this layer's MoE routes */
+    fwd_rmsnorm_rows(f, sc->xs, sc->x, N->post_norm, S, D, c->rms_eps);
+    fwd_sync(f);
+    fwd_route(f, N, sc->xs, S); /* route_e/route_w are free until this layer's MoE routes */
+    if (f->tid) return;
     for (int s = 0; s < S; s++) {
         const float *lg = sc->rlogit + (size_t)s * E;
         for (int k = 0; k < m->pilot_k; k++) { /* top pilot_k by biased score */
@@ -388,48 +513,64 @@ static void fwd_pilot(coli_model *m, int l, int S) {
             float bv = 0;
             for (int e = 0; e < E; e++) {
                 int taken = 0;
-                for (int j = n - k; j < n; j++) taken |= m->sc.pred[j] == e;
+                for (int j = n - k; j < n; j++) taken |= sc->pred[j] == e;
                 float v = 1.0f / (1.0f + expf(-lg[e])) + N->router_bias[e];
                 if (!taken && (best < 0 || v > bv)) best = e, bv = v;
             }
-            m->sc.pred[n++] = best;
+            sc->pred[n++] = best;
         }
     }
-    xs_prefetch(&m->xs, moe_index(c, next), m->sc.pred, n, m->pilot_real);
+    xs_prefetch(&m->xs, moe_index(c, next), sc->pred, n, m->pilot_real);
 }
 
-/* One forward over S ≤ max_s tokens at positions pos..pos+S-1. Writes the
- * logits of every row to out[S][vocab], or (out = NULL) of the last row to
- * sc->logits. Returns 0, or -1 with m->err set (expert read failure). */
-static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) {
+/* The forward pass on one thread of the team (see fwd_batch). */
+static void fwd_worker(void *arg, int tid, int nth) {
+    fwd_shared *sh = (fwd_shared *)arg;
+    coli_model *m = sh->m;
+    fwd_t f = {m, tid, nth};
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
-    int D = c->dim;
-    for (int s = 0; s < S; s++) qt_dequant_row(&m->embed, tok[s], sc->x + (size_t)s * D);
+    int D = c->dim, S = sh->S;
+    int64_t a, b;
+    fwd_share(&f, S, &a, &b);
+    for (int64_t s = a; s < b; s++) qt_dequant_row(&m->embed, sh->tok[s], sc->x + (size_t)s * D);
     for (int l = 0; l < c->n_layers; l++) {
         coli_layer *L = &m->L[l];
-        for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->in_norm, D, c->rms_eps);
-        fwd_attention(m, l, S, pos);
-        for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
-        tel_lap(&m->tel, TEL_ATTN);
+        fwd_rmsnorm_rows(&f, sc->a, sc->x, L->in_norm, S, D, c->rms_eps);
+        fwd_sync(&f);
+        fwd_attention(&f, l, S, sh->pos);
+        fwd_add_rows(&f, sc->x, sc->tmp, S, D);
+        if (tid == 0) tel_lap(&m->tel, TEL_ATTN);
         if (m->pilot && S <= 8) {
-            fwd_pilot(m, l, S);
-            tel_lap(&m->tel, TEL_ROUTER);
+            fwd_pilot(&f, l, S);
+            if (tid == 0) tel_lap(&m->tel, TEL_ROUTER);
         }
-        for (int s = 0; s < S; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)s * D, L->post_norm, D, c->rms_eps);
+        fwd_rmsnorm_rows(&f, sc->a, sc->x, L->post_norm, S, D, c->rms_eps);
+        fwd_sync(&f);
         if (c->moe[l]) {
-            if (fwd_moe(m, l, S)) return -1;
+            if (fwd_moe(&f, sh, l, S)) return;
         } else {
-            mlp(&m->mm, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
-            tel_lap(&m->tel, TEL_DENSE_MM);
+            fwd_mlp(&f, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+            if (tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
         }
-        for (size_t i = 0; i < (size_t)S * D; i++) sc->x[i] += sc->tmp[i];
+        fwd_add_rows(&f, sc->x, sc->tmp, S, D);
     }
-    int r0 = out ? 0 : S - 1, n = out ? S : 1;
-    for (int s = 0; s < n; s++) rmsnorm(sc->a + (size_t)s * D, sc->x + (size_t)(r0 + s) * D, m->final_norm, D, c->rms_eps);
-    mm_matmul(&m->mm, &m->lm_head, sc->a, n, out ? out : sc->logits);
-    tel_lap(&m->tel, TEL_DENSE_MM);
-    return 0;
+    int r0 = sh->out ? 0 : S - 1, n = sh->out ? S : 1;
+    fwd_sync(&f); /* the last row may belong to another thread's block */
+    fwd_rmsnorm_rows(&f, sc->a, sc->x + (size_t)r0 * D, m->final_norm, n, D, c->rms_eps);
+    fwd_sync(&f);
+    fwd_matmul(&f, &m->lm_head, sc->a, n, sh->out ? sh->out : sc->logits);
+    if (tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
+}
+
+/* One forward over S ≤ max_s tokens at positions pos..pos+S-1, on the
+ * model's team. Writes the logits of every row to out[S][vocab], or (out =
+ * NULL) of the last row to sc->logits. Returns 0, or -1 with m->err set
+ * (expert read failure). */
+static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) {
+    fwd_shared sh = {m, tok, S, pos, out, 0, -1, 0};
+    team_run(&m->team, fwd_worker, &sh);
+    return sh.rc;
 }
 
 /* Runs n tokens at positions pos.. in chunks of UBATCH. With all_out set,

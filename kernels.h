@@ -28,10 +28,11 @@
  * float within a bound. Bit-exactness relies on no FMA contraction of the
  * reference's a*b+c (-ffp-contract=off, the project default).
  *
- * Threads: mm_matmul runs an OpenMP team of its own when called outside a
- * parallel region; called by every thread of an enclosing team (same
- * arguments), it splits the work over that team instead and returns when y
- * is complete for all of them.
+ * Threads: mm_matmul runs an OpenMP team of its own. mm_matmul_team splits
+ * the work over a team the caller runs (the engine's, team.h): every
+ * thread calls it and it returns when y is complete for all of them.
+ * mm_matmul_slot runs on the calling thread alone with its own scratch
+ * slot, so the threads of a team can each multiply something different.
  *
  * Prefix: mm_. Must not: know about models, files or the environment. */
 #ifndef COLI_KERNELS_H
@@ -59,16 +60,20 @@ enum {
 
 typedef struct mm_kernels mm_kernels; /* one level's kernel table (kernels/impl.h) */
 
-/* A level, its arithmetic path and the scratch for activation quantization. */
+/* A level, its arithmetic path and the scratch for activation
+ * quantization: `slots` regions of max_rows rows each. */
 typedef struct {
-    int level, idot, max_rows;
+    int level, idot, max_rows, slots;
     int64_t max_cols;
     const mm_kernels *k;
-    int8_t *qx;  /* [max_rows][ldq] */
-    float *xs;   /* [max_rows]      */
-    int32_t *xg; /* [max_rows][ldg] */
+    int8_t *qx;  /* [slots][max_rows][ldq] */
+    float *xs;   /* [slots][max_rows]      */
+    int32_t *xg; /* [slots][max_rows][ldg] */
     int64_t ldq, ldg;
 } mm_ctx;
+
+/* A barrier of the caller's team (mm_matmul_team). */
+typedef void (*mm_sync_fn)(void *arg);
 
 /* Name of a level ("scalar", "avx2", "avxvnni", "avx512", "avx512vnni",
  * "neon", "neon-dotprod", "neon-i8mm"); "?" if out of range. */
@@ -84,10 +89,11 @@ int mm_best_level(void);
 
 /* Sets up c for one level (-1 = mm_best_level()), idot on/off, and calls of
  * at most max_rows activation rows of at most max_cols inputs (larger calls
- * still work: S is chunked, I beyond max_cols takes the float path). 0 ok,
- * -1 with err set (level unknown or not supported by this CPU, bad sizes,
- * out of memory). */
-int mm_init(mm_ctx *c, int level, int idot, int max_rows, int64_t max_cols, char *err, size_t n);
+ * still work: S is chunked, I beyond max_cols takes the float path), with
+ * `slots` scratch slots for mm_matmul_slot (≥ 1; slot 0 also serves
+ * mm_matmul and mm_matmul_team). 0 ok, -1 with err set (level unknown or
+ * not supported by this CPU, bad sizes, out of memory). */
+int mm_init(mm_ctx *c, int level, int idot, int max_rows, int64_t max_cols, int slots, char *err, size_t n);
 /* Frees c's scratch; c may then be re-initialised. */
 void mm_free(mm_ctx *c);
 
@@ -96,6 +102,16 @@ void mm_free(mm_ctx *c);
  * unrelated threads; no allocation. y[s][o] depends only on W row o and x
  * row s (not on S, other rows or the thread count). */
 void mm_matmul(mm_ctx *c, const qt_tensor *W, const float *x, int S, float *y);
+
+/* mm_matmul over the caller's team: thread tid of nth, every thread with
+ * the same arguments; sync(arg) is a barrier of the whole team. Returns
+ * when y is complete for every thread. Same results as mm_matmul. */
+void mm_matmul_team(mm_ctx *c, const qt_tensor *W, const float *x, int S, float *y, int tid, int nth, mm_sync_fn sync, void *arg);
+
+/* mm_matmul on the calling thread alone, with scratch slot `slot` (< the
+ * slots of mm_init): threads may run it concurrently on distinct slots.
+ * Same results as mm_matmul. */
+void mm_matmul_slot(mm_ctx *c, const qt_tensor *W, const float *x, int S, float *y, int slot);
 
 /* y[I] = Σ_o x[o]·deq(W[o,:]) (the transposed product, for absorbed MLA):
  * in increasing o, each step y + x[o]·deq, so bit-identical on every level;

@@ -24,26 +24,24 @@
 #include "quant.h"
 #include "st.h"
 #include "store.h"
+#include "team.h"
 #include "telemetry.h"
 #include "tier.h"
 
 #define GB 1e9
 
+/* Compute threads when THREADS is not given: OpenMP's choice
+ * (OMP_NUM_THREADS, else one per CPU), or one per online CPU without
+ * OpenMP. */
 static inline int coli_nthreads(void) {
 #ifdef _OPENMP
     return omp_get_max_threads();
 #else
-    return 1;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 #endif
 }
 
-static inline int coli_thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* ------------------------------------------------------------------ types */
 
@@ -74,13 +72,13 @@ typedef struct {
     float *logits;
     int *sel, *nsel;           /* [max_s][index_topk] chosen keys, count (-1 = all) */
     int *route_e, *rows;       /* [max_s][topk] chosen experts; row lists */
-    float *route_w, *route_tmp;
+    float *route_w;
     float *yk;                 /* [max_s][topk][dim] each routed expert's output rows */
-    float *hlat, *hout, *hkv;  /* attention: [heads][max_s][kv_lora] latents, [max_s][v_head], [ctx][nope + v_head] */
+    float *hlat, *hout, *hkv;  /* attention: [heads][max_s][kv_lora] latents, [threads][max_s][v_head], [ctx][nope + v_head] */
     int *uniq;                 /* [n_experts] distinct experts of a batch */
     uint8_t *used;             /* [n_experts] */
     float *cos, *sin;          /* [ctx][qk_rope/2] */
-    float **thr;               /* [threads] per-thread attention/indexer scratch */
+    float **thr;               /* [threads] per-thread scratch: attention, indexer, router */
     int *pred;                 /* [max_s][pilot_k] predicted experts (router lookahead) */
     void *block;
 } coli_scratch;
@@ -105,6 +103,7 @@ typedef struct {
     int mlock, numa;
     int weights_given;      /* COLI_DISK_WEIGHTS set */
     int simd, idot;         /* kernel level (-1 = best), integer dot products */
+    int threads;            /* compute threads (0 = coli_nthreads()) */
     int dense_bits, expert_bits, group_size; /* load-time quantization (0 = keep) */
 } coli_opts;
 
@@ -134,9 +133,11 @@ typedef struct {
     tel_stats tel;
     int absorb;                 /* -1 auto, 0 reconstruct, 1 absorbed */
     int ubatch;
+    int nth;                    /* compute threads: the team, scratch slots, staging buffers */
     int dense_bits, group_size; /* load-time quantization of float dense weights (0 = keep) */
     int any_int;                /* some weight is in an integer format */
     mm_ctx mm;                  /* matmul kernels (CPU level, IDOT) */
+    team team;                  /* the threads a forward pass runs on */
     int numa;                   /* interleave large resident allocations */
     model_mem mem;
     tier_plan plan;
@@ -492,8 +493,10 @@ static inline size_t scratch_layout(const coli_config *c, int max_s, int ctx, in
     size_t mi = (size_t)c->moe_inter * c->n_shared;
     if (mi < (size_t)c->inter) mi = (size_t)c->inter;
     if (mi < (size_t)c->moe_inter) mi = (size_t)c->moe_inter;
-    /* per thread: key scores (and a quickselect copy for the indexer) and an absorbed query */
-    size_t thr = 2 * (size_t)ctx + (size_t)c->kv_lora + 16;
+    /* per thread: key scores (and a quickselect copy for the indexer) and an
+     * absorbed query, or a router row's choice scores */
+    size_t thr = 2 * (size_t)ctx + (size_t)c->kv_lora + 16, rt = 2 * (size_t)c->n_experts + (size_t)c->n_group + 16;
+    if (thr < rt) thr = rt;
 #define F(field, n) MODEL_CARVE(s, field, float, (n), base, &off)
 #define I(field, n) MODEL_CARVE(s, field, int, (n), base, &off)
     F(x, S * c->dim); F(a, S * c->dim); F(qlat, S * c->q_lora); F(q, S * c->n_heads * c->qk_head);
@@ -502,8 +505,8 @@ static inline size_t scratch_layout(const coli_config *c, int max_s, int ctx, in
     F(qi, S * c->index_heads * c->index_dim); F(iw, S * c->index_heads); F(rlogit, S * c->n_experts);
     F(xs, S * c->dim); F(ys, S * c->dim); F(eg, S * c->moe_inter); F(eu, S * c->moe_inter); F(logits, c->vocab);
     I(sel, S * c->index_topk); I(nsel, S); I(route_e, S * c->topk); F(route_w, S * c->topk);
-    F(route_tmp, 2 * (size_t)c->n_experts + c->n_group); I(rows, S * c->topk); F(yk, S * c->topk * c->dim);
-    F(hlat, (size_t)c->n_heads * S * c->kv_lora); F(hout, S * c->v_head); F(hkv, (size_t)ctx * ((size_t)c->qk_nope + c->v_head));
+    I(rows, S * c->topk); F(yk, S * c->topk * c->dim);
+    F(hlat, (size_t)c->n_heads * S * c->kv_lora); F(hout, (size_t)nt * S * c->v_head); F(hkv, (size_t)ctx * ((size_t)c->qk_nope + c->v_head));
     I(uniq, c->n_experts); MODEL_CARVE(s, used, uint8_t, c->n_experts, base, &off);
     F(cos, (size_t)ctx * half); F(sin, (size_t)ctx * half); I(pred, S * (size_t)(pilot_k > 0 ? pilot_k : 1));
     MODEL_CARVE(s, thr, float *, nt, base, &off);
@@ -543,7 +546,7 @@ static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *me
     coli_scratch sc;
     memset(mem, 0, sizeof *mem);
     if (model_weights(m, 0, &mem->dense, NULL)) return -1;
-    int ctx = model_ctx(c, o), nt = coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
+    int ctx = model_ctx(c, o), nt = o->threads > 0 ? o->threads : coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
     mem->kv = kv_layout(c, ctx, &kv, NULL);
     mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt;
     return 0;
@@ -715,11 +718,11 @@ static inline uint64_t model_pin_want(const coli_model *m, const uint64_t *hist)
 static inline int model_alloc_state(coli_model *m, const coli_opts *o) {
     const coli_config *c = &m->c;
     int ctx = model_ctx(c, o);
-    size_t kb = kv_layout(c, ctx, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, coli_nthreads(), m->pilot_k, &m->sc, NULL);
+    size_t kb = kv_layout(c, ctx, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
     if (!(m->kv.block = model_resident(m, kb))) return model_fail(m, "out of memory for the KV cache (CTX=%d; lower CTX)", ctx);
     if (!(m->sc.block = model_resident(m, sb))) return model_fail(m, "out of memory for activations (UBATCH=%d)", o->ubatch);
     kv_layout(c, ctx, &m->kv, m->kv.block);
-    scratch_layout(c, o->ubatch, ctx, coli_nthreads(), m->pilot_k, &m->sc, m->sc.block);
+    scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, m->sc.block);
     m->kv.ctx = ctx;
     for (int l = 0, f = 0; l < c->n_layers; l++) m->kv.full_slot[l] = c->idx_full[l] ? f++ : -1;
     rope_tables(c, ctx, m->sc.cos, m->sc.sin);
@@ -748,20 +751,22 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
     m->dense_bits = o->dense_bits, m->group_size = o->group_size;
     m->absorb = o->absorb;
     m->ubatch = o->ubatch;
+    m->nth = o->threads > 0 ? o->threads : coli_nthreads();
     m->pilot = o->pilot || o->pilot_real;
     m->pilot_real = o->pilot_real;
     m->pilot_k = o->pilot_k > 0 ? (o->pilot_k < c->n_experts ? o->pilot_k : c->n_experts) : c->topk;
     if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers, sizeof(coli_layer)))) return model_fail(m, "out of memory");
     if (model_table(m)) return -1;
     xs_opts xo = {.direct = o->io.direct, .mmap = o->io.mmap, .numa = m->numa, .expert_bits = o->expert_bits,
-                  .group_size = o->group_size, .threads = coli_nthreads()};
+                  .group_size = o->group_size, .threads = m->nth};
     if (xs_init(&m->xs, &m->st, n_moe_layers(c), c->n_experts, &xo)) return model_fail(m, "%s", m->xs.err);
     if (model_locate_experts(m) || model_check_tensors(m) || model_measure(m, o, &m->mem) || model_plan(m, o, model_pin_want(m, hist))) return -1;
     int64_t cols = c->dim;
     int64_t dims[] = {c->q_lora, c->kv_lora, (int64_t)c->n_heads * c->v_head, c->inter, (int64_t)c->moe_inter * c->n_shared};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) cols = dims[i] > cols ? dims[i] : cols;
     char err[300];
-    if (mm_init(&m->mm, o->simd, o->idot, o->ubatch, cols, err, sizeof err)) return model_fail(m, "SIMD: %s", err);
+    if (mm_init(&m->mm, o->simd, o->idot, o->ubatch, cols, m->nth, err, sizeof err)) return model_fail(m, "SIMD: %s", err);
+    if (team_start(&m->team, m->nth)) fprintf(stderr, "colibri: could only start %d of %d compute threads\n", m->team.n, m->nth);
     uint64_t loaded;
     if (model_weights(m, 1, &loaded, NULL) || model_alloc_state(m, o) || model_io_open(m, o)) return -1;
     if (xs_open_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
@@ -777,6 +782,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
 }
 
 static inline void model_free(coli_model *m) {
+    team_stop(&m->team);
     model_weights_free(m);
     free(m->L);
     xs_free(&m->xs);

@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
     const int nall = omp_get_num_procs();
     char err[256];
     mm_ctx ci, cf;
-    if (mm_init(&ci, level, 1, 64, 16384, err, sizeof err) || mm_init(&cf, level, 0, 64, 16384, err, sizeof err)) {
+    if (mm_init(&ci, level, 1, 64, 16384, 1, err, sizeof err) || mm_init(&cf, level, 0, 64, 16384, 1, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }

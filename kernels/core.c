@@ -238,7 +238,7 @@ void mm_free(mm_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-int mm_init(mm_ctx *c, int level, int idot, int max_rows, int64_t max_cols, char *err, size_t n) {
+int mm_init(mm_ctx *c, int level, int idot, int max_rows, int64_t max_cols, int slots, char *err, size_t n) {
     memset(c, 0, sizeof *c);
     if (level < 0) level = mm_best_level();
     if (level >= MM_NLEVELS) {
@@ -249,43 +249,42 @@ int mm_init(mm_ctx *c, int level, int idot, int max_rows, int64_t max_cols, char
         snprintf(err, n, "kernel level %s is not supported here (needs %s)", mm_level_name(level), mm_level_needs(level));
         return -1;
     }
-    if (max_rows < 1 || max_cols < 1) {
-        snprintf(err, n, "bad kernel scratch size: %d rows of %lld columns", max_rows, (long long)max_cols);
+    if (max_rows < 1 || max_cols < 1 || slots < 1) {
+        snprintf(err, n, "bad kernel scratch size: %d slots of %d rows of %lld columns", slots, max_rows, (long long)max_cols);
         return -1;
     }
     c->level = level;
     c->idot = idot != 0;
     c->k = mm_kernels_of(level);
     c->max_rows = max_rows;
+    c->slots = slots;
     c->max_cols = max_cols < MM_IDOT_MAX_I ? max_cols : MM_IDOT_MAX_I;
     if (!c->idot) return 0;
     c->ldq = (c->max_cols + 255) / 256 * 256;
     c->ldg = ((c->max_cols + 15) / 16 + 15) / 16 * 16;
-    c->qx = (int8_t *)aligned_alloc(64, (size_t)max_rows * (size_t)c->ldq);
-    c->xs = (float *)malloc((size_t)max_rows * sizeof(float));
-    c->xg = (int32_t *)aligned_alloc(64, (size_t)max_rows * (size_t)c->ldg * 4);
+    size_t rows = (size_t)max_rows * (size_t)slots;
+    c->qx = (int8_t *)aligned_alloc(64, rows * (size_t)c->ldq);
+    c->xs = (float *)malloc(rows * sizeof(float));
+    c->xg = (int32_t *)aligned_alloc(64, rows * (size_t)c->ldg * 4);
     if (!c->qx || !c->xs || !c->xg) {
         mm_free(c);
-        snprintf(err, n, "out of memory for kernel scratch (%d rows of %lld columns)", max_rows, (long long)max_cols);
+        snprintf(err, n, "out of memory for kernel scratch (%d slots of %d rows of %lld columns)", slots, max_rows, (long long)max_cols);
         return -1;
     }
     return 0;
 }
 
-/* One thread's share of mm_matmul: quantize its activation rows (integer
- * path), wait for the team, compute its contiguous block of output rows
- * (even-sized, so i8mm's row pairs never straddle two threads). */
-static void mm_matmul_part(const mm_ctx *c, const mm_args *a, int use_i, int tid, int nth) {
+/* One thread's share of a matmul: quantize its activation rows (integer
+ * path), meet the team (sync, when nth > 1), compute its contiguous block
+ * of output rows (even-sized, so i8mm's row pairs never straddle two
+ * threads). */
+static void mm_part(const mm_ctx *c, const mm_args *a, int use_i, int tid, int nth, mm_sync_fn sync, void *arg) {
     const qt_tensor *W = a->W;
     if (use_i) {
         for (int s = tid; s < a->S; s += nth)
-            mm_act_quant(a->x + (size_t)s * (size_t)W->I, W->I, W->fmt, W->gs, c->k->vb, c->qx + (size_t)s * (size_t)c->ldq, c->xs + s,
-                         c->xg + (size_t)s * (size_t)c->ldg);
-#ifdef _OPENMP
-        if (nth > 1) {
-#pragma omp barrier
-        }
-#endif
+            mm_act_quant(a->x + (size_t)s * (size_t)W->I, W->I, W->fmt, W->gs, c->k->vb, (int8_t *)a->qx + (size_t)s * (size_t)a->ldq,
+                         (float *)a->xs + s, (int32_t *)a->xg + (size_t)s * (size_t)a->ldg);
+        if (nth > 1) sync(arg);
     }
     int64_t per = (W->O + nth - 1) / nth;
     per += per & 1;
@@ -297,26 +296,58 @@ static void mm_matmul_part(const mm_ctx *c, const mm_args *a, int use_i, int tid
  * more than it saves. */
 #define MM_PAR_MIN 131072.0
 
+/* The argument block of rows [s0, s0 + n) with scratch slot `slot`. */
+static mm_args mm_args_of(const mm_ctx *c, const qt_tensor *W, const float *x, int s0, int n, float *y, int slot) {
+    const size_t base = (size_t)slot * (size_t)c->max_rows;
+    mm_args a = {W, x + (size_t)s0 * (size_t)W->I, y + (size_t)s0 * (size_t)W->O, n, c->qx ? c->qx + base * (size_t)c->ldq : NULL,
+                 c->xs ? c->xs + base : NULL, c->xg ? c->xg + base * (size_t)c->ldg : NULL, c->ldq, c->ldg};
+    return a;
+}
+
+static int mm_use_i(const mm_ctx *c, const qt_tensor *W) { return c->idot && W->fmt != QT_F32 && W->I <= c->max_cols; }
+static int mm_par(const qt_tensor *W, int n) { return (double)W->O * (double)W->I * n > MM_PAR_MIN && W->O > 1; }
+
+#ifdef _OPENMP
+static void mm_omp_barrier(void *arg) {
+    (void)arg;
+#pragma omp barrier
+}
+#endif
+
 void mm_matmul(mm_ctx *c, const qt_tensor *W, const float *x, int S, float *y) {
     if (S <= 0 || W->O <= 0) return;
-    const int use_i = c->idot && W->fmt != QT_F32 && W->I <= c->max_cols;
-    const int chunk = use_i ? c->max_rows : S;
+    const int use_i = mm_use_i(c, W), chunk = use_i ? c->max_rows : S;
     for (int s0 = 0; s0 < S; s0 += chunk) {
         const int n = S - s0 < chunk ? S - s0 : chunk;
-        const mm_args a = {W, x + (size_t)s0 * (size_t)W->I, y + (size_t)s0 * (size_t)W->O, n, c->qx, c->xs, c->xg, c->ldq, c->ldg};
+        const mm_args a = mm_args_of(c, W, x, s0, n, y, 0);
 #ifdef _OPENMP
-        const int par = (double)W->O * (double)W->I * n > MM_PAR_MIN && W->O > 1;
-        if (omp_in_parallel()) { /* every thread of the caller's team is here */
-            if (par) mm_matmul_part(c, &a, use_i, omp_get_thread_num(), omp_get_num_threads());
-            else if (omp_get_thread_num() == 0) mm_matmul_part(c, &a, use_i, 0, 1);
-#pragma omp barrier
-            continue;
-        }
-#pragma omp parallel if (par)
-        mm_matmul_part(c, &a, use_i, omp_get_thread_num(), omp_get_num_threads());
+#pragma omp parallel if (mm_par(W, n))
+        mm_part(c, &a, use_i, omp_get_thread_num(), omp_get_num_threads(), mm_omp_barrier, NULL);
 #else
-        mm_matmul_part(c, &a, use_i, 0, 1);
+        mm_part(c, &a, use_i, 0, 1, NULL, NULL);
 #endif
+    }
+}
+
+void mm_matmul_team(mm_ctx *c, const qt_tensor *W, const float *x, int S, float *y, int tid, int nth, mm_sync_fn sync, void *arg) {
+    if (S <= 0 || W->O <= 0) return;
+    const int use_i = mm_use_i(c, W), chunk = use_i ? c->max_rows : S;
+    for (int s0 = 0; s0 < S; s0 += chunk) {
+        const int n = S - s0 < chunk ? S - s0 : chunk;
+        const mm_args a = mm_args_of(c, W, x, s0, n, y, 0);
+        if (nth > 1 && mm_par(W, n)) mm_part(c, &a, use_i, tid, nth, sync, arg);
+        else if (tid == 0) mm_part(c, &a, use_i, 0, 1, NULL, NULL);
+        if (nth > 1) sync(arg);
+    }
+}
+
+void mm_matmul_slot(mm_ctx *c, const qt_tensor *W, const float *x, int S, float *y, int slot) {
+    if (S <= 0 || W->O <= 0) return;
+    const int use_i = mm_use_i(c, W), chunk = use_i ? c->max_rows : S;
+    for (int s0 = 0; s0 < S; s0 += chunk) {
+        const int n = S - s0 < chunk ? S - s0 : chunk;
+        const mm_args a = mm_args_of(c, W, x, s0, n, y, slot);
+        mm_part(c, &a, use_i, 0, 1, NULL, NULL);
     }
 }
 

@@ -80,7 +80,7 @@ def run_part(p):
 def parts_for(build, sanitize, tsan):
     colibri = {"COLIBRI": os.path.join(build, "colibri")}
     if tsan:
-        out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in ("test_io", "test_store", "test_engine")]
+        out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in ("test_team", "test_io", "test_store", "test_engine")]
         out.append(Part("tests/test_cli.py (threaded paths)", [sys.executable, "tests/test_cli.py", "-v", "Tiers.test_invariance_matrix", "IOFaults"],
                         colibri))
         return out

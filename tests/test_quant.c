@@ -7,6 +7,7 @@
  * are random packed bytes (every code, pad nibbles included) as well as
  * quantizer output. Levels this CPU lacks are skipped with a message. */
 #include "kernels.h"
+#include "team.h"
 #include "tests/check.h"
 
 #ifdef _OPENMP
@@ -335,6 +336,50 @@ static void check_shape(mm_ctx *lv, mm_ctx *lvf, mm_ctx *ref, const shape *sh, i
     free_tensor(&m);
 }
 
+/* mm_matmul_team over a thread team, and mm_matmul_slot on each thread's
+ * own slot, give mm_matmul's bits. */
+typedef struct {
+    team *t;
+    mm_ctx *c;
+    const qt_tensor *W;
+    const float *x;
+    float *y, *ys[4];
+    int S;
+} team_job;
+
+static void team_sync_cb(void *arg) { team_sync((team *)arg); }
+
+static void team_matmul(void *arg, int tid, int n) {
+    team_job *j = (team_job *)arg;
+    mm_matmul_team(j->c, j->W, j->x, j->S, j->y, tid, n, team_sync_cb, j->t);
+    mm_matmul_slot(j->c, j->W, j->x, j->S, j->ys[tid], tid); /* each thread the whole product, concurrently */
+}
+
+static void check_team(int level, int idot) {
+    char err[256];
+    owned m = make_tensor(QT_I4G, 301, 700, 64, 1);
+    const int S = 11;
+    float *x = randvec(S * 700), *y = malloc(S * 301 * 4), *yt = malloc(S * 301 * 4), *ys[4];
+    for (int i = 0; i < 4; i++) ys[i] = malloc(S * 301 * 4);
+    for (int nth = 1; nth <= 3; nth++) {
+        mm_ctx c;
+        CHECK(mm_init(&c, level, idot, 4, 4096, nth, err, sizeof err) == 0); /* 4 rows: S is chunked */
+        mm_matmul(&c, &m.t, x, S, y);
+        team t;
+        CHECK(team_start(&t, nth) == 0);
+        team_job j = {&t, &c, &m.t, x, yt, {ys[0], ys[1], ys[2], ys[3]}, S};
+        poison(yt, S * 301);
+        team_run(&t, team_matmul, &j);
+        CHECK(!memcmp(y, yt, S * 301 * 4));
+        for (int i = 0; i < nth; i++) CHECK(!memcmp(y, ys[i], S * 301 * 4));
+        team_stop(&t);
+        mm_free(&c);
+    }
+    free(x), free(y), free(yt);
+    for (int i = 0; i < 4; i++) free(ys[i]);
+    free_tensor(&m);
+}
+
 /* Row slices, thread counts, chunked S, oversized I and non-finite rows. */
 static void check_misc(mm_ctx *lv, mm_ctx *lvf) {
     owned m = make_tensor(QT_I4G, 37, 300, 64, 1);
@@ -381,9 +426,9 @@ static void check_misc(mm_ctx *lv, mm_ctx *lvf) {
 static void check_limits(int level) {
     char err[256];
     mm_ctx small, big, fl;
-    CHECK(mm_init(&small, level, 1, 3, 64, err, sizeof err) == 0);
-    CHECK(mm_init(&big, level, 1, 64, 4096, err, sizeof err) == 0);
-    CHECK(mm_init(&fl, level, 0, 1, 1, err, sizeof err) == 0);
+    CHECK(mm_init(&small, level, 1, 3, 64, 1, err, sizeof err) == 0);
+    CHECK(mm_init(&big, level, 1, 64, 4096, 1, err, sizeof err) == 0);
+    CHECK(mm_init(&fl, level, 0, 1, 1, 1, err, sizeof err) == 0);
     owned m = make_tensor(QT_I8, 5, 60, 0, 1);
     float *x = randvec(10 * 200), *y = malloc(10 * 5 * 4), *yb = malloc(10 * 5 * 4);
     mm_matmul(&small, &m.t, x, 10, y);
@@ -404,15 +449,15 @@ static void check_limits(int level) {
 static void test_levels(void) {
     char err[256];
     mm_ctx ref, reff;
-    CHECK(mm_init(&ref, MM_SCALAR, 1, 64, 8192, err, sizeof err) == 0);
-    CHECK(mm_init(&reff, MM_SCALAR, 0, 64, 8192, err, sizeof err) == 0);
+    CHECK(mm_init(&ref, MM_SCALAR, 1, 64, 8192, 1, err, sizeof err) == 0);
+    CHECK(mm_init(&reff, MM_SCALAR, 0, 64, 8192, 1, err, sizeof err) == 0);
     CHECK(mm_level_parse("avx512vnni") == MM_AVX512VNNI && mm_level_parse("neon-i8mm") == MM_NEON_I8MM && mm_level_parse("sse9") == -1);
     for (int l = 0; l < MM_NLEVELS; l++) CHECK(mm_level_parse(mm_level_name(l)) == l);
     CHECK(mm_level_ok(mm_best_level()));
     mm_ctx bad;
-    CHECK(mm_init(&bad, MM_NLEVELS, 1, 1, 1, err, sizeof err) == -1);
+    CHECK(mm_init(&bad, MM_NLEVELS, 1, 1, 1, 1, err, sizeof err) == -1);
     CHECK_HAS(err, "unknown");
-    CHECK(mm_init(&bad, MM_SCALAR, 1, 0, 1, err, sizeof err) == -1);
+    CHECK(mm_init(&bad, MM_SCALAR, 1, 0, 1, 1, err, sizeof err) == -1);
     printf("best level here: %s\n", mm_level_name(mm_best_level()));
 
     static const shape shapes[] = {
@@ -429,13 +474,13 @@ static void test_levels(void) {
     for (int l = 0; l < MM_NLEVELS; l++) {
         mm_ctx lv, lvf;
         if (!mm_level_ok(l)) {
-            CHECK(mm_init(&lv, l, 1, 8, 64, err, sizeof err) == -1);
+            CHECK(mm_init(&lv, l, 1, 8, 64, 1, err, sizeof err) == -1);
             CHECK_HAS(err, mm_level_name(l));
             SKIP(mm_level_name(l), "kernel level not supported by this CPU");
             continue;
         }
-        CHECK(mm_init(&lv, l, 1, 64, 8192, err, sizeof err) == 0);
-        CHECK(mm_init(&lvf, l, 0, 64, 8192, err, sizeof err) == 0);
+        CHECK(mm_init(&lv, l, 1, 64, 8192, 1, err, sizeof err) == 0);
+        CHECK(mm_init(&lvf, l, 0, 64, 8192, 1, err, sizeof err) == 0);
         int before = check_failures;
         for (int k = 0; k < nsh; k++) {
             int Ss[2] = {Sall[k % 6], 33};
@@ -448,6 +493,8 @@ static void test_levels(void) {
         for (int k = 0; k < 4; k++) check_shape(&lv, &lvf, &ref, &mid[k], 1, Sall, 6);
         check_misc(&lv, &lvf);
         check_limits(l);
+        check_team(l, 1);
+        check_team(l, 0);
         printf("level %-12s %s\n", mm_level_name(l), check_failures == before ? "ok (integer bit-exact, float within bound)" : "FAILED");
         levels_tested++;
         mm_free(&lv);

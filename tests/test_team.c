@@ -1,0 +1,70 @@
+/* test_team.c — the thread team: every thread runs each function once,
+ * barriers order memory (what one thread wrote before a barrier every
+ * thread reads after it), across thousands of phases, with threads that
+ * arrive late enough for the others to fall asleep, with sleeps between
+ * runs, and with more threads than CPUs. Also run under ThreadSanitizer. */
+#include "team.h"
+
+#include "check.h"
+
+#include <stdio.h>
+
+enum { PHASES = 4000 };
+
+typedef struct {
+    team *t;
+    int phases;
+    long a[64];          /* a[tid]: what thread tid wrote this phase */
+    atomic_int runs[64]; /* calls per thread */
+    atomic_int bad;
+    int slow_every;      /* a thread sleeps 1 ms before some barriers (others go to sleep) */
+} job;
+
+static void phases(void *arg, int tid, int n) {
+    job *j = (job *)arg;
+    atomic_fetch_add(&j->runs[tid], 1);
+    for (int p = 0; p < j->phases; p++) {
+        j->a[tid] = (long)p * 1000 + tid;
+        if (j->slow_every && p % j->slow_every == 0 && tid == p % n) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        team_sync(j->t);
+        for (int k = 0; k < n; k++)
+            if (j->a[k] != (long)p * 1000 + k) atomic_fetch_add(&j->bad, 1);
+        team_sync(j->t);
+    }
+}
+
+static void run_team(int n, int nphases, int slow_every, int runs, int pause_us) {
+    team t;
+    CHECK(team_start(&t, n) == 0);
+    CHECK(t.n == n);
+    job j;
+    memset(&j, 0, sizeof j);
+    j.t = &t, j.phases = nphases, j.slow_every = slow_every;
+    for (int r = 0; r < runs; r++) {
+        team_run(&t, phases, &j);
+        if (pause_us) {
+            struct timespec ts = {0, pause_us * 1000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    CHECK(atomic_load(&j.bad) == 0);
+    for (int i = 0; i < n; i++) CHECK(atomic_load(&j.runs[i]) == runs);
+    team_stop(&t);
+    printf("team of %d: %d runs x %d phases%s%s ok\n", n, runs, nphases, slow_every ? ", late arrivals" : "", pause_us ? ", sleeps between runs" : "");
+}
+
+int main(void) {
+    run_team(1, 100, 0, 3, 0);
+    run_team(2, PHASES, 0, 5, 0);
+    run_team(3, PHASES, 0, 3, 0);
+    run_team(2, 20, 4, 3, 0);         /* the others sleep at the barrier */
+    run_team(4, 200, 0, 20, 2000);    /* workers sleep between runs */
+    run_team(8, 500, 50, 3, 500);     /* more threads than CPUs here */
+    team t;
+    CHECK(team_start(&t, 0) == 0 && t.n == 1); /* clamped */
+    team_stop(&t);
+    return check_report("test_team");
+}
