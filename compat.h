@@ -158,7 +158,8 @@ static inline int compat_write_atomic(const char *path, const void *data, size_t
     char *tmp = (char *)malloc(pl + 32);
     if (!tmp) { errno = ENOMEM; return -1; }
     snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    unlink(tmp); /* a dead writer's, or anything else squatting the name: never written through */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) { int e = errno; free(tmp); errno = e; return -1; }
     if (compat_write_full(fd, data, len) || fsync(fd)) {
         int e = errno;

@@ -563,7 +563,8 @@ static inline int st_writer_begin(st_writer *w, const char *path, const char *co
     w->tmp = (char *)malloc(pl + 8);
     if (!w->path || !w->tmp) { free(h); return st_err_(err, errlen, "out of memory"); }
     snprintf(w->tmp, pl + 8, "%s.tmp", path);
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    unlink(w->tmp); /* a stale temporary, or a FIFO or link under its name: never written through */
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (w->fd < 0) { free(h); return st_err_(err, errlen, "%s: %s", w->tmp, strerror(errno)); }
     uint8_t lb[8];
     for (int i = 0; i < 8; i++) lb[i] = (uint8_t)((uint64_t)len >> (8 * i));

@@ -10,12 +10,18 @@ COLIBRI=build/test/colibri); run from the repository root.
 - Resume: finished shards are skipped, a deleted one is rewritten byte for
   byte; changed bits or group size are refused by name; a failed shard
   leaves nothing under its name; the lock keeps a second converter out.
+  Every finished shard's cvh1 checksum (cvh1() below, the reference) is in
+  the manifest and a rerun reads each back: one flipped bit gets the shard
+  rewritten, as do shards an older manifest lists without a checksum.
 - FP8: a tiny GLM-5-shaped model written as FP8 e4m3 with 128x128 block
   scales (edge codes included, matrices crossing block edges in both dims)
   converts exactly (F32 output = e4m3 value x block scale, bit for bit) and,
   at int8, agrees with its bf16 twin within the bound derived in
   FP8.test_int8_matches_bf16_twin.
-- Hostile input and bad flags are refused with exit 2, naming the culprit.
+- Hostile input and bad flags are refused with exit 2, naming the culprit:
+  a flag's message names the value given and the values accepted; a flag
+  given twice is refused; a FIFO (or symbolic link) among the inputs or
+  under a name written in DST is refused by name without hanging.
 """
 import array
 import bisect
@@ -100,6 +106,37 @@ def dequant(c, name, rows):
 def slurp(path):
     with open(path, "rb") as f:
         return f.read()
+
+
+M64 = (1 << 64) - 1
+K1, K2, K3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
+
+
+def cvh1(data):
+    """Reference of the converter's shard checksum (tools/convert.c, cvh1):
+    eight lanes over little-endian 8-byte words, each word xored in,
+    multiplied and xorshifted; then length, lanes and tail folded in one
+    chain, and a finalizer."""
+    def mix(a, w):
+        a = (a ^ w) * K1 & M64
+        return a ^ (a >> 29)
+    v = [(i + 1) * K3 & M64 for i in range(8)]
+    nb = len(data) // 64
+    words = struct.unpack_from("<%dQ" % (8 * nb), data)
+    for b in range(nb):
+        for i in range(8):
+            v[i] = mix(v[i], words[8 * b + i])
+    x = len(data)
+    for i in range(8):
+        x = mix(x, v[i])
+    tail = data[64 * nb:]
+    for k in range(0, len(tail), 8):
+        x = mix(x, struct.unpack("<Q", tail[k:k + 8].ljust(8, b"\0"))[0])
+    x ^= x >> 33
+    x = x * K2 & M64
+    x ^= x >> 29
+    x = x * K3 & M64
+    return x ^ (x >> 32)
 
 
 def mtimes(d):
@@ -208,9 +245,9 @@ class Resume(unittest.TestCase):
             if f != "out-00002.safetensors":
                 self.assertEqual(m0[f], m1[f], f)
         self.assertEqual(slurp(os.path.join(self.dst, "out-00002.safetensors")), first["out-00002.safetensors"])
-        for flag, want in (("--down-bits", "down bits"), ("--group-size", "group size")):
-            val = "8" if flag == "--down-bits" else "16"
-            rc, err = convert(TINY, self.dst, *(self.FLAGS + [flag, val]))
+        for flags, flag, want in ((self.FLAGS + ["--down-bits", "8"], "--down-bits", "down bits"),
+                                  (self.FLAGS[:-1] + ["16"], "--group-size", "group size")):
+            rc, err = convert(TINY, self.dst, *flags)
             self.assertEqual(rc, 2, err)
             self.assertIn(want, err)
             self.assertIn(flag, err)
@@ -259,6 +296,71 @@ class Resume(unittest.TestCase):
         rc, err = convert(src, self.dst, *self.FLAGS)
         self.assertEqual(rc, 0, err)
         self.assertEqual(err.count("finished before, skipped"), 3, err)
+
+    def test_manifest_checksums(self):
+        """Each finished shard is recorded with the cvh1 checksum of its
+        bytes, whatever the write pattern (one batch or 4 kB streams)."""
+        for mb in ("64", "0.004"):
+            d = os.path.join(self.tmp, "ck" + mb)
+            rc, err = convert(TINY, d, "--chunk-mb", mb, *self.FLAGS)
+            self.assertEqual(rc, 0, err)
+            man = load_json(os.path.join(d, "colibri-convert.json"))
+            self.assertEqual(len(man["shards"]), 5)
+            for s in man["shards"]:
+                data = slurp(os.path.join(d, s["file"]))
+                self.assertEqual(s["checksum"], "cvh1:%016x" % cvh1(data), (mb, s["file"]))
+
+    def test_changed_shard_rewritten(self):
+        """A finished shard with one flipped bit (same size) is found by its
+        checksum and rewritten; the matching ones are only read."""
+        rc, err = convert(TINY, self.dst, *self.FLAGS)
+        self.assertEqual(rc, 0, err)
+        shard = os.path.join(self.dst, "out-00002.safetensors")
+        good = slurp(shard)
+        for off in (len(good) // 2, 3):  # in the data, and in the header's length word
+            with open(shard, "r+b") as f:
+                f.seek(off)
+                f.write(bytes([good[off] ^ 0x10]))
+            self.assertEqual(os.path.getsize(shard), len(good))
+            m0 = mtimes(self.dst)
+            rc, err = convert(TINY, self.dst, *self.FLAGS)
+            self.assertEqual(rc, 0, err)
+            self.assertRegex(err, r"out-00002.safetensors: content differs from the checksum recorded when it was written .*"
+                                  r"converting it again")
+            self.assertIn("read back 5 finished shard(s)", err)
+            self.assertEqual(err.count("finished before, skipped"), 4, err)
+            self.assertEqual(slurp(shard), good)
+            m1 = mtimes(self.dst)
+            for f in m0:
+                if f != "out-00002.safetensors":
+                    self.assertEqual(m0[f], m1[f], f)
+        rc, err = convert(TINY, self.dst, *self.FLAGS)  # all verified: nothing rewritten
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(err.count("finished before, skipped"), 5, err)
+        self.assertEqual(mtimes(self.dst), m1)
+
+    def test_old_manifest_without_checksums(self):
+        """Shards an older converter's manifest lists without checksums
+        cannot be verified: rewritten (same bytes), saying why, and the
+        manifest then carries their checksums."""
+        rc, err = convert(TINY, self.dst, *self.FLAGS)
+        self.assertEqual(rc, 0, err)
+        first = {f: slurp(os.path.join(self.dst, f)) for f in mtimes(self.dst)}
+        mp = os.path.join(self.dst, "colibri-convert.json")
+        man = load_json(mp)
+        for s in man["shards"]:
+            del s["checksum"]
+        man["shards"][1]["checksum"] = "md5:0123"  # unknown algorithm: unverifiable too
+        with open(mp, "w") as f:
+            json.dump(man, f)
+        rc, err = convert(TINY, self.dst, *self.FLAGS)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("lists 4 finished shard(s) without a content checksum", err)
+        self.assertIn("out-00001.safetensors: recorded checksum is not cvh1:<16 hex digits>", err)
+        self.assertEqual(err.count("converted ["), 5, err)
+        self.assertEqual({f: slurp(os.path.join(self.dst, f)) for f in mtimes(self.dst)}, first)
+        for s in load_json(mp)["shards"]:
+            self.assertEqual(s["checksum"], "cvh1:%016x" % cvh1(first[s["file"]]))
 
     def test_stale_temporaries_removed(self):
         rc, err = convert(TINY, self.dst, *self.FLAGS)
@@ -598,7 +700,7 @@ class Refusals(unittest.TestCase):
         self.refused("--group-size 512", flags=f + ("--group-size", "512"))
         self.refused("--threads -1", flags=f + ("--threads", "-1"))
         self.refused("--chunk-mb 0", flags=f + ("--chunk-mb", "0"))
-        self.refused("--mtp-bits (missing)", flags=f + ("--mtp-bits",))
+        self.refused("--mtp-bits: value missing (expected one of 2, 4, 8, 16, 32)", flags=f + ("--mtp-bits",))
         self.refused("unknown option '--bits'", flags=f + ("--bits", "4"))
         self.refused("--dense-bits is required", flags=("--expert-bits", "8"))
         self.refused("--gate-bits 16 with --up-bits 4", flags=("--expert-bits", "4", "--dense-bits", "8", "--gate-bits", "16"))
@@ -608,6 +710,47 @@ class Refusals(unittest.TestCase):
         for flag in ("--expert-bits", "--dense-bits", "--group-size", "--gate-bits", "--up-bits", "--down-bits", "--mtp-bits", "--threads",
                      "--chunk-mb"):
             self.assertIn(flag, p.stdout.decode())
+
+    def test_flag_values_named(self):
+        """Every flag given a non-number, a number out of range or a
+        hostile string: the message names the flag, the value and what it
+        accepts."""
+        f = ("--expert-bits", "8", "--dense-bits", "8")
+        bits = "expected one of 2, 4, 8, 16, 32"
+        accepts = {"--group-size": "expected 0 or a multiple of 16 from 16 to 256",
+                   "--threads": "expected an integer from 0 (one per CPU) to 4096",
+                   "--chunk-mb": "expected a number of MB from 0.001 to 65536"}
+        for flag in ("--expert-bits", "--dense-bits", "--gate-bits", "--up-bits", "--down-bits", "--mtp-bits", "--group-size",
+                     "--threads", "--chunk-mb"):
+            want = accepts.get(flag, bits)
+            base = () if flag in ("--expert-bits", "--dense-bits") else f
+            other = ("--dense-bits", "8") if flag == "--expert-bits" else ("--expert-bits", "8") if flag == "--dense-bits" else ()
+            for v in ("abc", "99999999999999999999", "-4", "+8", "0x10", "1e3", "nan", " 8"):
+                err = self.refused(flags=base + other + (flag, v))
+                shown = "' 8'" if v == " 8" else v
+                self.assertIn("%s %s: %s" % (flag, shown, want), err)
+                self.assertEqual(err.count("\n"), 1, err)
+            err = self.refused(flags=base + other + (flag,))
+            self.assertIn("%s: value missing (%s)" % (flag, want), err)
+            err = self.refused(flags=base + (flag, "--threads", "2") + other)
+            self.assertIn("%s: value missing before --threads (%s)" % (flag, want), err)
+        err = self.refused(flags=f + ("--threads", "x\x1b[2J" + "9" * 60))
+        self.assertIn("--threads 'x?[2J" + "9" * 35 + "...': expected an integer", err)
+        self.assertNotIn("\x1b", err)
+        self.refused("--expert-bits 64: " + bits, flags=("--expert-bits", "64", "--dense-bits", "8"))
+        self.refused("--group-size 272: " + accepts["--group-size"], flags=f + ("--group-size", "272"))
+        self.refused("--threads 4097: " + accepts["--threads"], flags=f + ("--threads", "4097"))
+        self.refused("--chunk-mb 65537: " + accepts["--chunk-mb"], flags=f + ("--chunk-mb", "65537"))
+
+    def test_repeated_flags(self):
+        """A flag given twice is refused by name, whatever the values."""
+        f = ("--expert-bits", "8", "--dense-bits", "8")
+        self.refused("--expert-bits given twice (4, then 8)", flags=("--expert-bits", "4", "--dense-bits", "8", "--expert-bits", "8"))
+        for flag, v in (("--dense-bits", "8"), ("--gate-bits", "8"), ("--up-bits", "8"), ("--down-bits", "8"), ("--mtp-bits", "8"),
+                        ("--group-size", "0"), ("--threads", "1"), ("--chunk-mb", "64")):
+            self.refused("%s given twice (%s, then %s)" % (flag, v, v), flags=f + (flag, v, flag, v) if flag != "--dense-bits"
+                         else ("--expert-bits", "8", flag, v, flag, v))
+        self.refused("--mtp-bits given twice (8, then (missing))", flags=f + ("--mtp-bits", "8", "--mtp-bits"))
 
     def test_config(self):
         cfg_path = os.path.join(self.src, "config.json")
@@ -654,6 +797,64 @@ class Refusals(unittest.TestCase):
 
     def test_same_directory(self):
         self.refused("is SRC", dst=self.src)
+
+    def no_hang(self, *needles, dst=None, flags=("--expert-bits", "8", "--dense-bits", "8")):
+        """Runs the converter with a timeout: a FIFO must be refused by name
+        (exit 2), never opened and waited on."""
+        try:
+            rc, err = convert(self.src, dst or self.dst, *flags, timeout=30)
+        except subprocess.TimeoutExpired:
+            self.fail("colibri-convert hung (a FIFO opened and waited on?): %s" % (needles,))
+        self.assertEqual(rc, 2, err)
+        for n in needles:
+            self.assertIn(n, err)
+        return err
+
+    def test_fifo_inputs_refused(self):
+        """config.json, a source shard, the index json and the copied
+        metadata files as FIFOs: refused by name, before any shard is written."""
+        for name in ("config.json", "extra.safetensors", "model.safetensors.index.json", "tokenizer.json",
+                     "generation_config.json", "tokenizer_config.json"):
+            path = os.path.join(self.src, name)
+            keep = path + ".keep"
+            if os.path.exists(path):
+                os.rename(path, keep)
+            os.mkfifo(path)
+            self.no_hang(path + ": not a regular file")
+            self.assertFalse(os.path.isdir(self.dst) and [f for f in os.listdir(self.dst) if f.endswith(".safetensors")], name)
+            os.remove(path)
+            if os.path.exists(keep):
+                os.rename(keep, path)
+
+    def test_fifo_in_dst_refused(self):
+        """A FIFO, symbolic link or directory under any name the converter
+        writes or reads in DST (shards and their temporaries, the manifest,
+        the lock, the metadata files and their temporaries, the index json)
+        is refused by name; nothing is written through a link."""
+        flags = ("--expert-bits", "8", "--dense-bits", "8")
+        outside = os.path.join(self.tmp, "outside")
+        with open(outside, "wb") as f:
+            f.write(b"untouched")
+        names = ("out-00001.safetensors", "out-00001.safetensors.tmp", "colibri-convert.json", "colibri-convert.json.tmp.7",
+                 ".colibri-convert.lock", "config.json", "config.json.tmp.99", "tokenizer.json", "model.safetensors.index.json")
+        for name in names:
+            for kind in ("fifo", "symlink", "dir"):
+                shutil.rmtree(self.dst, ignore_errors=True)
+                os.mkdir(self.dst)
+                path = os.path.join(self.dst, name)
+                {"fifo": os.mkfifo, "dir": os.mkdir, "symlink": lambda p: os.symlink(outside, p)}[kind](path)
+                what = {"fifo": "a FIFO", "symlink": "a symbolic link", "dir": "a directory"}[kind]
+                self.no_hang(path, what, dst=self.dst, flags=flags)
+                self.assertFalse([f for f in os.listdir(self.dst) if f.endswith(".safetensors") and f != name], (name, kind))
+                self.assertEqual(slurp(outside), b"untouched")
+        # a finished conversion whose shard became a FIFO: refused on the rerun
+        shutil.rmtree(self.dst)
+        rc, err = convert(self.src, self.dst, *flags)
+        self.assertEqual(rc, 0, err)
+        shard = os.path.join(self.dst, "out-00002.safetensors")
+        os.remove(shard)
+        os.mkfifo(shard)
+        self.no_hang(shard + " is a FIFO", dst=self.dst, flags=flags)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,17 @@
  * rows, batches of whole experts); rows are independent, so neither
  * --threads nor --chunk-mb changes a byte.
  * DST/colibri-convert.json records the parameters that shape the output
- * and each finished shard with its size; a rerun skips finished shards and
- * refuses (exit 2) different parameters. DST/.colibri-convert.lock (flock)
- * keeps two converters apart. Exit codes: 0 ok, 2 bad arguments, bad input
- * or I/O error, each with a message naming the flag, file or tensor. */
+ * and each finished shard with its size and cvh1 checksum (computed as the
+ * shard is written); a rerun reads each finished shard back, keeps those
+ * that match and converts the others again (saying why; shards an older
+ * manifest lists without a checksum count as unverified), and refuses
+ * (exit 2) different parameters. DST/.colibri-convert.lock (flock) keeps
+ * two converters apart. Every output file is written under a temporary
+ * name and renamed. Inputs are opened with compat_open_regular and names
+ * written in DST are checked with lstat, so a FIFO, symbolic link or other
+ * non-regular file is refused by name, never waited on or written through.
+ * Each flag is given at most once. Exit codes: 0 ok, 2 bad arguments, bad
+ * input or I/O error, each with a message naming the flag, file or tensor. */
 #include "compat.h"
 #include "json.h"
 #include "quant.h"
@@ -69,20 +76,25 @@ typedef struct {
 
 typedef struct {
     const char *flag, *arg, *def, *help;
+    const char *accepts; /* the values it takes, in words, for error messages */
 } cv_flag;
 
+#define CV_BITS_OK "one of 2, 4, 8, 16, 32"
 enum { F_EXPERT, F_DENSE, F_GS, F_GATE, F_UP, F_DOWN, F_MTP, F_THREADS, F_CHUNK, F_HELP, F_N };
 static const cv_flag cv_flags[F_N] = {
-    {"--expert-bits", "N", "required", "routed experts: 2, 4, 8 (int), 16 (BF16) or 32 (F32)"},
-    {"--dense-bits", "N", "required", "attention, indexer, dense MLP, shared experts; embed/lm_head below 8 (else copied losslessly)"},
-    {"--group-size", "G", "0", "4-bit tensors: one scale per G inputs (16..256, multiple of 16); 0 = per row"},
-    {"--gate-bits", "N", "expert bits", "routed experts' gate_proj"},
-    {"--up-bits", "N", "expert bits", "routed experts' up_proj"},
-    {"--down-bits", "N", "expert bits", "routed experts' down_proj"},
-    {"--mtp-bits", "N", "8", "2-D tensors of the MTP layer (model.layers.<num_hidden_layers>)"},
-    {"--threads", "N", "0", "OpenMP threads; 0 = one per CPU"},
-    {"--chunk-mb", "X", "64", "source MB converted per parallel batch (memory ~ 2X); larger tensors stream in chunks of X"},
-    {"--help", NULL, NULL, "this text"},
+    {"--expert-bits", "N", "required", "routed experts: 2, 4, 8 (int), 16 (BF16) or 32 (F32)", CV_BITS_OK},
+    {"--dense-bits", "N", "required", "attention, indexer, dense MLP, shared experts; embed/lm_head below 8 (else copied losslessly)",
+     CV_BITS_OK},
+    {"--group-size", "G", "0", "4-bit tensors: one scale per G inputs (16..256, multiple of 16); 0 = per row",
+     "0 or a multiple of 16 from 16 to 256"},
+    {"--gate-bits", "N", "expert bits", "routed experts' gate_proj", CV_BITS_OK},
+    {"--up-bits", "N", "expert bits", "routed experts' up_proj", CV_BITS_OK},
+    {"--down-bits", "N", "expert bits", "routed experts' down_proj", CV_BITS_OK},
+    {"--mtp-bits", "N", "8", "2-D tensors of the MTP layer (model.layers.<num_hidden_layers>)", CV_BITS_OK},
+    {"--threads", "N", "0", "OpenMP threads; 0 = one per CPU", "an integer from 0 (one per CPU) to 4096"},
+    {"--chunk-mb", "X", "64", "source MB converted per parallel batch (memory ~ 2X); larger tensors stream in chunks of X",
+     "a number of MB from 0.001 to 65536"},
+    {"--help", NULL, NULL, "this text", NULL},
 };
 static const char *const cv_proj[3] = {"gate", "up", "down"};
 
@@ -130,21 +142,80 @@ static void cv_usage(FILE *f) {
                "manifest). Exit codes: 0 ok, 2 bad arguments, bad input or I/O error.\n", CV_MANIFEST);
 }
 
-/* Parses an integer flag value strictly into [lo, hi]. 0 or -1 with a message. */
-static int cv_arg_int(const char *flag, const char *v, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi)
-        return cv_fail("%s %s: expected an integer in [%ld, %ld]", flag, v ? v : "(missing)", lo, hi);
-    *out = (int)x;
+/* A command-line value as shown in a message: as given when it is short
+ * and plain, else quoted with non-printing bytes as '?' and cut at 40
+ * bytes, so a hostile argument cannot garble the terminal and an empty one
+ * is visible. */
+static const char *cv_shown(const char *v, char *buf, size_t n) {
+    size_t k = 0, i = 0;
+    int plain = v && *v && strlen(v) <= 40;
+    if (!v) return snprintf(buf, n, "(missing)"), buf;
+    for (const char *c = v; plain && *c; c++) plain = isgraph((unsigned char)*c);
+    if (plain) return snprintf(buf, n, "%s", v), buf;
+    buf[k++] = '\'';
+    for (; v[i] && i < 40 && k + 6 < n; i++) buf[k++] = isprint((unsigned char)v[i]) ? v[i] : '?';
+    if (v[i]) buf[k++] = '.', buf[k++] = '.', buf[k++] = '.';
+    buf[k++] = '\'';
+    buf[k] = 0;
+    return buf;
+}
+
+/* Parses a plain decimal integer (digits only: no sign, space or base
+ * prefix) into *x. 0, or -1 when v is not one or exceeds INT_MAX. */
+static int cv_dec(const char *v, int *x) {
+    long r = 0;
+    if (!isdigit((unsigned char)*v)) return -1;
+    for (; isdigit((unsigned char)*v); v++)
+        if ((r = r * 10 + (*v - '0')) > INT_MAX) return -1;
+    if (*v) return -1;
+    *x = (int)r;
+    return 0;
+}
+
+/* Parses a plain decimal number ("64", "0.5", ".25"; no sign, exponent,
+ * hex, inf or nan) into *x. 0 or -1. */
+static int cv_decimal(const char *v, double *x) {
+    size_t digits = strspn(v, "0123456789"), frac = v[digits] == '.' ? strspn(v + digits + 1, "0123456789") : 0;
+    if (!digits && !frac) return -1;
+    if (v[digits + (v[digits] == '.' ? 1 + frac : 0)]) return -1;
+    *x = strtod(v, NULL);
     return 0;
 }
 
 static int cv_bits_ok(int b) { return b == 2 || b == 4 || b == 8 || b == 16 || b == 32; }
 
-/* Fills o from argv. Returns 0, 1 for --help, or -1 after a message. */
+/* Stores flag f's value v into o. 0, or -1 with a message naming the flag,
+ * the value given and the values it accepts. */
+static int cv_set_flag(cv_opts *o, int f, const char *v) {
+    const cv_flag *g = &cv_flags[f];
+    char sv[64];
+    int x = 0, ok;
+    double mb = 0;
+    if (!v || !strncmp(v, "--", 2)) /* the next flag is not this one's value */
+        return v ? cv_fail("%s: value missing before %s (expected %s)", g->flag, cv_shown(v, sv, sizeof sv), g->accepts)
+                 : cv_fail("%s: value missing (expected %s)", g->flag, g->accepts);
+    if (f == F_CHUNK) ok = !cv_decimal(v, &mb) && mb >= 0.001 && mb <= 65536;
+    else if (f == F_GS) ok = !cv_dec(v, &x) && (!x || qt_gs_ok(x));
+    else if (f == F_THREADS) ok = !cv_dec(v, &x) && x <= 4096;
+    else ok = !cv_dec(v, &x) && cv_bits_ok(x);
+    if (!ok) return cv_fail("%s %s: expected %s", g->flag, cv_shown(v, sv, sizeof sv), g->accepts);
+    switch (f) {
+    case F_CHUNK: o->chunk = (size_t)(mb * 1048576.0); break;
+    case F_GS: o->gs = x; break;
+    case F_THREADS: o->threads = x; break;
+    case F_EXPERT: o->expert_bits = x; break;
+    case F_DENSE: o->dense_bits = x; break;
+    case F_MTP: o->mtp_bits = x; break;
+    default: o->proj_bits[f - F_GATE] = x;
+    }
+    return 0;
+}
+
+/* Fills o from argv. Returns 0, 1 for --help, or -1 after a message. Each
+ * flag may be given once: a second value would silently override the
+ * first, which is how a typo in a long command line goes unnoticed. */
 static int cv_parse_args(int argc, char **argv, cv_opts *o) {
+    const char *given[F_N] = {0};
     memset(o, 0, sizeof *o);
     o->expert_bits = o->dense_bits = -1;
     o->proj_bits[0] = o->proj_bits[1] = o->proj_bits[2] = -1;
@@ -163,31 +234,12 @@ static int cv_parse_args(int argc, char **argv, cv_opts *o) {
         if (f == F_N) return cv_fail("unknown option '%s' (see --help)", a);
         if (f == F_HELP) return 1;
         const char *v = i + 1 < argc ? argv[++i] : NULL;
-        int x;
-        if (f == F_GS) {
-            if (cv_arg_int(a, v, 0, QT_GS_MAX, &x)) return -1;
-            if (x && !qt_gs_ok(x)) return cv_fail("--group-size %d: expected 0 or a multiple of 16 in 16..256", x);
-            o->gs = x;
-            continue;
+        if (given[f]) {
+            char s0[64], s1[64];
+            return cv_fail("%s given twice (%s, then %s); give it once", a, cv_shown(given[f], s0, sizeof s0), cv_shown(v, s1, sizeof s1));
         }
-        if (f == F_THREADS) {
-            if (cv_arg_int(a, v, 0, 4096, &o->threads)) return -1;
-            continue;
-        }
-        if (f == F_CHUNK) {
-            char *end;
-            double mb = v ? strtod(v, &end) : 0;
-            if (!v || end == v || *end || !(mb >= 0.001 && mb <= 65536))
-                return cv_fail("--chunk-mb %s: expected a number in [0.001, 65536]", v ? v : "(missing)");
-            o->chunk = (size_t)(mb * 1048576.0);
-            continue;
-        }
-        if (cv_arg_int(a, v, 0, 64, &x)) return -1;
-        if (!cv_bits_ok(x)) return cv_fail("%s %d: expected one of 2, 4, 8, 16, 32", a, x);
-        if (f == F_EXPERT) o->expert_bits = x;
-        else if (f == F_DENSE) o->dense_bits = x;
-        else if (f == F_MTP) o->mtp_bits = x;
-        else o->proj_bits[f - F_GATE] = x;
+        given[f] = v;
+        if (cv_set_flag(o, f, v)) return -1;
     }
     if (!o->src || !o->dst) return cv_fail("SRC and DST directories are required (see --help)");
     if (o->expert_bits < 0) return cv_fail("--expert-bits is required");
@@ -290,6 +342,7 @@ typedef struct {
     int n, cap;
     uint64_t src_bytes, out_bytes; /* tensor data read / written */
     uint64_t file_bytes;           /* size of the finished file   */
+    uint64_t file_hash;            /* its cvh1 checksum           */
     int ntensors;                  /* tensors written (weights + scales) */
 } cv_shard;
 
@@ -633,6 +686,42 @@ static int cv_plan_build(cv_plan *p, const cv_config *c, const cv_opts *o, const
     return 0;
 }
 
+/* ================================================================ DST files */
+
+/* What a non-regular file is, for messages. */
+static const char *cv_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISSOCK(m)) return "a socket";
+    return S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+}
+
+/* Checks that DST/name is absent or a regular file, by lstat: a FIFO
+ * would block the open that writes it and a symbolic link would send the
+ * bytes elsewhere. Called before every file written in DST (st.h and
+ * compat.h open their temporaries without O_NOFOLLOW), as well as on the
+ * whole directory up front. 0, or -1 with a message naming the file. */
+static int cv_dst_regular(const char *dst, const char *name) {
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dst, name);
+    if (lstat(path, &st)) return errno == ENOENT ? 0 : cv_fail("%s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) return 0;
+    return cv_fail("%s is %s, not a regular file; colibri-convert writes or reads this name: remove it", path, cv_kind(st.st_mode));
+}
+
+/* compat_write_atomic into DST/name, after checking the name and the
+ * temporary it uses (name.tmp.PID). 0 or -1 with a message. */
+static int cv_write_file(const char *dst, const char *name, const void *data, size_t n) {
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", dst, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", name, (long)getpid());
+    if (cv_dst_regular(dst, tmp) || cv_dst_regular(dst, name)) return -1;
+    if (compat_write_atomic(path, data, n)) return cv_fail("%s: %s", path, compat_strerror(errno));
+    return 0;
+}
+
 /* ================================================================ manifest */
 
 typedef struct {
@@ -676,6 +765,123 @@ static uint64_t cv_fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 #define CV_FNV0 14695981039346656037ull
+
+/* cvh1, the content checksum of a finished shard: 64 bits, computed while
+ * the shard is written and again when a rerun reads it back, so it must
+ * keep up with the disk. Eight lanes over little-endian 8-byte words (lane
+ * i takes words i, i+8, ...; per word: xor, multiply by an odd constant,
+ * xorshift), independent so their multiplies overlap (or vectorize):
+ * ~10-16 GB/s on one core against ~5-8 for one multiply chain. Then the
+ * byte count, the lanes, the 0..63 tail bytes (whole words, then the rest
+ * zero-padded) are folded in one chain and a xorshift-multiply finalizer
+ * spreads every bit. Each step is a bijection of the state for a given
+ * word, so a change confined to one word (a flipped bit) always changes
+ * the value. Any split of the bytes into cv_hash_update calls gives the
+ * same value. It catches corruption, not forgery. tests/test_convert.py
+ * has a reference implementation. */
+#define CV_CK_NAME "cvh1"
+#define CV_K1 0x9E3779B185EBCA87ull
+#define CV_K2 0xC2B2AE3D27D4EB4Full
+#define CV_K3 0x165667B19E3779F9ull
+#define CV_LANES 8
+
+typedef struct {
+    uint64_t v[CV_LANES], n;   /* lanes; bytes hashed */
+    uint8_t buf[8 * CV_LANES]; /* a partial block */
+    size_t nb;
+} cv_hash;
+
+static inline uint64_t cv_le64(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+static inline uint64_t cv_mix(uint64_t a, uint64_t w) {
+    a = (a ^ w) * CV_K1;
+    return a ^ a >> 29;
+}
+
+static void cv_hash_init(cv_hash *h) {
+    memset(h, 0, sizeof *h);
+    for (int i = 0; i < CV_LANES; i++) h->v[i] = (uint64_t)(i + 1) * CV_K3;
+}
+
+/* Mixes whole blocks of 8 * CV_LANES bytes into the lanes; returns the bytes used. */
+static size_t cv_hash_blocks(uint64_t *restrict v, const uint8_t *p, size_t n) {
+    size_t used = 0;
+    for (; n - used >= 8 * CV_LANES; used += 8 * CV_LANES)
+        for (int i = 0; i < CV_LANES; i++) v[i] = cv_mix(v[i], cv_le64(p + used + 8 * i));
+    return used;
+}
+
+static void cv_hash_update(cv_hash *h, const void *data, size_t n) {
+    const uint8_t *p = (const uint8_t *)data;
+    const size_t blk = 8 * CV_LANES;
+    h->n += n;
+    if (h->nb) { /* complete the partial block first */
+        size_t k = blk - h->nb < n ? blk - h->nb : n;
+        memcpy(h->buf + h->nb, p, k);
+        h->nb += k, p += k, n -= k;
+        if (h->nb < blk) return;
+        cv_hash_blocks(h->v, h->buf, blk);
+        h->nb = 0;
+    }
+    uint64_t v[CV_LANES]; /* a local copy the compiler keeps in registers */
+    memcpy(v, h->v, sizeof v);
+    size_t used = cv_hash_blocks(v, p, n);
+    memcpy(h->v, v, sizeof v);
+    memcpy(h->buf, p + used, n - used);
+    h->nb = n - used;
+}
+
+static uint64_t cv_hash_final(const cv_hash *h) {
+    uint64_t x = h->n;
+    for (int i = 0; i < CV_LANES; i++) x = cv_mix(x, h->v[i]);
+    size_t k = 0;
+    for (; k + 8 <= h->nb; k += 8) x = cv_mix(x, cv_le64(h->buf + k));
+    if (k < h->nb) {
+        uint8_t w[8] = {0};
+        memcpy(w, h->buf + k, h->nb - k);
+        x = cv_mix(x, cv_le64(w));
+    }
+    x ^= x >> 33, x *= CV_K2, x ^= x >> 29, x *= CV_K3, x ^= x >> 32;
+    return x;
+}
+
+/* cvh1 of the whole regular file at path, read back in 8 MB pieces; its
+ * size in *bytes. Opens with compat_open_regular, so a FIFO is refused, not
+ * waited on. 0, or -1 with errno. */
+static int cv_file_hash(const char *path, uint64_t *out, uint64_t *bytes) {
+    const size_t piece = (size_t)8 << 20;
+    int fd = compat_open_regular(path, 0);
+    if (fd < 0) return -1;
+    int64_t size = compat_file_size(fd);
+    uint8_t *b = size < 0 ? NULL : (uint8_t *)malloc(piece);
+    int rc = 0, e = size < 0 ? errno : ENOMEM;
+    cv_hash h;
+    cv_hash_init(&h);
+#ifdef POSIX_FADV_SEQUENTIAL
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+    if (!b) rc = -1;
+    for (uint64_t off = 0; !rc && off < (uint64_t)size; off += piece) {
+        size_t n = (uint64_t)size - off < piece ? (size_t)((uint64_t)size - off) : piece;
+        if (compat_pread_full(fd, b, n, off)) rc = -1, e = errno;
+        else cv_hash_update(&h, b, n);
+    }
+#ifdef POSIX_FADV_DONTNEED
+    if (!rc) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); /* read once; keep the cache for the source */
+#endif
+    free(b);
+    close(fd);
+    if (rc) return errno = e, -1;
+    *out = cv_hash_final(&h), *bytes = (uint64_t)size;
+    return 0;
+}
 
 /* The parameters that shape the output, in manifest order. */
 typedef struct {
@@ -737,7 +943,7 @@ static int cv_source_id(const st_index *ix, const char *cfg, size_t cfg_len, cv_
 }
 
 /* Renders the manifest: parameters, source identity and finished shards
- * (done[i] != 0) with their sizes. Caller frees b->s. */
+ * (done[i] != 0) with their sizes and checksums. Caller frees b->s. */
 static void cv_manifest_text(cv_buf *b, const cv_param *pr, const cv_source *src, const cv_plan *p, const uint8_t *done) {
     cv_printf(b, "{\n  \"converter\": \"%s\",\n  \"params\": {\n", CV_VERSION);
     for (int i = 0; i < P_N; i++) cv_printf(b, "    \"%s\": %d,\n", pr[i].key, pr[i].val);
@@ -751,17 +957,15 @@ static void cv_manifest_text(cv_buf *b, const cv_param *pr, const cv_source *src
     int k = 0;
     for (int i = 0; i < p->nsh; i++)
         if (done[i])
-            cv_printf(b, "%s\n    {\"file\": \"%s\", \"bytes\": %llu}", k++ ? "," : "", p->sh[i].file, (unsigned long long)p->sh[i].file_bytes);
+            cv_printf(b, "%s\n    {\"file\": \"%s\", \"bytes\": %llu, \"checksum\": \"%s:%016llx\"}", k++ ? "," : "", p->sh[i].file,
+                      (unsigned long long)p->sh[i].file_bytes, CV_CK_NAME, (unsigned long long)p->sh[i].file_hash);
     cv_printf(b, "\n  ]\n}\n");
 }
 
 static int cv_manifest_write(const char *dst, const cv_param *pr, const cv_source *src, const cv_plan *p, const uint8_t *done) {
-    char path[PATH_MAX];
     cv_buf b = {0};
-    snprintf(path, sizeof path, "%s/%s", dst, CV_MANIFEST);
     cv_manifest_text(&b, pr, src, p, done);
-    int rc = b.oom ? (errno = ENOMEM, -1) : compat_write_atomic(path, b.s, b.n);
-    if (rc) cv_fail("%s: %s", path, strerror(errno));
+    int rc = b.oom ? cv_fail("out of memory") : cv_write_file(dst, CV_MANIFEST, b.s, b.n);
     free(b.s);
     return rc;
 }
@@ -787,10 +991,71 @@ static int cv_source_diff(const js_doc *d, int srcarr, const cv_source *src, con
     return diffs;
 }
 
+/* Says why a shard listed as finished is converted again. */
+static void cv_redo(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void cv_redo(const char *path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "colibri-convert: %s: ", path);
+    vfprintf(stderr, fmt, ap);
+    fputs("; converting it again\n", stderr);
+    va_end(ap);
+}
+
+/* Parses a manifest checksum "cvh1:<16 hex digits>". 0 or -1. */
+static int cv_ck_parse(const char *ck, uint64_t *h) {
+    size_t nl = strlen(CV_CK_NAME);
+    if (strncmp(ck, CV_CK_NAME, nl) || ck[nl] != ':' || strlen(ck + nl + 1) != 16 || strspn(ck + nl + 1, "0123456789abcdefABCDEF") != 16)
+        return -1;
+    *h = strtoull(ck + nl + 1, NULL, 16);
+    return 0;
+}
+
+/* Shards read back to verify them, for the summary line. */
+typedef struct {
+    int n, unrecorded; /* read back; listed without a checksum */
+    uint64_t bytes;
+    double secs;
+} cv_vstat;
+
+/* Decides whether shard sh, listed as finished by manifest entry e, is
+ * kept: it must exist with its recorded size and read back to its recorded
+ * checksum, since a size check alone keeps a flipped bit forever. A kept
+ * shard is only read. When it cannot be kept, says why (it is converted
+ * again). 1 keep, 0 convert again, -1 out of memory (with a message). */
+static int cv_finished_ok(const char *dst, cv_shard *sh, const js_doc *d, int e, cv_vstat *vs) {
+    char sp[PATH_MAX];
+    struct stat st;
+    int by = js_get(d, e, "bytes");
+    const char *ck = js_str(d, js_get(d, e, "checksum"));
+    long long want = js_is_int(d, by) ? (long long)js_int(d, by) : -1;
+    uint64_t want_h, got_h, got_n;
+    snprintf(sp, sizeof sp, "%s/%s", dst, sh->file);
+    if (stat(sp, &st))
+        return cv_redo(sp, "recorded as finished with %lld bytes but %s", want, errno == ENOENT ? "it is missing" : strerror(errno)), 0;
+    if (want < 0 || (uint64_t)st.st_size != (uint64_t)want)
+        return cv_redo(sp, "recorded as finished with %lld bytes but it has %lld", want, (long long)st.st_size), 0;
+    if (!ck) return vs->unrecorded++, 0; /* an older converter's manifest: said once, by cv_manifest_load */
+    if (cv_ck_parse(ck, &want_h))
+        return cv_redo(sp, "recorded checksum is not %s:<16 hex digits>, so it cannot be verified", CV_CK_NAME), 0;
+    double t0 = compat_now();
+    if (cv_file_hash(sp, &got_h, &got_n)) {
+        if (errno == ENOMEM) return cv_fail("out of memory");
+        return cv_redo(sp, "could not be read back to verify it: %s", compat_strerror(errno)), 0;
+    }
+    vs->n++, vs->bytes += got_n, vs->secs += compat_now() - t0;
+    if (got_n != (uint64_t)want || got_h != want_h)
+        return cv_redo(sp, "content differs from the checksum recorded when it was written (%s:%016llx, now %016llx): "
+                           "changed on disk since", CV_CK_NAME, (unsigned long long)want_h, (unsigned long long)got_h), 0;
+    sh->file_bytes = got_n, sh->file_hash = got_h;
+    return 1;
+}
+
 /* Reads an existing manifest: refuses (-1) when any parameter or the
  * source differs, naming each; otherwise marks in done[] the shards it
- * lists that still exist with their recorded size. Returns 0 (no manifest:
- * nothing done), 0 (compatible) or -1. */
+ * lists that still exist and read back to their recorded size and
+ * checksum (cv_finished_ok). Returns 0 (no manifest: nothing done), 0
+ * (compatible) or -1. */
 static int cv_manifest_load(const char *dst, const cv_param *pr, const cv_source *src, cv_plan *p, uint8_t *done) {
     char path[PATH_MAX], jerr[160];
     size_t len;
@@ -825,62 +1090,102 @@ static int cv_manifest_load(const char *dst, const cv_param *pr, const cv_source
         js_free(d);
         return -1;
     }
-    for (int e = js_first(d, shards); e >= 0; e = js_next(d, e)) {
+    cv_vstat vs = {0, 0, 0, 0};
+    int rc = 0;
+    for (int e = js_first(d, shards); e >= 0 && !rc; e = js_next(d, e)) {
         const char *f = js_str(d, js_get(d, e, "file"));
-        int by = js_get(d, e, "bytes");
-        for (int i = 0; f && i < p->nsh; i++) {
+        for (int i = 0; f && i < p->nsh && !rc; i++) {
             if (strcmp(f, p->sh[i].file)) continue;
-            char sp[PATH_MAX];
-            struct stat st;
-            snprintf(sp, sizeof sp, "%s/%s", dst, f);
-            if (!stat(sp, &st) && js_is_int(d, by) && (uint64_t)st.st_size == (uint64_t)js_int(d, by))
-                done[i] = 1, p->sh[i].file_bytes = (uint64_t)st.st_size;
-            else
-                fprintf(stderr, "colibri-convert: %s: recorded as finished with %lld bytes but %s; converting it again\n", f,
-                        (long long)js_int(d, by), stat(sp, &st) ? "it is missing" : "its size differs");
+            int k = cv_finished_ok(dst, &p->sh[i], d, e, &vs);
+            if (k < 0) rc = -1;
+            done[i] = k > 0;
         }
     }
+    char hb[32];
+    if (vs.unrecorded)
+        fprintf(stderr, "colibri-convert: %s lists %d finished shard(s) without a content checksum (written by an older "
+                        "colibri-convert), so they cannot be verified; converting them again\n", path, vs.unrecorded);
+    if (vs.n)
+        fprintf(stderr, "colibri-convert: read back %d finished shard(s), %s, to check their checksums in %.2f s\n", vs.n,
+                cv_human(vs.bytes, hb, sizeof hb), vs.secs);
     js_free(d);
-    return 0;
+    return rc;
 }
 
 /* ================================================================ DST */
 
-/* Creates DST if needed, takes the lock (fd in *lock), refuses SRC == DST
- * and foreign *.safetensors files, removes our stale .tmp files. */
+/* The metadata files copied from SRC besides config.json (read up front,
+ * so a bad one is refused before hours of converting). */
+static const char *const cv_extra[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json"};
+#define CV_NEXTRA 3
+
+/* Opens and locks DST's lock file (flock) into *lock. O_NOFOLLOW and
+ * O_NONBLOCK, then fstat: a symbolic link, FIFO or other non-regular file
+ * there is refused by name, never followed or waited on. 0 or -1. */
+static int cv_dst_lock(const char *dst, int *lock) {
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dst, CV_LOCK);
+    *lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (*lock < 0)
+        return cv_fail("%s: %s", path, errno == ELOOP ? "a symbolic link; remove it (the lock file must be a regular file)" : strerror(errno));
+    if (fstat(*lock, &st)) return cv_fail("%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return cv_fail("%s is %s, not a regular file; remove it", path, cv_kind(st.st_mode));
+    if (flock(*lock, LOCK_EX | LOCK_NB))
+        return cv_fail("%s: %s", path,
+                       errno == EWOULDBLOCK ? "another colibri-convert is writing this DST (lock held)" : strerror(errno));
+    return 0;
+}
+
+/* What a name in DST is to the converter. */
+enum { DN_OTHER, DN_OURS, DN_TMP, DN_FOREIGN };
+
+static int cv_dst_name(const cv_plan *p, const char *name) {
+    size_t l = strlen(name);
+    for (int i = 0; i < p->nsh; i++) {
+        size_t fl = strlen(p->sh[i].file);
+        if (!strncmp(name, p->sh[i].file, fl))
+            return !name[fl] ? DN_OURS : !strcmp(name + fl, ".tmp") ? DN_TMP : DN_OTHER; /* st_writer's shard.tmp */
+    }
+    const char *meta[2 + CV_NEXTRA] = {CV_MANIFEST, "config.json", cv_extra[0], cv_extra[1], cv_extra[2]};
+    for (int i = 0; i < 2 + CV_NEXTRA; i++) {
+        size_t ml = strlen(meta[i]);
+        if (!strncmp(name, meta[i], ml) && (!name[ml] || !strncmp(name + ml, ".tmp.", 5))) /* compat_write_atomic's name.tmp.PID */
+            return name[ml] ? DN_TMP : DN_OURS;
+    }
+    if (!strcmp(name, CV_LOCK) || !strcmp(name, "model.safetensors.index.json")) return DN_OURS; /* locked; read by the engine */
+    return l >= 12 && !strcmp(name + l - 12, ".safetensors") ? DN_FOREIGN : DN_OTHER;
+}
+
+/* Creates DST if needed, takes the lock (fd in *lock), refuses SRC == DST,
+ * foreign *.safetensors files and anything but a regular file under a name
+ * the converter writes or the engine reads, and removes our stale
+ * temporaries. */
 static int cv_dst_prepare(const cv_opts *o, const cv_plan *p, int *lock) {
-    struct stat ss, ds;
+    struct stat ss, ds, st;
     if (mkdir(o->dst, 0755) && errno != EEXIST) return cv_fail("%s: %s", o->dst, strerror(errno));
     if (stat(o->dst, &ds) || !S_ISDIR(ds.st_mode)) return cv_fail("%s: not a directory", o->dst);
     if (!stat(o->src, &ss) && ss.st_dev == ds.st_dev && ss.st_ino == ds.st_ino)
         return cv_fail("DST %s is SRC; convert into another directory", o->dst);
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", o->dst, CV_LOCK);
-    *lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (*lock < 0) return cv_fail("%s: %s", path, strerror(errno));
-    if (flock(*lock, LOCK_EX | LOCK_NB))
-        return cv_fail("%s: %s", path,
-                       errno == EWOULDBLOCK ? "another colibri-convert is writing this DST (lock held)" : strerror(errno));
+    if (cv_dst_lock(o->dst, lock)) return -1;
     DIR *dp = opendir(o->dst);
     if (!dp) return cv_fail("%s: %s", o->dst, strerror(errno));
     struct dirent *de;
     int rc = 0;
-    static const char *const meta[] = {CV_MANIFEST, "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"};
     while (!rc && (de = readdir(dp))) {
-        size_t l = strlen(de->d_name);
-        int ours = 0, tmp = 0;
-        for (int i = 0; i < p->nsh && !ours; i++) ours = !strncmp(de->d_name, p->sh[i].file, strlen(p->sh[i].file));
-        tmp = ours && l > 4 && !strcmp(de->d_name + l - 4, ".tmp");                  /* st_writer's shard.tmp */
-        for (int i = 0; i < 5 && !tmp; i++) {                                          /* compat_write_atomic's name.tmp.PID */
-            size_t ml = strlen(meta[i]);
-            tmp = !strncmp(de->d_name, meta[i], ml) && !strncmp(de->d_name + ml, ".tmp.", 5);
-        }
-        if (tmp) { /* left by an earlier run that did not finish; we hold the lock */
+        int kind = cv_dst_name(p, de->d_name);
+        if (kind == DN_OTHER) continue;
+        if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW)) {
+            if (errno != ENOENT) rc = cv_fail("%s/%s: %s", o->dst, de->d_name, strerror(errno));
+        } else if (kind == DN_FOREIGN) {
+            rc = cv_fail("%s/%s: not a shard of this conversion (the engine would index it); use an empty DST", o->dst, de->d_name);
+        } else if (!S_ISREG(st.st_mode)) { /* we never make one: someone else's, so not ours to remove */
+            rc = cv_fail("%s/%s is %s, not a regular file; colibri-convert writes or reads this name: remove it", o->dst, de->d_name,
+                         cv_kind(st.st_mode));
+        } else if (kind == DN_TMP) { /* left by an earlier run that did not finish; we hold the lock */
+            char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/%s", o->dst, de->d_name);
             unlink(path);
-        } else if (!ours && l >= 12 && !strcmp(de->d_name + l - 12, ".safetensors")) {
-            rc = cv_fail("%s/%s: not a shard of this conversion (the engine would index it); use an empty DST",
-                         o->dst, de->d_name);
         }
     }
     closedir(dp);
@@ -951,35 +1256,35 @@ static char *cv_strip_qconfig(const char *t, size_t n, size_t *out_len) {
     return o;
 }
 
-/* Copies config.json (without quantization_config) and the generation and
- * tokenizer files present in SRC into DST, each atomically. */
-static int cv_copy_meta(const cv_opts *o, const char *cfg, size_t cfg_len) {
-    char path[PATH_MAX], jerr[160];
+/* Reads the generation and tokenizer files present in SRC into text[] (NULL
+ * when absent), before any converting, so that a bad one is refused up
+ * front. 0 or -1 with a message naming the file. */
+static int cv_extra_load(const char *src, char **text, size_t *len) {
+    char path[PATH_MAX];
+    for (int i = 0; i < CV_NEXTRA; i++) {
+        snprintf(path, sizeof path, "%s/%s", src, cv_extra[i]);
+        if (!(text[i] = compat_read_file(path, 1u << 30, &len[i])) && errno != ENOENT)
+            return cv_fail("%s: %s", path, errno == EFBIG ? "larger than 1 GB" : compat_strerror(errno));
+    }
+    return 0;
+}
+
+/* Writes config.json (without quantization_config) and the extra files
+ * read from SRC into DST, each atomically. */
+static int cv_copy_meta(const cv_opts *o, const char *cfg, size_t cfg_len, char *const *text, const size_t *len) {
+    char jerr[160];
     size_t n;
     char *c = cv_strip_qconfig(cfg, cfg_len, &n);
     if (!c) return cv_fail("out of memory");
     js_doc *d = js_parse(c, n, jerr, sizeof jerr);
     int bad = !d || js_get(d, d->root, "quantization_config") >= 0;
     js_free(d);
-    snprintf(path, sizeof path, "%s/config.json", o->dst);
     if (bad) { free(c); return cv_fail("%s/config.json: could not remove quantization_config", o->src); }
-    int rc = compat_write_atomic(path, c, n);
+    int rc = cv_write_file(o->dst, "config.json", c, n);
     free(c);
-    if (rc) return cv_fail("%s: %s", path, strerror(errno));
-    static const char *const extra[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s/%s", o->src, extra[i]);
-        char *t = compat_read_file(path, 1u << 30, &n);
-        if (!t) {
-            if (errno == ENOENT) continue;
-            return cv_fail("%s: %s", path, strerror(errno));
-        }
-        snprintf(path, sizeof path, "%s/%s", o->dst, extra[i]);
-        rc = compat_write_atomic(path, t, n);
-        free(t);
-        if (rc) return cv_fail("%s: %s", path, strerror(errno));
-    }
-    return 0;
+    for (int i = 0; i < CV_NEXTRA && !rc; i++)
+        if (text[i]) rc = cv_write_file(o->dst, cv_extra[i], text[i], len[i]);
+    return rc;
 }
 
 /* ================================================================ convert */
@@ -1180,13 +1485,42 @@ static int cv_group_end(const cv_shard *sh, int g) {
     return e;
 }
 
-/* Writes items [a, b)'s scales (quantized ones) in order. */
-static int cv_write_scales(st_writer *w, const cv_shard *sh, int a, int b, float *const *s) {
+/* A shard being written: st.h's writer and the running cvh1 checksum of
+ * every byte that goes into the file. */
+typedef struct {
+    st_writer w;
+    cv_hash h;
+} cv_writer;
+
+/* Appends tensor bytes to the shard and its checksum. 0 or -1 with a message. */
+static int cv_put(cv_writer *cw, const void *buf, size_t n) {
     char err[600];
+    if (st_writer_data(&cw->w, buf, n, err, sizeof err)) return cv_fail("%s", err);
+    cv_hash_update(&cw->h, buf, n);
+    return 0;
+}
+
+/* Starts the checksum with what st_writer_begin wrote to the temporary file
+ * (the length word and the header), read back: st.h builds those bytes and
+ * the checksum covers every byte of the file. 0 or -1 with a message. */
+static int cv_hash_header(cv_writer *cw) {
+    int fd = compat_open_regular(cw->w.tmp, 0);
+    if (fd < 0) return cv_fail("%s: %s", cw->w.tmp, compat_strerror(errno));
+    int64_t n = compat_file_size(fd);
+    char *b = n < 8 ? NULL : (char *)malloc((size_t)n);
+    int rc = n < 8 ? (errno = EIO, -1) : !b ? (errno = ENOMEM, -1) : compat_pread_full(fd, b, (size_t)n, 0);
+    int e = errno;
+    close(fd);
+    if (!rc) cv_hash_update(&cw->h, b, (size_t)n);
+    free(b);
+    return rc ? cv_fail("%s: reading the header back: %s", cw->w.tmp, compat_strerror(e)) : 0;
+}
+
+/* Writes items [a, b)'s scales (quantized ones) in order. */
+static int cv_write_scales(cv_writer *w, const cv_shard *sh, int a, int b, float *const *s) {
     for (int k = a; k < b; k++) {
         const cv_item *it = &sh->it[k];
-        if (it->out == OUT_QUANT && st_writer_data(w, s[k - a], qt_scale_count(it->fmt, it->O, it->I, it->gs) * 4, err, sizeof err))
-            return cv_fail("%s", err);
+        if (it->out == OUT_QUANT && cv_put(w, s[k - a], qt_scale_count(it->fmt, it->O, it->I, it->gs) * 4)) return -1;
     }
     return 0;
 }
@@ -1199,11 +1533,10 @@ static void cv_done_reading(const cv_run *r, const cv_item *it) {
 
 /* Converts the whole groups of items [a, b) in one parallel run, then
  * writes each group's weights and scales. 0 or -1. */
-static int cv_batch(cv_run *r, const cv_shard *sh, int a, int b, st_writer *w) {
+static int cv_batch(cv_run *r, const cv_shard *sh, int a, int b, cv_writer *w) {
     int n = b - a, rc = 0;
     float **s = (float **)calloc((size_t)n, sizeof *s), **fsc = (float **)calloc((size_t)n, sizeof *fsc);
     size_t *off = (size_t *)calloc((size_t)n + 1, sizeof *off);
-    char err[600];
     if (!s || !fsc || !off) rc = cv_fail("out of memory");
     for (int k = 0; k < n && !rc; k++) {
         const cv_item *it = &sh->it[a + k];
@@ -1217,7 +1550,7 @@ static int cv_batch(cv_run *r, const cv_shard *sh, int a, int b, st_writer *w) {
     if (!rc) rc = cv_run_units(r);
     for (int g = a, ge; g < b && !rc; g = ge) {
         ge = cv_group_end(sh, g);
-        if (st_writer_data(w, r->out + off[g - a], off[ge - a] - off[g - a], err, sizeof err)) rc = cv_fail("%s", err);
+        rc = cv_put(w, r->out + off[g - a], off[ge - a] - off[g - a]);
         if (!rc) rc = cv_write_scales(w, sh, g, ge, s + (g - a));
     }
     for (int k = 0; k < n; k++) {
@@ -1234,9 +1567,8 @@ static int cv_batch(cv_run *r, const cv_shard *sh, int a, int b, st_writer *w) {
 
 /* Converts one group too large for a batch, streaming each item's weights
  * in chunks of about --chunk-mb of source, then the scales. 0 or -1. */
-static int cv_stream(cv_run *r, const cv_shard *sh, int a, int b, st_writer *w) {
+static int cv_stream(cv_run *r, const cv_shard *sh, int a, int b, cv_writer *w) {
     float *s[3] = {NULL, NULL, NULL};
-    char err[600];
     int rc = 0;
     for (int k = a; k < b && !rc; k++) {
         const cv_item *it = &sh->it[k];
@@ -1252,7 +1584,7 @@ static int cv_stream(cv_run *r, const cv_shard *sh, int a, int b, st_writer *w) 
             int64_t n = it->O - r0 < chunk ? it->O - r0 : chunk;
             rc = cv_queue(r, it, fsc, r0, n, r->out, s[k - a]);
             if (!rc) rc = cv_run_units(r);
-            if (!rc && st_writer_data(w, r->out, (size_t)n * orow, err, sizeof err)) rc = cv_fail("%s", err);
+            if (!rc) rc = cv_put(w, r->out, (size_t)n * orow);
         }
         r->nu = 0;
         free(fsc);
@@ -1288,16 +1620,21 @@ static int cv_declare(st_writer *w, const cv_shard *sh) {
 }
 
 /* Writes one shard (tmp + rename): groups gathered into batches of about
- * --chunk-mb of source, larger groups streamed. 0 or -1 with a message;
- * on failure no file is left under the shard's name. */
+ * --chunk-mb of source, larger groups streamed; its size and checksum go to
+ * sh. 0 or -1 with a message; on failure no file is left under the shard's
+ * name. */
 static int cv_shard_run(cv_run *r, cv_shard *sh) {
-    char path[PATH_MAX], err[600];
-    st_writer w;
-    st_writer_init(&w);
+    char path[PATH_MAX], tmp[PATH_MAX + 8], err[600];
+    cv_writer cw;
+    st_writer_init(&cw.w);
+    cv_hash_init(&cw.h);
     snprintf(path, sizeof path, "%s/%s", r->o->dst, sh->file);
+    snprintf(tmp, sizeof tmp, "%s.tmp", sh->file); /* st_writer_begin's temporary */
     const char *meta[] = {"format", "colibri", "writer", CV_VERSION, NULL};
-    int rc = cv_declare(&w, sh) ? cv_fail("%s: out of memory declaring tensors", path) : 0;
-    if (!rc && st_writer_begin(&w, path, meta, err, sizeof err)) rc = cv_fail("%s", err);
+    int rc = cv_dst_regular(r->o->dst, tmp) || cv_dst_regular(r->o->dst, sh->file) ? -1 : 0;
+    if (!rc && cv_declare(&cw.w, sh)) rc = cv_fail("%s: out of memory declaring tensors", path);
+    if (!rc && st_writer_begin(&cw.w, path, meta, err, sizeof err)) rc = cv_fail("%s", err);
+    if (!rc) rc = cv_hash_header(&cw);
     for (int g = 0, ge; g < sh->n && !rc; g = ge) {
         uint64_t bytes = 0;
         ge = g;
@@ -1309,14 +1646,18 @@ static int cv_shard_run(cv_run *r, cv_shard *sh) {
             bytes += gb;
             if (bytes > r->o->chunk) { ge = e; break; }
         }
-        if (bytes > r->o->chunk) rc = cv_stream(r, sh, g, ge, &w);
-        else rc = cv_batch(r, sh, g, ge, &w);
+        if (bytes > r->o->chunk) rc = cv_stream(r, sh, g, ge, &cw);
+        else rc = cv_batch(r, sh, g, ge, &cw);
     }
-    if (!rc && st_writer_finish(&w, err, sizeof err)) rc = cv_fail("%s", err);
+    if (!rc && st_writer_finish(&cw.w, err, sizeof err)) rc = cv_fail("%s", err);
     struct stat st;
     if (!rc && stat(path, &st)) rc = cv_fail("%s: %s", path, strerror(errno));
-    if (!rc) sh->file_bytes = (uint64_t)st.st_size, r->written += sh->file_bytes;
-    st_writer_free(&w);
+    if (!rc && (uint64_t)st.st_size != cw.h.n) { /* the checksum must cover the file exactly */
+        rc = cv_fail("%s: %lld bytes, but %llu checksummed while writing", path, (long long)st.st_size, (unsigned long long)cw.h.n);
+        unlink(path);
+    }
+    if (!rc) sh->file_bytes = (uint64_t)st.st_size, sh->file_hash = cv_hash_final(&cw.h), r->written += sh->file_bytes;
+    st_writer_free(&cw.w);
     return rc;
 }
 
@@ -1374,6 +1715,11 @@ static void cv_shard_line(const cv_run *r, const cv_shard *sh, int converted) {
 
 /* Converts every unfinished shard, recording each in the manifest. */
 static int cv_convert(cv_run *r, cv_plan *p, const cv_param *pr, const cv_source *src, uint8_t *done) {
+    /* The manifest goes first: a kill between a shard's rename and the next
+     * manifest write then leaves a shard the rerun converts again, not one
+     * no manifest explains (refused by cv_dst_orphans). It also drops the
+     * shards that failed verification. */
+    if (r->todo && cv_manifest_write(r->o->dst, pr, src, p, done)) return -1;
     for (int i = 0; i < p->nsh; i++) {
         cv_shard *sh = &p->sh[i];
         if (!sh->n) continue;
@@ -1399,12 +1745,15 @@ typedef struct {
     cv_source src;
     cv_param pr[P_N];
     uint8_t *done;      /* [p.nsh] finished shards */
+    char *extra[CV_NEXTRA]; /* SRC's cv_extra files, NULL when absent */
+    size_t extra_len[CV_NEXTRA];
     int lock;
 } cv_state;
 
 static void cv_state_free(cv_state *s) {
     if (s->lock >= 0) close(s->lock);
     free(s->done);
+    for (int i = 0; i < CV_NEXTRA; i++) free(s->extra[i]);
     cv_source_free(&s->src);
     cv_plan_free(&s->p);
     st_close(&s->ix);
@@ -1417,6 +1766,7 @@ static int cv_prepare(cv_state *s) {
     char err[600];
     if (cv_config_load(s->o.src, &s->c, &s->cfg, &s->cfg_len)) return -1;
     if (st_open_dir(&s->ix, s->o.src, err, sizeof err)) return cv_fail("%s", err);
+    if (cv_extra_load(s->o.src, s->extra, s->extra_len)) return -1;
     if (cv_plan_build(&s->p, &s->c, &s->o, &s->ix) || cv_source_id(&s->ix, s->cfg, s->cfg_len, &s->src)) return -1;
     cv_params(&s->o, &s->c, s->pr);
     if (!(s->done = (uint8_t *)calloc((size_t)s->p.nsh, 1))) return cv_fail("out of memory");
@@ -1445,7 +1795,7 @@ static int cv_execute(cv_state *s) {
     free(r.u);
     for (int i = 0; i < r.nthreads; i++) free(r.scr[i].raw), free(r.scr[i].f);
     free(r.scr);
-    if (rc || cv_copy_meta(&s->o, s->cfg, s->cfg_len) || cv_verify(&s->o, &s->p)) return -1;
+    if (rc || cv_copy_meta(&s->o, s->cfg, s->cfg_len, s->extra, s->extra_len) || cv_verify(&s->o, &s->p)) return -1;
     double el = compat_now() - r.t0;
     if (r.read != r.todo) cv_warn("read %llu source bytes, planned %llu", (unsigned long long)r.read, (unsigned long long)r.todo);
     char ib[32], ob[32];
