@@ -344,9 +344,13 @@ static void print_end(coli_model *m) {
     if (t->prof) tel_prof_line(stderr, t);
     if (x.repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", x.repinned);
     if (m->pilot)
-        fprintf(stderr, "colibri: prefetch: recall %.1f%% (%llu of %llu routed experts were predicted; %llu predictions)\n",
+        fprintf(stderr, "colibri: prefetch: recall %.1f%% (%llu of %llu routed experts were predicted; %llu predictions), %llu read ahead, %.1f MB of them evicted unused\n",
                 tel_pct((double)x.pred_used, (double)x.routed), (unsigned long long)x.pred_used, (unsigned long long)x.routed,
-                (unsigned long long)x.pred_total);
+                (unsigned long long)x.pred_total, (unsigned long long)x.pred_loaded, x.pred_wasted_bytes / 1e6);
+    if (t->prof && x.first_waits)
+        fprintf(stderr, "colibri: reads: a layer's first miss lands %.2f ms after routing (mean of %llu layers with misses); disk idle %.3f s of %.3f s\n",
+                1e3 * x.first_wait_s / (double)x.first_waits, (unsigned long long)x.first_waits,
+                t->last - t->t0 - t->io_busy > 0 ? t->last - t->t0 - t->io_busy : 0.0, t->last - t->t0);
     if (m->io.ndrives > 1) {
         char b[32];
         fprintf(stderr, "colibri: drives:");

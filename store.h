@@ -55,6 +55,9 @@ typedef struct {
     uint64_t routed, pred_total, pred_used;   /* prefetch recall: predicted ∩ routed / routed */
     double read_s;                            /* reads on the calling thread (conversions, pins) */
     double busy_wall;                         /* wall time with at least one read in flight */
+    double first_wait_s;                      /* routing (xs_begin) to the first miss landing, summed */
+    uint64_t first_waits;                     /* layers that had a miss */
+    uint64_t pred_loaded, pred_wasted_bytes;  /* experts read ahead; bytes of those evicted unused */
     int repinned;                             /* experts swapped into the pinned set */
 } xs_stats;
 
@@ -92,6 +95,7 @@ typedef struct {
     int nreq;
     int loading;             /* reads in flight */
     int pilot;               /* loaded on a prediction and still holding its busy mark */
+    int unused;              /* loaded on a prediction and not used since */
 } xs_slot;
 
 enum { XS_QUEUED, XS_LOADING, XS_READY, XS_DONE };
@@ -134,6 +138,7 @@ typedef struct {
     xs_stats stats;
     int inflight;            /* slots with reads in flight */
     double busy_t0, busy_end;
+    double t_begin;          /* the current layer's xs_begin, while its first miss is awaited (0: none) */
     char err[600];
 } xs_store;
 
@@ -550,6 +555,13 @@ static inline int xs_slot_finish(xs_store *x, int k, int s, int failed) {
         return xs_read_error(x, k, e, failed, x->err, sizeof x->err);
     }
     for (int i = 0; i < sl->nreq; i++) x->stats.bytes_read += sl->req[i].len;
+    if (x->t_begin > 0 && !sl->unused) { /* the layer's first miss landed */
+        double done = 0;
+        for (int i = 0; i < sl->nreq; i++) done = sl->req[i].t_done > done ? sl->req[i].t_done : done;
+        x->stats.first_wait_s += done - x->t_begin;
+        x->stats.first_waits++;
+        x->t_begin = 0;
+    }
     xs_views_after(x, k, e, sl->mem, sl->req, sl->view);
     if (xs_check_finite(x, k, e, sl->view, x->err, sizeof x->err)) {
         tier_lru_evict(lru, s);
@@ -573,6 +585,7 @@ static inline int xs_slot_load(xs_store *x, int k, int e, int victim) {
         }
         if (x->o.numa) io_numa_interleave(sl->mem, x->lay[k].bytes);
     }
+    if (sl->unused) x->stats.pred_wasted_bytes += x->lay[k].bytes, sl->unused = 0;
     tier_lru_install(lru, s, e, x->tick);
     lru->busy[s]++;
     if (!x->lay[k].raw) { /* conversions are synchronous */
@@ -650,15 +663,18 @@ static inline int xs_begin(xs_store *x, int k, const int *experts, int n) {
         if (s >= 0) {
             x->stats.hit_lru++;
             x->lru[k].busy[s]++;
+            xs_slot_at(x, k, s)->unused = 0;
             jb->slot = s;
             jb->state = xs_slot_at(x, k, s)->loading ? XS_LOADING : XS_READY;
             if (jb->state == XS_READY) memcpy(jb->view, xs_slot_at(x, k, s)->view, sizeof jb->view);
         } else x->stats.miss++;
     }
     memset(x->predicted + (size_t)k * x->n_experts, 0, (size_t)x->n_experts);
+    x->t_begin = 0;
     for (int j = 0; j < n; j++) {
         xs_job *jb = &x->jobs[j];
         if (jb->state != XS_QUEUED) continue;
+        if (x->t_begin == 0 && x->lay[k].raw) x->t_begin = compat_now();
         int s = xs_slot_load(x, k, jb->e, -1);
         if (s == -2) return -1;
         if (s < 0) break;
@@ -765,7 +781,11 @@ static inline void xs_prefetch(xs_store *x, int k, const int *experts, int n, in
             if (x->heat[io] >= 2 && tier_should_swap(hv, hp)) continue;
         }
         int s = xs_slot_load(x, k, e, v);
-        if (s >= 0) xs_slot_at(x, k, s)->pilot = 1; /* keeps the busy mark until settled */
+        if (s >= 0) { /* keeps the busy mark until settled */
+            xs_slot_at(x, k, s)->pilot = 1;
+            xs_slot_at(x, k, s)->unused = 1;
+            x->stats.pred_loaded++;
+        }
     }
 }
 
@@ -942,6 +962,7 @@ static inline int xs_shrink(xs_store *x) {
         int n = tier_lru_shrink(&x->lru[k], want, 1, x->freed);
         for (int i = 0; i < n; i++) {
             xs_slot *sl = xs_slot_at(x, k, x->freed[i]);
+            if (sl->unused) x->stats.pred_wasted_bytes += x->lay[k].bytes, sl->unused = 0;
             free(sl->mem);
             sl->mem = NULL;
         }

@@ -274,6 +274,11 @@ int mm_init(mm_ctx *c, int level, int idot, int max_rows, int64_t max_cols, int 
     return 0;
 }
 
+/* Activation bytes a block of rows may take: about half an L2. */
+#ifndef MM_BLOCK_BYTES
+#define MM_BLOCK_BYTES (256 * 1024)
+#endif
+
 /* One thread's share of a matmul: quantize its activation rows (integer
  * path), meet the team (sync, when nth > 1), compute its contiguous block
  * of output rows (even-sized, so i8mm's row pairs never straddle two
@@ -289,7 +294,23 @@ static void mm_part(const mm_ctx *c, const mm_args *a, int use_i, int tid, int n
     int64_t per = (W->O + nth - 1) / nth;
     per += per & 1;
     const int64_t r0 = (int64_t)tid * per < W->O ? (int64_t)tid * per : W->O, r1 = r0 + per < W->O ? r0 + per : W->O;
-    if (r0 < r1) (use_i ? c->k->irows : c->k->frows)(a, r0, r1);
+    if (r0 >= r1) return;
+    /* Activation rows in blocks that stay in L2 (MM_BLOCK_BYTES): each
+     * weight row is read once per block and each block once per weight row
+     * of the range, instead of every activation row streaming past every
+     * weight row. A row's result does not depend on its block. */
+    const int64_t row_bytes = use_i ? a->ldq : W->I * 4;
+    int sb = (int)(MM_BLOCK_BYTES / (row_bytes > 0 ? row_bytes : 1)) & ~3;
+    if (sb < MM_TILE) sb = MM_TILE;
+    const mm_rows_fn k = use_i ? c->k->irows : c->k->frows;
+    for (int s0 = 0; s0 < a->S; s0 += sb) {
+        mm_args b = *a;
+        b.S = a->S - s0 < sb ? a->S - s0 : sb;
+        b.x += (size_t)s0 * (size_t)W->I;
+        b.y += (size_t)s0 * (size_t)W->O;
+        if (use_i) b.qx += (size_t)s0 * (size_t)a->ldq, b.xs += s0, b.xg += (size_t)s0 * (size_t)a->ldg;
+        k(&b, r0, r1);
+    }
 }
 
 /* Below this many multiply-adds a call stays on one thread: a team costs

@@ -407,6 +407,24 @@ static void check_misc(mm_ctx *lv, mm_ctx *lvf) {
         CHECK(!memcmp(ys, y, S * 37 * 4));
 #endif
     }
+    /* many rows: S splits into cache blocks, each row as if alone */
+    {
+        owned b = make_tensor(QT_I4G, 7, 3000, 64, 1);
+        const int SB = 150;
+        float *xb = randvec((int64_t)SB * 3000), *yb = malloc((size_t)SB * 7 * 4), *y1 = malloc(7 * 4);
+        for (int p = 0; p < 2; p++) {
+            poison(yb, SB * 7);
+            mm_matmul(cs[p], &b.t, xb, SB, yb);
+            int same = 1;
+            for (int r = 0; r < SB; r += 37) {
+                mm_matmul(cs[p], &b.t, xb + (size_t)r * 3000, 1, y1);
+                same &= !memcmp(y1, yb + (size_t)r * 7, 7 * 4);
+            }
+            CHECK(same);
+        }
+        free(xb), free(yb), free(y1);
+        free_tensor(&b);
+    }
     /* non-finite activation row: integer path gives NaN for that row only */
     x[300 + 7] = INFINITY;
     poison(y, S * 37);
