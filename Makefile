@@ -6,6 +6,7 @@
 #   make sanitize        the same tests under ASan + UBSan, the threaded paths under TSan
 #   make bench           benchmark report (bench/results.json; not part of test)
 #   make llamacpp        the llama.cpp peer for make bench (tools/install_llamacpp.sh)
+#   make fuzz            the fuzz targets of tests/fuzz (fuzz-long, fuzz-smoke)
 # Parallel builds work (make -j); objects go to build/<flavour>/, one
 # flavour per set of flags, with dependencies tracked by the compiler.
 .DEFAULT_GOAL := all
@@ -149,9 +150,24 @@ bench: colibri colibri-synth $(BENCH_BINS)
 llamacpp:
 	tools/install_llamacpp.sh
 
+# ---- fuzzing (tests/fuzz/README.md; never part of `make test`) ------------
+#   make fuzz         each target FUZZ_SECONDS with libFuzzer (clang), or the
+#                     plain driver with mutations where clang is missing
+#   make fuzz-long    each target FUZZ_EXECS executions; execs/s, coverage and
+#                     crashes in bench/fuzz.json
+#   make fuzz-smoke   the CI run: ~10 s per target under ASan + UBSan
+FUZZ_SECONDS ?= 60
+FUZZ_EXECS ?= 10000000
+fuzz:
+	sh tests/fuzz/run.sh fuzz $(FUZZ_SECONDS)
+fuzz-long:
+	FUZZ_REPORT=bench/fuzz.json sh tests/fuzz/run.sh long $(FUZZ_EXECS)
+fuzz-smoke:
+	sh tests/fuzz/run.sh smoke
+
 clean:
 	rm -rf build colibri colibri-synth colibri-convert
 
-.PHONY: all test test-build sanitize sanitize-build clean bench llamacpp
+.PHONY: all test test-build sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke
 .SECONDARY:
 .DELETE_ON_ERROR:

@@ -71,7 +71,7 @@ static inline size_t qt_row_bytes(const qt_tensor *W) { return (size_t)qt_row_by
 /* Scales per row: 0 (f32), 1 (per-row formats), ceil(I/gs) (grouped). */
 static inline int64_t qt_row_scales(const qt_tensor *W) {
     if (W->fmt == QT_F32) return 0;
-    if (W->fmt == QT_I4G) return W->gs > 0 ? (W->I + W->gs - 1) / W->gs : 0;
+    if (W->fmt == QT_I4G) return W->gs > 0 ? W->I / W->gs + (W->I % W->gs != 0) : 0;
     return 1;
 }
 
@@ -96,7 +96,7 @@ static inline uint64_t qt_scale_count(qt_fmt f, int64_t O, int64_t I, int gs) {
     if (f == QT_F32) return 0;
     if (f != QT_I4G) return (uint64_t)O;
     if (!qt_gs_ok(gs)) return 0;
-    return qt_mul_u64((uint64_t)O, (uint64_t)((I + gs - 1) / gs), &r) ? 0 : r;
+    return qt_mul_u64((uint64_t)O, (uint64_t)(I / gs + (I % gs != 0)), &r) ? 0 : r;
 }
 
 /* View of rows [r0, r0+n) of W, weights and scales (grouped: s + r0·ceil(I/gs)). */
@@ -220,6 +220,10 @@ static inline int qt_resolve(int64_t O, int64_t I, uint64_t wbytes, uint64_t sby
         return -1;
     }
     *gs = 0;
+    if (wbytes == UINT64_MAX || sbytes == UINT64_MAX) { /* the overflow mark of qt_bytes_per must match nothing */
+        snprintf(why, n, "byte counts out of range");
+        return -1;
+    }
     if (sbytes == 0) {
         if (qt_bytes_per(O, (uint64_t)I * 4, &bf) || wbytes != bf) {
             snprintf(why, n, "float tensor [%lld, %lld] has %llu bytes, expected %llu", (long long)O, (long long)I,

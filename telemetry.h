@@ -94,9 +94,14 @@ static inline void tel_prof_line(FILE *f, const tel_stats *t) {
  *   -1 <layers> <experts>          binds the file to the model's shape
  *   -2 <version> <engine id>       format version 1; FNV-1a of "glm_moe_dsa"
  *   <layer> <expert> <count>       count > 0, each (layer, expert) once
- *   -3 <records> <sum of counts>   last line: a truncated file lacks it */
+ *   -3 <records> <sum of counts>   last line (the sum saturates at INT64_MAX): a
+ *                                  truncated file lacks it */
 #define TEL_USAGE_VERSION 1
 #define TEL_USAGE_MAX_COUNT ((uint64_t)1 << 62)
+#define TEL_USAGE_MAX_SUM ((uint64_t)INT64_MAX) /* the end record's sum saturates here */
+
+/* a + b, saturating at TEL_USAGE_MAX_SUM (a ≤ it, b ≤ TEL_USAGE_MAX_COUNT). */
+static inline uint64_t tel_sum_add_(uint64_t a, uint64_t b) { return a > TEL_USAGE_MAX_SUM - b ? TEL_USAGE_MAX_SUM : a + b; }
 
 static inline uint32_t tel_engine_id(const char *name) {
     uint32_t h = 2166136261u;
@@ -172,7 +177,7 @@ static inline int tel_usage_parse(const char *text, size_t len, int L, int E, ui
             if (*slot) goto corrupt;
             *slot = c;
             recs++;
-            sum += c;
+            sum = tel_sum_add_(sum, c);
         } else goto corrupt;
         p = nl + 1;
     }
@@ -198,7 +203,7 @@ static inline char *tel_usage_format(int L, int E, uint32_t engine, const uint64
             if (c > TEL_USAGE_MAX_COUNT) c = TEL_USAGE_MAX_COUNT;
             o += (size_t)snprintf(buf + o, cap - o, "%d %d %" PRIu64 "\n", l, e, c);
             recs++;
-            sum += c;
+            sum = tel_sum_add_(sum, c);
         }
     o += (size_t)snprintf(buf + o, cap - o, "-3 %" PRIu64 " %" PRIu64 "\n", recs, sum);
     *len = o;

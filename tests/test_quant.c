@@ -171,6 +171,9 @@ static void test_resolve(void) {
     char why[256];
     const int64_t O = 4, I = 100;
     CHECK(qt_resolve(O, I, 4 * O * I, 0, &f, &gs, why, sizeof why) == 0 && f == QT_F32);
+    /* byte counts no file can have never match an overflowing product (found by the fuzzer) */
+    CHECK(qt_resolve(INT64_C(1) << 40, INT64_C(1) << 40, UINT64_MAX, (uint64_t)1 << 42, &f, &gs, why, sizeof why) == -1);
+    CHECK(qt_scale_count(QT_I4G, 1, INT64_MAX, 16) == (uint64_t)(INT64_MAX / 16 + 1)); /* no signed overflow */
     CHECK(qt_resolve(O, I, O * I, 4 * O, &f, &gs, why, sizeof why) == 0 && f == QT_I8);
     CHECK(qt_resolve(O, I, O * 50, 4 * O, &f, &gs, why, sizeof why) == 0 && f == QT_I4);
     CHECK(qt_resolve(O, I, O * 25, 4 * O, &f, &gs, why, sizeof why) == 0 && f == QT_I2);
