@@ -230,11 +230,7 @@ static void attn_head_latent(coli_model *m, int l, int s, int pos, int h, float 
     }
     softmax(score, n);
     memset(out, 0, (size_t)kvl * 4);
-    for (int i = 0; i < n; i++) {
-        const float *lt = lat + (size_t)(sel ? sel[i] : i) * kvl;
-        float p = score[i];
-        for (int j = 0; j < kvl; j++) out[j] += p * lt[j];
-    }
+    for (int i = 0; i < n; i++) mm_axpy_f32(out, score[i], lat + (size_t)(sel ? sel[i] : i) * kvl, kvl);
 }
 
 /* Ordinary attention of head h for query row s over the kept keys, with
@@ -255,11 +251,7 @@ static void attn_head_rows(coli_model *m, int l, int s, int pos, int h, const fl
     softmax(score, n);
     float *o = sc->attn + ((size_t)s * c->n_heads + h) * vh;
     memset(o, 0, (size_t)vh * 4);
-    for (int i = 0; i < n; i++) {
-        const float *v = kv + (size_t)(sel ? sel[i] : i) * kvw + nope;
-        float p = score[i];
-        for (int j = 0; j < vh; j++) o[j] += p * v[j];
-    }
+    for (int i = 0; i < n; i++) mm_axpy_f32(o, score[i], kv + (size_t)(sel ? sel[i] : i) * kvw + nope, vh);
 }
 
 /* Whether absorbed MLA costs less than reconstruction for a batch of S
@@ -474,9 +466,7 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
             for (int k = 0; k < K; k++) {
                 int i = (int)s * K + k;
                 if (sc->route_e[i] != e) continue;
-                float wt = sc->route_w[i];
-                const float *y = sc->yk + (size_t)i * D;
-                for (int d = 0; d < D; d++) acc[d] += wt * y[d];
+                mm_axpy_f32(acc, sc->route_w[i], sc->yk + (size_t)i * D, D);
             }
     }
     if (c->n_shared) {

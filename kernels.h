@@ -125,19 +125,26 @@ void mm_matvec_t(const mm_ctx *c, const qt_tensor *W, const float *x, float *y);
  * to a multiple of 16 groups (per-row formats: xg[0] only). */
 void mm_act_quant(const float *x, int64_t I, qt_fmt f, int gs, int vb, int8_t *q, float *xs, int32_t *xg);
 
-/* Dot product of n floats with four independent accumulators (plain C,
- * inline: it sits in attention's innermost loops). */
+/* Dot product of n floats in a fixed order on every CPU: 16 running sums
+ * (lane i mod 16, mul then add), then the tail into lane 0, then the sums
+ * pairwise (j + 8, j + 4, j + 2, j + 1). Plain C that the compiler turns
+ * into vector code of any width without reordering; inline, since it sits
+ * in attention's and the indexer's innermost loops. */
 static inline float mm_dot_f32(const float *a, const float *b, int64_t n) {
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    float s[16] = {0};
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += a[i] * b[i];
-        s1 += a[i + 1] * b[i + 1];
-        s2 += a[i + 2] * b[i + 2];
-        s3 += a[i + 3] * b[i + 3];
-    }
-    for (; i < n; i++) s0 += a[i] * b[i];
-    return (s0 + s1) + (s2 + s3);
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) s[j] = s[j] + a[i + j] * b[i + j];
+    for (; i < n; i++) s[0] = s[0] + a[i] * b[i];
+    for (int w = 8; w > 0; w >>= 1)
+        for (int j = 0; j < w; j++) s[j] = s[j] + s[j + w];
+    return s[0];
+}
+
+/* y[i] = y[i] + a·x[i] for i < n (mul then add; restrict lets the
+ * compiler vectorize it without an aliasing check). */
+static inline void mm_axpy_f32(float *restrict y, float a, const float *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] + a * x[i];
 }
 
 #endif
