@@ -135,4 +135,18 @@ static inline uint64_t fuzz_take_u64(const uint8_t **p, const uint8_t *end) {
  * within its size. */
 static inline int fuzz_terminated(const char *s, size_t cap) { return memchr(s, 0, cap) != NULL; }
 
+#ifdef COLI_JSON_H
+/* Whether s[0..n) is valid UTF-8, by json.h's decoder (targets that
+ * include json.h before this header). */
+static inline int fuzz_utf8_ok(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + n;
+    while (p < end) {
+        int l = js_utf8_valid_len(p, end);
+        if (!l) return 0;
+        p += l;
+    }
+    return 1;
+}
+#endif
+
 #endif

@@ -79,16 +79,6 @@ static void fz_print(const js_doc *d, int i, fz_buf *b) {
     }
 }
 
-static int fz_utf8_ok(const char *s, uint32_t n) {
-    const unsigned char *p = (const unsigned char *)s, *end = p + n;
-    while (p < end) {
-        int l = js_utf8_valid_len(p, end);
-        if (!l) return 0;
-        p += l;
-    }
-    return 1;
-}
-
 /* Walks node i (depth = its container depth); counts visits in seen[]. */
 static void fz_walk(const js_doc *d, int i, int depth, unsigned char *seen) {
     FUZZ_CHECK(i >= 0 && i < d->n);
@@ -101,7 +91,7 @@ static void fz_walk(const js_doc *d, int i, int depth, unsigned char *seen) {
         const char *s = js_str(d, i);
         uint32_t n = js_str_len(d, i);
         FUZZ_CHECK(s && (size_t)x->s + n < d->slen + 1 && s[n] == 0);
-        FUZZ_CHECK(fz_utf8_ok(s, n));
+        FUZZ_CHECK(fuzz_utf8_ok(s, n));
     } else {
         FUZZ_CHECK(js_str(d, i) == NULL && js_str_len(d, i) == 0);
     }
@@ -125,7 +115,7 @@ static void fz_walk(const js_doc *d, int i, int depth, unsigned char *seen) {
             const char *key = js_key(d, c);
             uint32_t kl = js_key_len(d, c);
             FUZZ_CHECK((size_t)d->nodes[c].key + kl < d->slen + 1 && key[kl] == 0);
-            FUZZ_CHECK(fz_utf8_ok(key, kl));
+            FUZZ_CHECK(fuzz_utf8_ok(key, kl));
             if (!memchr(key, 0, kl)) FUZZ_CHECK(js_get(d, i, key) == c);
             FUZZ_CHECK(js_at(d, i, k) == -1);
         } else {

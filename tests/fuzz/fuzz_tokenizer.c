@@ -36,16 +36,6 @@ static const char *const fz_fixed[] = {
     "",
 };
 
-static int fz_utf8_ok(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s, *end = p + n;
-    while (p < end) {
-        int l = js_utf8_valid_len(p, end);
-        if (!l) return 0;
-        p += l;
-    }
-    return 1;
-}
-
 /* 1 when decode(encode(x)) must give x back (see the header comment). */
 static int fz_roundtrips(const tok *t) {
     for (int k = 0; k < t->n_added; k++) {
@@ -73,7 +63,7 @@ static void fz_text(const tok *t, const char *text, size_t len, int roundtrip) {
     /* decode, batch and streaming */
     FUZZ_CHECK(tok_decode(t, a.ids, a.n, &out) == 0);
     FUZZ_CHECK(out.s && out.s[out.n] == 0);
-    FUZZ_CHECK(fz_utf8_ok(out.s, out.n));
+    FUZZ_CHECK(fuzz_utf8_ok(out.s, out.n));
     tok_stream ss = {{0}, 0, 0, 0, 0};
     FUZZ_CHECK(tok_str_put(&st_out, "", 0) == 0);
     for (size_t i = 0; i < a.n; i++) FUZZ_CHECK(tok_stream_put(t, &ss, a.ids[i], &st_out) == 0);
