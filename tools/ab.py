@@ -2,6 +2,7 @@
 """A/B experiments on colibri's environment knobs (standard library only).
 
   tools/ab.py --model DIR --prompt-file F -a 'PIPE=1' -b 'PIPE=0' -n 5
+  tools/ab.py --model DIR --prompt-file F --bin-a ./colibri --bin-b /old/colibri
 
 Runs A and B interleaved (A B A B ...) n times each with the same prompt,
 seed and settings, parses colibri's end-of-run line, and reports for each
@@ -80,6 +81,8 @@ def main():
     ap.add_argument("-n", type=int, default=5, help="runs per side (interleaved)")
     ap.add_argument("--env", default="", help="settings for both sides")
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "colibri"))
+    ap.add_argument("--bin-a", help="side A's binary (default --bin): compare two builds, e.g. before and after a change")
+    ap.add_argument("--bin-b", help="side B's binary (default --bin)")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
@@ -91,13 +94,14 @@ def main():
         with open(a.prompt_file, encoding="utf-8") as f:
             common["PROMPT"] = f.read()
     sides = {"A": parse_env(a.a), "B": parse_env(a.b)}
+    bins = {"A": a.bin_a or a.bin, "B": a.bin_b or a.bin}
     runs = {"A": [], "B": []}
     tokens = {"A": set(), "B": set()}
     for i in range(a.n):
         for side in ("A", "B"):
             env = dict(common)
             env.update(sides[side])
-            stats, ids, _ = run_once(a.bin, a.model, env, a.timeout)
+            stats, ids, _ = run_once(bins[side], a.model, env, a.timeout)
             runs[side].append(stats)
             tokens[side].add(tuple(ids) if isinstance(ids, list) else ids)
             print("run %d %s: decode %.3f tok/s, prefill %.1f tok/s, TTFT %.3f s, hit %.1f%%" %
@@ -105,14 +109,15 @@ def main():
     same_within = len(tokens["A"]) == 1 and len(tokens["B"]) == 1
     same = same_within and tokens["A"] == tokens["B"]
     model_changing = sorted({k for s in sides.values() for k in s if k in MODEL_KNOBS})
-    report = {"model": a.model, "A": sides["A"], "B": sides["B"], "common": {k: v for k, v in common.items() if k != "PROMPT"},
+    report = {"model": a.model, "A": sides["A"], "B": sides["B"], "bin_A": bins["A"], "bin_B": bins["B"],
+              "common": {k: v for k, v in common.items() if k != "PROMPT"},
               "n": a.n, "tokens_identical": same, "runs": runs}
     for side in ("A", "B"):
         report[side + "_summary"] = {k: summarize([r[k] for r in runs[side]]) for k in ("decode_tps", "prefill_tps", "ttft", "hit", "mb_per_tok")}
     pairs = [ra["decode_tps"] / rb["decode_tps"] for ra, rb in zip(runs["A"], runs["B"]) if rb["decode_tps"] > 0]
     report["decode_ratio_A_over_B"] = summarize(pairs) if pairs else None
-    print("A: %s" % (a.a or "(defaults)"))
-    print("B: %s" % (a.b or "(defaults)"))
+    print("A: %s%s" % (a.a or "(defaults)", " with " + bins["A"] if bins["A"] != bins["B"] else ""))
+    print("B: %s%s" % (a.b or "(defaults)", " with " + bins["B"] if bins["A"] != bins["B"] else ""))
     if not same_within:
         print("tokens differ between runs of the same side: the experiment is not repeatable (check SEED and the knobs)")
     elif not same and not model_changing:
