@@ -432,10 +432,14 @@ static inline int model_check_tensors(coli_model *m) {
     if (!used) return model_fail(m, "out of memory");
     uint64_t dummy;
     int rc = model_weights(m, 0, &dummy, used), mtp = 0, other = 0;
-    for (size_t i = 0; !rc && i < (size_t)m->xs.n_layers * m->xs.n_experts; i++)
-        for (int p = 0; p < 3; p++) {
-            used[m->xs.loc[i].w[p] - m->st.t] = 1;
-            if (m->xs.loc[i].s[p]) used[m->xs.loc[i].s[p] - m->st.t] = 1;
+    for (int k = 0; !rc && k < m->xs.n_layers; k++)
+        for (int e = 0; e < m->xs.n_experts; e++) {
+            const st_tensor *w[3], *s[3];
+            xs_expert_tensors(&m->xs, k, e, w, s);
+            for (int p = 0; p < 3; p++) {
+                used[w[p] - m->st.t] = 1;
+                if (s[p]) used[s[p] - m->st.t] = 1;
+            }
         }
     const char *first_other = NULL;
     int n_mtp = c->n_mtp > 0 ? c->n_mtp : 1;

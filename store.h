@@ -278,6 +278,12 @@ static inline void xs_layer_end(xs_store *x, int k) {
     L->bytes = xs_align_up(off, x->o.direct ? IO_ALIGN : 64);
 }
 
+/* The tensors expert e of layer k was located at (s[p] NULL for float). */
+static inline void xs_expert_tensors(const xs_store *x, int k, int e, const st_tensor *w[3], const st_tensor *s[3]) {
+    const xs_loc *l = xs_loc_at(x, k, e);
+    for (int p = 0; p < 3; p++) w[p] = l->w[p], s[p] = l->s[p];
+}
+
 /* In-memory bytes of one expert of layer k; of the largest of any layer. */
 static inline size_t xs_expert_bytes(const xs_store *x, int k) { return x->lay[k].bytes; }
 static inline size_t xs_max_expert_bytes(const xs_store *x) {
