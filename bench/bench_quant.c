@@ -5,13 +5,20 @@
  *      larger than the last-level cache (so weights stream from DRAM): GB/s of
  *      weight+scale bytes, one thread and all threads, IDOT on and off, and the
  *      ratio to the best streaming read seen in the run (probe or kernel);
- *   3. small batches S = 8 and 32: GFLOP/s and time per activation row
- *      relative to S = 1.
+ *   3. batches S = 8 and 32 (IDOT on and off) and S = 64 and 128 (the
+ *      engine's arithmetic only: IDOT on, f32 on the float path), all
+ *      threads: GFLOP/s and time per activation row relative to S = 1. The
+ *      largest S is the kernel peak a prefill is judged against (bench/run.py
+ *      weighs each format's peak by the model's multiply-adds). Calls of up
+ *      to 128 rows are not chunked (mm_init's max_rows; the engine's UBATCH
+ *      is 512).
  * Build: make build/rel/bench_quant (links the kernels)
  * Usage: build/rel/bench_quant [--json] [--level NAME] [--mem MiB] [--time SEC]
- *        [--only FORMAT] [--hugepages]
+ *        [--only FORMAT] [--hugepages] [--probe]
  *   --only: one format by qt_fmt_name (int8, int4, int4-grouped, f32);
- *   --hugepages: back the probe buffer and the matrices with 2 MiB pages. */
+ *   --hugepages: back the probe buffer and the matrices with 2 MiB pages;
+ *   --probe: the read bandwidth probe alone (1 thread and all threads), no
+ *            kernels (bench/run.py probes at the start and end of a run). */
 #include "kernels.h"
 
 #include <omp.h>
@@ -34,6 +41,8 @@ static void *big_alloc(size_t n, int huge) {
 }
 
 typedef uint64_t v64 __attribute__((vector_size(64)));
+
+#define MAX_S 128 /* largest batch (activation rows per call) */
 
 /* Best-of-8 read bandwidth (GB/s) of buf[n] with nt threads, each reading a
  * contiguous slice with four 64-byte accumulators, with and without a
@@ -122,9 +131,13 @@ static void free_set(mset *m) {
 /* Seconds per mm_matmul call. Calls cycle through the whole set (so weights
  * come from DRAM); the time is the best window of MM_WIN consecutive calls,
  * repeated for ≥ secs and ≥ 2 cycles over the set. A short window is what
- * survives other processes sharing the cores; it reads slightly optimistic. */
+ * survives other processes sharing the cores; it reads slightly optimistic.
+ * From S = 64 on a call is compute-bound (tens of ms; where the weights come
+ * from hardly matters): ≥ secs and ≥ 2 windows, not 2 cycles over the set. */
 #define MM_WIN 16
+#define MM_BIG_S 64
 static double time_calls(mm_ctx *c, const mset *m, const float *x, int S, float *y, double secs) {
+    const long need = S >= MM_BIG_S ? 2L * MM_WIN : 2L * m->n;
     for (int k = 0; k < m->n && k < 4; k++) mm_matmul(c, &m->t[k], x, S, y); /* warm code, not data */
     double best = 1e30, t0 = now();
     long calls = 0;
@@ -135,18 +148,19 @@ static double time_calls(mm_ctx *c, const mset *m, const float *x, int S, float 
         t = (now() - t) / MM_WIN;
         best = t < best ? t : best;
         calls += MM_WIN;
-    } while (now() - t0 < secs || calls < 2L * m->n);
+    } while (now() - t0 < secs || calls < need);
     return best;
 }
 
 int main(int argc, char **argv) {
-    int json = 0, level = -1, huge = 0;
+    int json = 0, level = -1, huge = 0, probe_only = 0;
     const char *only = NULL;
     double secs = 0.4;
     uint64_t mem = (uint64_t)1536 << 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--hugepages")) huge = 1;
+        else if (!strcmp(argv[i], "--probe")) probe_only = 1;
         else if (!strcmp(argv[i], "--level") && i + 1 < argc) {
             if ((level = mm_level_parse(argv[++i])) < 0) {
                 fprintf(stderr, "unknown level %s\n", argv[i]);
@@ -156,14 +170,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--time") && i + 1 < argc) secs = atof(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--json] [--level NAME] [--mem MiB] [--time SEC] [--only FORMAT] [--hugepages]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json] [--level NAME] [--mem MiB] [--time SEC] [--only FORMAT] [--hugepages] [--probe]\n", argv[0]);
             return 2;
         }
     }
     const int nall = omp_get_num_procs();
     char err[256];
     mm_ctx ci, cf;
-    if (mm_init(&ci, level, 1, 64, 16384, 1, err, sizeof err) || mm_init(&cf, level, 0, 64, 16384, 1, err, sizeof err)) {
+    if (mm_init(&ci, level, 1, MAX_S, 16384, 1, err, sizeof err) || mm_init(&cf, level, 0, MAX_S, 16384, 1, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }
@@ -178,6 +192,20 @@ int main(int argc, char **argv) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < bn; i += 4096) memset(buf + i, (int)(i >> 12), 4096);
     double bw1 = 0, bwn = 0;
+    if (probe_only) {
+        /* twice each, best: the probe alone, for the start and end of a bench run */
+        for (int k = 0; k < 2; k++) {
+            double b1 = read_bw(buf, bn, 1), bn_ = nall > 1 ? read_bw(buf, bn, nall) : b1;
+            bw1 = b1 > bw1 ? b1 : bw1;
+            bwn = bn_ > bwn ? bn_ : bwn;
+        }
+        free(buf);
+        fprintf(o, "read bandwidth (%zu MiB probe): 1 thread %.1f GB/s, %d threads %.1f GB/s\n", bn >> 20, bw1, nall, bwn);
+        if (json) printf("{\"threads\": %d, \"probe_mib\": %zu, \"hugepages\": %d, \"probe_gbs\": {\"1\": %.2f, \"all\": %.2f}}\n", nall, bn >> 20, huge, bw1, bwn);
+        mm_free(&ci);
+        mm_free(&cf);
+        return 0;
+    }
 
     /* 2 + 3. kernels */
     static const struct {
@@ -187,8 +215,8 @@ int main(int argc, char **argv) {
     static const int64_t shapes[2][2] = {{2048, 6144}, {6144, 2048}};
     result res[256];
     int nres = 0;
-    float *x = malloc(32 * 6144 * 4), *y = malloc(32 * 6144 * 4);
-    for (int i = 0; i < 32 * 6144; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    float *x = malloc((size_t)MAX_S * 6144 * 4), *y = malloc((size_t)MAX_S * 6144 * 4);
+    for (int i = 0; i < MAX_S * 6144; i++) x[i] = (float)((int)((int64_t)i * 7919 % 2001) - 1000) * 1e-3f;
     for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
         if (only && strcmp(only, qt_fmt_name(fmts[fi].f))) continue;
         double b1 = read_bw(buf, bn, 1), bn_ = read_bw(buf, bn, nall);
@@ -204,9 +232,10 @@ int main(int argc, char **argv) {
                     if (ti && nall == 1) break;
                     omp_set_num_threads(nt);
                     double t1 = 0;
-                    static const int Ss[3] = {1, 8, 32};
-                    for (int k = 0; k < 3; k++) {
+                    static const int Ss[5] = {1, 8, 32, 64, MAX_S};
+                    for (int k = 0; k < 5; k++) {
                         if (Ss[k] > 1 && nt == 1) break; /* batches: all threads only */
+                        if (Ss[k] >= MM_BIG_S && !idot && fmts[fi].f != QT_F32) break; /* large batches: the engine's path only */
                         result *r = &res[nres++];
                         *r = (result){fmts[fi].f, fmts[fi].gs, shapes[si][0], shapes[si][1], Ss[k], idot, nt, 0, 0, 0, 0, 0};
                         double t = time_calls(c, &m, x, Ss[k], y, secs);

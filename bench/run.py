@@ -2,13 +2,18 @@
 """colibri benchmark harness (`make bench`): machine limits, engine workloads, peer comparison.
 
   python3 bench/run.py [--quick] [--only SECTION,...] [--skip SECTION,...] [--repeats N]
-                       [--out bench/results.json] [--no-peer]
+                       [--out bench/results.json] [--no-peer] [--omp-default | --omp-spin]
 
 Sections, in order: limits (memory and O_DIRECT disk bandwidth), kernels
 (bench_quant), resident, streaming, history, iopaths, tokenizer, convert,
-llamacpp. Every figure is paired with the limit it is judged against, measured
-in the same run; see bench/README.md for what each workload measures and the
-schema of results.json. Standard library only; the llama.cpp peer (and the
+llamacpp; the limits are probed again at the end. Every figure is paired with
+the limit it is judged against, measured in the same run; llama.cpp runs are
+interleaved run by run with the colibri runs they are compared with (inside
+the resident and streaming sections when those run). A row is marked
+disturbed when other processes took more than 15% of the CPUs during one of
+its runs or when the start and end probes of its limit differ by more than
+15%. See bench/README.md for what each workload measures and the schema of
+results.json. Standard library only; the llama.cpp peer (and the
 Hugging Face tokenizer) are used when installed and skipped with a message
 otherwise.
 
@@ -46,6 +51,16 @@ PLAN_RE = re.compile(r"plan: budget ([\d.]+ [KMG]B) \| resident: dense ([\d.]+ [
 READS_RE = re.compile(r"expert reads: (.*)")
 STOP_RE = re.compile(r"stopped: (.*)")
 DISKWAIT_RE = re.compile(r"disk wait (\d+)% of wall")
+
+# libgomp waiting: colibri runs inherit the user's environment (the engine's
+# per-token path has its own thread team, team.h, and no OpenMP); these are
+# the two settings the resident section compares, interleaved.
+SPIN_ENV = {"GOMP_SPINCOUNT": "300000", "OMP_WAIT_POLICY": None}
+DEFAULT_WAIT_ENV = {"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}
+OMP_VARS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
+BUSY_FRAC = 0.15    # a run during which other processes took more of the CPUs than this is disturbed
+PROBE_DRIFT = 0.15  # start and end probes of a limit further apart than this disturb the rows judged against it
+FUZZ_JSON = os.path.join(ROOT, "bench", "fuzz.json")
 
 SYNTH_TOKENIZER = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "tokenizer.json")
 GLM5_EXPERT_INT4 = 3 * 2048 * 6144 // 2  # one GLM-5 routed expert's int4 weights (gate, up, down), bytes
@@ -103,16 +118,37 @@ class Bench:
         self.prompts = {}
         self.memcg = None
         self.last_others = None
-        # OpenMP workers that sleep between parallel regions can take a scheduler
-        # tick (~10 ms) to wake on a VM; any explicit GOMP_SPINCOUNT keeps libgomp
-        # spinning briefly instead. Applied to every engine run (colibri and
-        # llama.cpp alike) unless --omp-default; the resident section also
-        # measures the default to show what it costs.
+        self.last_log = None
+        self.peer_state = None  # None: not set up yet; True: llama-bench ready; False: skipped
+        self.peer_extra = []    # llama-bench flags every later run gets (--repack 0 after an abort)
+        self.paired = set()     # sections whose side-by-side rows are done
+        # Engine runs (colibri and llama.cpp alike) get the user's environment:
+        # colibri's per-token path runs on its own thread team (team.h: spins
+        # 0.3 ms at barriers, then sleeps) and needs no GOMP_SPINCOUNT any more.
+        # --omp-default removes GOMP_SPINCOUNT/OMP_WAIT_POLICY even where the
+        # user set them; --omp-spin adds GOMP_SPINCOUNT=300000 (the old default).
+        # The resident section compares default and spin waiting, interleaved.
+        self.omp_user = {k: os.environ[k] for k in OMP_VARS if k in os.environ}
         if a.omp_default:
-            self.omp_env = {}
+            self.omp_env = dict(DEFAULT_WAIT_ENV)
+        elif a.omp_spin:
+            self.omp_env = dict(SPIN_ENV)
         else:
-            self.omp_env = {k: os.environ[k] for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ} or {"GOMP_SPINCOUNT": "300000"}
+            self.omp_env = {}
+        # bench_quant's mm_matmul runs an OpenMP team per call: it gets
+        # GOMP_SPINCOUNT=300000 (unless the user set libgomp's waiting, or
+        # --omp-default), so its S=1 figures are the kernels' with threads
+        # kept awake, as the engine's team keeps them; kernel.*.omp-default
+        # shows the kernels with libgomp's default waiting
+        if a.omp_default:
+            self.kernel_env = dict(DEFAULT_WAIT_ENV)
+        elif any(k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")):
+            self.kernel_env = {}
+        else:
+            self.kernel_env = {"GOMP_SPINCOUNT": "300000"}
         self.R["omp_env"] = self.omp_env
+        self.R["omp_env_user"] = self.omp_user
+        self.R["kernels_env"] = self.kernel_env
 
     # ------------------------------------------------------------ helpers
     def say(self, msg):
@@ -189,6 +225,7 @@ class Bench:
             err += b"\nbench: killed after %d s\n" % timeout
         out, err = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
         lp = self.log(name, cmd, env or {}, out, err, rc, wall)
+        self.last_log = lp
         if rc != 0 and check:
             raise SystemExit("bench: %s failed (exit %d), log %s:\n%s" % (name, rc, lp, err[-3000:]))
         return out, err, rc, wall, ru.ru_maxrss * 1024 if ru else 0, lp
@@ -465,8 +502,9 @@ class Bench:
         raise KeyError(d)
 
     # ------------------------------------------------------------ colibri runs
-    def crun(self, label, model, env, prompt_n, ngen, cold=False, cg_limit=None, timeout=3600, offset=0, omp=True):
-        e = dict(self.omp_env) if omp else {}
+    def crun(self, label, model, env, prompt_n, ngen, cold=False, cg_limit=None, timeout=3600, offset=0):
+        """One colibri run in the user's environment + omp_env + env (None removes a variable); its parsed record."""
+        e = dict(self.omp_env)
         e.update({"SEED": "1", "TEMP": "0", "USAGE_SAVE": "0", "CHAT_TEMPLATE": "0", "PIN": "0", "NGEN": str(ngen)})
         e.update(env)
         e["PROMPT"] = self.prompt(model, prompt_n, offset)
@@ -478,7 +516,7 @@ class Bench:
             peak = self.cg_done(cg)
         r = parse_colibri(err)
         r.update(label=label, rc=rc, wall_s=round(wall, 3), peak_rss=rss, log=lp, cgroup_peak=peak, cache_left_after_drop=cached,
-                 env={k: v for k, v in e.items() if k != "PROMPT" and v is not None}, **(self.last_others or {}))
+                 env={k: v for k, v in e.items() if k != "PROMPT"}, **(self.last_others or {}))
         if rc != 0 or "decode_tps" not in r:
             self.say("  %s: colibri failed (exit %s), see %s" % (label, rc, lp))
             r["failed"] = True
@@ -499,60 +537,147 @@ class Bench:
         return w
 
     # ------------------------------------------------------------ sections
+    def others(self):
+        """The CPU share other processes took during the last command, with its log, as a run record."""
+        o = dict(self.last_others or {})
+        o["log"] = self.last_log
+        return o
+
+    def mem_probe(self, when):
+        """Memory read bandwidth, probed twice with bench_mem and once with bench_quant --probe (best of 2
+        inside); every probe goes to limits.mem_probes with the CPU share others took meanwhile."""
+        L = self.R["limits"]
+        mib = "1024" if self.a.quick else "4096"
+        for i in range(2):
+            mo, _, _, _, _, _ = self.run("bench_mem-%s-%d" % (when, i), [os.path.join(ROOT, "build", "rel", "bench_mem"), "--json", "--mib", mib],
+                                         timeout=600)
+            o = self.others()
+            got = json.loads(mo)
+            L.setdefault("mem_bw_probes", []).append(dict(got, when=when, **o))
+            res = got["results"]
+            L.setdefault("mem_probes", []).append({"probe": "bench_mem", "when": when, "mib": got.get("mib"), "threads": res[-1]["threads"],
+                                                   "gbs": {"1": res[0]["gbs"], "all": res[-1]["gbs"]},
+                                                   "trusted": (o.get("others_cpu_frac") or 0) <= BUSY_FRAC, **o})
+        bq = os.path.join(ROOT, "build", "rel", "bench_quant")
+        qo, _, _, _, _, _ = self.run("bench_quant-probe-%s" % when, [bq, "--json", "--probe", "--mem", "512" if self.a.quick else "1536"],
+                                     env=self.kernel_env, timeout=600)
+        o = self.others()
+        q = json.loads(qo)
+        L["mem_probes"].append({"probe": "bench_quant", "when": when, "mib": q.get("probe_mib"), "threads": q.get("threads"),
+                                "gbs": {"1": q["probe_gbs"]["1"], "all": q["probe_gbs"]["all"]},
+                                "trusted": (o.get("others_cpu_frac") or 0) <= BUSY_FRAC, **o})
+        got = [p for p in L["mem_probes"] if p["when"] == when]
+        self.say("memory read bandwidth (%s): %s" % (when, ", ".join("%s %.1f GB/s (1 thread) %.1f GB/s (%s threads)%s" % (
+            p["probe"], p["gbs"]["1"], p["gbs"]["all"], p["threads"], "" if p["trusted"] else " [others took %.0f%% of the CPUs]" %
+            (100 * p["others_cpu_frac"])) for p in got)))
+
+    def set_mem_limit(self):
+        """limits.mem_bw_gbs: the best trustworthy probe of the run so far (any probe where none is trustworthy).
+        A probe can only under-read the machine (other load, a waiting thread), so the highest undisturbed
+        reading is the best estimate of what the memory system delivers."""
+        L = self.R["limits"]
+        ps = L.get("mem_probes") or []
+        good = [p for p in ps if p["trusted"]] or ps
+        out = dict(L.get("mem_bw_gbs") or {})
+        src = {}
+        for k in ("1", "all"):
+            b = max(good, key=lambda p: p["gbs"][k])
+            out[k] = b["gbs"][k]
+            src[k] = "%s (%s)" % (b["probe"], b["when"])
+        out["threads"] = max(p["threads"] or 1 for p in ps)
+        out["source"] = src
+        out["trusted"] = any(p["trusted"] for p in ps)
+        out["how"] = ("best undisturbed probe of the run (others took <= %d%% of the CPUs): bench_mem (pthreads, 64-byte loads) twice and "
+                      "bench_quant --probe (OpenMP, best of 2) once, at the start and at the end, and the probes of the bench_quant kernels run "
+                      "(bench_quant-kernels)" % (100 * BUSY_FRAC))
+        L["mem_bw_gbs"] = out
+        return out
+
+    def disk_probe_end(self):
+        """The O_DIRECT probe again at the end: the expert size at the best queue depth of the start."""
+        L = self.R["limits"]
+        if not L.get("disk_best_qd"):
+            return
+        large = self.model_dir("large")
+        cmd = [os.path.join(ROOT, "build", "rel", "bench_io"), "--json", "--time", "1" if self.a.quick else "2", "--size", str(L["disk_best_size"]),
+               "--qd", str(L["disk_best_qd"])] + self.shards(large)
+        out, _, _, _, _, _ = self.run("bench_io-end", cmd, timeout=600)
+        o = self.others()
+        x = json.loads(out)["results"][0]
+        L["disk_probes"].append(dict(x, when="end", trusted=(o.get("others_cpu_frac") or 0) <= BUSY_FRAC, **o))
+        self.say("disk (end): O_DIRECT %.1f MB reads at queue depth %d: %.2f GB/s" % (x["size"] / 1e6, x["qd"], x["gbs"]))
+
+    def set_disk_limit(self):
+        L = self.R["limits"]
+        ps = [p for p in L.get("disk_probes") or [] if p["size"] == L.get("disk_best_size") and p["qd"] == L.get("disk_best_qd")]
+        if not ps:
+            return
+        good = [p for p in ps if p["trusted"]] or ps
+        b = max(good, key=lambda p: p["gbs"])
+        L["disk_best_gbs"] = b["gbs"]
+        L["disk_best_source"] = b["when"]
+        L["disk_limit_name"] = "O_DIRECT %.1f MB reads at qd %d (best qd of %s)" % (
+            L["disk_best_size"] / 1e6, L["disk_best_qd"], ",".join(str(q) for q in L.get("disk_qds", [])))
+
     def limits(self):
         L = self.R["limits"]
         bq = os.path.join(ROOT, "build", "rel", "bench_quant")
-        args = ["--json", "--time", "0.15" if self.a.quick else "0.2", "--mem", "512" if self.a.quick else "1536"]
-        if self.section_on("kernels"):
-            self.say("kernels: bench_quant (memory bandwidth, matvec per format)%s" % (" with " + self.omp_env_str() if self.omp_env else ""))
-            out, err, _, _, _, _ = self.run("bench_quant", [bq] + args, env=self.omp_env, timeout=1800)
-        else:
-            self.say("memory bandwidth: bench_quant --only f32 (kernels section off)")
-            out, err, _, _, _, _ = self.run("bench_quant-bw", [bq] + args + ["--only", "f32"], env=self.omp_env, timeout=1800)
-        q = json.loads(out)
-        # twice, best of both: one probe can land while other processes hold a CPU
-        mb = None
-        for i in range(2):
-            mo, _, _, _, _, _ = self.run("bench_mem", [os.path.join(ROOT, "build", "rel", "bench_mem"), "--json", "--mib", "1024" if self.a.quick else "4096"],
-                                         timeout=600)
-            L.setdefault("mem_bw_probes", []).append(dict(json.loads(mo), **(self.last_others or {})))
-            got = json.loads(mo)["results"]
-            mb = got if mb is None else [a if a["gbs"] >= b["gbs"] else b for a, b in zip(mb, got)]
-        L["mem_bw_gbs"] = {"1": mb[0]["gbs"], "all": mb[-1]["gbs"], "threads": mb[-1]["threads"],
-                           "how": "bench_mem, run twice: best of 5 passes over a 4 GiB buffer (far above the LLC), 64-byte vector loads, spinning pthreads",
-                           "bench_quant_probe": q.get("bandwidth_gbs", q.get("probe_gbs"))}
-        self.say("memory read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)" % (mb[0]["gbs"], mb[-1]["gbs"], mb[-1]["threads"]))
+        mib = "512" if self.a.quick else "1536"
+        args = ["--json", "--time", "0.15" if self.a.quick else "0.2", "--mem", mib]
+        self.mem_probe("start")
+        self.set_mem_limit()
         if not self.a.quick:
             # the same probe over a buffer the size of bench_quant's matrix sets: how much a large LLC adds
             mo, _, _, _, _, _ = self.run("bench_mem-1536", [os.path.join(ROOT, "build", "rel", "bench_mem"), "--json", "--mib", "1536"], timeout=600)
             L["mem_bw_gbs_1536mib"] = {str(x["threads"]): x["gbs"] for x in json.loads(mo)["results"]}
-        if self.omp_env and self.section_on("kernels"):
-            # the same kernel with libgomp's defaults: what the OpenMP wake-up costs here
-            self.say("kernels: int4 g64 again with the default OpenMP environment")
-            o2, _, _, _, _, _ = self.run("bench_quant-omp-default", [bq, "--json", "--time", "0.1", "--mem", "256", "--only", "int4-grouped"],
-                                         env={"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}, timeout=900)
-            q2 = json.loads(o2)
-            L["mem_bw_gbs_omp_default"] = q2.get("bandwidth_gbs", q2.get("probe_gbs"))
-            for k in q2["kernels"]:
-                if k["S"] == 1 and k["idot"] == 1:
-                    self.R["workloads"].append({
-                        "id": "kernel.%s-g%d.%dx%d.idot1.t%d.omp-default" % (k["fmt"], k["gs"], k["O"], k["I"], k["threads"]),
-                        "engine": "colibri", "model": None, "what": "matvec S=1 with libgomp's default waiting (no GOMP_SPINCOUNT)", "unit": "GB/s",
-                        "value": k["gbs"], "n": 1, "limit_name": "memory read bandwidth (%s)" % ("1 thread" if k["threads"] == 1 else "all threads"),
-                        "limit": L["mem_bw_gbs"]["1" if k["threads"] == 1 else "all"],
-                        "ratio": k["gbs"] / L["mem_bw_gbs"]["1" if k["threads"] == 1 else "all"]})
         if self.section_on("kernels"):
+            self.say("kernels: bench_quant (matvec and batches per format)%s" % (" with " + env_str(self.kernel_env) if self.kernel_env else ""))
+            out, err, _, _, _, _ = self.run("bench_quant", [bq] + args, env=self.kernel_env, timeout=1800)
+            kq = self.others()
+            q = json.loads(out)
+            # the same probe, run before every format and at the end of the kernels: a candidate for the limit too
+            L["mem_probes"].append({"probe": "bench_quant-kernels", "when": "start", "mib": q.get("set_mib"), "threads": q.get("threads"),
+                                    "gbs": {"1": q["probe_gbs"]["1"], "all": q["probe_gbs"]["all"]},
+                                    "trusted": (kq.get("others_cpu_frac") or 0) <= BUSY_FRAC, **kq})
+            self.set_mem_limit()
+            L["mem_bw_gbs"]["bench_quant_probe"] = q.get("bandwidth_gbs", q.get("probe_gbs"))
+            if self.kernel_env.get("GOMP_SPINCOUNT"):
+                # the same kernel with libgomp's defaults: what the OpenMP wake-up costs here
+                self.say("kernels: int4 g64 again with the default OpenMP environment")
+                o2, _, _, _, _, _ = self.run("bench_quant-omp-default", [bq, "--json", "--time", "0.1", "--mem", "256", "--only", "int4-grouped"],
+                                             env=DEFAULT_WAIT_ENV, timeout=900)
+                ko = self.others()
+                q2 = json.loads(o2)
+                L["mem_bw_gbs_omp_default"] = q2.get("bandwidth_gbs", q2.get("probe_gbs"))
+                for k in q2["kernels"]:
+                    if k["S"] == 1 and k["idot"] == 1:
+                        mk = "1" if k["threads"] == 1 else "all"
+                        self.R["workloads"].append({
+                            "id": "kernel.%s-g%d.%dx%d.idot1.t%d.omp-default" % (k["fmt"], k["gs"], k["O"], k["I"], k["threads"]),
+                            "engine": "colibri", "model": None, "what": "matvec S=1 with libgomp's default waiting (no GOMP_SPINCOUNT)", "unit": "GB/s",
+                            "value": k["gbs"], "n": 1, "limit_name": "memory read bandwidth (%s)" % ("1 thread" if k["threads"] == 1 else "all threads"),
+                            "limit_kind": "mem_bw_" + mk, "achieved_gbs": k["gbs"], "limit": L["mem_bw_gbs"][mk],
+                            "ratio": k["gbs"] / L["mem_bw_gbs"][mk], "runs": [dict(ko, label="bench_quant-omp-default")]})
             self.R["kernels"] = q
             for k in q["kernels"]:
                 if k["S"] == 1:
+                    mk = "1" if k["threads"] == 1 else "all"
                     self.R["workloads"].append({
                         "id": "kernel.%s%s.%dx%d.idot%d.t%d" % (k["fmt"], "-g%d" % k["gs"] if k["gs"] else "", k["O"], k["I"], k["idot"], k["threads"]),
                         "engine": "colibri", "model": None, "what": "matvec (decode, S=1) over a set of matrices (bench_quant --mem)", "unit": "GB/s",
                         "value": k["gbs"], "n": 1, "limit_name": "memory read bandwidth (%s thread%s)" % (k["threads"], "s" if k["threads"] > 1 else ""),
-                        "limit": L["mem_bw_gbs"]["1" if k["threads"] == 1 else "all"],
-                        "ratio": k["gbs"] / L["mem_bw_gbs"]["1" if k["threads"] == 1 else "all"]})
+                        "limit_kind": "mem_bw_" + mk, "achieved_gbs": k["gbs"], "limit": L["mem_bw_gbs"][mk],
+                        "ratio": k["gbs"] / L["mem_bw_gbs"][mk], "runs": [dict(kq, label="bench_quant")]})
             peak = max((k["gflops"] for k in q["kernels"] if k["threads"] == q["threads"] and k["idot"] == 1), default=None)
             L["kernel_peak_gflops"] = peak
+            L["kernel_peaks"] = kernel_peaks(q)
+            for fk, v in sorted(L["kernel_peaks"].items()):
+                self.R["workloads"].append({"id": "limit.kernel_peak.%s" % fk, "engine": None, "model": None, "unit": "GFLOP/s", "n": 1, "value": v["gflops"],
+                                            "what": "bench_quant GFLOP/s at S=%d, %d threads, %s (best of the two expert shapes)" % (
+                                                v["S"], v["threads"], "float path" if v["idot"] == 0 else "IDOT on"),
+                                            "runs": [dict(kq, label="bench_quant")]})
+        else:
+            self.skip("kernel peaks", "kernels section off: prefill rows have no compute limit")
         # O_DIRECT on the disk that holds the models: the streaming model's shards
         large = self.ensure_model("large")
         sizes = [GLM5_EXPERT_INT4]
@@ -561,25 +686,39 @@ class Bench:
             sizes.append(syn)
         if not self.a.quick:
             sizes.append(2 * GLM5_EXPERT_INT4)  # a GLM-5 int8 expert
+        qds = (1, 4, 8, 16, 32)  # the best is often above 8 on cloud disks
         cmd = [os.path.join(ROOT, "build", "rel", "bench_io"), "--json", "--time", "1" if self.a.quick else "2"]
         for s in sizes:
             cmd += ["--size", str(s)]
-        for qd in (1, 4, 8):
+        for qd in qds:
             cmd += ["--qd", str(qd)]
-        self.say("disk: O_DIRECT reads of %s MB at queue depths 1, 4, 8 on %s" % (", ".join("%.1f" % (s / 1e6) for s in sizes), large))
+        self.say("disk: O_DIRECT reads of %s MB at queue depths %s on %s" % (", ".join("%.1f" % (s / 1e6) for s in sizes), ", ".join(map(str, qds)), large))
         out, _, _, _, _, _ = self.run("bench_io", cmd + self.shards(large), timeout=600)
+        o = self.others()
         L["disk_others_cpu"] = self.last_others
         d = json.loads(out)["results"]
         L["disk"] = d
-        L["disk_best_gbs"] = max(x["gbs"] for x in d if x["size"] == GLM5_EXPERT_INT4)
+        L["disk_qds"] = list(qds)
+        best = max((x for x in d if x["size"] == GLM5_EXPERT_INT4), key=lambda x: x["gbs"])
+        L["disk_best_size"], L["disk_best_qd"] = best["size"], best["qd"]
+        L["disk_probes"] = [dict(best, when="start", trusted=(o.get("others_cpu_frac") or 0) <= BUSY_FRAC, **o)]
+        self.set_disk_limit()
         L["disk_qd1_gbs"] = next(x["gbs"] for x in d if x["size"] == GLM5_EXPERT_INT4 and x["qd"] == 1)
+        self.say("disk: best queue depth at %.1f MB is %d (%.2f GB/s)" % (best["size"] / 1e6, best["qd"], best["gbs"]))
         for x in d:
             self.R["workloads"].append({"id": "limit.disk.odirect.%dMB.qd%d" % (round(x["size"] / 1e6), x["qd"]), "engine": None, "model": None,
                                         "what": "O_DIRECT random reads of %.2f MB at queue depth %d" % (x["size"] / 1e6, x["qd"]),
-                                        "unit": "GB/s", "value": x["gbs"], "n": 1})
+                                        "unit": "GB/s", "value": x["gbs"], "n": 1, "runs": [dict(o, label="bench_io")]})
         for k, v in (("1", "1 thread"), ("all", "all threads")):
             self.R["workloads"].append({"id": "limit.mem_bw.%s" % k, "engine": None, "model": None, "what": "memory read bandwidth, " + v,
-                                        "unit": "GB/s", "value": L["mem_bw_gbs"][k], "n": 1})
+                                        "unit": "GB/s", "value": L["mem_bw_gbs"][k], "n": 1, "limit_kind": "mem_probe_" + k})
+
+    def end_probes(self):
+        """The limits again after the last section: bench_mem, bench_quant --probe and the O_DIRECT probe."""
+        self.say("limits again at the end of the run")
+        self.mem_probe("end")
+        if self.R["limits"].get("disk_probes"):
+            self.disk_probe_end()
 
     def decode_limit(self, r, model, mode):
         """Adds bytes/token, achieved bytes/s and the ratio to the limit for one decode run."""
@@ -597,51 +736,153 @@ class Bench:
             r["disk_ratio"] = r["disk_gbs"] / L["disk_best_gbs"] if r["disk_gbs"] is not None else None
         return r
 
+    def prefill_peak(self, name, P):
+        """The kernel peak on a model's own mix for a P-token prompt: per token, sum over its matrix groups of
+        2 x MACs / the peak GFLOP/s of the group's format (bench_quant, largest S, all threads, IDOT on; f32 on
+        the float path), i.e. the MAC-weighted harmonic mean of the format peaks. A prefill computes the logits
+        of the last position only, so lm_head counts 1/P of its multiply-adds per token. None without peaks."""
+        f = self.R["models"][name]
+        key = str(P)
+        if (f.get("prefill_peak") or {}).get(key):
+            return f["prefill_peak"][key]
+        pk = self.R["limits"].get("kernel_peaks")
+        if not pk:
+            return None
+        groups, t, missing = [], 0.0, []
+        for g in f["mac_groups"]:
+            macs = g["macs"] / P if g["group"] == "lm_head" else g["macs"]
+            p = pk.get(g["format"])
+            if not p:
+                missing.append(g["format"])
+                continue
+            s = 2 * macs / (p["gflops"] * 1e9)
+            groups.append(dict(g, macs=macs, peak_gflops=p["gflops"], S=p["S"], s_per_token=s))
+            t += s
+        if missing:
+            res = {"gflops": None, "missing_formats": sorted(set(missing)), "groups": groups}
+        else:
+            res = {"gflops": 2 * prefill_macs(f, P) / t / 1e9, "s_per_token": t, "tok_s": 1 / t, "macs_per_token": prefill_macs(f, P),
+                   "S": max(g["S"] for g in groups), "groups": groups}
+        f.setdefault("prefill_peak", {})[key] = res
+        self.R["limits"].setdefault("prefill_peak_gflops", {}).setdefault(name, {})[key] = res["gflops"]
+        return res
+
     def prefill_limit(self, r, model):
         f = self.R["models"][model]
         if r.get("prefill_tps"):
-            r["prefill_gflops"] = 2 * f["active_macs_per_token"] * r["prefill_tps"] / 1e9
-            pk = self.R["limits"].get("kernel_peak_gflops")
+            P = r["prompt_tokens"]
+            r["prefill_macs_per_token"] = prefill_macs(f, P)
+            r["prefill_gflops"] = 2 * r["prefill_macs_per_token"] * r["prefill_tps"] / 1e9
+            pk = (self.prefill_peak(model, P) or {}).get("gflops")
             r["compute_ratio"] = r["prefill_gflops"] / pk if pk else None
         return r
 
+    def prefill_row_limit(self, model, runs):
+        P = next((r["prompt_tokens"] for r in runs if r.get("prompt_tokens")), None)
+        pp = (self.prefill_peak(model, P) if P else None) or {}
+        return {"limit_name": "kernel peak on the model's mix (S=%s)" % pp.get("S", "?") if pp.get("gflops") else "kernel peak not measured",
+                "limit_kind": "kernel_peak", "limit": pp.get("gflops"), "ratio": median([r.get("compute_ratio") for r in runs]),
+                "achieved_gflops": median([r.get("prefill_gflops") for r in runs]), "ceiling_tok_s": pp.get("tok_s"),
+                "prefill_macs_per_token": pp.get("macs_per_token")}
+
+    def mem_row_limit(self, runs, f=None):
+        L = self.R["limits"]
+        x = {"limit_name": "memory read bandwidth (all threads)", "limit_kind": "mem_bw_all", "limit": L["mem_bw_gbs"]["all"],
+             "ratio": median([r.get("mem_ratio") for r in runs]), "achieved_gbs": median([r.get("achieved_weight_gbs") for r in runs])}
+        if runs and runs[0].get("weight_bytes_per_token"):
+            x["weight_bytes_per_token"] = runs[0]["weight_bytes_per_token"]
+            x["ceiling_tok_s"] = L["mem_bw_gbs"]["all"] * 1e9 / runs[0]["weight_bytes_per_token"]
+        return x
+
+    def wait_env(self):
+        """GOMP_SPINCOUNT / OMP_WAIT_POLICY as colibri runs get them (the user's, with omp_env applied)."""
+        e = {k: os.environ[k] for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ}
+        for k, v in self.omp_env.items():
+            if k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+                if v is None:
+                    e.pop(k, None)
+                else:
+                    e[k] = v
+        return e
+
     def resident(self):
-        self.say("resident: medium model, every expert pinned at startup (PIN=<all experts> PIN_GB=all)")
         name = "medium"
         d = self.ensure_model(name)
         pin = self.usage_all(d)
         env = {"PIN": pin, "PIN_GB": "all"}
         n = self.a.repeats
         P, G, PL = (32, 32, 128) if self.a.quick else (128, 128, 1024)
-        runs = []
+        peer = self.peer_wanted() and self.peer()
+        g = self.gguf_of(name) if peer else None
+        if g:
+            subprocess.run(["cat", g], stdout=subprocess.DEVNULL)  # the GGUF in page cache, as colibri's shards are after its first run
+        separate_default = bool(self.wait_env())  # colibri's own runs are not libgomp's default: run the default too
+        self.say("resident: medium model, every expert pinned at startup (PIN=<all experts> PIN_GB=all); %d x (colibri%s, colibri %s%s)" % (
+            n, ", llama.cpp pp%d + tg%d" % (P, G) if peer else "", env_str(SPIN_ENV),
+            ", llama.cpp tg%d with the same" % G if peer else ""))
+        runs, spin, dflt, lpp, ltg, lspin = [], [], [], [], [], []
         for i in range(n):
-            r = self.crun("resident-decode-%d" % i, d, env, P, G)
-            runs.append(self.decode_limit(r, name, "resident"))
-            self.say("  run %d: prefill %s tok/s, decode %s tok/s, hit %s%%" % (i + 1, r.get("prefill_tps"), r.get("decode_tps"), r.get("hit")))
-        L = self.R["limits"]
+            r = self.decode_limit(self.crun("resident-decode-%d" % i, d, env, P, G), name, "resident")
+            runs.append(r)
+            msg = "  run %d: prefill %s tok/s, decode %s tok/s, hit %s%%" % (i + 1, r.get("prefill_tps"), r.get("decode_tps"), r.get("hit"))
+            if peer:
+                lpp.append(self.lbench("llama-resident-pp%d-%d" % (P, i), g, "pp", P))
+                ltg.append(self.lbench("llama-resident-tg%d-%d" % (G, i), g, "tg", G, depth=P))
+                msg += " | llama.cpp pp %s, tg %s" % (fnum(lpp[-1].get("tok_s")), fnum(ltg[-1].get("tok_s")))
+            if separate_default:
+                dflt.append(self.decode_limit(self.crun("resident-decode-omp-default-%d" % i, d, dict(env, **DEFAULT_WAIT_ENV), P, G), name, "resident"))
+                msg += " | default waiting %s" % dflt[-1].get("decode_tps")
+            spin.append(self.decode_limit(self.crun("resident-decode-omp-spin-%d" % i, d, dict(env, **SPIN_ENV), P, G), name, "resident"))
+            msg += " | spin %s" % spin[-1].get("decode_tps")
+            if peer:
+                lspin.append(self.lbench("llama-resident-tg%d-spin-%d" % (G, i), g, "tg", G, depth=P, env=SPIN_ENV))
+                msg += " | llama.cpp spin tg %s" % fnum(lspin[-1].get("tok_s"))
+            self.say(msg)
         self.workload("resident.decode%d" % G, "colibri", name, "decode tok/s over %d tokens after a %d-token prompt, all experts resident" % (G, P),
-                      runs, "decode_tps", "tok/s",
-                      {"limit_name": "memory read bandwidth (all threads)", "limit": L["mem_bw_gbs"]["all"],
-                       "ratio": median([r.get("mem_ratio") for r in runs]),
-                       "weight_bytes_per_token": runs[0].get("weight_bytes_per_token"),
-                       "achieved_gbs": median([r.get("achieved_weight_gbs") for r in runs]),
-                       "ceiling_tok_s": L["mem_bw_gbs"]["all"] * 1e9 / runs[0]["weight_bytes_per_token"]})
+                      runs, "decode_tps", "tok/s", self.mem_row_limit(runs))
         pre = [self.prefill_limit(dict(r), name) for r in runs]
         self.workload("resident.prefill%d" % P, "colibri", name, "prefill tok/s of a %d-token prompt, all experts resident" % P, pre, "prefill_tps", "tok/s",
-                      {"limit_name": "kernel peak GFLOP/s (bench_quant, all threads, S<=32)", "limit": L.get("kernel_peak_gflops"),
-                       "ratio": median([r.get("compute_ratio") for r in pre]), "achieved_gflops": median([r.get("prefill_gflops") for r in pre])})
-        if self.omp_env:
-            r = self.decode_limit(self.crun("resident-decode16-omp-default", d, dict(env, GOMP_SPINCOUNT=None, OMP_WAIT_POLICY=None), 32, 16, omp=False),
-                                  name, "resident")
-            self.say("  default OpenMP environment (no %s): decode %s tok/s" % (self.omp_env_str(), r.get("decode_tps")))
-            self.workload("resident.decode16.omp-default", "colibri", name,
-                          "decode tok/s over 16 tokens after 32, all resident, libgomp's default waiting (as users run it)", [r], "decode_tps",
-                          "tok/s", {"limit_name": "memory read bandwidth (all threads)", "limit": L["mem_bw_gbs"]["all"], "ratio": r.get("mem_ratio")})
-        runs = [self.prefill_limit(self.crun("resident-prefill%d-%d" % (PL, i), d, env, PL, 1), name) for i in range(max(1, n // 2))]
-        self.say("  prefill %d: %s tok/s" % (PL, runs[0].get("prefill_tps")))
+                      self.prefill_row_limit(name, pre))
+        base = dflt if separate_default else runs
+        if separate_default:
+            self.workload("resident.decode%d.omp-default" % G, "colibri", name, "decode tok/s, all resident, libgomp's default waiting (%s unset)" %
+                          "/".join(sorted(self.wait_env())), dflt, "decode_tps", "tok/s", self.mem_row_limit(dflt))
+        pairs = [b["decode_tps"] / s["decode_tps"] for b, s in zip(base, spin) if b.get("decode_tps") and s.get("decode_tps")]
+        x = {"limit_name": "colibri default waiting: default/spin", "limit_kind": "omp_pair",
+             "limit": median([b.get("decode_tps") for b in base if not b.get("failed")]), "ratio": median(pairs),
+             "ratio_min": min(pairs, default=None), "ratio_max": max(pairs, default=None), "pair_ratios": pairs, "goal": 0.95,
+             "paired_with": "resident.decode%d%s" % (G, ".omp-default" if separate_default else ""),
+             "mem_ratio": median([s.get("mem_ratio") for s in spin])}
+        self.workload("resident.decode%d.omp-spin" % G, "colibri", name,
+                      "decode tok/s, all resident, %s (libgomp spins); ratio = default / spin per interleaved pair" % env_str(SPIN_ENV),
+                      spin, "decode_tps", "tok/s", x)
+        self.say("  libgomp default / spin waiting: %s (pairs %s; goal >= 0.95)" % (fnum(median(pairs), "%.3f"), ", ".join("%.3f" % p for p in pairs)))
+        fw = (G - 1) / G  # colibri's decode rate counts G tokens over G-1 forward passes; llama-bench's tg counts G passes
+        if peer:
+            self.side_row("resident.prefill%d" % P, "prefill %d tokens, resident" % P, name, runs, "prefill_tps", 1.0, lpp,
+                          "resident.prefill%d (the same runs)" % P)
+            self.side_row("resident.decode%d" % G, "decode %d tokens after %d, resident" % (G, P), name, runs, "decode_tps", fw, ltg,
+                          "resident.decode%d runs x (G-1)/G" % G)
+            lp = [a["tok_s"] / b["tok_s"] for a, b in zip(ltg, lspin) if a.get("tok_s") and b.get("tok_s")]
+            self.side_row("resident.decode%d.omp-spin" % G, "decode %d after %d, resident, both engines with %s" % (G, P, env_str(SPIN_ENV)), name,
+                          spin, "decode_tps", fw, lspin, "resident.decode%d.omp-spin runs x (G-1)/G" % G,
+                          extra={"env": SPIN_ENV, "llamacpp_default_over_spin": median(lp), "llamacpp_default_over_spin_min": min(lp, default=None),
+                                 "llamacpp_default_over_spin_max": max(lp, default=None)})
+        npl = n if peer else max(1, n // 2)
+        runs, lpl = [], []
+        for i in range(npl):
+            runs.append(self.prefill_limit(self.crun("resident-prefill%d-%d" % (PL, i), d, env, PL, 1), name))
+            msg = "  prefill %d: %s tok/s" % (PL, runs[-1].get("prefill_tps"))
+            if peer:
+                lpl.append(self.lbench("llama-resident-pp%d-%d" % (PL, i), g, "pp", PL))
+                msg += " | llama.cpp %s" % fnum(lpl[-1].get("tok_s"))
+            self.say(msg)
         self.workload("resident.prefill%d" % PL, "colibri", name, "prefill tok/s of a %d-token prompt, all experts resident" % PL, runs, "prefill_tps", "tok/s",
-                      {"limit_name": "kernel peak GFLOP/s (bench_quant, all threads, S<=32)", "limit": L.get("kernel_peak_gflops"),
-                       "ratio": median([r.get("compute_ratio") for r in runs]), "achieved_gflops": median([r.get("prefill_gflops") for r in runs])})
+                      self.prefill_row_limit(name, runs))
+        if peer:
+            self.side_row("resident.prefill%d" % PL, "prefill %d tokens, resident" % PL, name, runs, "prefill_tps", 1.0, lpl,
+                          "resident.prefill%d (the same runs)" % PL)
+            self.paired.add("resident")
 
     def stream_budget(self):
         """RAM_GB for streaming runs: what the engine must keep resident (dense
@@ -658,28 +899,57 @@ class Bench:
         self.R["limits"]["stream_ram_gb"] = ram
         lim = (ram + 0.5) * 1e9 if self.memcg else None
         self.R["limits"]["stream_memcg_bytes"] = lim
-        self.say("streaming: large model (%.1f GB), RAM_GB=%s, DIRECT=1, page cache dropped before each run%s" % (
-            self.R["models"][name]["size_bytes"] / 1e9, ram, ", memory cgroup %.1f GB" % (lim / 1e9) if lim else ""))
+        # quick: 16 generated tokens (llama.cpp streams slowly through its mmap)
+        P, G, PL = (32, 16, 128) if self.a.quick else (128, 128, 1024)
+        peer = self.peer_wanted() and self.peer()
+        gl = self.gguf_of(name) if peer else None
+        self.say("streaming: large model (%.1f GB), RAM_GB=%s, DIRECT=1, page cache dropped before each run%s%s" % (
+            self.R["models"][name]["size_bytes"] / 1e9, ram, ", memory cgroup %.1f GB" % (lim / 1e9) if lim else "",
+            "; interleaved with llama.cpp tg%d and pp%d, cold" % (G, P) if peer else ""))
+        sargs = []
+        if peer:
+            PL_ = self.R["llamacpp"]
+            if lim:
+                how = "both engines in a memory cgroup of %.1f GB (page cache charged to it); colibri RAM_GB=%s DIRECT=1; llama.cpp mmap" % (lim / 1e9, ram)
+            else:
+                self.say("  no memory cgroup: llama.cpp's page cache is not limited (it may keep the model cached)")
+                how = "no memory cgroup: llama.cpp's page cache is unlimited after a cold start (not equivalent); colibri RAM_GB=%s DIRECT=1" % ram
+            PL_["streaming_method"] = how
+            # repacked weights are copies in anonymous memory (the whole model), so a model larger than memory
+            # only runs from the mmap'd file: --repack 0 for the streaming rows
+            sargs = ([] if "--repack" in self.peer_extra else ["--repack", "0"]) + ["-lm", "mmap"]
+            PL_["streaming_args"] = sargs
         env = {"RAM_GB": str(ram), "DIRECT": "1", "PIN": "0"}
-        P, G, PL = (32, 32, 128) if self.a.quick else (128, 128, 1024)
-        runs = []
+        runs, ltg, lpp = [], [], []
         for i in range(self.a.repeats):
             r = self.crun("stream-decode-%d" % i, d, env, P, G, cold=True, cg_limit=lim)
             runs.append(self.decode_limit(r, name, "stream"))
-            self.say("  run %d: prefill %s tok/s, decode %s tok/s, hit %s%%, %s MB/tok from disk" % (
-                i + 1, r.get("prefill_tps"), r.get("decode_tps"), r.get("hit"), r.get("mb_per_tok")))
+            msg = "  run %d: prefill %s tok/s, decode %s tok/s, hit %s%%, %s MB/tok from disk" % (
+                i + 1, r.get("prefill_tps"), r.get("decode_tps"), r.get("hit"), r.get("mb_per_tok"))
+            if peer:
+                ltg.append(self.lbench("llama-stream-tg%d-%d" % (G, i), gl, "tg", G, depth=P, args=sargs, cg_limit=lim, cold=True, raw="stream_raw"))
+                lpp.append(self.lbench("llama-stream-pp%d-%d" % (P, i), gl, "pp", P, args=sargs, cg_limit=lim, cold=True, raw="stream_raw"))
+                msg += " | llama.cpp tg %s, pp %s" % (fnum(ltg[-1].get("tok_s")), fnum(lpp[-1].get("tok_s")))
+            self.say(msg)
         L = self.R["limits"]
         self.workload("stream.decode%d" % G, "colibri", name, "decode tok/s over %d tokens after a %d-token prompt, cold, experts streamed with O_DIRECT" % (G, P),
                       runs, "decode_tps", "tok/s",
-                      {"limit_name": "O_DIRECT disk read bandwidth at expert size (best queue depth)", "limit": L["disk_best_gbs"],
+                      {"limit_name": L.get("disk_limit_name", "O_DIRECT disk bandwidth"), "limit_kind": "disk_best", "limit": L["disk_best_gbs"],
                        "ratio": median([r.get("disk_ratio") for r in runs]), "achieved_gbs": median([r.get("disk_gbs") for r in runs]),
                        "weight_bytes_per_token": runs[0].get("weight_bytes_per_token"),
                        "disk_mb_per_token": median([r.get("mb_per_tok") for r in runs]), "hit": median([r.get("hit") for r in runs]),
                        "ram_gb": ram})
         pre = [self.prefill_limit(dict(r), name) for r in runs]
         self.workload("stream.prefill%d" % P, "colibri", name, "prefill tok/s of a %d-token prompt, cold, streamed" % P, pre, "prefill_tps", "tok/s",
-                      {"limit_name": "kernel peak GFLOP/s", "limit": L.get("kernel_peak_gflops"),
-                       "ratio": median([r.get("compute_ratio") for r in pre]), "ram_gb": ram})
+                      dict(self.prefill_row_limit(name, pre), ram_gb=ram))
+        if peer:
+            how = self.R["llamacpp"]["streaming_method"]
+            self.R["llamacpp"]["stream_cgroup_peak"] = [x.get("cgroup_peak") for x in ltg + lpp]
+            self.side_row("stream.decode%d" % G, "decode %d after %d, streamed, cold" % (G, P), name, runs, "decode_tps", (G - 1) / G, ltg,
+                          "stream.decode%d runs x (G-1)/G" % G, extra={"method": how})
+            self.side_row("stream.prefill%d" % P, "prefill %d tokens, streamed, cold" % P, name, runs, "prefill_tps", 1.0, lpp,
+                          "stream.prefill%d (the same runs)" % P, extra={"method": how})
+            self.paired.add("streaming")
         runs = []
         for i in range(max(1, self.a.repeats // 2)):
             r = self.crun("stream-prefill%d-%d" % (PL, i), d, env, PL, 1, cold=True, cg_limit=lim)
@@ -689,9 +959,7 @@ class Bench:
             t = r["prompt_tokens"] / r["prefill_tps"] if r.get("prefill_tps") else None
             r["disk_gbs"] = r["mb_per_tok"] * 1e6 * (r["prompt_tokens"] + r["gen_tokens"]) / t / 1e9 if t else None
         self.workload("stream.prefill%d" % PL, "colibri", name, "prefill tok/s of a %d-token prompt, cold, streamed" % PL, runs, "prefill_tps", "tok/s",
-                      {"limit_name": "kernel peak GFLOP/s", "limit": L.get("kernel_peak_gflops"),
-                       "ratio": median([r.get("compute_ratio") for r in runs]), "achieved_gbs_disk": median([r.get("disk_gbs") for r in runs]),
-                       "ram_gb": ram})
+                      dict(self.prefill_row_limit(name, runs), achieved_gbs_disk=median([r.get("disk_gbs") for r in runs]), ram_gb=ram))
 
     def history(self):
         name = "large"
@@ -722,7 +990,9 @@ class Bench:
                                         "what": "expert hit rate, run %d of %d with usage history (PIN=auto)" % (r["run"], H), "value": r.get("hit"), "n": 1})
             self.R["workloads"].append({"id": "history.run%d.decode" % r["run"], "engine": "colibri", "model": name, "unit": "tok/s",
                                         "what": "decode tok/s, run %d of %d with usage history" % (r["run"], H), "value": r.get("decode_tps"), "n": 1,
-                                        "limit_name": "O_DIRECT disk bandwidth", "limit": self.R["limits"]["disk_best_gbs"], "ratio": r.get("disk_ratio")})
+                                        "limit_name": self.R["limits"].get("disk_limit_name", "O_DIRECT disk bandwidth"), "limit_kind": "disk_best",
+                                        "limit": self.R["limits"]["disk_best_gbs"], "ratio": r.get("disk_ratio"),
+                                        "runs": [{k: r.get(k) for k in ("label", "others_cpu_s", "others_cpu_frac", "log")}]})
 
     def iopaths(self):
         name = "large"
@@ -763,12 +1033,15 @@ class Bench:
             self.R["workloads"].append({"id": "iopath.%s" % label.replace(" ", "+"), "engine": "colibri", "model": name, "unit": "tok/s",
                                         "what": "decode tok/s, %s, cold, streamed (median of %d interleaved runs)" % (label, len(rs)),
                                         "value": row["decode_tps"], "min": row["decode_tps_min"], "max": row["decode_tps_max"], "n": len(rs),
-                                        "limit_name": "O_DIRECT disk bandwidth", "limit": self.R["limits"]["disk_best_gbs"], "ratio": row["disk_ratio"],
-                                        "io_hidden_frac": row["io_hidden_frac"], "recall": row["recall"]})
+                                        "limit_name": self.R["limits"].get("disk_limit_name", "O_DIRECT disk bandwidth"), "limit_kind": "disk_best",
+                                        "limit": self.R["limits"]["disk_best_gbs"], "ratio": row["disk_ratio"],
+                                        "io_hidden_frac": row["io_hidden_frac"], "recall": row["recall"],
+                                        "runs": [{k: r.get(k) for k in ("label", "decode_tps", "others_cpu_s", "others_cpu_frac", "log")} for r in res[label]]})
         self.R["io_paths"] = out
 
     def tokenizer(self):
         out, _, _, _, _, _ = self.run("bench_tok", [os.path.join(ROOT, "build", "rel", "bench_tok")], timeout=600)
+        tr = [dict(self.others(), label="bench_tok")]
         t = {}
         for line in out.splitlines():
             m = re.match(r"tok\.h (lines|text):\s+([\d.]+) MB/s", line)
@@ -788,7 +1061,7 @@ class Bench:
         for k in ("lines", "text"):
             if "colibri_" + k in t:
                 w = {"id": "tokenizer.%s" % k, "engine": "colibri", "model": None, "unit": "MB/s", "n": 1, "value": t["colibri_" + k],
-                     "what": "tok.h encode, one thread, corpus %s" % ("line by line" if k == "lines" else "as one text")}
+                     "what": "tok.h encode, one thread, corpus %s" % ("line by line" if k == "lines" else "as one text"), "runs": tr}
                 if "hf_" + k in t:
                     w.update(limit_name="Hugging Face tokenizers, same input", limit=t["hf_" + k], ratio=t["colibri_" + k] / t["hf_" + k])
                 self.R["workloads"].append(w)
@@ -825,7 +1098,8 @@ class Bench:
         self.drop_cache(self.shards(src))
         out, err, rc, wall, rss, lp = self.run("convert", [cv, src, dst, "--expert-bits", "4", "--dense-bits", "8", "--group-size", "64"],
                                                env=self.omp_env, timeout=3600, check=False)
-        r = {"source_bytes": srcb, "wall_s": wall, "rc": rc, "log": lp, "peak_rss": rss, "source_mbs": srcb / wall / 1e6 if rc == 0 else None}
+        r = {"source_bytes": srcb, "wall_s": wall, "rc": rc, "log": lp, "peak_rss": rss, "source_mbs": srcb / wall / 1e6 if rc == 0 else None,
+             **(self.last_others or {})}
         m = re.search(r"source (\d+) MB/s", err)
         if m:
             r["reported_source_mbs"] = float(m.group(1))
@@ -834,158 +1108,158 @@ class Bench:
         if rc == 0:
             self.R["workloads"].append({"id": "convert.bf16_to_int4", "engine": "colibri-convert", "model": None, "unit": "MB/s", "n": 1,
                                         "value": r["source_mbs"], "what": "bf16 source MB/s converted to int4 g64 experts / int8 dense (cold cache)",
-                                        "limit_name": "O_DIRECT disk bandwidth (qd1)", "limit": self.R["limits"].get("disk_qd1_gbs", 0) * 1e3,
+                                        "limit_name": "O_DIRECT disk bandwidth (qd1)", "limit_kind": "disk_qd1", "limit": self.R["limits"].get("disk_qd1_gbs", 0) * 1e3,
+                                        "runs": [{"label": "convert", "others_cpu_s": r.get("others_cpu_s"), "others_cpu_frac": r.get("others_cpu_frac"), "log": lp}],
                                         "ratio": r["source_mbs"] / (self.R["limits"]["disk_qd1_gbs"] * 1e3) if self.R["limits"].get("disk_qd1_gbs") else None})
         else:
             self.skip("converter throughput", "colibri-convert exited %d (log %s)" % (rc, lp))
 
     # ------------------------------------------------------------ llama.cpp
-    def llamacpp(self):
+    def peer_wanted(self):
+        return not self.a.no_peer and self.section_on("llamacpp")
+
+    def peer(self):
+        """Sets the llama.cpp peer up once (llama-bench, the gguf venv, R["llamacpp"]); False when not installed."""
+        if self.peer_state is not None:
+            return self.peer_state
+        self.peer_state = False
         lb = os.path.join(self.llama, "bin", "llama-bench")
         py = os.path.join(self.venv, "bin", "python")
         if not os.access(lb, os.X_OK):
             self.skip("llama.cpp side by side", "%s not found (install: make llamacpp)" % lb)
             self.R["llamacpp"] = {"skipped": "llama-bench not installed (make llamacpp)"}
-            return
+            return False
         if not os.path.exists(py) or subprocess.run([py, "-c", "import gguf, numpy"], capture_output=True).returncode:
             self.skip("llama.cpp side by side", "no venv with gguf at %s (make llamacpp)" % self.venv)
             self.R["llamacpp"] = {"skipped": "gguf venv missing (make llamacpp)"}
-            return
+            return False
         pin = ""
         pf = os.path.join(self.llama, "..", ".colibri-pin")
         if os.path.exists(pf):
             pin = "llama.cpp vendored by llama-cpp-python " + open(pf).read().strip()
         out, err, _, _, _, _ = self.run("llama-bench-version", [lb, "--version"], check=False)
         ver = (out + err).strip().splitlines()
-        L = {"version": (pin + ("; " + ver[0] if ver else "")).strip(), "threads": os.cpu_count(), "rows": [],
+        L = {"version": (pin + ("; " + ver[0] if ver else "")).strip(), "threads": os.cpu_count(), "rows": [], "runs": [],
+             "interleaved": True, "repeats": self.a.repeats, "env": self.omp_env, "spin_env": SPIN_ENV,
+             "resident_raw": [], "stream_raw": [],
              "note": "same synthetic model exported by tools/export_gguf.py (Q4_0 experts from int4 g64 by repacking, Q8_0 from int8); "
                      "random weights: tokens are noise in both engines, speed only. llama-bench pp = prompt of N random ids, "
-                     "tg = N decoded tokens after a context of the given depth."}
-        self.R["llamacpp"] = L
-        T = os.cpu_count()
-        reps = max(1, self.a.repeats)
-        extra_args = []
+                     "tg = N decoded tokens after a context of the given depth. Each row alternates a colibri run and a llama-bench -r 1 "
+                     "run, repeats times; the ratio is the median of the per-pair ratios."}
         isa = os.path.join(self.llama, "..", "build-isa.txt")
         if os.path.exists(isa):
             L["build_isa"] = open(isa).read().strip()
-        P, G, PL = (32, 32, 128) if self.a.quick else (128, 128, 1024)
+        self.R["llamacpp"] = L
+        self.peer_state = True
+        return True
 
-        def gguf_of(name):
-            d = self.ensure_model(name)
-            g = d + ".gguf"
-            if not os.path.exists(g) or os.path.getmtime(g) < os.path.getmtime(os.path.join(d, ".bench-complete")):
-                self.say("llama.cpp: exporting %s to GGUF" % name)
-                self.run("export-" + name, [py, os.path.join(ROOT, "tools", "export_gguf.py"), d, g], timeout=3600)
-            return g
+    def gguf_of(self, name):
+        d = self.ensure_model(name)
+        g = d + ".gguf"
+        if not os.path.exists(g) or os.path.getmtime(g) < os.path.getmtime(os.path.join(d, ".bench-complete")):
+            self.say("llama.cpp: exporting %s to GGUF" % name)
+            self.run("export-" + name, [os.path.join(self.venv, "bin", "python"), os.path.join(ROOT, "tools", "export_gguf.py"), d, g], timeout=3600)
+        return g
 
-        def lbench(label, g, args, cg_limit=None, cold=False):
-            if cold:
-                self.drop_cache([g])
-            cg = self.cg_make(cg_limit) if cg_limit else None
-            try:
-                out, err, rc, wall, rss, lp = self.run(label, [lb, "-m", g, "-t", str(T), "-o", "json"] + extra_args + args, env=self.omp_env,
-                                                       timeout=3600, cgroup=cg, check=False)
-            finally:
-                peak = self.cg_done(cg)
-            L.setdefault("runs", []).append({"label": label, "rc": rc, "wall_s": round(wall, 2), "peak_rss": rss, "cgroup_peak": peak, "log": lp,
-                                             **(self.last_others or {})})
-            if rc != 0 and not extra_args and "GGML_ASSERT" in err:
-                self.say("  %s: llama-bench aborted (log %s); retrying with --repack 0 for every llama.cpp run" % (label, lp))
-                extra_args.append("--repack")
-                extra_args.append("0")
-                L["repack"] = False
-                L["repack_why"] = "llama-bench aborted with repacked weights (log %s)" % lp
-                return lbench(label + "-norepack", g, args, cg_limit, cold)
-            if rc != 0:
-                self.say("  %s: llama-bench exited %d%s (log %s)" % (label, rc, " (killed: the memory cgroup's OOM killer?)" if rc == -9 and cg else "", lp))
-                return [], peak, lp
-            try:
-                rows = json.loads(out[out.index("["):])
-            except ValueError:
-                self.say("  %s: no JSON from llama-bench (log %s)" % (label, lp))
-                return [], peak, lp
-            return rows, peak, lp
+    def lbench(self, label, g, kind, n, depth=0, args=(), env=None, cg_limit=None, cold=False, raw="resident_raw"):
+        """One llama-bench run (-r 1) of one test: kind "pp" (prompt of n) or "tg" (n tokens after depth).
+        Returns its run record, with tok_s (None when it failed)."""
+        L = self.R["llamacpp"]
+        lb = os.path.join(self.llama, "bin", "llama-bench")
+        shape = ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n), "-d", str(depth)]
+        e = dict(self.omp_env)
+        e.update(env or {})
+        if cold:
+            self.drop_cache([g])
+        cg = self.cg_make(cg_limit) if cg_limit else None
+        try:
+            out, err, rc, wall, rss, lp = self.run(label, [lb, "-m", g, "-t", str(os.cpu_count()), "-o", "json", "-r", "1"] + self.peer_extra + list(args) + shape,
+                                                   env=e, timeout=3600, cgroup=cg, check=False)
+        finally:
+            peak = self.cg_done(cg)
+        rec = {"label": label, "rc": rc, "wall_s": round(wall, 2), "peak_rss": rss, "cgroup_peak": peak, "log": lp, "env": e, **(self.last_others or {})}
+        L["runs"].append(rec)
+        if rc != 0 and "--repack" not in self.peer_extra and "--repack" not in args and "GGML_ASSERT" in err:
+            self.say("  %s: llama-bench aborted (log %s); retrying with --repack 0 for every llama.cpp run" % (label, lp))
+            self.peer_extra += ["--repack", "0"]
+            L["repack"] = False
+            L["repack_why"] = "llama-bench aborted with repacked weights (log %s)" % lp
+            return self.lbench(label + "-norepack", g, kind, n, depth, args, env, cg_limit, cold, raw)
+        rec["tok_s"] = None
+        if rc != 0:
+            self.say("  %s: llama-bench exited %d%s (log %s)" % (label, rc, " (killed: the memory cgroup's OOM killer?)" if rc == -9 and cg else "", lp))
+            return rec
+        try:
+            rows = json.loads(out[out.index("["):])
+        except ValueError:
+            self.say("  %s: no JSON from llama-bench (log %s)" % (label, lp))
+            return rec
+        L[raw].extend(rows)
+        mine = [r for r in rows if (r.get("n_prompt") == n and r.get("n_gen") == 0 if kind == "pp" else
+                                    r.get("n_gen") == n and r.get("n_prompt") == 0 and r.get("n_depth", 0) == depth)]
+        rec["tok_s"] = mine[0].get("avg_ts") if mine else None
+        return rec
 
-        def row(wid, what, model, engine_val, col_ids, rows, kind, n, depth=0, extra=None):
-            mine = [r for r in rows if (r.get("n_prompt") if kind == "pp" else r.get("n_gen")) == n and r.get("n_depth", 0) == depth
-                    and ((r.get("n_gen") == 0) if kind == "pp" else (r.get("n_prompt") == 0))]
-            ts = mine[0].get("avg_ts") if mine else None
-            x = {"id": wid, "what": what, "model": model, "llamacpp_tok_s": ts, "llamacpp_stddev": mine[0].get("stddev_ts") if mine else None,
-                 "colibri_tok_s": engine_val, "colibri_from": col_ids, "ratio_colibri_over_llamacpp": engine_val / ts if ts and engine_val else None}
-            if extra:
-                x.update(extra)
-            L["rows"].append(x)
-            self.R["workloads"].append({"id": "llamacpp." + wid, "engine": "llama.cpp", "model": model, "unit": "tok/s", "n": reps,
-                                        "what": what, "value": ts, "limit": engine_val,
-                                        "ratio": x["ratio_colibri_over_llamacpp"], "limit_name": "limit=colibri, ratio=colibri/llama.cpp"})
-            self.say("  %-28s llama.cpp %s tok/s, colibri %s tok/s" % (wid, "%.2f" % ts if ts else "-", "%.2f" % engine_val if engine_val else "-"))
+    def side_row(self, wid, what, model, cruns, ckey, cscale, lrecs, col_from, extra=None):
+        """A side-by-side row from interleaved runs: colibri run i and llama-bench run i form pair i."""
+        L = self.R["llamacpp"]
+        cv = [r[ckey] * cscale if r.get(ckey) and not r.get("failed") else None for r in cruns]
+        lv = [x.get("tok_s") for x in lrecs]
+        pairs = [c / v for c, v in zip(cv, lv) if c and v]
+        cg, lg = [c for c in cv if c], [v for v in lv if v]
+        x = {"id": wid, "what": what, "model": model, "colibri_tok_s": median(cg), "colibri_min": min(cg, default=None), "colibri_max": max(cg, default=None),
+             "colibri_n": len(cg), "colibri_from": col_from, "llamacpp_tok_s": median(lg), "llamacpp_min": min(lg, default=None),
+             "llamacpp_max": max(lg, default=None), "llamacpp_n": len(lg), "llamacpp_stddev": statistics.stdev(lg) if len(lg) > 1 else None,
+             "ratio_colibri_over_llamacpp": median(pairs), "ratio_min": min(pairs, default=None), "ratio_max": max(pairs, default=None),
+             "pair_ratios": pairs, "pairs": len(pairs), "interleaved": True,
+             "colibri_runs": [r.get("label") for r in cruns], "llamacpp_runs": [r.get("label") for r in lrecs]}
+        if extra:
+            x.update(extra)
+        L["rows"].append(x)
+        self.R["workloads"].append({"id": "llamacpp." + wid, "engine": "llama.cpp", "model": model, "unit": "tok/s", "n": len(lg), "what": what,
+                                    "value": x["llamacpp_tok_s"], "min": x["llamacpp_min"], "max": x["llamacpp_max"],
+                                    "limit": x["colibri_tok_s"], "limit_min": x["colibri_min"], "limit_max": x["colibri_max"],
+                                    "ratio": x["ratio_colibri_over_llamacpp"], "ratio_min": x["ratio_min"], "ratio_max": x["ratio_max"],
+                                    "pairs": len(pairs), "limit_name": "colibri; ratio colibri/llama.cpp by pair", "limit_kind": "peer",
+                                    "runs": [{k: r.get(k) for k in ("label", "tok_s", "rc", "wall_s", "others_cpu_s", "others_cpu_frac", "log")} for r in lrecs],
+                                    "colibri_runs": [{"label": r.get("label"), "value": c, "others_cpu_s": r.get("others_cpu_s"),
+                                                      "others_cpu_frac": r.get("others_cpu_frac"), "log": r.get("log")} for r, c in zip(cruns, cv)]})
+        self.say("  %-28s colibri %s, llama.cpp %s tok/s, colibri/llama.cpp %s [%s-%s] over %d pairs" % (
+            wid, fnum(x["colibri_tok_s"]), fnum(x["llamacpp_tok_s"]), fnum(x["ratio_colibri_over_llamacpp"], "%.2f"), fnum(x["ratio_min"], "%.2f"),
+            fnum(x["ratio_max"], "%.2f"), len(pairs)))
 
-        def wval(wid):
-            for w in self.R["workloads"]:
-                if w["id"] == wid:
-                    return w.get("value")
-            return None
-
-        # resident: medium (int4 -> Q4_0), page cache warm (file read once before)
-        g = gguf_of("medium")
-        self.say("llama.cpp: resident, medium model (Q4_0 experts), %d threads, %d repeats" % (T, reps))
-        subprocess.run(["cat", g], stdout=subprocess.DEVNULL)
-        rows, _, lp1 = lbench("llama-resident-pp", g, ["-p", "%d,%d" % (P, PL), "-n", "0", "-r", str(reps)])
-        rows2, _, lp2 = lbench("llama-resident-tg", g, ["-p", "0", "-n", str(G), "-d", str(P), "-r", str(reps)])
-        rows += rows2
-        L["resident_raw"] = rows
-        row("resident.prefill%d" % P, "prefill %d tokens, resident" % P, "medium", wval("resident.prefill%d" % P), "resident.prefill%d" % P, rows, "pp", P)
-        row("resident.prefill%d" % PL, "prefill %d tokens, resident" % PL, "medium", wval("resident.prefill%d" % PL), "resident.prefill%d" % PL, rows, "pp", PL)
-        fw = (G - 1) / G  # colibri's decode rate counts G tokens over G-1 forward passes; llama-bench's tg counts G passes
-        row("resident.decode%d" % G, "decode %d tokens after %d, resident" % (G, P), "medium", (wval("resident.decode%d" % G) or 0) * fw or None,
-            "resident.decode%d x (G-1)/G" % G, rows, "tg", G, depth=P)
-        # int8 experts: small8 (Q8_0) vs colibri int8, resident, decode only
-        g8 = gguf_of("small8")
+    def resident8(self):
+        """int8 experts: small8 (Q8_0 for llama.cpp), all resident, decode, interleaved."""
+        P, G = (32, 32) if self.a.quick else (128, 128)
         d8 = self.ensure_model("small8")
+        g8 = self.gguf_of("small8")
         subprocess.run(["cat", g8], stdout=subprocess.DEVNULL)
-        self.say("llama.cpp: resident, int8 experts (Q8_0), small8 model")
+        self.say("llama.cpp: resident, int8 experts (Q8_0), small8 model, %d interleaved pairs" % self.a.repeats)
         pin = self.usage_all(d8)
-        cr = [self.crun("resident8-decode-%d" % i, d8, {"PIN": pin, "PIN_GB": "all"}, P, G) for i in range(reps)]
-        for r in cr:
-            self.decode_limit(r, "small8", "resident")
+        cr, lr = [], []
+        for i in range(self.a.repeats):
+            cr.append(self.decode_limit(self.crun("resident8-decode-%d" % i, d8, {"PIN": pin, "PIN_GB": "all"}, P, G), "small8", "resident"))
+            lr.append(self.lbench("llama-resident8-tg%d-%d" % (G, i), g8, "tg", G, depth=P))
+            self.say("  run %d: colibri decode %s tok/s | llama.cpp tg %s" % (i + 1, cr[-1].get("decode_tps"), fnum(lr[-1].get("tok_s"))))
         self.workload("resident8.decode%d" % G, "colibri", "small8", "decode tok/s, int8 experts, all resident", cr, "decode_tps", "tok/s",
-                      {"limit_name": "memory read bandwidth (all threads)", "limit": self.R["limits"]["mem_bw_gbs"]["all"],
-                       "ratio": median([r.get("mem_ratio") for r in cr])})
-        rows8, _, _ = lbench("llama-resident8-tg", g8, ["-p", "0", "-n", str(G), "-d", str(P), "-r", str(reps)])
-        row("resident8.decode%d" % G, "decode %d after %d, int8/Q8_0 experts, resident" % (G, P), "small8", (wval("resident8.decode%d" % G) or 0) * fw or None,
-            "resident8.decode%d x (G-1)/G" % G, rows8, "tg", G, depth=P)
-        # streaming: large, same memory limit for both engines
-        gl = gguf_of("large")
-        ram = self.R["limits"].get("stream_ram_gb") or self.stream_budget()
-        lim = (ram + 0.5) * 1e9 if self.memcg else None
-        Gs = G if not self.a.quick else 16
-        if lim:
-            self.say("llama.cpp: streaming, large model in a %.1f GB memory cgroup (page cache counted), cold" % (lim / 1e9))
-            how = "both engines in a memory cgroup of %.1f GB (page cache charged to it); colibri RAM_GB=%s DIRECT=1; llama.cpp mmap" % (lim / 1e9, ram)
-        else:
-            self.say("llama.cpp: streaming, large model, cold page cache but NO memory limit (no memory cgroup): llama.cpp may keep the model in page cache")
-            how = "no memory cgroup: llama.cpp's page cache is unlimited after a cold start (not equivalent); colibri RAM_GB=%s DIRECT=1" % ram
-        L["streaming_method"] = how
-        # repacked weights are copies in anonymous memory (the whole model), so a model larger than memory
-        # only runs from the mmap'd file: --repack 0 for the streaming rows
-        sargs = [] if "--repack" in extra_args else ["--repack", "0"]
-        L["streaming_args"] = sargs + ["-lm", "mmap"]
-        rows, peak, _ = lbench("llama-stream-tg", gl, L["streaming_args"] + ["-p", "0", "-n", str(Gs), "-d", str(P), "-r", "1"], cg_limit=lim, cold=True)
-        rowsp, peakp, _ = lbench("llama-stream-pp", gl, L["streaming_args"] + ["-p", str(P), "-n", "0", "-r", "1"], cg_limit=lim, cold=True)
-        L["stream_raw"] = rows + rowsp
-        L["stream_cgroup_peak"] = [peak, peakp]
-        cs = self.crun("stream-cmp-decode", self.model_dir("large"), {"RAM_GB": str(ram), "DIRECT": "1", "PIN": "0"}, P, Gs, cold=True, cg_limit=lim) \
-            if Gs != G else None
-        cval = (cs.get("decode_tps") if cs else wval("stream.decode%d" % G) or 0) * (Gs - 1) / Gs or None
-        row("stream.decode%d" % Gs, "decode %d after %d, streamed, cold" % (Gs, P), "large", cval, "stream.decode%d" % G if not cs else "stream-cmp-decode",
-            rows, "tg", Gs, depth=P, extra={"method": how})
-        row("stream.prefill%d" % P, "prefill %d tokens, streamed, cold" % P, "large", wval("stream.prefill%d" % P), "stream.prefill%d" % P,
-            rowsp, "pp", P, extra={"method": how})
+                      self.mem_row_limit(cr))
+        self.side_row("resident8.decode%d" % G, "decode %d after %d, int8/Q8_0 experts, resident" % (G, P), "small8", cr, "decode_tps", (G - 1) / G, lr,
+                      "resident8.decode%d runs x (G-1)/G" % G)
+
+    def llamacpp(self):
+        """Side-by-side rows not measured yet: resident and streaming pairs are run inside those sections
+        when they run with the peer; the int8 row is always measured here."""
+        if not self.peer():
+            return
+        if "resident" not in self.paired:
+            self.say("llama.cpp: resident rows (not run by the resident section)")
+            self.resident()
+        self.resident8()
+        if "streaming" not in self.paired:
+            self.say("llama.cpp: streaming rows (not run by the streaming section)")
+            self.streaming()
 
     # ------------------------------------------------------------ driver
-    def omp_env_str(self):
-        return " ".join("%s=%s" % kv for kv in sorted(self.omp_env.items()))
-
     def section_on(self, s):
         if self.a.only:
             return s in self.a.only
@@ -1014,6 +1288,11 @@ class Bench:
             fn()
             timing[name] = round(time.time() - t, 1)
             self.save(prev)
+        t = time.time()
+        self.end_probes()
+        timing["limits_end"] = round(time.time() - t, 1)
+        self.finalize()
+        self.fuzz()
         try:
             self.R["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
         except OSError:
@@ -1023,6 +1302,128 @@ class Bench:
         self.save(prev)
         print_table(self.R, prev)
         self.say("wrote %s (%.0f s); raw logs in %s" % (self.a.out, self.R["duration_s"], self.logdir))
+
+    def finalize(self):
+        """After the end probes: the limits become the best trustworthy probes of the whole run (ratios
+        rescaled where that moved them), start/end drift is measured, and rows are marked disturbed."""
+        L = self.R["limits"]
+        old_m = dict(L["mem_bw_gbs"])
+        old_d = L.get("disk_best_gbs")
+        new_m = self.set_mem_limit()
+        self.set_disk_limit()
+        new_d = L.get("disk_best_gbs")
+        f = {"mem_bw_1": old_m["1"] / new_m["1"], "mem_bw_all": old_m["all"] / new_m["all"],
+             "disk_best": old_d / new_d if old_d and new_d else 1.0}
+        for w in self.R["workloads"]:
+            k = w.get("limit_kind")
+            if k in f and f[k] != 1.0:
+                w["limit"] = new_m["1"] if k == "mem_bw_1" else new_m["all"] if k == "mem_bw_all" else new_d
+                for rk in ("ratio", "ratio_min", "ratio_max", "mem_ratio"):
+                    if isinstance(w.get(rk), (int, float)):
+                        w[rk] *= f[k]
+                if isinstance(w.get("ceiling_tok_s"), (int, float)):
+                    w["ceiling_tok_s"] /= f[k]
+            if k == "omp_pair" and isinstance(w.get("mem_ratio"), (int, float)):
+                w["mem_ratio"] *= f["mem_bw_all"]
+            if k in ("mem_probe_1", "mem_probe_all"):
+                w["value"] = new_m[k[-1] if k.endswith("1") else "all"]
+                w["what"] = "memory read bandwidth, %s: %s" % ("1 thread" if k.endswith("1") else "all threads",
+                                                               new_m["source"]["1" if k.endswith("1") else "all"])
+            for r in w.get("runs") or []:
+                if isinstance(r.get("mem_ratio"), (int, float)):
+                    r["mem_ratio"] *= f["mem_bw_all"]
+                if isinstance(r.get("disk_ratio"), (int, float)):
+                    r["disk_ratio"] *= f["disk_best"]
+        for row in self.R.get("io_paths") or []:
+            if isinstance(row.get("disk_ratio"), (int, float)):
+                row["disk_ratio"] *= f["disk_best"]
+        L["limits_rescaled"] = {k: round(1 / v, 4) for k, v in f.items() if v != 1.0}
+        # start/end drift, per probe and thread count, over undisturbed probes; the rows judged against a
+        # memory limit are disturbed by the drift of the probe that gives that limit (the other probe's is
+        # recorded: bench_mem's all-threads figure is erratic where its waiting main thread shares a CPU)
+        drift, dist = {}, {"mem_bw_1": [], "mem_bw_all": [], "disk": []}
+        rows = []
+        for probe in ("bench_mem", "bench_quant"):
+            for k in ("1", "all"):
+                got = {}
+                for when in ("start", "end"):
+                    ps = [p for p in L.get("mem_probes") or [] if p["probe"] == probe and p["when"] == when]
+                    good = [p for p in ps if p["trusted"]]
+                    got[when] = max((p["gbs"][k] for p in good), default=None)
+                    if ps and k == "all":
+                        rows.append({"id": "limit.probe.%s.%s" % (probe, when), "engine": None, "model": None, "unit": "GB/s", "n": len(ps),
+                                     "what": "memory read bandwidth, all threads, %s at the %s (best of %d%s)" % (
+                                         probe, when, len(ps), "" if len(good) == len(ps) else ", %d disturbed" % (len(ps) - len(good))),
+                                     "value": max(p["gbs"]["all"] for p in ps),
+                                     "runs": [dict({x: p.get(x) for x in ("others_cpu_s", "others_cpu_frac", "log")}, label="%s-%s" % (probe, when))
+                                              for p in ps]})
+                    if ps and not good and new_m["source"][k].startswith(probe):
+                        dist["mem_bw_" + k].append("no undisturbed %s probe at the %s" % (probe, when))
+                if got.get("start") and got.get("end"):
+                    d = drift["mem.%s.%s" % (probe, k)] = got["end"] / got["start"] - 1
+                    if k == "all":
+                        rows[-1].update(limit=got["start"], ratio=got["end"] / got["start"], limit_name="the same probe at the start", limit_kind="drift")
+                    if abs(d) > PROBE_DRIFT and new_m["source"][k].startswith(probe):
+                        dist["mem_bw_" + k].append("%s probe (%s) %.1f GB/s at the start, %.1f at the end (%+.0f%%)" % (
+                            probe, "1 thread" if k == "1" else "all threads", got["start"], got["end"], 100 * d))
+        dps = [p for p in L.get("disk_probes") or []]
+        got = {}
+        for when in ("start", "end"):
+            ps = [p for p in dps if p["when"] == when]
+            good = [p for p in ps if p["trusted"]]
+            got[when] = max((p["gbs"] for p in good), default=None)
+            if ps:
+                rows.append({"id": "limit.probe.disk.%s" % when, "engine": None, "model": None, "unit": "GB/s", "n": 1,
+                             "what": "O_DIRECT %.1f MB reads at qd %d, at the %s" % (ps[0]["size"] / 1e6, ps[0]["qd"], when), "value": ps[0]["gbs"],
+                             "runs": [dict({k: p.get(k) for k in ("others_cpu_s", "others_cpu_frac", "log")}, label="bench_io-" + when) for p in ps]})
+            if ps and not good:
+                dist["disk"].append("O_DIRECT probe at the %s disturbed" % when)
+        if got.get("start") and got.get("end"):
+            drift["disk"] = got["end"] / got["start"] - 1
+            rows[-1].update(limit=got["start"], ratio=got["end"] / got["start"], limit_name="the same probe at the start", limit_kind="drift")
+            if abs(drift["disk"]) > PROBE_DRIFT:
+                dist["disk"].append("O_DIRECT probe %.2f GB/s at the start, %.2f at the end (%+.0f%%)" % (got["start"], got["end"], 100 * drift["disk"]))
+        elif dps and not got.get("end"):
+            dist["disk"].append("no undisturbed O_DIRECT probe at the end")
+        L["probe_drift"] = drift
+        L["probe_drift_max"] = PROBE_DRIFT
+        L["disturbed"] = {k: v or None for k, v in dist.items()}
+        L["mem_limit_probe"] = {k: new_m["source"][k].split()[0] for k in ("1", "all")}
+        # the probe rows right after limit.mem_bw.all
+        at = next((i + 1 for i, w in enumerate(self.R["workloads"]) if w["id"] == "limit.mem_bw.all"), len(self.R["workloads"]))
+        self.R["workloads"][at:at] = rows
+        # rows: disturbed by a busy run, or by the drift of their limit
+        kinds = {"mem_bw_1": "mem_bw_1", "mem_bw_all": "mem_bw_all", "mem_probe_1": "mem_bw_1", "mem_probe_all": "mem_bw_all", "omp_pair": None,
+                 "disk_best": "disk", "disk_qd1": "disk"}
+        peer_rows = {r["id"]: r for r in (self.R.get("llamacpp") or {}).get("rows") or []} if isinstance(self.R.get("llamacpp"), dict) else {}
+        for w in self.R["workloads"]:
+            why = []
+            for r in (w.get("runs") or []) + (w.get("colibri_runs") or []):
+                if (r.get("others_cpu_frac") or 0) > BUSY_FRAC:
+                    why.append("%s: other processes took %.0f%% of the CPUs" % (r.get("label"), 100 * r["others_cpu_frac"]))
+            lk = kinds.get(w.get("limit_kind"))
+            if lk and dist[lk]:
+                why += ["limit: " + x for x in dist[lk]]
+            w["disturbed"] = bool(why)
+            if why:
+                w["disturbed_why"] = why
+            pr = peer_rows.get(w["id"][len("llamacpp."):]) if w["id"].startswith("llamacpp.") else None
+            if pr is not None:
+                pr["disturbed"] = w["disturbed"]
+                if why:
+                    pr["disturbed_why"] = why
+
+    def fuzz(self):
+        """bench/fuzz.json (make fuzz-long), copied as is under "fuzz"."""
+        if not os.path.exists(FUZZ_JSON):
+            return
+        try:
+            with open(FUZZ_JSON) as f:
+                self.R["fuzz"] = json.load(f)
+            self.R["fuzz_file"] = {"path": FUZZ_JSON, "modified": datetime.datetime.fromtimestamp(os.path.getmtime(FUZZ_JSON)).astimezone().isoformat(
+                timespec="seconds")}
+        except (OSError, ValueError) as e:
+            self.skip("fuzz summary", "%s: %s" % (FUZZ_JSON, e))
 
     def save(self, prev):
         if prev:
@@ -1078,6 +1479,37 @@ def parse_colibri(err):
     return r
 
 
+def prefill_macs(f, P):
+    """Multiply-adds per prompt token of a P-token prefill: the decode count with lm_head once per prompt."""
+    lm = sum(g["macs"] for g in f["mac_groups"] if g["group"] == "lm_head")
+    return f["active_macs_per_token"] - lm + lm / P
+
+
+def env_str(env):
+    return " ".join(("%s=%s" % (k, v)) if v is not None else ("%s unset" % k) for k, v in sorted(env.items()))
+
+
+def fnum(x, f="%.2f"):
+    return f % x if isinstance(x, (int, float)) else "-"
+
+
+def fmt_key(fmt, gs):
+    return fmt + ("-g%d" % gs if gs else "")
+
+
+def kernel_peaks(q):
+    """Per format: the best GFLOP/s at the largest S bench_quant measured, all threads, IDOT on (f32: the float path)."""
+    ks = [k for k in q.get("kernels", []) if k["threads"] == q["threads"] and (k["idot"] == 1 or k["fmt"] == "f32")]
+    out = {}
+    for fk in sorted({fmt_key(k["fmt"], k["gs"]) for k in ks}):
+        mine = [k for k in ks if fmt_key(k["fmt"], k["gs"]) == fk]
+        smax = max(k["S"] for k in mine)
+        b = max((k for k in mine if k["S"] == smax), key=lambda k: k["gflops"])
+        out[fk] = {"gflops": b["gflops"], "S": smax, "O": b["O"], "I": b["I"], "idot": b["idot"], "threads": b["threads"],
+                   "by_shape": {"%dx%d" % (k["O"], k["I"]): k["gflops"] for k in mine if k["S"] == smax}}
+    return out
+
+
 def cpu_busy_s():
     """Seconds of non-idle CPU time of the whole machine so far (/proc/stat), or None."""
     try:
@@ -1102,6 +1534,7 @@ def model_facts(d):
         c = json.load(f)
     exp_re = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight(\.qs)?$")
     per_expert, per_expert_w, dense, emb, total = {}, {}, 0, 0, 0
+    tensors = {}  # name -> (dtype, bytes)
     for fn in sorted(os.listdir(d)):
         if not fn.endswith(".safetensors"):
             continue
@@ -1109,6 +1542,7 @@ def model_facts(d):
             if name == "__metadata__":
                 continue
             nb = v["data_offsets"][1] - v["data_offsets"][0]
+            tensors[name] = (v.get("dtype"), nb)
             total += nb
             m = exp_re.match(name)
             if m:
@@ -1130,6 +1564,19 @@ def model_facts(d):
     moe_layers = L - nd
     macs = L * attn + nd * 3 * fi * D + moe_layers * (E * D + 3 * mi * ns * D + K * 3 * mi * D) + V * D
     eb = max(per_expert.values()) if per_expert else 0
+    # multiply-adds per token by matrix group, each with its storage format (bench_quant's names)
+    lay = lambda l, t: "model.layers.%d.%s" % (l, t)  # noqa: E731
+    ex = next((k for k in sorted(per_expert)), None)
+    groups = [("attention", L * (attn - ih * D), [(lay(0, "self_attn.q_a_proj.weight"), qr, D)]),
+              ("indexer_weights_proj", L * ih * D, [(lay(0, "self_attn.indexer.weights_proj.weight"), ih, D)]),
+              ("dense_mlp", nd * 3 * fi * D, [(lay(0, "mlp.gate_proj.weight"), fi, D)]),
+              ("router", moe_layers * E * D, [(lay(nd, "mlp.gate.weight"), E, D)]),
+              ("shared_experts", moe_layers * 3 * mi * ns * D, [(lay(nd, "mlp.shared_experts.gate_proj.weight"), mi, D)]),
+              ("experts", moe_layers * K * 3 * mi * D,
+               [(lay(ex[0], "mlp.experts.%d.%s_proj.weight" % (ex[1], p)), o, i) for p, o, i in (("gate", mi, D), ("up", mi, D), ("down", D, mi))] if ex else []),
+              ("lm_head", V * D, [("lm_head.weight", V, D)])]
+    mac_groups = [{"group": g, "macs": m, "format": tensor_format(tensors, reps)} for g, m, reps in groups if m]
+    assert sum(g["macs"] for g in mac_groups) == macs
     return {"config": {k: c[k] for k in ("hidden_size", "vocab_size", "num_hidden_layers", "first_k_dense_replace", "n_routed_experts",
                                           "num_experts_per_tok", "moe_intermediate_size", "num_attention_heads") if k in c},
             "size_bytes": total, "expert_bytes_total": sum(per_expert.values()), "dense_bytes": dense + emb,
@@ -1137,7 +1584,29 @@ def model_facts(d):
             "moe_layers": moe_layers, "experts_per_layer": E, "topk": K,
             "dense_bytes_per_token": dense + D * (emb // (V * D) if V * D else 4),
             "expert_bytes_per_token": K * moe_layers * eb,
-            "active_macs_per_token": macs}
+            "active_macs_per_token": macs, "mac_groups": mac_groups}
+
+
+def tensor_format(tensors, reps):
+    """bench_quant's name for the format of matrices [(name, O, I)] stored as colibri-synth / colibri-convert
+    write them: F32 -> f32; U8/I8 weights with an F32 .qs -> int8 (O*I bytes), int4 (O*ceil(I/2)) with one
+    scale per row, or int4-grouped-g<G> with O*ceil(I/G) scales. None when unknown."""
+    if not reps or reps[0][0] not in tensors:
+        return None
+    dt = tensors[reps[0][0]][0]
+    if dt in ("F32", "BF16", "F16"):
+        return {"F32": "f32"}.get(dt, dt.lower())
+    wb = sum(tensors.get(n, (None, 0))[1] for n, _, _ in reps)
+    sb = sum(tensors.get(n + ".qs", (None, 0))[1] for n, _, _ in reps)
+    if wb == sum(o * i for _, o, i in reps):
+        return "int8" if sb == 4 * sum(o for _, o, _ in reps) else None
+    if wb == sum(o * ((i + 1) // 2) for _, o, i in reps):
+        if sb == 4 * sum(o for _, o, _ in reps):
+            return "int4"
+        for gs in range(16, 257, 16):
+            if sb == 4 * sum(o * ((i + gs - 1) // gs) for _, o, i in reps):
+                return "int4-grouped-g%d" % gs
+    return None
 
 
 def make_bf16_source(dst, like, experts=8):
@@ -1225,8 +1694,12 @@ def print_table(R, prev):
     print("colibri bench %s  (%s, %s cores, load %s -> %s)%s" % (R["started"], R["machine"].get("cpu"), R["machine"].get("cores"),
                                                               " ".join(R["machine"].get("loadavg_start", [])), " ".join(R["machine"].get("loadavg_end", [])),
                                                               "  previous: " + prev.get("started", "?") if prev else ""))
-    print("random-weight synthetic models: tokens are noise, speed only")
-    hdr = "%-56s %-9s %11s %-6s %9s %7s  %-34s" % ("workload", "engine", "value", "unit", "limit", "ratio", "limit is")
+    print("random-weight synthetic models: tokens are noise, speed only; engine runs: %s" % (
+        "the user's environment" + (" (%s)" % env_str(R.get("omp_env_user") or {}) if R.get("omp_env_user") else "") +
+        (" + " + env_str(R["omp_env"]) if R.get("omp_env") else "")))
+    print("ratio marked ! = disturbed (others took > %d%% of the CPUs during a run, or the limit's start/end probes differ by > %d%%): see below" % (
+        100 * BUSY_FRAC, 100 * PROBE_DRIFT))
+    hdr = "%-48s %-9s %11s %-7s %9s %8s  %-44s" % ("workload", "engine", "value", "unit", "limit", "ratio", "limit is")
     if prev:
         hdr += " %11s %7s" % ("previous", "change")
     print(hdr)
@@ -1235,15 +1708,30 @@ def print_table(R, prev):
         v = w.get("value")
         lim = w.get("limit")
         ratio = w.get("ratio")
-        line = "%-56s %-9s %11s %-6s %9s %7s  %-34s" % (
-            w["id"][:56], (w.get("engine") or "-")[:9], "%.3f" % v if isinstance(v, (int, float)) else "-", w.get("unit", ""),
-            "%.2f" % lim if isinstance(lim, (int, float)) else "-", "%.1f%%" % (100 * ratio) if isinstance(ratio, (int, float)) else "-",
-            (w.get("limit_name") or "")[:34])
+        rs = ("%.1f%%" % (100 * ratio) if isinstance(ratio, (int, float)) else "-") + ("!" if w.get("disturbed") else " ")
+        line = "%-48s %-9s %11s %-7s %9s %8s  %-44s" % (
+            w["id"][:48], (w.get("engine") or "-")[:9], "%.3f" % v if isinstance(v, (int, float)) else "-", w.get("unit", ""),
+            "%.2f" % lim if isinstance(lim, (int, float)) else "-", rs, (w.get("limit_name") or "")[:44])
         if prev:
             p = pv.get(w["id"])
             line += " %11s %7s" % ("%.3f" % p if isinstance(p, (int, float)) else "-",
                                    "%+.1f%%" % (100 * (v / p - 1)) if isinstance(p, (int, float)) and p and isinstance(v, (int, float)) else "")
         print(line)
+    L = R.get("limits") or {}
+    if L.get("mem_bw_gbs"):
+        m = L["mem_bw_gbs"]
+        print("\nlimits: memory %.1f GB/s all threads (%s), %.1f GB/s 1 thread (%s); disk %s GB/s, %s (%s probe)" % (
+            m["all"], m["source"]["all"], m["1"], m["source"]["1"], fnum(L.get("disk_best_gbs")), L.get("disk_limit_name", "-"),
+            L.get("disk_best_source", "-")))
+        if L.get("probe_drift"):
+            print("  start -> end: " + ", ".join("%s %+.1f%%" % (k, 100 * v) for k, v in sorted(L["probe_drift"].items())))
+        if L.get("limits_rescaled"):
+            print("  the end probes raised limits (ratios rescaled): " + ", ".join("%s x%.3f" % kv for kv in sorted(L["limits_rescaled"].items())))
+        pp = ["%s/P%s %.1f" % (m, p, v) for m, d in sorted((L.get("prefill_peak_gflops") or {}).items()) for p, v in sorted(d.items(), key=lambda x: int(x[0]))
+              if v]
+        if L.get("kernel_peaks"):
+            print("  kernel peaks (GFLOP/s, largest S, all threads): " + ", ".join("%s %.1f" % (k, v["gflops"]) for k, v in sorted(L["kernel_peaks"].items())) +
+                  ("; prefill limit on each model's mix: " + ", ".join(pp) if pp else ""))
     if R.get("io_paths"):
         print("\nI/O paths (streaming decode, medians of interleaved runs):")
         print("%-22s %9s %7s %9s %8s %9s %9s %8s" % ("config", "tok/s", "hit %", "MB/tok", "disk GB/s", "I/O wait", "hidden", "recall"))
@@ -1259,19 +1747,47 @@ def print_table(R, prev):
             print("  run %d: hit %s%% (pin %s%% + LRU %s%%), %s experts pinned, decode %s tok/s" % (h["run"], h["hit"], h["hit_pin"], h["hit_lru"],
                                                                                                h["pinned"], h["decode_tps"]))
     if isinstance(R.get("llamacpp"), dict) and R["llamacpp"].get("rows"):
-        print("\nllama.cpp side by side (%s; %s):" % (R["llamacpp"].get("version"), R["llamacpp"].get("streaming_method", "")))
-        print("%-28s %-8s %12s %12s %8s" % ("workload", "model", "colibri", "llama.cpp", "ratio"))
-        for r in R["llamacpp"]["rows"]:
-            c, l, x = r.get("colibri_tok_s"), r.get("llamacpp_tok_s"), r.get("ratio_colibri_over_llamacpp")
-            print("%-28s %-8s %12s %12s %8s" % (r["id"], r["model"], "%.3f" % c if c else "-", "%.3f" % l if l else "-", "%.2fx" % x if x else "-"))
-    busy = []
+        P = R["llamacpp"]
+        print("\nllama.cpp side by side (%s; runs interleaved colibri, llama-bench -r 1, ...; median [min-max]; ratio = median of per-pair colibri/llama.cpp)" %
+              P.get("version"))
+        if P.get("streaming_method"):
+            print("  streaming: " + P["streaming_method"])
+        print("%-28s %-7s %22s %22s %20s %5s" % ("workload", "model", "colibri tok/s", "llama.cpp tok/s", "ratio", "pairs"))
+        for r in P["rows"]:
+            def mm(v, a, b, f="%.3f"):
+                return "-" if not isinstance(v, (int, float)) else (f % v) + " [" + (f % a) + "-" + (f % b) + "]"
+            print("%-28s %-7s %22s %22s %20s %5s" % (r["id"][:28], r["model"], mm(r.get("colibri_tok_s"), r.get("colibri_min"), r.get("colibri_max"), "%.2f"),
+                                                     mm(r.get("llamacpp_tok_s"), r.get("llamacpp_min"), r.get("llamacpp_max"), "%.2f"),
+                                                     mm(r.get("ratio_colibri_over_llamacpp"), r.get("ratio_min"), r.get("ratio_max"), "%.2f") +
+                                                     ("!" if r.get("disturbed") else " "), r.get("pairs", "")))
+            if r.get("llamacpp_default_over_spin") is not None:
+                print("%-28s llama.cpp default/spin %.3f [%.3f-%.3f]" % ("", r["llamacpp_default_over_spin"], r["llamacpp_default_over_spin_min"],
+                                                                        r["llamacpp_default_over_spin_max"]))
+    if R.get("fuzz"):
+        print("\nfuzz (bench/fuzz.json, %s):" % (R.get("fuzz_file") or {}).get("modified", "?"))
+        for t in R["fuzz"] if isinstance(R["fuzz"], list) else []:
+            print("  %-20s %12s execs %10s execs/s  cov %-8s crashes %s" % (t.get("target"), t.get("execs"), t.get("execs_per_s"),
+                                                                            t.get("cov") if t.get("cov") is not None else "-", t.get("crashes")))
+    by_why = {}  # reason -> rows, in table order
+    for w in R["workloads"]:
+        for why in w.get("disturbed_why") or [] if w.get("disturbed") else []:
+            by_why.setdefault(why, []).append(w["id"])
+    if by_why:
+        print("\n! disturbed rows (ratios printed, not to be trusted):")
+        for why, ids in by_why.items():
+            kern = [i for i in ids if i.startswith("kernel.")]
+            rest = [i for i in ids if not i.startswith("kernel.")]
+            names = (["%d kernel rows" % len(kern)] if len(kern) > 2 else kern) + rest
+            print("  %s: %s" % (why, ", ".join(names)))
+    busy, seen = [], set()
     peer = R.get("llamacpp") if isinstance(R.get("llamacpp"), dict) else {}
     for w in R["workloads"] + [{"runs": peer.get("runs") or []}]:
         for r in w.get("runs") or []:
-            if (r.get("others_cpu_frac") or 0) > 0.15:
+            if (r.get("others_cpu_frac") or 0) > BUSY_FRAC and r.get("label") not in seen:
+                seen.add(r.get("label"))
                 busy.append("%s %.0f%%" % (r.get("label"), 100 * r["others_cpu_frac"]))
     if busy:
-        print("\nother processes took more than 15%% of the CPUs during: %s (figures of those runs are depressed)" % ", ".join(busy))
+        print("\nother processes took more than %d%% of the CPUs during: %s (figures of those runs are depressed)" % (100 * BUSY_FRAC, ", ".join(busy)))
     if R.get("skipped"):
         print("\nskipped: " + "; ".join("%s (%s)" % (s["what"], s["why"]) for s in R["skipped"]))
 
@@ -1284,8 +1800,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="runs per measured configuration (medians reported)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.json"))
     ap.add_argument("--no-peer", action="store_true", help="leave out llama.cpp")
-    ap.add_argument("--omp-default", action="store_true", help="run the engines with libgomp's default waiting (no GOMP_SPINCOUNT)")
+    ap.add_argument("--omp-default", action="store_true",
+                    help="remove GOMP_SPINCOUNT and OMP_WAIT_POLICY from every engine run even where set (default: the user's environment)")
+    ap.add_argument("--omp-spin", action="store_true", help="add GOMP_SPINCOUNT=300000 to every engine run (the harness's old default)")
     a = ap.parse_args()
+    if a.omp_default and a.omp_spin:
+        raise SystemExit("bench: --omp-default and --omp-spin exclude each other")
     if a.repeats < 1:
         raise SystemExit("bench: --repeats must be at least 1")
     for b in ("colibri", "colibri-synth", "build/rel/bench_quant", "build/rel/bench_io", "build/rel/bench_mem", "build/rel/bench_tok"):
