@@ -16,6 +16,7 @@
 #include "json.h"
 #include "model.h"
 #include "sample.h"
+#include "spec.h"
 #include "telemetry.h"
 #include "tok.h"
 
@@ -37,6 +38,12 @@ typedef struct {
     int *greedy, ng;
     float *logits;        /* [np][vocab] */
     float *greedy_logits; /* [ng][vocab] */
+    /* "mtp" (fixtures with an MTP layer): the MTP head's logits at prompt
+     * positions 0..np-2 (teacher forced), and a chain of drafts from the
+     * prompt's end (docs/oracle.md) */
+    int has_mtp, nchain;
+    int *mtp_argmax, *chain;
+    float *mtp_logits, *chain_logits;
 } coli_ref;
 
 static void ref_free(coli_ref *r) {
@@ -45,6 +52,7 @@ static void ref_free(coli_ref *r) {
     free(r->greedy);
     free(r->logits);
     free(r->greedy_logits);
+    free(r->mtp_argmax), free(r->chain), free(r->mtp_logits), free(r->chain_logits);
     memset(r, 0, sizeof *r);
 }
 
@@ -98,6 +106,17 @@ static int ref_load(coli_ref *r, const char *dir, int vocab, char *err, size_t e
     if (!rc) rc = ref_ids(d, d->root, "greedy_ids", vocab, &r->greedy, &r->ng, path, err, errlen);
     if (!rc) rc = ref_rows(d, d->root, "logits", r->np, vocab, &r->logits, path, err, errlen);
     if (!rc) rc = ref_rows(d, d->root, "greedy_logits", r->ng, vocab, &r->greedy_logits, path, err, errlen);
+    int mtp = js_get(d, d->root, "mtp"), chain = js_get(d, mtp, "chain");
+    if (!rc && mtp >= 0 && r->np < 2) rc = (snprintf(err, errlen, "%s: 'mtp' needs a prompt of 2 or more ids", path), -1);
+    if (!rc && mtp >= 0) {
+        r->has_mtp = 1;
+        rc = ref_ids(d, mtp, "argmax", vocab, &r->mtp_argmax, &n, path, err, errlen);
+        if (!rc && n != r->np - 1) rc = (snprintf(err, errlen, "%s: mtp.argmax has %d entries for %d prompt ids (expected one fewer)", path, n, r->np), -1);
+        if (!rc) rc = ref_rows(d, mtp, "logits", r->np - 1, vocab, &r->mtp_logits, path, err, errlen);
+        if (!rc && chain < 0) rc = (snprintf(err, errlen, "%s: 'mtp' has no 'chain'", path), -1);
+        if (!rc) rc = ref_ids(d, chain, "ids", vocab, &r->chain, &r->nchain, path, err, errlen);
+        if (!rc) rc = ref_rows(d, chain, "logits", r->nchain, vocab, &r->chain_logits, path, err, errlen);
+    }
     js_free(d);
     if (rc) ref_free(r);
     return rc;
@@ -117,7 +136,46 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 typedef struct {
     int tf_ok, tf_n, greedy_ok, greedy_n, first_bad_tf, first_bad_greedy;
     double tf_diff, greedy_diff;
+    int mtp_ok, mtp_n, chain_ok, chain_n; /* the MTP head, when ref.json and the model have one */
+    double mtp_diff, chain_diff;
 } coli_oracle_result;
+
+/* The MTP head against ref.json's "mtp": every prompt position's logits
+ * (position p pairs the main model's final-normed hidden row p with token
+ * p+1), then the chain of drafts from the prompt's end, each step pairing
+ * the previous step's output row with its draft. 0 or -1 (m->err). */
+static int oracle_mtp(coli_model *m, const coli_ref *r, coli_oracle_result *res) {
+    int V = m->c.vocab, D = m->c.dim, np = r->np;
+    float *hid = (float *)malloc((size_t)(np + 1) * D * 4), *lg = (float *)malloc((size_t)V * 4);
+    int rc = hid && lg ? 0 : model_fail(m, "out of memory");
+    for (int done = 0; !rc && done < np;) { /* the main model's hidden rows */
+        int S = np - done < m->sc.max_s ? np - done : m->sc.max_s;
+        rc = fwd_verify(m, r->prompt + done, S, done, NULL, hid + (size_t)done * D);
+        done += S;
+    }
+    int tok = rc ? 0 : argmax(m->sc.logits, V);
+    res->mtp_n = np - 1, res->chain_n = r->nchain;
+    for (int p = 0; !rc && p < np; p++) { /* p = np-1: the chain's first step */
+        int t = p + 1 < np ? r->prompt[p + 1] : tok;
+        rc = fwd_mtp(m, &t, hid + (size_t)p * D, 1, p, hid + (size_t)np * D, lg);
+        if (rc || p + 1 == np) break;
+        double d = max_abs_diff(lg, r->mtp_logits + (size_t)p * V, (size_t)V);
+        res->mtp_diff = d > res->mtp_diff ? d : res->mtp_diff;
+        res->mtp_ok += argmax(lg, V) == r->mtp_argmax[p];
+    }
+    for (int j = 0; !rc && j < r->nchain; j++) {
+        if (j) {
+            tok = argmax(lg, V);
+            rc = fwd_mtp(m, &tok, hid + (size_t)np * D, 1, np - 1 + j, hid + (size_t)np * D, lg);
+        }
+        if (rc) break;
+        double d = max_abs_diff(lg, r->chain_logits + (size_t)j * V, (size_t)V);
+        res->chain_diff = d > res->chain_diff ? d : res->chain_diff;
+        res->chain_ok += tok == r->chain[j] && (j + 1 == r->nchain || argmax(lg, V) == r->chain[j + 1]);
+    }
+    free(hid), free(lg);
+    return rc;
+}
 
 /* Teacher-forced forward over the reference prompt, then a greedy
  * continuation through the KV cache, both compared with the reference. */
@@ -160,12 +218,16 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
 }
 
 /* Exact mode (float arithmetic): every argmax equal, logits within
- * ORACLE_TOL, the greedy continuation identical. With IDOT on integer
- * weights the activations are rounded to int8, so only agreement of the
- * teacher-forced argmax is required: at least 90%. */
+ * ORACLE_TOL, the greedy continuation identical, for the MTP head too. With
+ * IDOT on integer weights the activations are rounded to int8, so only
+ * agreement of the teacher-forced argmax is required: at least 90%; the MTP
+ * head's agreement is then reported, not judged (its margins were not
+ * widened for int8, and drafts never change the output), beyond finite
+ * logits. */
 static int oracle_pass(const coli_oracle_result *o, int approximate) {
-    if (approximate) return o->tf_ok * 10 >= o->tf_n * 9 && isfinite(o->tf_diff);
-    return o->tf_ok == o->tf_n && o->greedy_ok == o->greedy_n && o->tf_diff <= ORACLE_TOL && o->greedy_diff <= ORACLE_TOL;
+    if (approximate) return o->tf_ok * 10 >= o->tf_n * 9 && isfinite(o->tf_diff) && isfinite(o->mtp_diff) && isfinite(o->chain_diff);
+    return o->tf_ok == o->tf_n && o->greedy_ok == o->greedy_n && o->tf_diff <= ORACLE_TOL && o->greedy_diff <= ORACLE_TOL &&
+           o->mtp_ok == o->mtp_n && o->chain_ok == o->chain_n && o->mtp_diff <= ORACLE_TOL && o->chain_diff <= ORACLE_TOL;
 }
 
 /* ------------------------------------------------------------------- main */
@@ -236,7 +298,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     o->io.workers = (int)env_i(e, ENV_PIPE_WORKERS), o->io.fail_at = env_i(e, ENV_COLI_IO_FAULT);
     o->pilot = (int)env_i(e, ENV_PILOT), o->pilot_real = (int)env_i(e, ENV_PILOT_REAL), o->pilot_k = (int)env_i(e, ENV_PILOT_K);
     o->mlock = (int)env_i(e, ENV_MLOCK), o->numa = (int)env_i(e, ENV_COLI_NUMA);
-    o->threads = (int)env_i(e, ENV_THREADS);
+    o->threads = (int)env_i(e, ENV_THREADS), o->mtp = (int)env_i(e, ENV_MTP);
     static const int bits[] = {2, 4, 8, 0}; /* choices 2|4|8|16; 16 keeps floats as f32 */
     o->dense_bits = bits[env_i(e, ENV_DENSE_BITS)], o->expert_bits = bits[env_i(e, ENV_EXPERT_BITS)];
     o->group_size = (int)env_i(e, ENV_GROUP_SIZE);
@@ -370,7 +432,7 @@ static int run_oracle(coli_model *m, const char *dir) {
         return EXIT_INPUT;
     }
     coli_oracle_result o;
-    if (oracle_run(m, &r, &o)) {
+    if (oracle_run(m, &r, &o) || (r.has_mtp && m->mtp && oracle_mtp(m, &r, &o))) {
         fprintf(stderr, "colibri: %s\n", m->err);
         ref_free(&r);
         return EXIT_INPUT;
@@ -380,6 +442,11 @@ static int run_oracle(coli_model *m, const char *dir) {
     printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e; greedy %d/%d, max |dlogit| %.1e%s -- %s\n", o.tf_ok, o.tf_n,
            o.tf_diff, o.greedy_ok, o.greedy_n, o.greedy_diff, approx ? " (IDOT on integer weights: needs 90% argmax)" : "",
            pass ? "PASS" : "FAIL");
+    if (r.has_mtp && m->mtp)
+        printf("oracle: MTP head: teacher-forced %d/%d argmax, max |dlogit| %.1e; chain %d/%d, max |dlogit| %.1e%s\n", o.mtp_ok, o.mtp_n, o.mtp_diff,
+               o.chain_ok, o.chain_n, o.chain_diff, approx ? " (IDOT on integer weights: reported, not judged)" : "");
+    else if (r.has_mtp)
+        printf("oracle: MTP head not loaded (MTP=0): its reference is not checked\n");
     if (!pass) {
         if (o.first_bad_tf >= 0) fprintf(stderr, "colibri: first teacher-forced mismatch at position %d\n", o.first_bad_tf);
         if (o.first_bad_greedy >= 0) fprintf(stderr, "colibri: first greedy mismatch at step %d (expected token %d)\n", o.first_bad_greedy, r.greedy[o.first_bad_greedy]);
@@ -396,6 +463,7 @@ typedef struct {
     int chat, think, ngen, tokens;
     smp_params sp;
     uint64_t seed;
+    spec_opts spec;
 } coli_gen;
 
 /* Sampling settings: each knob, or generation_config.json's value when the
@@ -405,6 +473,8 @@ static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     g->prompt = env_v(e, ENV_PROMPT)->s, g->system = env_v(e, ENV_SYSTEM)->s;
     g->chat = (int)env_i(e, ENV_CHAT_TEMPLATE), g->think = (int)env_i(e, ENV_THINK), g->ngen = (int)env_i(e, ENV_NGEN);
     g->tokens = (int)env_i(e, ENV_TOKENS);
+    g->spec.k = (int)env_i(e, ENV_DRAFT), g->spec.guard_pct = (int)env_i(e, ENV_DRAFT_GUARD_PCT);
+    g->spec.window = (int)env_i(e, ENV_DRAFT_WINDOW), g->spec.pause = (int)env_i(e, ENV_DRAFT_PAUSE);
     const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
@@ -431,18 +501,58 @@ static tok *load_tokenizer(const char *dir, char *err, size_t errlen) {
     return tok_load(path, err, errlen);
 }
 
+/* What the generation loop streams to: the tokens so far and why it
+ * stopped (gen_emit). */
+typedef struct {
+    coli_model *m;
+    tok *t;
+    tok_stream st;
+    tok_str out;
+    int *gen, n, ngen, np;
+    const char *why;
+    int failed; /* m->err says why */
+} gen_state;
+
+/* One generated token: a stop token ends the run, anything else is
+ * streamed; then the limits, and the safe point before the next forward.
+ * Returns nonzero to stop. */
+static int gen_emit(void *ud, int next) {
+    gen_state *g = (gen_state *)ud;
+    coli_model *m = g->m;
+    if (smp_is_stop(m->c.eos, m->c.n_eos, next)) { g->why = "stop token"; return 1; }
+    g->gen[g->n++] = next;
+    g->out.n = 0;
+    if (tok_stream_put(g->t, &g->st, next, &g->out)) { g->failed = model_fail(m, "out of memory"); return 1; }
+    if (g->out.n) fwrite(g->out.s, 1, g->out.n, stdout), fflush(stdout);
+    tel_lap(&m->tel, TEL_SAMPLE);
+    if (g->n >= g->ngen) { g->why = g->n == m->kv.ctx - g->np ? "CTX" : "NGEN"; return 1; }
+    if (model_safe_point(m, g->n)) { g->failed = -1; return 1; }
+    return 0;
+}
+
+/* The speculation summary (DRAFT): drafts, acceptance, tokens per forward
+ * of the main model, disk bytes per generated token while decoding. */
+static void print_spec(const spec_ctx *s, int generated, uint64_t decode_bytes) {
+    const spec_stats *st = &s->st;
+    fprintf(stderr, "colibri: speculation: %ld drafted, %ld accepted (%.1f%%), %.2f tokens per forward (%ld verifying forwards, %ld MTP forwards), "
+            "%.1f MB read per generated token, %ld pauses\n", st->drafted, st->accepted, tel_pct((double)st->accepted, (double)st->drafted),
+            st->verifies ? (double)(generated > 0 ? generated - 1 : 0) / (double)st->verifies : 0.0, st->verifies, st->mtp_forwards,
+            generated ? decode_bytes / 1e6 / generated : 0.0, st->pauses);
+}
+
 /* PROMPT mode: encode (through the chat template unless CHAT_TEMPLATE=0),
  * prefill, then sample and stream text until a stop token, NGEN tokens or a
- * full context. Returns the exit status. */
+ * full context; with the MTP layer loaded and DRAFT ≠ 0, through spec.h.
+ * Returns the exit status. */
 static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
     coli_config *c = &m->c;
     char err[600];
     int rc = EXIT_INPUT;
     tok_ids ids = {0};
-    tok_str out = {0};
-    tok_stream st = {0};
     smp_work w = {0};
     smp_rng rng;
+    spec_ctx sc = {0};
+    gen_state gs = {.m = m, .t = t, .why = "NGEN"};
     int r = g->chat ? tok_chat(t, g->system, g->prompt, g->think, &ids) : tok_encode(t, g->prompt, strlen(g->prompt), &ids);
     if (r == -2) { tok_chat_check(t, err, sizeof err); fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err); goto done; }
     if (r) { fprintf(stderr, "colibri: out of memory encoding the prompt\n"); goto done; }
@@ -452,48 +562,57 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
     if ((int)ids.n >= m->kv.ctx) { fprintf(stderr, "colibri: the prompt has %zu tokens but CTX is %d; raise CTX\n", ids.n, m->kv.ctx); goto done; }
     if (smp_work_alloc(&w, c->vocab)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
     smp_seed(&rng, g->seed);
-    int ngen = g->ngen < m->kv.ctx - (int)ids.n ? g->ngen : m->kv.ctx - (int)ids.n;
+    int ngen = g->ngen < m->kv.ctx - (int)ids.n ? g->ngen : m->kv.ctx - (int)ids.n, spec = m->mtp && g->spec.k != 0;
+    if (spec && spec_init(&sc, m, &g->spec)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
     if (g->sp.temp > 0)
-        fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu\n", ids.n, ngen,
+        fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu", ids.n, ngen,
                 g->sp.temp, g->sp.top_k, g->sp.top_p, g->sp.min_p, (unsigned long long)g->seed);
-    else fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | greedy\n", ids.n, ngen);
+    else fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | greedy", ids.n, ngen);
+    if (spec) fprintf(stderr, g->spec.k < 0 ? " | MTP drafts, k auto\n" : " | MTP drafts, k = %d\n", sc.k);
+    else fprintf(stderr, m->mtp ? " | DRAFT=0\n" : "\n");
     if (g->tokens) print_ids("prompt tokens", ids.ids, ids.n);
-    int *gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)), n = 0;
-    if (!gen) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    gs.ngen = ngen, gs.np = (int)ids.n;
+    if (!(gs.gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)))) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
     double t0 = compat_now();
-    if (fwd_tokens(m, ids.ids, (int)ids.n, 0, NULL)) { fprintf(stderr, "colibri: %s\n", m->err); free(gen); goto done; }
+    if (spec ? spec_prefill(&sc, ids.ids, (int)ids.n) : fwd_tokens(m, ids.ids, (int)ids.n, 0, NULL)) { fprintf(stderr, "colibri: %s\n", m->err); goto done; }
     m->tel.t_prefill = compat_now() - t0;
     m->tel.prompt_tokens = (int)ids.n;
     double t1 = compat_now();
-    const char *why = "NGEN";
-    for (;;) {
+    xs_stats x0;
+    xs_stats_get(&m->xs, &x0);
+    for (int stop = 0; !stop;) {
         int next = smp_sample(&g->sp, m->sc.logits, c->vocab, &rng, &w);
-        if (!n) m->tel.ttft = compat_now() - t0;
-        if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); free(gen); goto done; }
-        if (smp_is_stop(c->eos, c->n_eos, next)) { why = "stop token"; break; }
-        gen[n++] = next;
-        out.n = 0;
-        if (tok_stream_put(t, &st, next, &out)) { fprintf(stderr, "colibri: out of memory\n"); free(gen); goto done; }
-        if (out.n) fwrite(out.s, 1, out.n, stdout), fflush(stdout);
-        tel_lap(&m->tel, TEL_SAMPLE);
-        if (n >= ngen) { why = n == m->kv.ctx - (int)ids.n ? "CTX" : "NGEN"; break; }
-        if (model_safe_point(m, n) || fwd_tokens(m, &next, 1, (int)ids.n + n - 1, NULL)) { fprintf(stderr, "\ncolibri: %s\n", m->err); free(gen); goto done; }
+        if (!gs.n) m->tel.ttft = compat_now() - t0;
+        if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); goto done; }
+        stop = gen_emit(&gs, next);
+        if (!stop && spec) {
+            stop = 1;
+            if (spec_decode(&sc, next, (int)ids.n, ngen - gs.n, &g->sp, &rng, &w, gen_emit, &gs)) gs.failed = -1;
+        } else if (!stop && fwd_tokens(m, &next, 1, (int)ids.n + gs.n - 1, NULL))
+            gs.failed = -1, stop = 1;
     }
-    out.n = 0;
-    tok_stream_flush(&st, 0, &out);
-    if (out.n) fwrite(out.s, 1, out.n, stdout);
+    if (gs.failed) { fprintf(stderr, "\ncolibri: %s\n", m->err); goto done; }
+    gs.out.n = 0;
+    tok_stream_flush(&gs.st, 0, &gs.out);
+    if (gs.out.n) fwrite(gs.out.s, 1, gs.out.n, stdout);
     if (isatty(1)) fputc('\n', stdout);
     fflush(stdout);
     m->tel.t_decode = compat_now() - t1;
-    m->tel.gen_tokens = n;
-    if (g->tokens) print_ids("generated tokens", gen, (size_t)n);
-    fprintf(stderr, "colibri: stopped: %s\n", why);
-    free(gen);
+    m->tel.gen_tokens = gs.n;
+    if (g->tokens) print_ids("generated tokens", gs.gen, (size_t)gs.n);
+    fprintf(stderr, "colibri: stopped: %s\n", gs.why);
     print_end(m);
+    if (spec) {
+        xs_stats x1;
+        xs_stats_get(&m->xs, &x1);
+        print_spec(&sc, gs.n, x1.bytes_read - x0.bytes_read);
+    }
     rc = 0;
 done:
+    free(gs.gen);
+    spec_free(&sc);
     tok_ids_free(&ids);
-    tok_str_free(&out);
+    tok_str_free(&gs.out);
     smp_work_free(&w);
     return rc;
 }
@@ -580,7 +699,7 @@ static void usage_save(const coli_model *m, const char *dir) {
     snprintf(path, sizeof path, "%s/.coli_usage", dir);
     if (!rows) { fprintf(stderr, "colibri: warning: could not save expert usage to %s: out of memory\n", path); return; }
     const uint64_t *count = xs_counts(&m->xs);
-    for (int k = 0; k < m->xs.n_layers; k++)
+    for (int k = 0; k < n_moe_layers(c); k++) /* the MTP layer has no row in the history */
         for (int e = 0; e < c->n_experts; e++) rows[(size_t)moe_layer(c, k) * c->n_experts + e] = count[(size_t)k * c->n_experts + e];
     int moved;
     if (tel_usage_merge(path, c->n_layers, c->n_experts, tel_engine_id("glm_moe_dsa"), rows, &moved, err, sizeof err))

@@ -24,8 +24,8 @@ typedef struct {
     int index_topk, index_heads, index_dim;
     int max_pos, tie_embed;
     int n_mtp;               /* num_nextn_predict_layers: MTP layers after the last one */
-    unsigned char *moe;      /* [n_layers] 1 = MoE MLP, 0 = dense MLP        */
-    unsigned char *idx_full; /* [n_layers] 1 = own indexer, 0 = shared       */
+    unsigned char *moe;      /* [n_layers + 1] 1 = MoE MLP, 0 = dense MLP; [n_layers]: the MTP layer */
+    unsigned char *idx_full; /* [n_layers + 1] 1 = own indexer, 0 = shared   */
     int eos[MAX_EOS], n_eos;
     /* sampling defaults from generation_config.json (gen_sample = do_sample) */
     int gen_sample, gen_top_k;
@@ -224,8 +224,8 @@ static inline int cfg_derived(cfg_reader *r, coli_config *c) {
  * (layer i is full iff max(i - offset + 1, 0) % freq == 0). */
 static inline int cfg_layer_kinds(cfg_reader *r, coli_config *c) {
     int L = c->n_layers;
-    c->moe = (unsigned char *)calloc((size_t)L, 1);
-    c->idx_full = (unsigned char *)calloc((size_t)L, 1);
+    c->moe = (unsigned char *)calloc((size_t)L + 1, 1); /* + the MTP layer's, set by the loader */
+    c->idx_full = (unsigned char *)calloc((size_t)L + 1, 1);
     if (!c->moe || !c->idx_full) return cfg_fail(r, "out of memory");
     int mlt = js_get(r->d, r->root, "mlp_layer_types");
     if (mlt >= 0 && js_typeof(r->d, mlt) != JS_NULL) {
@@ -317,9 +317,10 @@ static inline int moe_index(const coli_config *c, int layer) {
 
 static inline int n_moe_layers(const coli_config *c) { return moe_index(c, c->n_layers); }
 
-/* Model layer of MoE layer k. */
+/* Model layer of MoE layer k (n_layers: the MTP layer, when the loader
+ * marked it MoE). */
 static inline int moe_layer(const coli_config *c, int k) {
-    for (int l = 0; l < c->n_layers; l++)
+    for (int l = 0; l <= c->n_layers; l++)
         if (c->moe[l] && k-- == 0) return l;
     return -1;
 }

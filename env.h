@@ -54,6 +54,16 @@ typedef struct {
         "Random seed for sampling; unset = from the clock (the seed used is printed).") \
     BOOL(TOKENS, "0", \
         "1 = print the prompt and generated token ids on stderr.") \
+    BOOL(MTP, "1", \
+        "1 = load the checkpoint's MTP layer (when config.json declares one) for speculative decoding; 0 = ignore it.") \
+    INT(DRAFT, "-1", -1, 16, \
+        "Tokens the MTP head drafts per verifying forward; -1 = auto (1 to 4, from the measured acceptance); 0 = no speculation. Greedy output is identical for every value.") \
+    INT(DRAFT_GUARD_PCT, "10", 0, 100, \
+        "Pause drafting when fewer than this percent of a window's drafts are accepted; 0 = never pause.") \
+    INT(DRAFT_WINDOW, "24", 1, 1048576, \
+        "Drafts per acceptance window: the guard (and DRAFT=-1's choice of k) decides once per window.") \
+    INT(DRAFT_PAUSE, "256", 1, 1048576, \
+        "Tokens decoded without drafts after the guard trips; drafting then re-arms on a fresh window.") \
     INT(CAP, "0", 0, 1048576, \
         "Expert cache (LRU) slots per MoE layer; 0 = what the RAM budget leaves after the dense weights, KV cache, working set and pinned set.") \
     INT(CTX, "4096", 16, 1048576, \

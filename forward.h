@@ -266,10 +266,12 @@ static int absorb_is_cheaper(const coli_config *c, int S) {
 }
 
 /* MLA attention (docs/model.md §4) of layer l on normed rows sc->a; result
- * in sc->tmp. Absorbed: (head, row) pairs spread over the team, each head's
+ * in sc->tmp. s1: choose the path a single row would take, so that every
+ * row computes exactly what a one-row forward computes (verification of
+ * drafts; every other step is per row by construction). Absorbed: (head, row) pairs spread over the team, each head's
  * W_UV expansion on one thread with its own scratch; reconstructed: each
  * head's keys expanded by the team, its rows spread. */
-static void fwd_attention(const fwd_t *f, int l, int S, int pos) {
+static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
     coli_model *m = f->m;
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
@@ -294,7 +296,12 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos) {
     }
     fwd_sync(f); /* queries roped, the batch's keys cached */
     if (c->idx_full[l]) fwd_indexer(f, l, S, pos); /* shared layers keep the last full layer's choice */
-    int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, S) : m->absorb;
+    else if (l == c->n_layers) { /* an MTP layer without an indexer keeps every causal key */
+        if (f->tid == 0)
+            for (int s = 0; s < S; s++) sc->nsel[s] = -1;
+        fwd_sync(f);
+    }
+    int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, s1 ? 1 : S) : m->absorb;
     int vh = c->v_head, kvw = c->qk_nope + vh;
     if (absorbed) {
         for (int i = f->tid; i < H * S; i += f->nth)
@@ -397,8 +404,11 @@ typedef struct {
     const int *tok;
     int S, pos;
     float *out;
-    int rc;       /* -1: failed, m->err set */
-    int job, n;   /* the expert job to compute, and its row count */
+    float *hid;        /* NULL, or [S][dim]: the final-normed hidden rows (main) / the MTP layer's output rows (MTP) */
+    const float *hin;  /* MTP: [S][dim] the hidden rows paired with tok */
+    int s1;            /* every row exactly as a one-row forward (fwd_attention) */
+    int rc;            /* -1: failed, m->err set */
+    int job, n;        /* the expert job to compute, and its row count */
 } fwd_shared;
 
 /* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp. Each
@@ -513,6 +523,61 @@ static void fwd_pilot(const fwd_t *f, int l, int S) {
     xs_prefetch(&m->xs, moe_index(c, next), sc->pred, n, m->pilot_real);
 }
 
+/* Decoder layer l (attention, then the MoE or dense MLP, each with its
+ * residual) on the rows sc->x. 0, or -1 after a read error (sh->rc). */
+static int fwd_layer(const fwd_t *f, fwd_shared *sh, int l) {
+    coli_model *m = f->m;
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    coli_layer *L = &m->L[l];
+    int D = c->dim, S = sh->S;
+    fwd_rmsnorm_rows(f, sc->a, sc->x, L->in_norm, S, D, c->rms_eps);
+    fwd_sync(f);
+    fwd_attention(f, l, S, sh->pos, sh->s1);
+    fwd_add_rows(f, sc->x, sc->tmp, S, D);
+    if (f->tid == 0) tel_lap(&m->tel, TEL_ATTN);
+    if (m->pilot && S <= 8 && l < c->n_layers) {
+        fwd_pilot(f, l, S);
+        if (f->tid == 0) tel_lap(&m->tel, TEL_ROUTER);
+    }
+    fwd_rmsnorm_rows(f, sc->a, sc->x, L->post_norm, S, D, c->rms_eps);
+    fwd_sync(f);
+    if (c->moe[l]) {
+        if (fwd_moe(f, sh, l, S)) return -1;
+    } else {
+        fwd_mlp(f, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        if (f->tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
+    }
+    fwd_add_rows(f, sc->x, sc->tmp, S, D);
+    return 0;
+}
+
+/* The output of rows sc->x: normed by `norm` (every row when hid or out is
+ * wanted, else the last), the normed rows copied to hid (main) or the raw
+ * rows (MTP, raw_hid), and the logits of every row to out or of the last
+ * to last_out. */
+static void fwd_head(const fwd_t *f, const fwd_shared *sh, const float *norm, const qt_tensor *head, int raw_hid, float *last_out) {
+    coli_model *m = f->m;
+    coli_scratch *sc = &m->sc;
+    int D = m->c.dim, S = sh->S;
+    int all = sh->out || (sh->hid && !raw_hid), r0 = all ? 0 : S - 1, n = all ? S : 1;
+    int64_t a, b;
+    fwd_sync(f); /* the last row may belong to another thread's block */
+    if (sh->hid && raw_hid) {
+        fwd_share(f, S, &a, &b);
+        memcpy(sh->hid + (size_t)a * D, sc->x + (size_t)a * D, (size_t)(b - a) * D * 4);
+    }
+    fwd_rmsnorm_rows(f, sc->a, sc->x + (size_t)r0 * D, norm, n, D, m->c.rms_eps);
+    if (sh->hid && !raw_hid) {
+        fwd_share(f, n, &a, &b);
+        memcpy(sh->hid + (size_t)a * D, sc->a + (size_t)a * D, (size_t)(b - a) * D * 4);
+    }
+    fwd_sync(f);
+    if (sh->out) fwd_matmul(f, head, sc->a, n, sh->out);
+    else fwd_matmul(f, head, sc->a + (size_t)(n - 1) * D, 1, last_out);
+    if (f->tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
+}
+
 /* The forward pass on one thread of the team (see fwd_batch). */
 static void fwd_worker(void *arg, int tid, int nth) {
     fwd_shared *sh = (fwd_shared *)arg;
@@ -524,33 +589,34 @@ static void fwd_worker(void *arg, int tid, int nth) {
     int64_t a, b;
     fwd_share(&f, S, &a, &b);
     for (int64_t s = a; s < b; s++) qt_dequant_row(&m->embed, sh->tok[s], sc->x + (size_t)s * D);
-    for (int l = 0; l < c->n_layers; l++) {
-        coli_layer *L = &m->L[l];
-        fwd_rmsnorm_rows(&f, sc->a, sc->x, L->in_norm, S, D, c->rms_eps);
-        fwd_sync(&f);
-        fwd_attention(&f, l, S, sh->pos);
-        fwd_add_rows(&f, sc->x, sc->tmp, S, D);
-        if (tid == 0) tel_lap(&m->tel, TEL_ATTN);
-        if (m->pilot && S <= 8) {
-            fwd_pilot(&f, l, S);
-            if (tid == 0) tel_lap(&m->tel, TEL_ROUTER);
-        }
-        fwd_rmsnorm_rows(&f, sc->a, sc->x, L->post_norm, S, D, c->rms_eps);
-        fwd_sync(&f);
-        if (c->moe[l]) {
-            if (fwd_moe(&f, sh, l, S)) return;
-        } else {
-            fwd_mlp(&f, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
-            if (tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
-        }
-        fwd_add_rows(&f, sc->x, sc->tmp, S, D);
+    for (int l = 0; l < c->n_layers; l++)
+        if (fwd_layer(&f, sh, l)) return;
+    fwd_head(&f, sh, m->final_norm, &m->lm_head, 0, sc->logits);
+}
+
+/* The MTP layer on one thread of the team (see fwd_mtp): each row pairs
+ * the embedding of its token with a hidden row, u = eh_proj([enorm(e) ;
+ * hnorm(h)]) (the embedding half first, as vLLM and llama.cpp order it),
+ * then the decoder layer at index n_layers. */
+static void fwd_mtp_worker(void *arg, int tid, int nth) {
+    fwd_shared *sh = (fwd_shared *)arg;
+    coli_model *m = sh->m;
+    fwd_t f = {m, tid, nth};
+    coli_config *c = &m->c;
+    coli_scratch *sc = &m->sc;
+    int D = c->dim, S = sh->S;
+    int64_t a, b;
+    fwd_share(&f, S, &a, &b);
+    for (int64_t s = a; s < b; s++) {
+        float *e = sc->x + (size_t)s * D, *cat = sc->cat + (size_t)s * 2 * D;
+        qt_dequant_row(&m->embed, sh->tok[s], e);
+        rmsnorm(cat, e, m->mtp_enorm, D, c->rms_eps);
+        rmsnorm(cat + D, sh->hin + (size_t)s * D, m->mtp_hnorm, D, c->rms_eps);
     }
-    int r0 = sh->out ? 0 : S - 1, n = sh->out ? S : 1;
-    fwd_sync(&f); /* the last row may belong to another thread's block */
-    fwd_rmsnorm_rows(&f, sc->a, sc->x + (size_t)r0 * D, m->final_norm, n, D, c->rms_eps);
     fwd_sync(&f);
-    fwd_matmul(&f, &m->lm_head, sc->a, n, sh->out ? sh->out : sc->logits);
-    if (tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
+    fwd_matmul(&f, &m->mtp_eh, sc->cat, S, sc->x);
+    if (fwd_layer(&f, sh, c->n_layers)) return;
+    fwd_head(&f, sh, m->mtp_norm, &m->mtp_head, 1, sc->logits);
 }
 
 /* One forward over S ≤ max_s tokens at positions pos..pos+S-1, on the
@@ -558,8 +624,30 @@ static void fwd_worker(void *arg, int tid, int nth) {
  * NULL) of the last row to sc->logits. Returns 0, or -1 with m->err set
  * (expert read failure). */
 static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) {
-    fwd_shared sh = {m, tok, S, pos, out, 0, -1, 0};
+    fwd_shared sh = {m, tok, S, pos, out, NULL, NULL, 0, 0, -1, 0};
     team_run(&m->team, fwd_worker, &sh);
+    return sh.rc;
+}
+
+/* A forward over S ≤ max_s tokens at positions pos.. for speculation:
+ * every row computed exactly as a one-row forward would (s1), the logits
+ * of every row to out[S][vocab], the final-normed hidden rows to hid[S][dim]
+ * (NULL: not wanted). 0 or -1 (m->err). */
+static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out, float *hid) {
+    fwd_shared sh = {m, tok, S, pos, out, hid, NULL, 1, 0, -1, 0};
+    team_run(&m->team, fwd_worker, &sh);
+    return sh.rc;
+}
+
+/* The MTP layer over S ≤ max_s rows at positions pos..: row s pairs token
+ * tok[s] with hidden row hin[s]; its output rows (before shared_head.norm)
+ * go to hout[S][dim] and the logits of the last row to last[vocab].
+ * Positions must be filled in order: the layer attends over its own cache.
+ * 0 or -1 (m->err). */
+static int fwd_mtp(coli_model *m, const int *tok, const float *hin, int S, int pos, float *hout, float *last) {
+    fwd_shared sh = {m, tok, S, pos, NULL, hout, hin, 1, 0, -1, 0};
+    team_run(&m->team, fwd_mtp_worker, &sh);
+    if (!sh.rc && last) memcpy(last, m->sc.logits, (size_t)m->c.vocab * 4);
     return sh.rc;
 }
 

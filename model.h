@@ -56,10 +56,10 @@ typedef struct {
 } coli_layer;
 
 typedef struct {
-    float *lat;     /* [n_layers][ctx][kv_lora] normalized latent */
-    float *rope;    /* [n_layers][ctx][qk_rope] roped shared key  */
+    float *lat;     /* [layers][ctx][kv_lora] normalized latent (layers: n_layers + the MTP layer when loaded) */
+    float *rope;    /* [layers][ctx][qk_rope] roped shared key  */
     float *ikey;    /* [n_full][ctx][index_dim] indexer keys      */
-    int *full_slot; /* [n_layers] index into ikey, -1 for shared layers */
+    int *full_slot; /* [layers] index into ikey, -1 for shared layers */
     int ctx;
     void *block;    /* the one allocation the arrays live in */
 } coli_kv;
@@ -78,6 +78,7 @@ typedef struct {
     int *uniq;                 /* [n_experts] distinct experts of a batch */
     uint8_t *used;             /* [n_experts] */
     float *cos, *sin;          /* [ctx][qk_rope/2] */
+    float *cat;                /* [max_s][2 dim] the MTP layer's [embedding ; hidden] rows */
     float **thr;               /* [threads] per-thread scratch: attention, indexer, router */
     int *pred;                 /* [max_s][pilot_k] predicted experts (router lookahead) */
     void *block;
@@ -105,6 +106,7 @@ typedef struct {
     int simd, idot;         /* kernel level (-1 = best), integer dot products */
     int threads;            /* compute threads (0 = coli_nthreads()) */
     int dense_bits, expert_bits, group_size; /* load-time quantization (0 = keep) */
+    int mtp;                /* load the MTP layer when the checkpoint has one */
 } coli_opts;
 
 /* Resident bytes by part (model_measure). */
@@ -125,6 +127,12 @@ typedef struct {
     qt_tensor embed;            /* [vocab][dim] */
     float *final_norm;          /* [dim] */
     qt_tensor lm_head;
+    /* The MTP layer (docs/model.md §3): layer index c.n_layers of L[], KV and
+     * the store when mtp = 1; the head's own output layer when the
+     * checkpoint has shared_head.head, else mtp_head = lm_head. */
+    int mtp;
+    float *mtp_enorm, *mtp_hnorm, *mtp_norm; /* [dim] */
+    qt_tensor mtp_eh, mtp_head;              /* eh_proj [dim][2 dim]; output layer */
     xs_store xs;                /* routed experts: pinned set + LRU */
     io_ctx io;                  /* expert reads */
     int pilot, pilot_real, pilot_k; /* router lookahead: hints / real loads, predictions per row */
@@ -167,8 +175,11 @@ static inline void *model_resident(const coli_model *m, size_t bytes) {
 
 /* How a dense tensor is held: a plain f32 array ([O] or [O, I]: norms,
  * router), a matrix at DENSE_BITS, a matrix kept f32 (the indexer's head
- * weights), or the embedding / lm_head (DENSE_BITS only below 8 bits). */
-typedef enum { W_ARR, W_MAT, W_MAT_F32, W_MAT_IO } w_kind;
+ * weights), the embedding / lm_head (DENSE_BITS only below 8 bits), or the
+ * MTP eh_proj (DENSE_BITS, but 8 where that would be ≤ 4 bits per row: its
+ * embedding half is 20-30x smaller than its hidden half and per-row int4
+ * rounds it to zero). */
+typedef enum { W_ARR, W_MAT, W_MAT_F32, W_MAT_IO, W_MAT_EH } w_kind;
 
 /* One dense tensor the model loads and where it goes. */
 typedef struct w_spec {
@@ -188,7 +199,7 @@ typedef struct {
     uint64_t wbytes, sbytes; /* weights (64-aligned) and scales */
 } w_plan;
 
-static inline int model_nspecs(const coli_config *c) { return 4 + 19 * c->n_layers; }
+static inline int model_nspecs(const coli_config *c) { return 4 + 19 * (c->n_layers + 1) + 6; }
 
 static inline void w_add_(w_spec *s, int *n, w_kind kind, int64_t O, int64_t I, float **arr, qt_tensor *mat, const char *fmt, int l) {
     w_spec *w = &s[(*n)++];
@@ -206,7 +217,17 @@ static inline int model_specs(coli_model *m, w_spec *s) {
     w_add_(s, &n, W_MAT_IO, c->vocab, c->dim, NULL, &m->embed, "model.embed_tokens.weight", 0);
     w_add_(s, &n, W_ARR, c->dim, 0, &m->final_norm, NULL, "model.norm.weight", 0);
     if (!c->tie_embed) w_add_(s, &n, W_MAT_IO, c->vocab, c->dim, NULL, &m->lm_head, "lm_head.weight", 0);
-    for (int l = 0; l < c->n_layers; l++) {
+    int NL = c->n_layers;
+    if (m->mtp) {
+        w_add_(s, &n, W_ARR, c->dim, 0, &m->mtp_enorm, NULL, "model.layers.%d.enorm.weight", NL);
+        w_add_(s, &n, W_ARR, c->dim, 0, &m->mtp_hnorm, NULL, "model.layers.%d.hnorm.weight", NL);
+        w_add_(s, &n, W_MAT_EH, c->dim, 2 * (int64_t)c->dim, NULL, &m->mtp_eh, "model.layers.%d.eh_proj.weight", NL);
+        w_add_(s, &n, W_ARR, c->dim, 0, &m->mtp_norm, NULL, "model.layers.%d.shared_head.norm.weight", NL);
+        char hn[112];
+        snprintf(hn, sizeof hn, "model.layers.%d.shared_head.head.weight", NL);
+        if (st_find(&m->st, hn)) w_add_(s, &n, W_MAT_IO, c->vocab, c->dim, NULL, &m->mtp_head, "model.layers.%d.shared_head.head.weight", NL);
+    }
+    for (int l = 0; l < NL + m->mtp; l++) {
         coli_layer *L = &m->L[l];
         w_add_(s, &n, W_ARR, c->dim, 0, &L->in_norm, NULL, "model.layers.%d.input_layernorm.weight", l);
         w_add_(s, &n, W_ARR, c->dim, 0, &L->post_norm, NULL, "model.layers.%d.post_attention_layernorm.weight", l);
@@ -266,6 +287,7 @@ static inline int model_spec_plan(coli_model *m, const w_spec *s, w_plan *p) {
     } else {
         if (st_check_float(&m->st, p->t, s->O, s->I, m->err, sizeof m->err)) return -1;
         int bits = s->kind == W_MAT ? m->dense_bits : s->kind == W_MAT_IO && m->dense_bits && m->dense_bits < 8 ? m->dense_bits : 0;
+        if (s->kind == W_MAT_EH) bits = m->dense_bits && m->dense_bits <= 4 && !m->group_size ? 8 : m->dense_bits;
         p->fmt = s->kind == W_ARR ? QT_F32 : bits_fmt(bits, m->group_size);
         p->gs = p->fmt == QT_I4G ? m->group_size : 0;
     }
@@ -353,6 +375,7 @@ static inline int model_weights(coli_model *m, int load, uint64_t *bytes, uint8_
         if (!rc && load) rc = model_spec_load(m, &m->specs[i], &p);
     }
     if (!rc && load && m->c.tie_embed) m->lm_head = m->embed;
+    if (!rc && load && m->mtp && !m->mtp_head.w) m->mtp_head = m->lm_head;
     return rc;
 }
 
@@ -445,6 +468,12 @@ static inline int model_check_tensors(coli_model *m) {
     int n_mtp = c->n_mtp > 0 ? c->n_mtp : 1;
     for (int i = 0; !rc && i < m->st.nt; i++) {
         if (used[i]) continue;
+        if (m->mtp && model_name_layer(m->st.t[i].name) == c->n_layers && !strstr(m->st.t[i].name, ".embed_tokens."))
+            rc = model_fail(m, "%s: tensor '%s' of the MTP layer is not used: check the MTP layer's shape (its experts, indexer, shared experts)",
+                            tensor_path(m, &m->st.t[i]), m->st.t[i].name);
+    }
+    for (int i = 0; !rc && i < m->st.nt; i++) {
+        if (used[i]) continue;
         const st_tensor *t = &m->st.t[i];
         int l = model_name_layer(t->name);
         if (l >= c->n_layers && l < c->n_layers + n_mtp) mtp++;
@@ -461,7 +490,8 @@ static inline int model_check_tensors(coli_model *m) {
     }
     free(used);
     if (rc) return -1;
-    if (mtp) fprintf(stderr, "colibri: the checkpoint's MTP layer (model.layers.%d, %d tensors) is not used by this version\n", c->n_layers, mtp);
+    if (mtp) fprintf(stderr, "colibri: the checkpoint's MTP layer (model.layers.%d, %d tensors) is not loaded (%s)\n", c->n_layers, mtp,
+                     c->n_mtp ? "MTP=0" : "config.json sets no num_nextn_predict_layers");
     if (other) fprintf(stderr, "colibri: warning: %d tensor%s not used by the model, e.g. '%s'\n", other, other > 1 ? "s are" : " is", first_other);
     return 0;
 }
@@ -478,14 +508,14 @@ static inline int model_check_tensors(coli_model *m) {
 
 /* Lays the KV cache for ctx positions out in base (NULL: sizing only);
  * returns its bytes. */
-static inline size_t kv_layout(const coli_config *c, int ctx, coli_kv *kv, void *base) {
+static inline size_t kv_layout(const coli_config *c, int nl, int ctx, coli_kv *kv, void *base) {
     size_t off = 0;
     int nf = 0;
-    for (int l = 0; l < c->n_layers; l++) nf += c->idx_full[l];
-    MODEL_CARVE(kv, lat, float, (size_t)c->n_layers * ctx * c->kv_lora, base, &off);
-    MODEL_CARVE(kv, rope, float, (size_t)c->n_layers * ctx * c->qk_rope, base, &off);
+    for (int l = 0; l < nl; l++) nf += c->idx_full[l];
+    MODEL_CARVE(kv, lat, float, (size_t)nl * ctx * c->kv_lora, base, &off);
+    MODEL_CARVE(kv, rope, float, (size_t)nl * ctx * c->qk_rope, base, &off);
     MODEL_CARVE(kv, ikey, float, (size_t)nf * ctx * c->index_dim, base, &off);
-    MODEL_CARVE(kv, full_slot, int, c->n_layers, base, &off);
+    MODEL_CARVE(kv, full_slot, int, nl, base, &off);
     return off;
 }
 
@@ -512,7 +542,7 @@ static inline size_t scratch_layout(const coli_config *c, int max_s, int ctx, in
     I(rows, S * c->topk); F(yk, S * c->topk * c->dim);
     F(hlat, (size_t)c->n_heads * S * c->kv_lora); F(hout, (size_t)nt * S * c->v_head); F(hkv, (size_t)ctx * ((size_t)c->qk_nope + c->v_head));
     I(uniq, c->n_experts); MODEL_CARVE(s, used, uint8_t, c->n_experts, base, &off);
-    F(cos, (size_t)ctx * half); F(sin, (size_t)ctx * half); I(pred, S * (size_t)(pilot_k > 0 ? pilot_k : 1));
+    F(cos, (size_t)ctx * half); F(sin, (size_t)ctx * half); F(cat, S * 2 * c->dim); I(pred, S * (size_t)(pilot_k > 0 ? pilot_k : 1));
     MODEL_CARVE(s, thr, float *, nt, base, &off);
     for (int t = 0; t < nt; t++) {
         if (base) s->thr[t] = (float *)(void *)((uint8_t *)base + off);
@@ -551,7 +581,7 @@ static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *me
     memset(mem, 0, sizeof *mem);
     if (model_weights(m, 0, &mem->dense, NULL)) return -1;
     int ctx = model_ctx(c, o), nt = o->threads > 0 ? o->threads : coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
-    mem->kv = kv_layout(c, ctx, &kv, NULL);
+    mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, &kv, NULL);
     mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt;
     return 0;
 }
@@ -722,13 +752,14 @@ static inline uint64_t model_pin_want(const coli_model *m, const uint64_t *hist)
 static inline int model_alloc_state(coli_model *m, const coli_opts *o) {
     const coli_config *c = &m->c;
     int ctx = model_ctx(c, o);
-    size_t kb = kv_layout(c, ctx, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
+    int nl = c->n_layers + m->mtp;
+    size_t kb = kv_layout(c, nl, ctx, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
     if (!(m->kv.block = model_resident(m, kb))) return model_fail(m, "out of memory for the KV cache (CTX=%d; lower CTX)", ctx);
     if (!(m->sc.block = model_resident(m, sb))) return model_fail(m, "out of memory for activations (UBATCH=%d)", o->ubatch);
-    kv_layout(c, ctx, &m->kv, m->kv.block);
+    kv_layout(c, nl, ctx, &m->kv, m->kv.block);
     scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, m->sc.block);
     m->kv.ctx = ctx;
-    for (int l = 0, f = 0; l < c->n_layers; l++) m->kv.full_slot[l] = c->idx_full[l] ? f++ : -1;
+    for (int l = 0, f = 0; l < nl; l++) m->kv.full_slot[l] = c->idx_full[l] ? f++ : -1;
     rope_tables(c, ctx, m->sc.cos, m->sc.sin);
     return 0;
 }
@@ -742,6 +773,27 @@ static inline int model_check_counts(coli_model *m) {
         return model_fail(m, "config.json asks for %d MoE layers x %d routed experts (%llu expert tensors) but the safetensors files hold only %d tensors",
                           n_moe_layers(c), c->n_experts, (unsigned long long)need, m->st.nt);
     return 0;
+}
+
+/* Whether to load the MTP layer (model.layers.<n_layers>): asked for (MTP),
+ * declared (num_nextn_predict_layers ≥ 1) and present (its eh_proj). Its
+ * MLP kind and indexer kind follow from its tensors, so a checkpoint whose
+ * MTP layer is dense or ships no indexer loads as it is; without an
+ * indexer its attention keeps every causal key. Says once why not. */
+static inline void model_find_mtp(coli_model *m, const coli_opts *o) {
+    coli_config *c = &m->c;
+    int NL = c->n_layers;
+    char n[128];
+    snprintf(n, sizeof n, "model.layers.%d.eh_proj.weight", NL);
+    int present = st_find(&m->st, n) != NULL;
+    m->mtp = o->mtp && c->n_mtp >= 1 && present;
+    if (c->n_mtp >= 1 && !present)
+        fprintf(stderr, "colibri: config.json declares an MTP layer but the checkpoint has none (no %s): no speculative decoding\n", n);
+    if (!m->mtp) return;
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.0.gate_proj.weight", NL);
+    c->moe[NL] = st_find(&m->st, n) != NULL;
+    snprintf(n, sizeof n, "model.layers.%d.self_attn.indexer.wk.weight", NL);
+    c->idx_full[NL] = st_find(&m->st, n) != NULL;
 }
 
 /* After model_open: measure (headers only), plan against the budget, then
@@ -759,11 +811,12 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
     m->pilot = o->pilot || o->pilot_real;
     m->pilot_real = o->pilot_real;
     m->pilot_k = o->pilot_k > 0 ? (o->pilot_k < c->n_experts ? o->pilot_k : c->n_experts) : c->topk;
-    if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers, sizeof(coli_layer)))) return model_fail(m, "out of memory");
+    model_find_mtp(m, o);
+    if (!(m->L = (coli_layer *)calloc((size_t)c->n_layers + 1, sizeof(coli_layer)))) return model_fail(m, "out of memory");
     if (model_table(m)) return -1;
     xs_opts xo = {.direct = o->io.direct, .mmap = o->io.mmap, .numa = m->numa, .expert_bits = o->expert_bits,
                   .group_size = o->group_size, .threads = m->nth};
-    if (xs_init(&m->xs, &m->st, n_moe_layers(c), c->n_experts, &xo)) return model_fail(m, "%s", m->xs.err);
+    if (xs_init(&m->xs, &m->st, n_moe_layers(c) + (m->mtp && c->moe[c->n_layers]), c->n_experts, &xo)) return model_fail(m, "%s", m->xs.err);
     if (model_locate_experts(m) || model_check_tensors(m) || model_measure(m, o, &m->mem) || model_plan(m, o, model_pin_want(m, hist))) return -1;
     int64_t cols = c->dim;
     int64_t dims[] = {c->q_lora, c->kv_lora, (int64_t)c->n_heads * c->v_head, c->inter, (int64_t)c->moe_inter * c->n_shared};
@@ -773,6 +826,10 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
     if (team_start(&m->team, m->nth)) fprintf(stderr, "colibri: could only start %d of %d compute threads\n", m->team.n, m->nth);
     uint64_t loaded;
     if (model_weights(m, 1, &loaded, NULL) || model_alloc_state(m, o) || model_io_open(m, o)) return -1;
+    if (m->mtp && (m->mtp_eh.fmt == QT_I4 || m->mtp_eh.fmt == QT_I2))
+        fprintf(stderr, "colibri: WARNING: the MTP layer's eh_proj is stored at %d bits with one scale per row: its embedding half is 20-30x "
+                        "smaller than its hidden half and rounds to zero, so drafts will rarely be accepted (convert with --mtp-bits 8, or 4 "
+                        "with --group-size)\n", m->mtp_eh.fmt == QT_I4 ? 4 : 2);
     if (xs_open_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
     if (model_pin(m, hist, o->quiet)) return -1;
     int pinned = xs_pinned_count(&m->xs);

@@ -174,6 +174,58 @@ static inline int smp_sample(const smp_params *sp, const float *logits, int n, s
     return last;
 }
 
+/* The distribution smp_sample draws from, written densely to out[n] (sums
+ * to 1; 0 outside the kept candidates; one-hot at the argmax when temp is
+ * 0). Same filters and order as smp_sample. Returns the argmax, or -1 if
+ * no logit is finite (out is then all 0). */
+static inline int smp_probs(const smp_params *sp, const float *logits, int n, smp_work *w, float *out) {
+    int best = smp_argmax(logits, n);
+    memset(out, 0, (size_t)n * sizeof(float));
+    if (best < 0) return -1;
+    if (sp->temp <= 0) {
+        out[best] = 1;
+        return best;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(logits[i])) w->idx[m++] = i;
+    int k = sp->top_k > 0 && sp->top_k < m ? sp->top_k : m;
+    if (k < m) smp_select_(logits, w->idx, m, k);
+    double inv_t = 1.0 / sp->temp, mx = logits[best] * inv_t, z = 0;
+    for (int i = 0; i < k; i++) z += exp(logits[w->idx[i]] * inv_t - mx);
+    int keep = k;
+    if (sp->top_p < 1) {
+        smp_sort_(logits, w->idx, k);
+        double cum = 0;
+        for (int i = 0; i < k; i++) {
+            cum += exp(logits[w->idx[i]] * inv_t - mx) / z;
+            if (cum >= sp->top_p) { keep = i + 1; break; }
+        }
+    }
+    double floor_p = sp->min_p > 0 ? sp->min_p / z : 0, s = 0;
+    for (int i = 0; i < keep; i++) {
+        double p = exp(logits[w->idx[i]] * inv_t - mx) / z;
+        if (p >= floor_p) out[w->idx[i]] = (float)p, s += (float)p;
+    }
+    for (int i = 0; i < keep; i++) out[w->idx[i]] = (float)(out[w->idx[i]] / s);
+    return best;
+}
+
+/* A draw from the weights p[n] (need not sum to 1; at least one > 0), by
+ * the inverse CDF in increasing id. Returns the id, or -1 if every weight
+ * is 0. */
+static inline int smp_draw(const float *p, int n, smp_rng *r) {
+    double s = 0;
+    int last = -1;
+    for (int i = 0; i < n; i++)
+        if (p[i] > 0) s += p[i], last = i;
+    if (last < 0) return -1;
+    double u = smp_uniform(r) * s, acc = 0;
+    for (int i = 0; i < n; i++)
+        if (p[i] > 0 && u < (acc += p[i])) return i;
+    return last;
+}
+
 /* Whether id is in the stop set. */
 static inline int smp_is_stop(const int *stops, int n, int id) {
     for (int i = 0; i < n; i++)

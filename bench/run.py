@@ -5,7 +5,7 @@
                        [--out bench/results.json] [--no-peer] [--omp-default | --omp-spin]
 
 Sections, in order: limits (memory and O_DIRECT disk bandwidth), kernels
-(bench_quant), resident, streaming, history, iopaths, tokenizer, convert,
+(bench_quant), resident, streaming, history, iopaths, spec, tokenizer, convert,
 llamacpp; the limits are probed again at the end. Every figure is paired with
 the limit it is judged against, measured in the same run; llama.cpp runs are
 interleaved run by run with the colibri runs they are compared with (inside
@@ -1041,6 +1041,64 @@ class Bench:
                                         "runs": [{k: r.get(k) for k in ("label", "decode_tps", "others_cpu_s", "others_cpu_frac", "log")} for r in res[label]]})
         self.R["io_paths"] = out
 
+    def spec(self):
+        """Speculative decoding's cost curve: a forward over S = 1..5 positions
+        (what verifying S-1 drafts costs), measured as prefill of a 60-token
+        prompt in chunks of UBATCH=S on the resident and the streaming model
+        (cold cache, the streaming budget), and the decode tok/s it projects
+        at 30%, 50% and 80% acceptance next to DRAFT=0. Synthetic models have
+        no MTP head and random weights, so no real acceptance: the draft
+        cost is modelled as one layer's share of a one-position forward."""
+        N, A = 60, (0.3, 0.5, 0.8)
+        out = {}
+        for name, kind in (("medium", "resident"), ("large", "streaming")):
+            d = self.ensure_model(name)
+            with open(os.path.join(d, "config.json")) as f:
+                cfg = json.load(f)
+            L = cfg.get("num_hidden_layers", 1)
+            if kind == "resident":
+                env, lim = {"PIN": self.usage_all(d), "PIN_GB": "all"}, None
+            else:
+                ram = self.R["limits"].get("stream_ram_gb") or self.stream_budget()
+                env, lim = {"RAM_GB": str(ram), "DIRECT": "1", "PIN": "0"}, (ram + 0.5) * 1e9 if self.memcg else None
+            self.say("spec: %s model, forward cost at S = 1..5 (prefill of %d tokens with UBATCH=S%s)" % (name, N, ", cold" if lim or kind == "streaming" else ""))
+            curve = []
+            for S in range(1, 6):
+                e = dict(env, UBATCH=str(S))
+                rs = [self.crun("spec-%s-S%d-%d" % (kind, S, i), d, e, N, 1, cold=kind == "streaming", cg_limit=lim) for i in range(max(1, self.a.repeats))]
+                ok = [r for r in rs if not r.get("failed") and r.get("prefill_tps")]
+                if not ok:
+                    continue
+                fw = N / S
+                sec = median([N / r["prefill_tps"] / fw for r in ok])
+                mb = median([(r.get("mb_per_tok") or 0) * (r.get("prompt_tokens", N) + r.get("gen_tokens", 1)) / fw for r in ok])
+                curve.append({"S": S, "s_per_forward": sec, "mb_per_forward": mb, "n": len(ok)})
+                self.say("  S=%d: %.1f ms and %.1f MB per forward (%.2f of S=1's time)" % (S, 1e3 * sec, mb, sec / curve[0]["s_per_forward"]))
+            if not curve or curve[0]["S"] != 1:
+                continue
+            c1, draft = curve[0]["s_per_forward"], curve[0]["s_per_forward"] / L
+            base = 1.0 / c1
+            proj = {}
+            for a in A:
+                best = None
+                for row in curve[1:]:
+                    k = row["S"] - 1
+                    toks = (1 - a ** (k + 1)) / (1 - a)
+                    tps = toks / (row["s_per_forward"] + k * draft)
+                    if not best or tps > best["tok_s"]:
+                        best = {"k": k, "tok_s": tps, "tokens_per_forward": toks}
+                proj["%d%%" % int(a * 100)] = best
+                self.R["workloads"].append({"id": "spec.%s.accept%d" % (kind, int(a * 100)), "engine": "colibri", "model": name, "unit": "tok/s",
+                                            "what": "projected decode tok/s with MTP drafts at %d%% acceptance (best k=%d), from the measured S=1..5 cost" % (
+                                                int(a * 100), best["k"]),
+                                            "value": round(best["tok_s"], 3), "n": 1, "limit_name": "DRAFT=0 (one position per forward)",
+                                            "limit": round(base, 3), "ratio": round(best["tok_s"] / base, 3)})
+            out[kind] = {"model": name, "layers": L, "curve": curve, "draft_cost_model": "one layer's share of an S=1 forward", "projected": proj,
+                         "draft0_tok_s": base}
+            self.say("  DRAFT=0 %.2f tok/s; projected: %s" % (base, ", ".join("%s -> %.2f tok/s (k=%d, x%.2f)" % (
+                a, p["tok_s"], p["k"], p["tok_s"] / base) for a, p in proj.items())))
+        self.R["spec"] = out
+
     def tokenizer(self):
         out, _, _, _, _, _ = self.run("bench_tok", [os.path.join(ROOT, "build", "rel", "bench_tok")], timeout=600)
         tr = [dict(self.others(), label="bench_tok")]
@@ -1278,7 +1336,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("spec", self.spec), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):

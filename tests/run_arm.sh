@@ -41,10 +41,18 @@ for fx in tests/fixtures/*/ref.json; do
         for idot in 1 0; do
             out=$(SIMD=$level IDOT=$idot USAGE_SAVE=0 THREADS=2 "$QEMU" -cpu max -L "$SYSROOT" build/arm/colibri "$dir" 2>/dev/null) || {
                 echo "run_arm.sh: $dir SIMD=$level IDOT=$idot failed: $out"; exit 1; }
-            case "$out" in *PASS) ;; *) echo "run_arm.sh: $dir SIMD=$level IDOT=$idot: $out"; exit 1 ;; esac
+            case "$out" in *"-- PASS"*) ;; *) echo "run_arm.sh: $dir SIMD=$level IDOT=$idot: $out"; exit 1 ;; esac
             checks=$((checks + 1))
         done
     done
     echo "run_arm.sh: $dir passes the oracle at neon, neon-dotprod, neon-i8mm (IDOT on and off) under qemu"
 done
+# speculative decoding: greedy tokens with MTP drafts equal plain decoding's
+ids() { PROMPT="drafts under qemu" TEMP=0 NGEN=24 TOKENS=1 USAGE_SAVE=0 THREADS=2 SIMD=neon-i8mm DRAFT=$1 \
+        "$QEMU" -cpu max -L "$SYSROOT" build/arm/colibri tests/fixtures/tiny-glm5-mtp 2>&1 >/dev/null | grep "generated tokens"; }
+plain=$(ids 0) && spec=$(ids 3) || { echo "run_arm.sh: speculative run failed"; exit 1; }
+[ -n "$plain" ] && [ "$plain" = "$spec" ] || { echo "run_arm.sh: DRAFT=3 gave other tokens than DRAFT=0: $plain / $spec"; exit 1; }
+checks=$((checks + 1))
+echo "run_arm.sh: DRAFT=3 greedy tokens equal DRAFT=0's under qemu"
+
 echo "run_arm.sh: $checks checks passed, 0 skipped"

@@ -33,7 +33,9 @@ class Oracle(unittest.TestCase):
         for name in ORACLES:
             rc, out, err = run(os.path.join(FIXTURES, name), {"USAGE_SAVE": "0"})
             self.assertEqual(rc, 0, name + ": " + out + err)
-            self.assertRegex(out, r"^oracle: teacher-forced \d+/\d+ argmax, max \|dlogit\| \S+; greedy \d+/\d+, max \|dlogit\| \S+.* -- PASS\n$")
+            self.assertRegex(out, r"^oracle: teacher-forced \d+/\d+ argmax, max \|dlogit\| \S+; greedy \d+/\d+, max \|dlogit\| \S+.* -- PASS\n"
+                                  r"(oracle: MTP head: teacher-forced (\d+)/\2 argmax, max \|dlogit\| \S+; chain (\d+)/\3, max \|dlogit\| \S+\n)?$")
+            self.assertEqual("oracle: MTP head" in out, "mtp" in load_json(os.path.join(FIXTURES, name, "ref.json")), name)
             self.assertIn("experts: hit", err)
 
     def test_placement_and_threads_do_not_change_output(self):
@@ -441,6 +443,12 @@ class NoLibs(unittest.TestCase):
             self.assertIn("by io_uring batches", err)
 
 
+def level_ok(level):
+    """Whether this CPU (and build) runs kernel level `level`."""
+    rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"SIMD": level, "PROMPT": "x", "NGEN": "1", "USAGE_SAVE": "0"})
+    return not (rc == 2 and "this CPU lacks" in err)
+
+
 def ids_line(err, what):
     line = [l for l in err.splitlines() if l.startswith("colibri: %s:" % what)][0]
     return [int(x) for x in line.split(":", 2)[2].split()]
@@ -553,6 +561,120 @@ class Generate(unittest.TestCase):
         p = subprocess.run([BIN, "--tokenize", "--jsonl", os.path.join(FIXTURES, "tiny-glm5")], input=b"not json\n", capture_output=True)
         self.assertEqual(p.returncode, 2)
         self.assertIn(b"stdin line 1 is not a JSON string", p.stderr)
+
+
+class Speculation(unittest.TestCase):
+    """Speculative decoding with the MTP head (tiny-glm5-mtp): greedy output
+    is token-identical to DRAFT=0 for every draft count, kernel level,
+    expert placement, I/O path and quantized container; MTP=0 loads the main
+    model alone; the end line reports the drafts."""
+    FIX = os.path.join(FIXTURES, "tiny-glm5-mtp")
+
+    def setUp(self):
+        if not os.path.isdir(self.FIX):
+            self.skipTest("mtp: %s is missing" % self.FIX)
+        self.dir = tempfile.mkdtemp()
+        copy_fixture("tiny-glm5-mtp", self.dir)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def gen(self, d, env):
+        e = {"PROMPT": "Speculate on disks and experts", "TEMP": "0", "NGEN": "40", "TOKENS": "1", "USAGE_SAVE": "0"}
+        e.update(env)
+        rc, out, err = run(d, e)
+        self.assertEqual(rc, 0, "%s: %s" % (env, err))
+        return ids_line(err, "generated tokens"), err
+
+    def test_greedy_identical_everywhere(self):
+        base, err = self.gen(self.dir, {"DRAFT": "0"})
+        self.assertEqual(len(base), 40)
+        self.assertNotIn("speculation:", err)
+        levels = [l for l in ("scalar", "avx2", "avxvnni", "avx512", "avx512vnni") if level_ok(l)]
+        cases = [{"DRAFT": str(k)} for k in (1, 2, 3, 4, -1)]
+        cases += [{"DRAFT": "3", "SIMD": l} for l in levels]
+        cases += [
+            {"DRAFT": "2", "CAP": "1", "PIN": "0", "THREADS": "1"},
+            {"DRAFT": "3", "CAP": "2", "URING": "1", "DIRECT": "1"},
+            {"DRAFT": "4", "PIN": "auto", "PIN_GB": "all"},
+            {"DRAFT": "2", "COLI_MMAP": "1", "THREADS": "3"},
+            {"DRAFT": "2", "PILOT_REAL": "1", "PIPE": "0", "CAP": "1"},
+            {"DRAFT": "4", "UBATCH": "3"},  # k is capped below UBATCH
+            {"DRAFT": "3", "ABSORB": "0"},
+            {"DRAFT": "1", "DRAFT_GUARD_PCT": "100", "DRAFT_WINDOW": "2", "DRAFT_PAUSE": "3"},
+            {"MTP": "0"},
+        ]
+        for env in cases:
+            ids, err = self.gen(self.dir, env)
+            self.assertEqual(ids, base, env)
+            if env.get("MTP") == "0":
+                self.assertNotIn("speculation:", err)
+                self.assertIn("MTP layer", err)
+            else:
+                self.assertRegex(err, r"speculation: \d+ drafted, \d+ accepted \([0-9.]+%\), [0-9.]+ tokens per forward", env)
+        # integer weights: load-time quantization with IDOT, and converted containers
+        qbase, _ = self.gen(self.dir, {"DRAFT": "0", "EXPERT_BITS": "4", "DENSE_BITS": "8"})
+        for k in ("1", "3"):
+            ids, _ = self.gen(self.dir, {"DRAFT": k, "EXPERT_BITS": "4", "DENSE_BITS": "8"})
+            self.assertEqual(ids, qbase, k)
+        conv = os.path.join(os.path.dirname(BIN) or ".", "colibri-convert")
+        for flags in (["--expert-bits", "4", "--dense-bits", "8"], ["--expert-bits", "8", "--dense-bits", "4", "--group-size", "32"]):
+            q = tempfile.mkdtemp()
+            try:
+                p = subprocess.run([conv, self.FIX, q] + flags, env=env_base(), capture_output=True, timeout=120)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                for f in ("tokenizer.json", "tokenizer_config.json"):
+                    shutil.copy(os.path.join(self.FIX, f), q)
+                qb, _ = self.gen(q, {"DRAFT": "0"})
+                for env in ({"DRAFT": "2"}, {"DRAFT": "4", "CAP": "1", "PIN": "0"}, {"DRAFT": "3", "IDOT": "0"}):
+                    ids, err = self.gen(q, env)
+                    ref = qb if env.get("IDOT") != "0" else self.gen(q, {"DRAFT": "0", "IDOT": "0"})[0]
+                    self.assertEqual(ids, ref, (flags, env))
+            finally:
+                shutil.rmtree(q)
+
+    def test_sampling_runs_and_reports(self):
+        ids, err = self.gen(self.dir, {"TEMP": "1", "SEED": "7", "DRAFT": "2"})
+        self.assertEqual(len(ids), 40)
+        self.assertIn("speculation:", err)
+        again, _ = self.gen(self.dir, {"TEMP": "1", "SEED": "7", "DRAFT": "2"})
+        self.assertEqual(ids, again)  # reproducible per seed
+
+    def test_per_row_int4_eh_proj_is_flagged(self):
+        """eh_proj's embedding half underflows at per-row int4: the converter
+        and the engine both say so; greedy output still matches DRAFT=0."""
+        conv = os.path.join(os.path.dirname(BIN) or ".", "colibri-convert")
+        q = tempfile.mkdtemp()
+        try:
+            p = subprocess.run([conv, self.FIX, q, "--expert-bits", "8", "--dense-bits", "8", "--mtp-bits", "4"], env=env_base(), capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(b"eh_proj", p.stderr)
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(os.path.join(self.FIX, f), q)
+            base, _ = self.gen(q, {"DRAFT": "0"})
+            ids, err = self.gen(q, {"DRAFT": "2"})
+            self.assertIn("WARNING: the MTP layer's eh_proj", err)
+            self.assertEqual(ids, base)
+        finally:
+            shutil.rmtree(q)
+
+    def test_checkpoint_without_mtp_layer(self):
+        """config.json declares the layer but the shards lack it: said once,
+        no speculation, the same tokens as the main model alone."""
+        base, _ = self.gen(self.dir, {"MTP": "0"})
+        hdr, data = read_st(os.path.join(self.dir, "model.safetensors"))
+        keep, out = {}, b""
+        for k, v in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0] if kv[0] != "__metadata__" else -1):
+            if k == "__metadata__" or k.startswith("model.layers.4."):
+                continue
+            a, z = v["data_offsets"]
+            keep[k] = dict(v, data_offsets=[len(out), len(out) + z - a])
+            out += data[a:z]
+        write_st(os.path.join(self.dir, "model.safetensors"), keep, out)
+        ids, err = self.gen(self.dir, {"DRAFT": "2"})
+        self.assertEqual(ids, base)
+        self.assertIn("declares an MTP layer but the checkpoint has none", err)
+        self.assertNotIn("speculation:", err)
 
 
 class Refusals(unittest.TestCase):
@@ -702,7 +824,7 @@ class Refusals(unittest.TestCase):
         self.edit(add)
         rc, out, err = run(self.dir, {"USAGE_SAVE": "0"})
         self.assertEqual(rc, 0, err)
-        self.assertIn("MTP layer (model.layers.4, 2 tensors) is not used", err)
+        self.assertIn("MTP layer (model.layers.4, 2 tensors) is not loaded (config.json sets no num_nextn_predict_layers)", err)
         self.assertIn("1 tensor is not used by the model, e.g. 'rotary_emb.inv_freq'", err)
         def far(h, data):
             h["model.layers.7.enorm.weight"] = {"dtype": "F32", "shape": [4], "data_offsets": [len(data), len(data) + 16]}

@@ -156,12 +156,12 @@ class Engine(unittest.TestCase):
     def test_f32_container_passes_oracle(self):
         for name in ORACLES:
             dst = os.path.join(self.tmp, name)
-            rc, err = convert(os.path.join(FIXTURES, name), dst, "--expert-bits", "32", "--dense-bits", "32")
+            rc, err = convert(os.path.join(FIXTURES, name), dst, "--expert-bits", "32", "--dense-bits", "32", "--mtp-bits", "32")
             self.assertEqual(rc, 0, err)
             shutil.copy(os.path.join(FIXTURES, name, "ref.json"), dst)
             rc, out, err = engine(dst)
             self.assertEqual(rc, 0, name + ": " + out + err)
-            self.assertRegex(out, r"-- PASS\n$")
+            self.assertRegex(out, r"-- PASS\n(oracle: MTP head: teacher-forced (\d+)/\2 argmax.*; chain (\d+)/\3, .*\n)?$")
             for f in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
                 with open(os.path.join(FIXTURES, name, f), "rb") as a, open(os.path.join(dst, f), "rb") as b:
                     self.assertEqual(a.read(), b.read(), f)

@@ -1,6 +1,7 @@
 /* test_sample.c — sampling: determinism per seed, greedy rules, each filter
- * against a brute-force model of the distribution, and the widening top-p
- * path on a full-size vocabulary. */
+ * against a brute-force model of the distribution (smp_sample's draws and
+ * smp_probs' vector), smp_draw, and the widening top-p path on a full-size
+ * vocabulary. */
 #include "sample.h"
 
 #include <stdio.h>
@@ -113,6 +114,42 @@ static void test_distribution(void) {
     smp_work_free(&w);
 }
 
+/* smp_probs writes exactly the brute-force distribution (the one
+ * smp_sample draws from), one-hot when greedy; smp_draw follows weights. */
+static void test_probs(void) {
+    enum { N = 12, DRAWS = 200000 };
+    float lg[N] = {2.0f, 1.5f, 1.5f, 0.2f, -1.0f, 3.0f, 0.9f, -0.5f, 1.1f, 2.6f, -3.0f, 0.0f}, p[N];
+    smp_params cases[] = {{1.0f, 0, 1, 0}, {0.7f, 0, 1, 0}, {1.3f, 4, 1, 0}, {1.0f, 0, 0.8f, 0}, {1.0f, 0, 1, 0.2f}, {0.8f, 6, 0.9f, 0.05f}};
+    smp_work w;
+    smp_work_alloc(&w, N);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double want[N], sum = 0, worst = 0;
+        expected(&cases[c], lg, N, want);
+        CHECK(smp_probs(&cases[c], lg, N, &w, p) == 5);
+        for (int i = 0; i < N; i++) worst = fmax(worst, fabs(p[i] - want[i])), sum += p[i];
+        CHECK(worst < 1e-6 && fabs(sum - 1) < 1e-6);
+        int count[N] = {0};
+        smp_rng r;
+        smp_seed(&r, 77 + c);
+        for (int i = 0; i < DRAWS; i++) count[smp_draw(p, N, &r)]++;
+        worst = 0;
+        for (int i = 0; i < N; i++) {
+            double f = (double)count[i] / DRAWS, sd = sqrt(want[i] * (1 - want[i]) / DRAWS) + 1e-12;
+            if (want[i] == 0) CHECK(count[i] == 0);
+            else worst = fmax(worst, fabs(f - want[i]) / sd);
+        }
+        CHECK(worst < 5.0);
+    }
+    smp_params greedy = {0, 0, 1, 0};
+    CHECK(smp_probs(&greedy, lg, N, &w, p) == 5 && p[5] == 1 && p[0] == 0);
+    float bad[3] = {NAN, INFINITY, -INFINITY}, zero[3] = {0, 0, 0};
+    CHECK(smp_probs(&cases[0], bad, 3, &w, p) == -1 && p[0] == 0 && p[1] == 0);
+    smp_rng r;
+    smp_seed(&r, 5);
+    CHECK(smp_draw(zero, 3, &r) == -1);
+    smp_work_free(&w);
+}
+
 /* A GLM-sized vocabulary with a flat head: top-p needs thousands of
  * candidates, so the head widens; every draw must lie in the nucleus. */
 static void test_large_vocab(void) {
@@ -145,6 +182,7 @@ int main(void) {
     test_rng();
     test_greedy();
     test_distribution();
+    test_probs();
     test_large_vocab();
     return check_report("test_sample");
 }

@@ -19,11 +19,18 @@ seed is accepted only if the reference has no near-ties where an
 implementation could legitimately differ: the indexer's k-th/k+1-th score,
 the router's k-th/k+1-th expert (and group) choice, and the top-2 logits.
 
+tiny-glm5-mtp adds a multi-token-prediction (MTP) layer, model.layers.N with
+N = num_hidden_layers, and its reference under "mtp" in ref.json. transformers
+has no MTP code for glm_moe_dsa; the reference composes transformers' own
+modules (GlmMoeDsaDecoderLayer, RMSNorm, rotary embedding, causal mask) with
+the convention of DeepSeek-V3 and vLLM / SGLang (see MTP_CONVENTION).
+
 Usage: tools/make_oracle.py [--out tests/fixtures] [--only NAME] [--check]
   --check regenerates into a temporary directory and compares byte for byte.
 Needs the stack pinned in tools/requirements-oracle.txt. Runs on CPU.
 """
 import argparse
+import copy
 import filecmp
 import hashlib
 import inspect
@@ -36,6 +43,7 @@ import tempfile
 import torch
 import transformers
 from safetensors.torch import save_file
+from torch import nn
 from transformers import AutoTokenizer, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mdl
 
@@ -98,6 +106,22 @@ FIXTURES = {
         prompt_len=36, greedy_len=16, seed=2000,
     ),
 }
+
+
+# tiny-glm5 plus one MTP layer (model.layers.4.*): same config, its own seed.
+FIXTURES["tiny-glm5-mtp"] = dict(copy.deepcopy(FIXTURES["tiny-glm5"]), tokenizer="tiny-glm5", mtp=True, seed=5000)
+FIXTURES["tiny-glm5-mtp"]["config"]["num_nextn_predict_layers"] = 1
+
+# The MTP layer's convention (DeepSeek-V3 report §2.2, vLLM deepseek_mtp.py and
+# its EAGLE proposer, SGLang NextN), stated in ref.json.
+MTP_CONVENTION = (
+    "entry p: h_p = main model's final-normed last hidden state at position p (after model.norm); "
+    "u_p = eh_proj(concat[enorm(embed(x_{p+1})), hnorm(h_p)]) (embedding half first); "
+    "o_p = decoder layer model.layers.{N} (index num_hidden_layers) on u_p at rope position p, causal over the "
+    "MTP layer's own entries 0..p (own KV and indexer keys); mtp_logits_p = lm_head(shared_head.norm(o_p)) "
+    "predicts x_{p+2}; embed and lm_head are the main model's; enorm, hnorm, shared_head.norm and the layer's "
+    "input/post-attention norms use rms_norm_eps (its q/kv latent norms 1e-6, as in the main layers); "
+    "a chained draft feeds the previous step's o (before shared_head.norm) as h")
 
 
 # Quantized fixtures: one tiny model (hidden 80 is not a multiple of the
@@ -188,8 +212,14 @@ def randomize(model, seed):
     """Redraws every parameter: matrices N(0, 1/fan_in), embeddings N(0, 1),
     norm weights U(0.6, 1.4), the indexer LayerNorm bias N(0, 0.1), and the
     router correction bias U(-0.15, 0.15); q_a_proj and the latent rows of
-    kv_a_proj_with_mqa are then scaled by LATENT_SCALE."""
+    kv_a_proj_with_mqa are then scaled by LATENT_SCALE. Returns the generator,
+    which goes on to draw an MTP layer."""
     g = torch.Generator().manual_seed(seed)
+    redraw(model, g, model.config.kv_lora_rank)
+    return g
+
+
+def redraw(model, g, kv_lora_rank):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() >= 2:
@@ -209,15 +239,15 @@ def randomize(model, seed):
             if name.endswith("q_a_proj.weight"):
                 p.mul_(LATENT_SCALE)
             elif name.endswith("kv_a_proj_with_mqa.weight"):
-                p[: model.config.kv_lora_rank].mul_(LATENT_SCALE)
+                p[:kv_lora_rank].mul_(LATENT_SCALE)
 
 
-def checkpoint_tensors(model, cfg):
+def checkpoint_tensors(model, cfg, prefix=""):
     """The state dict with experts un-fused into the per-expert names of the
     real checkpoints (gate = first I rows of gate_up_proj, up = the rest)."""
     out = {}
     inter = cfg.moe_intermediate_size
-    for k, v in model.state_dict().items():
+    for k, v in model.state_dict(prefix=prefix).items():
         v = v.detach().to(torch.float32).contiguous()
         if k.endswith("mlp.experts.gate_up_proj"):
             base = k[: -len("gate_up_proj")]
@@ -329,6 +359,80 @@ def margins(model, cfg, full_ids, tf, steps):
                 logit=min(logit_gap(tf), logit_gap(steps)))
 
 
+def mtp_config(spec, ids, cfg):
+    """The main config with one more layer: the MTP layer (index
+    num_hidden_layers) is an MoE layer that runs its own indexer."""
+    kw = dict(spec["config"])
+    kw.update(spec.get("indexer_schedule", {}))
+    kw.update(eos_token_id=ids["eos"], pad_token_id=ids["pad"], num_hidden_layers=cfg.num_hidden_layers + 1,
+              mlp_layer_types=list(cfg.mlp_layer_types) + ["sparse"],
+              indexer_types=list(cfg.indexer_types) + ["full"],
+              layer_types=list(cfg.layer_types) + ["indexed_attention"])
+    mcfg = GlmMoeDsaConfig(**kw)
+    mcfg._attn_implementation = "eager"
+    mcfg._experts_implementation = "eager"
+    return mcfg
+
+
+def make_mtp(mcfg):
+    """transformers' own decoder layer at index num_hidden_layers, plus the
+    MTP parts (enorm, hnorm, eh_proj, shared_head.norm) as attributes, so that
+    its state dict carries the checkpoint's names under model.layers.N."""
+    n, dim, eps = mcfg.num_hidden_layers - 1, mcfg.hidden_size, mcfg.rms_norm_eps
+    layer = mdl.GlmMoeDsaDecoderLayer(mcfg, n)
+    layer.enorm = mdl.GlmMoeDsaRMSNorm(dim, eps)
+    layer.hnorm = mdl.GlmMoeDsaRMSNorm(dim, eps)
+    layer.eh_proj = nn.Linear(2 * dim, dim, bias=False)
+    layer.shared_head = nn.Module()
+    layer.shared_head.norm = mdl.GlmMoeDsaRMSNorm(dim, eps)
+    return layer.eval()
+
+
+def mtp_forward(model, mtp, mcfg, hidden, tokens):
+    """The MTP layer over entries 0..S-1 at once, without a cache: entry p
+    pairs hidden[p] with embed(tokens[p]) at rope position p, causal as in
+    GlmMoeDsaModel.forward. Returns the outputs before shared_head.norm [S, D]
+    and the logits [S, V]."""
+    with torch.no_grad():
+        emb = model.model.embed_tokens(torch.tensor([tokens]))
+        u = mtp.eh_proj(torch.cat([mtp.enorm(emb), mtp.hnorm(hidden.unsqueeze(0))], dim=-1))
+        pos = torch.arange(u.shape[1]).unsqueeze(0)
+        mask = mdl.create_causal_mask(config=mcfg, inputs_embeds=u, attention_mask=None, past_key_values=None,
+                                      position_ids=pos, allow_is_causal_skip=False)
+        pe = model.model.rotary_emb(u, position_ids=pos)
+        o, _ = mtp(u, attention_mask=mask, position_ids=pos, past_key_values=None, use_cache=False,
+                   position_embeddings=pe, prev_topk_indices=None)
+        logits = model.lm_head(mtp.shared_head.norm(o))
+    return o[0], logits[0]
+
+
+def mtp_reference(model, mtp, mcfg, prompt, tf, g1, steps=3):
+    """Teacher-forced MTP logits over the prompt (entry p pairs h_p with
+    prompt[p+1], p = 0..n-2) and a chain of drafts after the prompt: step 1
+    pairs h_{n-1} with g1, step k > 1 the previous step's output o with its
+    draft. Each step recomputes the whole MTP sequence. Also returns the
+    margins of the MTP layer's decisions over all these passes."""
+    probe = Probe(mtp, mcfg)
+    with torch.no_grad():
+        h = model.model(input_ids=torch.tensor([prompt]), use_cache=False).last_hidden_state[0]
+        assert torch.equal(model.lm_head(h), tf), "last_hidden_state does not give the teacher-forced logits"
+    n = len(prompt)
+    _, logits = mtp_forward(model, mtp, mcfg, h[: n - 1], prompt[1:])
+    hs, toks, ids, chain = h, prompt[1:] + [g1], [g1], []
+    for k in range(steps):
+        o, lg = mtp_forward(model, mtp, mcfg, hs, toks)
+        chain.append(lg[-1])
+        d = int(torch.argmax(lg[-1]))
+        if k + 1 < steps:
+            ids.append(d)
+        hs, toks = torch.cat([hs, o[-1:]]), toks + [d]
+    probe.close()
+    chain = torch.stack(chain)
+    m = dict(index=probe.index_gap, router=probe.router_gap, group=probe.group_gap,
+             logit=min(logit_gap(logits), logit_gap(chain)))
+    return dict(logits=logits, chain_ids=ids, chain_logits=chain, margins=m)
+
+
 def chat_reference(model, tokdir, chat, eos):
     """transformers' rendering of the chat template and its greedy generate()."""
     tok = AutoTokenizer.from_pretrained(tokdir)
@@ -352,7 +456,7 @@ def fmt_row(row):
     return "[" + ",".join("%.9g" % float(x) for x in row.tolist()) + "]"
 
 
-def write_ref(path, prompt, tf, greedy, steps, m, chat):
+def write_ref(path, prompt, tf, greedy, steps, m, chat, mtp=None):
     lines = ["{"]
     lines.append('  "format": "colibri-oracle-1",')
     lines.append('  "transformers": "%s",' % transformers.__version__)
@@ -364,29 +468,59 @@ def write_ref(path, prompt, tf, greedy, steps, m, chat):
     if chat:
         lines.append('  "chat": %s,' % json.dumps(chat, ensure_ascii=True, sort_keys=True))
     lines.append('  "logits": [\n' + ",\n".join("    " + fmt_row(r) for r in tf) + "\n  ],")
-    lines.append('  "greedy_logits": [\n' + ",\n".join("    " + fmt_row(r) for r in steps) + "\n  ]")
+    lines.append('  "greedy_logits": [\n' + ",\n".join("    " + fmt_row(r) for r in steps) + "\n  ]" + ("," if mtp else ""))
+    if mtp:
+        lines.append('  "mtp": {')
+        lines.append('    "convention": %s,' % json.dumps(mtp["convention"]))
+        lines.append('    "margins": {%s},' % ", ".join('"%s": %.6g' % (k, v if v != float("inf") else -1) for k, v in sorted(mtp["margins"].items())))
+        lines.append('    "argmax": %s,' % json.dumps(torch.argmax(mtp["logits"], dim=-1).tolist()))
+        lines.append('    "chain": {')
+        lines.append('      "ids": %s,' % json.dumps(mtp["chain_ids"]))
+        lines.append('      "logits": [\n' + ",\n".join("        " + fmt_row(r) for r in mtp["chain_logits"]) + "\n      ]")
+        lines.append('    },')
+        lines.append('    "logits": [\n' + ",\n".join("      " + fmt_row(r) for r in mtp["logits"]) + "\n    ]")
+        lines.append('  }')
     lines.append("}")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
+def margins_ok(m):
+    return m["index"] >= MIN_INDEX_GAP and m["router"] >= MIN_ROUTER_GAP and m["group"] >= MIN_ROUTER_GAP \
+        and m["logit"] >= MIN_LOGIT_GAP
+
+
 def build(name, spec, outdir):
     d = os.path.join(outdir, name)
+    if spec.get("tokenizer"):  # shares another fixture's tokenizer files
+        os.makedirs(d, exist_ok=True)
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(outdir, spec["tokenizer"], fn), d)
     ids = special_ids(d, spec)
     cfg = make_config(spec, ids)
+    mcfg = mtp_config(spec, ids, cfg) if spec.get("mtp") else None
     vocab = cfg.vocab_size
+    mtp = mref = None
     for attempt in range(200):
         seed = spec["seed"] + attempt
         torch.manual_seed(seed)
         model = GlmMoeDsaForCausalLM(cfg).eval()
-        randomize(model, seed)
+        gw = randomize(model, seed)
+        if mcfg:  # the MTP layer's weights continue the main model's stream
+            mtp = make_mtp(mcfg)
+            redraw(mtp, gw, cfg.kv_lora_rank)
         g = torch.Generator().manual_seed(seed)
         prompt = torch.randint(5, vocab, (spec["prompt_len"],), generator=g).tolist()
         tf, steps, greedy = reference(model, cfg, prompt, spec["greedy_len"])
         m = margins(model, cfg, prompt + greedy, tf, steps)
-        ok = m["index"] >= MIN_INDEX_GAP and m["router"] >= MIN_ROUTER_GAP and m["group"] >= MIN_ROUTER_GAP \
-            and m["logit"] >= MIN_LOGIT_GAP
-        print("%s: seed %d margins %s%s" % (name, seed, {k: "%.2g" % v for k, v in m.items()}, "" if ok else " (rejected)"))
+        ok = margins_ok(m)
+        msg = "%s: seed %d margins %s" % (name, seed, {k: "%.2g" % v for k, v in m.items()})
+        if mcfg:
+            mref = mtp_reference(model, mtp, mcfg, prompt, tf, greedy[0])
+            assert mref["chain_ids"][0] == int(torch.argmax(tf[-1])), "g_1 is not the last prompt row's argmax"
+            ok = ok and margins_ok(mref["margins"])
+            msg += " mtp %s" % {k: "%.2g" % v for k, v in mref["margins"].items()}
+        print(msg + ("" if ok else " (rejected)"))
         if ok:
             break
     else:
@@ -400,10 +534,16 @@ def build(name, spec, outdir):
     with open(os.path.join(d, "generation_config.json"), "w") as f:
         json.dump(gen, f, indent=2, sort_keys=True)
         f.write("\n")
-    save_file(checkpoint_tensors(model, cfg), os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    tensors = checkpoint_tensors(model, cfg)
+    if mcfg:
+        extra = checkpoint_tensors(mtp, cfg, "model.layers.%d." % cfg.num_hidden_layers)
+        assert not set(extra) & set(tensors)
+        tensors.update(extra)
+        mref["convention"] = MTP_CONVENTION.replace("{N}", str(cfg.num_hidden_layers))
+    save_file(tensors, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     stop = sorted(set(([ids["eos"]] if isinstance(ids["eos"], int) else ids["eos"]) + ids["gen_eos"]))
     chat = chat_reference(model, d, spec["chat"], stop)
-    write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat)
+    write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat, mref)
 
 
 def dequantize(w, s, O, I):

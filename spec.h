@@ -1,0 +1,257 @@
+/* spec.h — speculative decoding with the model's MTP layer: the MTP head
+ * drafts k tokens, one forward of the main model over k+1 positions
+ * verifies them, the longest agreeing prefix is kept plus one token of the
+ * main model's own (docs/model.md §3 gives the MTP math and the
+ * convention). Greedy (TEMP=0) output is token-identical to decoding
+ * without drafts: the verifying forward computes every row exactly as a
+ * one-row forward (fwd_verify), and every emitted token is the main
+ * model's argmax. Sampling uses the standard rejection step (accept a draft
+ * d with probability min(1, p(d)/q(d)), else draw from max(0, p - q)), so
+ * the output distribution is that of plain sampling.
+ *
+ * Caches: the main model's KV is indexed by position, so rejected rows are
+ * simply overwritten by the next verify. The MTP layer's cache entry at
+ * position t pairs the main model's final-normed hidden row h_t with the
+ * token at t+1; drafts beyond the first write provisional entries (paired
+ * with the MTP's own output) that the next catch-up overwrites with the
+ * verified hidden rows. Rows waiting for the MTP layer are queued and run
+ * as one batch before the next draft (or every UBATCH rows while drafting
+ * is paused).
+ *
+ * Acceptance guard: per window of `window` drafts, drafting pauses for
+ * `pause` tokens when under `guard_pct` percent were accepted, then re-arms
+ * on a fresh window; with k = -1 (auto) the window also picks the next k.
+ *
+ * Prefix: spec_. Must not: read the environment, print, or sample outside
+ * the rules above. */
+#ifndef COLI_SPEC_H
+#define COLI_SPEC_H
+
+#include "forward.h"
+#include "sample.h"
+
+#define SPEC_MAX_K 16
+
+typedef struct {
+    int k;          /* drafts per verify; -1 = auto (1..4 by acceptance) */
+    int guard_pct;  /* pause below this acceptance (percent); 0 = never */
+    int window;     /* drafts per acceptance window */
+    int pause;      /* tokens decoded without drafts after a trip */
+} spec_opts;
+
+typedef struct {
+    long drafted, accepted;   /* draft tokens proposed / kept */
+    long verifies;            /* main-model forwards while decoding */
+    long mtp_forwards;        /* MTP layer forwards (catch-up batches and chain steps) */
+    long pauses;              /* guard trips */
+    long hist[SPEC_MAX_K + 1]; /* verifies by drafts accepted */
+} spec_stats;
+
+/* Called for each generated token in order; returns nonzero to stop. */
+typedef int (*spec_emit_fn)(void *ud, int tok);
+
+typedef struct {
+    coli_model *m;
+    spec_opts o;
+    spec_stats st;
+    int k, vocab, dim;
+    float *vlog;  /* [SPEC_MAX_K + 1][vocab] verify logits */
+    float *vhid;  /* [SPEC_MAX_K + 1][dim] verify hidden rows */
+    float *dq;    /* [SPEC_MAX_K][vocab] draft distributions (sampling) */
+    float *dlog;  /* [vocab] a draft's logits */
+    float *p;     /* [vocab] a target distribution */
+    float *hq;    /* [cap][dim] hidden rows queued for the MTP layer */
+    int *tq;      /* [cap] their paired next tokens */
+    float *hout;  /* [cap][dim] the MTP layer's output rows */
+    int nq, cap;
+    int mtp_pos;  /* MTP positions [0, mtp_pos) hold verified entries */
+    int paused;   /* tokens left without drafts */
+    long win_d, win_a; /* the current window */
+    /* test seams (tests/test_spec.c): replace greedy draft j at position
+     * pos (the hook returns the token to propose); skip the rejection step
+     * (every draft accepted) to show the distribution test can fail */
+    int (*draft_hook)(void *ud, int pos, int j, int tok);
+    void *hook_ud;
+    int no_correction;
+} spec_ctx;
+
+static inline void spec_free(spec_ctx *s) {
+    free(s->vlog), free(s->vhid), free(s->dq), free(s->dlog), free(s->p), free(s->hq), free(s->tq), free(s->hout);
+    memset(s, 0, sizeof *s);
+}
+
+/* 0, or -1 (out of memory). m must have its MTP layer loaded. */
+static inline int spec_init(spec_ctx *s, coli_model *m, const spec_opts *o) {
+    memset(s, 0, sizeof *s);
+    s->m = m, s->o = *o;
+    s->vocab = m->c.vocab, s->dim = m->c.dim;
+    s->k = o->k < 0 ? 2 : (o->k > SPEC_MAX_K ? SPEC_MAX_K : o->k);
+    if (s->k > m->sc.max_s - 1) s->k = m->sc.max_s - 1;
+    s->cap = m->sc.max_s + SPEC_MAX_K + 2;
+    size_t V = (size_t)s->vocab, D = (size_t)s->dim, K1 = SPEC_MAX_K + 1;
+    s->vlog = (float *)malloc(K1 * V * 4), s->vhid = (float *)malloc(K1 * D * 4), s->dq = (float *)malloc(SPEC_MAX_K * V * 4);
+    s->dlog = (float *)malloc(V * 4), s->p = (float *)malloc(V * 4);
+    s->hq = (float *)malloc((size_t)s->cap * D * 4), s->tq = (int *)malloc((size_t)s->cap * sizeof(int)), s->hout = (float *)malloc((size_t)s->cap * D * 4);
+    if (!s->vlog || !s->vhid || !s->dq || !s->dlog || !s->p || !s->hq || !s->tq || !s->hout) {
+        spec_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* Queues the MTP row (hidden h, next token t). */
+static inline void spec_queue(spec_ctx *s, const float *h, int t) {
+    memcpy(s->hq + (size_t)s->nq * s->dim, h, (size_t)s->dim * 4);
+    s->tq[s->nq++] = t;
+}
+
+/* Runs the queued rows through the MTP layer at positions mtp_pos.., in
+ * batches of at most max_s; the last row's logits go to s->dlog and its
+ * output row to s->hout[0]. 0 or -1 (m->err). */
+static inline int spec_flush(spec_ctx *s) {
+    coli_model *m = s->m;
+    int done = 0, last = 0;
+    while (done < s->nq) {
+        int S = s->nq - done < m->sc.max_s ? s->nq - done : m->sc.max_s;
+        if (fwd_mtp(m, s->tq + done, s->hq + (size_t)done * s->dim, S, s->mtp_pos, s->hout, s->dlog)) return -1;
+        s->st.mtp_forwards++;
+        s->mtp_pos += S, done += S, last = S - 1;
+    }
+    if (done && last) memmove(s->hout, s->hout + (size_t)last * s->dim, (size_t)s->dim * 4);
+    s->nq = 0;
+    return 0;
+}
+
+/* Prefill of prompt ids[0..n) in chunks of max_s (the same chunks as
+ * fwd_tokens, so the main model's state and logits equal a plain
+ * prefill's), queueing each position's MTP row as soon as its next token
+ * is known; the last hidden row is left in s->vhid[0] and the last logits
+ * in m->sc.logits. 0 or -1 (m->err). */
+static inline int spec_prefill(spec_ctx *s, const int *ids, int n) {
+    coli_model *m = s->m;
+    for (int done = 0; done < n;) {
+        int S = n - done < m->ubatch ? n - done : m->ubatch;
+        if (S > m->sc.max_s) S = m->sc.max_s;
+        if (s->nq + S + 1 > s->cap && spec_flush(s)) return -1;
+        if (done) spec_queue(s, s->vhid, ids[done]); /* the previous chunk's last row */
+        float *h = s->hout; /* [S][dim]: free until the next flush */
+        fwd_shared sh = {m, ids + done, S, done, NULL, h, NULL, 0, 0, -1, 0};
+        team_run(&m->team, fwd_worker, &sh);
+        if (sh.rc) return -1;
+        memcpy(s->vhid, h + (size_t)(S - 1) * s->dim, (size_t)s->dim * 4);
+        for (int j = 0; j + 1 < S; j++) spec_queue(s, h + (size_t)j * s->dim, ids[done + j + 1]);
+        done += S;
+        if (s->nq >= m->sc.max_s && spec_flush(s)) return -1;
+    }
+    return 0;
+}
+
+/* Chooses draft j's token from s->dlog: the argmax when greedy, else a
+ * draw from its filtered distribution, kept in dq[j]. */
+static inline int spec_draft_pick(spec_ctx *s, const smp_params *sp, int j, smp_rng *r, smp_work *w) {
+    if (sp->temp <= 0) return smp_argmax(s->dlog, s->vocab);
+    float *q = s->dq + (size_t)j * s->vocab;
+    if (smp_probs(sp, s->dlog, s->vocab, w, q) < 0) return -1;
+    return smp_draw(q, s->vocab, r);
+}
+
+/* Verdict on draft d at verify row j (logits s->vlog[j]): -1 = accepted,
+ * else the token that replaces it. Greedy: accepted iff it is the argmax,
+ * else the argmax. Sampling: accepted with probability min(1, p(d)/q(d))
+ * (q = s->dq[j], the distribution d was drawn from), else a draw from
+ * max(0, p - q) renormalized; together, distributed exactly as p. */
+static inline int spec_judge(spec_ctx *s, const smp_params *sp, int j, int d, smp_rng *r, smp_work *w) {
+    int V = s->vocab;
+    const float *lg = s->vlog + (size_t)j * V;
+    if (sp->temp <= 0) {
+        int best = smp_argmax(lg, V);
+        return best == d ? -1 : best;
+    }
+    if (s->no_correction) return -1;
+    const float *q = s->dq + (size_t)j * V;
+    if (smp_probs(sp, lg, V, w, s->p) < 0) return smp_argmax(lg, V);
+    if (smp_uniform(r) * q[d] < s->p[d]) return -1;
+    for (int i = 0; i < V; i++) s->p[i] = s->p[i] > q[i] ? s->p[i] - q[i] : 0;
+    int y = smp_draw(s->p, V, r);
+    return y >= 0 ? y : smp_sample(sp, lg, V, r, w); /* p ≤ q everywhere: only by rounding */
+}
+
+/* After a window closes: the guard, and the automatic k. */
+static inline void spec_window(spec_ctx *s) {
+    if (s->win_d < s->o.window) return;
+    double acc = (double)s->win_a / (double)s->win_d;
+    if (s->o.guard_pct > 0 && acc * 100.0 < s->o.guard_pct) {
+        s->paused = s->o.pause;
+        s->st.pauses++;
+    } else if (s->o.k < 0) { /* the largest k whose last draft is still reached and kept 30% of the time */
+        int k = acc > 0 && acc < 1 ? (int)floor(log(0.3) / log(acc)) : 4;
+        s->k = k < 1 ? 1 : k > 4 ? 4 : k;
+        if (s->k > s->m->sc.max_s - 1) s->k = s->m->sc.max_s - 1;
+    }
+    s->win_d = s->win_a = 0;
+}
+
+/* Generates after a prefill by spec_prefill: x is the first sampled token
+ * (already emitted), at position pos (= the prompt length); at most `left`
+ * more tokens are emitted. Returns 0, or -1 with m->err set. */
+static inline int spec_decode(spec_ctx *s, int x, int pos, int left, const smp_params *sp, smp_rng *r, smp_work *w, spec_emit_fn emit,
+                              void *ud) {
+    coli_model *m = s->m;
+    int V = s->vocab, D = s->dim;
+    int toks[SPEC_MAX_K + 1];
+    float *h_last = (float *)malloc((size_t)D * 4);
+    if (!h_last) return model_fail(m, "out of memory");
+    memcpy(h_last, s->vhid, (size_t)D * 4);
+    int rc = 0;
+    while (left > 0) {
+        int k = s->paused > 0 ? 0 : s->k;
+        if (k > left - 1) k = left - 1;
+        if (k > m->kv.ctx - pos - 1) k = m->kv.ctx - pos - 1;
+        if (k < 0) k = 0;
+        if (pos >= m->kv.ctx) break;
+        /* the MTP row of position pos-1 (h_{pos-1}, x); with drafts, run the queue and chain */
+        if (s->nq == s->cap && (rc = spec_flush(s))) break;
+        spec_queue(s, h_last, x);
+        toks[0] = x;
+        if (k > 0) {
+            if ((rc = spec_flush(s))) break;
+            for (int j = 0; j < k; j++) {
+                if (j) {
+                    if ((rc = fwd_mtp(m, &toks[j], s->hout, 1, pos + j - 1, s->hout, s->dlog))) break;
+                    s->st.mtp_forwards++;
+                }
+                if ((toks[j + 1] = spec_draft_pick(s, sp, j, r, w)) < 0) { rc = model_fail(m, "the MTP head's logits are not finite"); break; }
+                if (s->draft_hook && sp->temp <= 0) toks[j + 1] = s->draft_hook(s->hook_ud, pos, j, toks[j + 1]);
+            }
+            if (rc) break;
+        } else if (s->nq >= m->sc.max_s && (rc = spec_flush(s)))
+            break;
+        if ((rc = fwd_verify(m, toks, k + 1, pos, s->vlog, s->vhid))) break;
+        s->st.verifies++;
+        /* the longest agreeing prefix, then the main model's own token */
+        int a = 0, y = -1;
+        while (a < k && (y = spec_judge(s, sp, a, toks[a + 1], r, w)) < 0) a++;
+        if (y < 0) y = smp_sample(sp, s->vlog + (size_t)a * V, V, r, w);
+        if (y < 0) { rc = model_fail(m, "the logits are not finite (NaN or infinity)"); break; }
+        s->st.drafted += k, s->st.accepted += a, s->st.hist[a]++;
+        s->win_d += k, s->win_a += a;
+        if (k) spec_window(s);
+        else if (s->paused > 0) s->paused--;
+        /* emit the kept drafts and y; queue the MTP rows of the verified positions */
+        int stop = 0;
+        for (int j = 0; j <= a && !stop; j++) {
+            int t = j < a ? toks[j + 1] : y;
+            left--;
+            stop = emit(ud, t) || left <= 0;
+        }
+        if (stop) break;
+        for (int j = 0; j < a; j++) spec_queue(s, s->vhid + (size_t)j * D, toks[j + 1]);
+        memcpy(h_last, s->vhid + (size_t)a * D, (size_t)D * 4);
+        x = y;
+        pos += a + 1;
+    }
+    free(h_last);
+    return rc;
+}
+
+#endif

@@ -1,0 +1,323 @@
+/* test_spec.c — speculative decoding with the MTP head (spec.h) on the
+ * committed MTP fixture: greedy output is token-identical to plain decoding
+ * for every draft count, with drafts that the test forces to agree or not
+ * (so every acceptance length and rollback occurs); after a generation full
+ * of rejections, the KV caches (main and MTP) and the next logits equal a
+ * fresh one-token-at-a-time recomputation of the same sequence bit for bit;
+ * sampled output has the distribution of plain sampling (chi-square on the
+ * first tokens, fixed seeds), and the same test fails when the rejection
+ * step is skipped; the acceptance guard pauses and re-arms. */
+#define COLI_NO_MAIN
+#include "../colibri.c"
+
+#include "check.h"
+
+static const char *FIXM = "tests/fixtures/tiny-glm5-mtp";
+
+static coli_opts opts(int ubatch, int absorb) {
+    coli_opts o;
+    memset(&o, 0, sizeof o);
+    o.ctx = 256, o.ubatch = ubatch, o.absorb = absorb, o.mtp = 1;
+    o.pin = PIN_OFF, o.pin_gb = -1, o.quiet = 1;
+    o.io.mode = IO_SYNC, o.io.workers = 2, o.io.weight[0] = 1;
+    return o;
+}
+
+static int load(coli_model *m, coli_opts o) {
+    if (model_open(m, FIXM) || model_setup(m, &o, NULL)) {
+        fprintf(stderr, "load: %s\n", m->err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Prompt of the fixture's reference. */
+static int prompt(const coli_model *m, int *ids, int max) {
+    coli_ref r;
+    char err[300];
+    if (ref_load(&r, FIXM, m->c.vocab, err, sizeof err)) return fprintf(stderr, "ref: %s\n", err), -1;
+    int n = r.np < max ? r.np : max;
+    memcpy(ids, r.prompt, (size_t)n * sizeof(int));
+    ref_free(&r);
+    return n;
+}
+
+typedef struct {
+    int *tok, n, max;
+} sink;
+
+static int sink_put(void *ud, int t) {
+    sink *s = (sink *)ud;
+    s->tok[s->n++] = t;
+    return s->n >= s->max;
+}
+
+/* Plain greedy/sampled decoding of n tokens after prompt ids[0..np). */
+static int plain_gen(coli_model *m, const int *ids, int np, int n, const smp_params *sp, uint64_t seed, int *out) {
+    smp_work w;
+    smp_rng r;
+    smp_work_alloc(&w, m->c.vocab);
+    smp_seed(&r, seed);
+    int rc = fwd_tokens(m, ids, np, 0, NULL);
+    for (int i = 0; !rc && i < n; i++) {
+        out[i] = smp_sample(sp, m->sc.logits, m->c.vocab, &r, &w);
+        if (i + 1 < n) rc = fwd_tokens(m, &out[i], 1, np + i, NULL);
+    }
+    smp_work_free(&w);
+    return rc;
+}
+
+/* Speculative decoding of n tokens (the first from the prefill's logits). */
+static int spec_gen(spec_ctx *s, const int *ids, int np, int n, const smp_params *sp, uint64_t seed, int *out) {
+    smp_work w;
+    smp_rng r;
+    smp_work_alloc(&w, s->m->c.vocab);
+    smp_seed(&r, seed);
+    sink k = {out, 0, n};
+    int rc = spec_prefill(s, ids, np);
+    if (!rc) {
+        int x = smp_sample(sp, s->m->sc.logits, s->m->c.vocab, &r, &w);
+        if (!sink_put(&k, x)) rc = spec_decode(s, x, np, n - 1, sp, &r, &w, sink_put, &k);
+    }
+    smp_work_free(&w);
+    return rc ? rc : k.n == n ? 0 : -1;
+}
+
+/* ---------------------------------------------------- greedy identity */
+
+static const int *hook_ref; /* the plain greedy continuation, indexed from the prompt's end */
+static int hook_np;
+
+/* Proposes the right token except at a pseudo-random fifth of the
+ * positions (never past the reference), so that no, some and all drafts of
+ * a verify are kept. */
+static int hook_mix(void *ud, int pos, int j, int tok) {
+    (void)ud;
+    int at = pos + j + 1 - hook_np; /* index in the continuation of draft j's token */
+    if (at < 0 || at >= 60) return tok;
+    return ((unsigned)(pos + j) * 2654435761u >> 11) % 5 == 0 ? (hook_ref[at] + 1) % 97 : hook_ref[at];
+}
+
+/* Always a wrong token. */
+static int hook_wrong(void *ud, int pos, int j, int tok) {
+    (void)ud;
+    int at = pos + j + 1 - hook_np;
+    return at >= 0 && at < 60 ? (hook_ref[at] + 1) % 97 : tok;
+}
+
+static void test_greedy_identity(void) {
+    static coli_model m;
+    if (load(&m, opts(512, -1))) { CHECK(0); return; }
+    CHECK(m.mtp == 1);
+    int ids[64], np = prompt(&m, ids, 64), ref[60], out[60];
+    smp_params greedy = {0, 0, 1, 0};
+    CHECK(np > 0 && plain_gen(&m, ids, np, 60, &greedy, 1, ref) == 0);
+    hook_ref = ref, hook_np = np;
+    for (int k = 1; k <= 4; k++)
+        for (int hooked = 0; hooked < 2; hooked++) {
+            spec_ctx s;
+            spec_opts so = {k, 0, 24, 256};
+            CHECK(spec_init(&s, &m, &so) == 0);
+            if (hooked) s.draft_hook = hook_mix;
+            CHECK(spec_gen(&s, ids, np, 60, &greedy, 1, out) == 0);
+            CHECK(!memcmp(out, ref, sizeof ref));
+            if (hooked) { /* forced agreement: drafts were kept, and some rejected */
+                CHECK(s.st.accepted > 0 && s.st.accepted < s.st.drafted);
+                int mid = 0;
+                for (int a = 1; a < k; a++) mid += s.st.hist[a] > 0;
+                CHECK(s.st.hist[0] > 0 && s.st.hist[k] > 0 && (k == 1 || mid > 0)); /* none, some and all kept */
+            }
+            spec_free(&s);
+        }
+    model_free(&m);
+}
+
+/* ------------------------------------------------------------ rollback */
+
+static double kv_diff(const coli_model *a, const coli_model *b, int layer, int n) {
+    const coli_config *c = &a->c;
+    double mx = 0;
+    size_t off = (size_t)layer * a->kv.ctx;
+    for (size_t i = 0; i < (size_t)n * c->kv_lora; i++) mx = fmax(mx, fabs(a->kv.lat[off * c->kv_lora + i] - b->kv.lat[off * c->kv_lora + i]));
+    for (size_t i = 0; i < (size_t)n * c->qk_rope; i++) mx = fmax(mx, fabs(a->kv.rope[off * c->qk_rope + i] - b->kv.rope[off * c->qk_rope + i]));
+    if (c->idx_full[layer]) {
+        size_t io = (size_t)a->kv.full_slot[layer] * a->kv.ctx * c->index_dim;
+        for (size_t i = 0; i < (size_t)n * c->index_dim; i++) mx = fmax(mx, fabs(a->kv.ikey[io + i] - b->kv.ikey[io + i]));
+    }
+    return mx;
+}
+
+static void test_rollback(void) {
+    static coli_model a, b;
+    if (load(&a, opts(512, 1)) || load(&b, opts(1, 1))) { CHECK(0); return; }
+    int ids[256], np = prompt(&a, ids, 64), ref[60], out[60];
+    smp_params greedy = {0, 0, 1, 0};
+    CHECK(plain_gen(&a, ids, np, 60, &greedy, 1, ref) == 0);
+    hook_ref = ref, hook_np = np;
+    spec_ctx s, t;
+    spec_opts so = {4, 0, 24, 256};
+    CHECK(spec_init(&s, &a, &so) == 0 && spec_init(&t, &b, &so) == 0);
+    s.draft_hook = hook_mix;
+    CHECK(spec_gen(&s, ids, np, 60, &greedy, 1, out) == 0);
+    CHECK(spec_flush(&s) == 0);
+    int L = np + 60 - 1; /* positions in a's main cache: the last token was never fed */
+    memcpy(ids + np, out, 59 * sizeof(int));
+    CHECK(spec_prefill(&t, ids, L) == 0 && spec_flush(&t) == 0);
+    for (int l = 0; l < a.c.n_layers; l++) CHECK(kv_diff(&a, &b, l, L) == 0);
+    int nm = s.mtp_pos < t.mtp_pos ? s.mtp_pos : t.mtp_pos;
+    CHECK(nm >= L - 2);
+    CHECK(kv_diff(&a, &b, a.c.n_layers, nm) == 0); /* the MTP layer's verified entries */
+    int last = out[59];
+    CHECK(fwd_tokens(&a, &last, 1, L, NULL) == 0 && fwd_tokens(&b, &last, 1, L, NULL) == 0);
+    CHECK(!memcmp(a.sc.logits, b.sc.logits, (size_t)a.c.vocab * 4));
+    spec_free(&s);
+    spec_free(&t);
+    model_free(&a);
+    model_free(&b);
+}
+
+/* ------------------------------------------------- sampling distribution */
+
+/* Chi-square statistic of homogeneity between two samples of n categories
+ * (cells expected below 5 pooled); *df the degrees of freedom. */
+static double chi2(const int *A, const int *B, int n, int na, int nb, int *df) {
+    double st = 0, pa = 0, pb = 0;
+    int cells = 0;
+    for (int i = 0; i <= n; i++) {
+        double a = i < n ? A[i] : pa, b = i < n ? B[i] : pb, t = a + b;
+        if (t == 0) continue;
+        double ea = t * na / (na + nb), eb = t * nb / (na + nb);
+        if (i < n && (ea < 5 || eb < 5)) { pa += a, pb += b; continue; }
+        if (i == n && (ea < 5 || eb < 5)) continue; /* pooled remainder too small */
+        st += (a - ea) * (a - ea) / ea + (b - eb) * (b - eb) / eb;
+        cells++;
+    }
+    *df = cells - 1;
+    return st;
+}
+
+/* The chi-square value exceeded with probability 0.001 (Wilson-Hilferty). */
+static double chi2_crit(int df) {
+    double z = 3.0902, v = 2.0 / (9.0 * df);
+    return df * pow(1 - v + z * sqrt(v), 3);
+}
+
+/* Counts of the 2nd and 3rd generated tokens over N seeds. The prompt is
+ * prefilled once: the main cache of its positions and the MTP rows it
+ * queued are restored before each run (later positions are rewritten). */
+static void sample_counts(coli_model *m, spec_ctx *s, const int *ids, int np, const smp_params *sp, int N, uint64_t seed0, int *c2, int *c3) {
+    int V = m->c.vocab, D = m->c.dim, out[3], nq = 0, rc = 0;
+    float *logits = malloc((size_t)V * 4), *h = malloc((size_t)D * 4);
+    smp_work w;
+    smp_work_alloc(&w, V);
+    memset(c2, 0, (size_t)V * sizeof(int));
+    memset(c3, 0, (size_t)V * sizeof(int));
+    if (s) {
+        s->nq = 0, s->mtp_pos = 0;
+        rc = spec_prefill(s, ids, np);
+        nq = s->nq;
+        memcpy(h, s->vhid, (size_t)D * 4);
+    } else
+        rc = fwd_tokens(m, ids, np, 0, NULL);
+    memcpy(logits, m->sc.logits, (size_t)V * 4);
+    for (int i = 0; i < N && !rc; i++) {
+        smp_rng r;
+        smp_seed(&r, seed0 + i);
+        out[0] = smp_sample(sp, logits, V, &r, &w);
+        if (s) {
+            s->nq = nq, s->mtp_pos = 0, s->paused = 0, s->win_d = s->win_a = 0;
+            memcpy(s->vhid, h, (size_t)D * 4);
+            sink k = {out, 1, 3};
+            rc = spec_decode(s, out[0], np, 2, sp, &r, &w, sink_put, &k);
+        } else
+            for (int j = 1; j < 3 && !rc; j++)
+                if (!(rc = fwd_tokens(m, &out[j - 1], 1, np + j - 1, NULL))) out[j] = smp_sample(sp, m->sc.logits, V, &r, &w);
+        c2[out[1]]++, c3[out[2]]++;
+    }
+    CHECK(rc == 0);
+    smp_work_free(&w);
+    free(logits);
+    free(h);
+}
+
+static void test_sampling_distribution(void) {
+    static coli_model m;
+    coli_opts o = opts(512, -1);
+    o.threads = 1; /* thousands of short runs: no barriers to pay for */
+    if (load(&m, o)) { CHECK(0); return; }
+    int ids[64], np = prompt(&m, ids, 12), V = m.c.vocab, N = 1200;
+    smp_params sp = {1.0f, 0, 1.0f, 0.0f};
+    int *p2 = calloc((size_t)V * 6, sizeof(int)), *p3 = p2 + V, *s2 = p3 + V, *s3 = s2 + V, *n2 = s3 + V, *n3 = n2 + V;
+    spec_ctx s;
+    spec_opts so = {2, 0, 24, 256};
+    CHECK(spec_init(&s, &m, &so) == 0);
+    sample_counts(&m, NULL, ids, np, &sp, N, 1000, p2, p3);
+    sample_counts(&m, &s, ids, np, &sp, N, 500000, s2, s3);
+    CHECK(s.st.accepted > 0 && s.st.accepted < s.st.drafted);
+    s.no_correction = 1;
+    sample_counts(&m, &s, ids, np, &sp, N, 900000, n2, n3);
+    int df;
+    double x2 = chi2(p2, s2, V, N, N, &df), c = chi2_crit(df);
+    printf("spec sampling: token 2: chi2 %.1f (df %d, 0.1%% critical %.1f)", x2, df, c);
+    CHECK(df >= 3 && x2 < c);
+    x2 = chi2(p3, s3, V, N, N, &df), c = chi2_crit(df);
+    printf("; token 3: chi2 %.1f (df %d, critical %.1f)", x2, df, c);
+    CHECK(df >= 3 && x2 < c);
+    x2 = chi2(p2, n2, V, N, N, &df), c = chi2_crit(df);
+    printf("; without the rejection step: token 2 chi2 %.1f (critical %.1f)\n", x2, c);
+    CHECK(x2 > c); /* the test can fail */
+    spec_free(&s);
+    free(p2);
+    model_free(&m);
+}
+
+/* ------------------------------------------------------------ the guard */
+
+static void test_guard(void) {
+    static coli_model m;
+    if (load(&m, opts(512, -1))) { CHECK(0); return; }
+    int ids[64], np = prompt(&m, ids, 64), ref[60], out[60];
+    smp_params greedy = {0, 0, 1, 0};
+    CHECK(plain_gen(&m, ids, np, 60, &greedy, 1, ref) == 0);
+    hook_ref = ref, hook_np = np;
+    spec_ctx s;
+    spec_opts so = {2, 50, 4, 10}; /* 4-draft windows, pause 10 tokens below 50% */
+    CHECK(spec_init(&s, &m, &so) == 0);
+    s.draft_hook = hook_wrong;
+    CHECK(spec_gen(&s, ids, np, 60, &greedy, 1, out) == 0);
+    CHECK(!memcmp(out, ref, sizeof ref));
+    CHECK(s.st.accepted == 0);
+    /* each trip: 2 verifies of 2 drafts, then 10 tokens without: it re-armed every time */
+    CHECK(s.st.pauses >= 3 && s.st.drafted >= 4 * s.st.pauses);
+    CHECK(s.st.verifies == 59);
+    spec_free(&s);
+    /* DRAFT=-1: k follows the acceptance of each window */
+    spec_opts au = {-1, 10, 4, 10};
+    CHECK(spec_init(&s, &m, &au) == 0);
+    CHECK(s.k == 2);
+    s.draft_hook = hook_mix;
+    CHECK(spec_gen(&s, ids, np, 60, &greedy, 1, out) == 0);
+    CHECK(!memcmp(out, ref, sizeof ref));
+    CHECK(s.k >= 1 && s.k <= 4);
+    spec_free(&s);
+    model_free(&m);
+}
+
+int main(void) {
+    (void)coli_main;
+    struct stat st;
+    if (stat(FIXM, &st)) {
+        SKIP("mtp", "%s is missing", FIXM);
+        return check_report("test_spec");
+    }
+    double t0 = compat_now();
+    test_greedy_identity();
+    double t1 = compat_now();
+    test_rollback();
+    double t2 = compat_now();
+    test_sampling_distribution();
+    double t3 = compat_now();
+    test_guard();
+    printf("times: %.1f %.1f %.1f %.1f\n", t1 - t0, t2 - t1, t3 - t2, compat_now() - t3);
+    return check_report("test_spec");
+}
