@@ -464,6 +464,7 @@ typedef struct {
     smp_params sp;
     uint64_t seed;
     spec_opts spec;
+    int draft_set; /* DRAFT was given */
 } coli_gen;
 
 /* Sampling settings: each knob, or generation_config.json's value when the
@@ -475,6 +476,7 @@ static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     g->tokens = (int)env_i(e, ENV_TOKENS);
     g->spec.k = (int)env_i(e, ENV_DRAFT), g->spec.guard_pct = (int)env_i(e, ENV_DRAFT_GUARD_PCT);
     g->spec.window = (int)env_i(e, ENV_DRAFT_WINDOW), g->spec.pause = (int)env_i(e, ENV_DRAFT_PAUSE);
+    g->draft_set = env_v(e, ENV_DRAFT)->set;
     const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
@@ -564,6 +566,9 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
     smp_seed(&rng, g->seed);
     int ngen = g->ngen < m->kv.ctx - (int)ids.n ? g->ngen : m->kv.ctx - (int)ids.n, spec = m->mtp && g->spec.k != 0;
     if (spec && spec_init(&sc, m, &g->spec)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    if (!m->mtp && g->draft_set && g->spec.k)
+        fprintf(stderr, "colibri: DRAFT=%d: no MTP layer is loaded (%s); decoding without speculation\n", g->spec.k,
+                !c->n_mtp ? "config.json declares none" : "MTP=0 or the checkpoint lacks it");
     if (g->sp.temp > 0)
         fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu", ids.n, ngen,
                 g->sp.temp, g->sp.top_k, g->sp.top_p, g->sp.min_p, (unsigned long long)g->seed);

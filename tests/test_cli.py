@@ -674,7 +674,10 @@ class Speculation(unittest.TestCase):
         ids, err = self.gen(self.dir, {"DRAFT": "2"})
         self.assertEqual(ids, base)
         self.assertIn("declares an MTP layer but the checkpoint has none", err)
+        self.assertIn("DRAFT=2: no MTP layer is loaded", err)
         self.assertNotIn("speculation:", err)
+        ids, err = self.gen(os.path.join(FIXTURES, "tiny-glm5"), {"DRAFT": "3"})
+        self.assertIn("DRAFT=3: no MTP layer is loaded (config.json declares none)", err)
 
 
 class Refusals(unittest.TestCase):

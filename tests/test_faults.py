@@ -82,6 +82,31 @@ class Engine(unittest.TestCase):
         bad = every(c["alloc"], one)
         self.assertEqual(bad, [], "%d of %d allocations mishandled; first: %s" % (len(bad), c["alloc"], bad[:1]))
 
+    def test_every_allocation_and_read_while_speculating(self):
+        """Generation with MTP drafts (tiny-glm5-mtp): each allocation and
+        each read failing gives the same text or a clear error after a
+        prefix of it."""
+        mtp = os.path.join(FIXTURES, "tiny-glm5-mtp")
+        env = dict(self.base_env, PROMPT="faults while drafting", TEMP="0", NGEN="12", DRAFT="2")
+        rc, want, err = run([FAULT, mtp], env)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("speculation:", err)
+        rc, out, c = counts([FAULT, mtp], env)
+        self.assertEqual(out, want)
+
+        def one(what):
+            def f(n):
+                rc, out, err = run([FAULT, mtp], dict(env, XFAULT="%s:%d" % (what, n)))
+                if rc == 0 and out == want:
+                    return None
+                if rc == 2 and want.startswith(out) and ("out of memory" in err or ".safetensors" in err or ".json" in err):
+                    return None
+                return "%s %d: exit %d, out %r, err %r" % (what, n, rc, out[-200:], err[-400:])
+            return f
+        for what in ("alloc", "read"):
+            bad = every(c[what], one(what))
+            self.assertEqual(bad, [], "%d of %d %ss mishandled; first: %s" % (len(bad), c[what], what, bad[:1]))
+
     def test_every_read_on_every_path(self):
         for name, env in self.PATHS:
             env = dict(self.base_env, **env)
