@@ -619,25 +619,26 @@ static void fwd_mtp_worker(void *arg, int tid, int nth) {
     fwd_head(&f, sh, m->mtp_norm, &m->mtp_head, 1, sc->logits);
 }
 
-/* One forward over S ≤ max_s tokens at positions pos..pos+S-1, on the
- * model's team. Writes the logits of every row to out[S][vocab], or (out =
- * NULL) of the last row to sc->logits. Returns 0, or -1 with m->err set
- * (expert read failure). */
-static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) {
-    fwd_shared sh = {m, tok, S, pos, out, NULL, NULL, 0, 0, -1, 0};
+/* The main model over S ≤ max_s tokens at positions pos.. on the team:
+ * logits to out (every row) or sc->logits (the last), final-normed hidden
+ * rows to hid when given, s1 as in fwd_attention. 0 or -1 (m->err). */
+static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
+    fwd_shared sh = {m, tok, S, pos, out, hid, NULL, s1, 0, -1, 0};
     team_run(&m->team, fwd_worker, &sh);
     return sh.rc;
 }
 
+/* One forward over S ≤ max_s tokens at positions pos..pos+S-1, on the
+ * model's team. Writes the logits of every row to out[S][vocab], or (out =
+ * NULL) of the last row to sc->logits. Returns 0, or -1 with m->err set
+ * (expert read failure). */
+static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) { return fwd_run(m, tok, S, pos, out, NULL, 0); }
+
 /* A forward over S ≤ max_s tokens at positions pos.. for speculation:
  * every row computed exactly as a one-row forward would (s1), the logits
- * of every row to out[S][vocab], the final-normed hidden rows to hid[S][dim]
- * (NULL: not wanted). 0 or -1 (m->err). */
-static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out, float *hid) {
-    fwd_shared sh = {m, tok, S, pos, out, hid, NULL, 1, 0, -1, 0};
-    team_run(&m->team, fwd_worker, &sh);
-    return sh.rc;
-}
+ * of every row to out[S][vocab] (NULL: the last row's to sc->logits), the
+ * final-normed hidden rows to hid[S][dim]. 0 or -1 (m->err). */
+static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out, float *hid) { return fwd_run(m, tok, S, pos, out, hid, 1); }
 
 /* The MTP layer over S ≤ max_s rows at positions pos..: row s pairs token
  * tok[s] with hidden row hin[s]; its output rows (before shared_head.norm)

@@ -125,6 +125,35 @@ static inline void smp_sort_(const float *x, int *idx, int n) {
     }
 }
 
+/* The candidates the filters keep, in w->idx[0..keep): logits / temp, the
+ * top_k best, then the smallest best-first prefix whose probability reaches
+ * top_p (best-first order only when top_p < 1). *z is the softmax
+ * normalizer over the top-k set and *mx the best scaled logit. best is the
+ * argmax, temp > 0. Returns keep. */
+static inline int smp_keep_(const smp_params *sp, const float *logits, int n, int best, smp_work *w, double *z, double *mx) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(logits[i])) w->idx[m++] = i;
+    int k = sp->top_k > 0 && sp->top_k < m ? sp->top_k : m;
+    if (k < m) smp_select_(logits, w->idx, m, k);
+    double inv_t = 1.0 / sp->temp;
+    *mx = logits[best] * inv_t, *z = 0;
+    for (int i = 0; i < k; i++) *z += exp(logits[w->idx[i]] * inv_t - *mx);
+    if (sp->top_p >= 1) return k;
+    /* sorting the whole vocabulary per token is wasteful: sort a head of
+     * the candidates and widen it only while top-p needs more mass */
+    for (int head = k < 1024 ? k : 1024;; head = head * 8 < k ? head * 8 : k) {
+        if (head < k) smp_select_(logits, w->idx, k, head);
+        smp_sort_(logits, w->idx, head);
+        double cum = 0;
+        for (int i = 0; i < head; i++) {
+            cum += exp(logits[w->idx[i]] * inv_t - *mx) / *z;
+            if (cum >= sp->top_p) return i + 1;
+        }
+        if (head == k) return k;
+    }
+}
+
 /* Chooses the next token from logits[n]. Greedy (argmax, ties to the lowest
  * id) when temp == 0. Otherwise, as transformers orders its filters:
  * logits / temp; keep the top_k best; keep the smallest best-first prefix
@@ -134,29 +163,8 @@ static inline void smp_sort_(const float *x, int *idx, int n) {
 static inline int smp_sample(const smp_params *sp, const float *logits, int n, smp_rng *r, smp_work *w) {
     int best = smp_argmax(logits, n);
     if (best < 0 || sp->temp <= 0) return best;
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (isfinite(logits[i])) w->idx[m++] = i;
-    int k = sp->top_k > 0 && sp->top_k < m ? sp->top_k : m;
-    if (k < m) smp_select_(logits, w->idx, m, k);
-    double inv_t = 1.0 / sp->temp, mx = logits[best] * inv_t, z = 0;
-    for (int i = 0; i < k; i++) z += exp(logits[w->idx[i]] * inv_t - mx);
-    int keep = k;
-    if (sp->top_p < 1) {
-        /* sorting the whole vocabulary per token is wasteful: sort a head of
-         * the candidates and widen it only while top-p needs more mass */
-        for (int head = k < 1024 ? k : 1024;; head = head * 8 < k ? head * 8 : k) {
-            if (head < k) smp_select_(logits, w->idx, k, head);
-            smp_sort_(logits, w->idx, head);
-            double cum = 0;
-            int found = 0;
-            for (int i = 0; i < head && !found; i++) {
-                cum += exp(logits[w->idx[i]] * inv_t - mx) / z;
-                if (cum >= sp->top_p) keep = i + 1, found = 1;
-            }
-            if (found || head == k) break;
-        }
-    }
+    double z, mx, inv_t = 1.0 / sp->temp;
+    int keep = smp_keep_(sp, logits, n, best, w, &z, &mx);
     double floor_p = sp->min_p > 0 ? sp->min_p / z : 0, s = 0; /* the best has probability 1/z */
     for (int i = 0; i < keep; i++) {
         double p = exp(logits[w->idx[i]] * inv_t - mx) / z;
@@ -176,8 +184,7 @@ static inline int smp_sample(const smp_params *sp, const float *logits, int n, s
 
 /* The distribution smp_sample draws from, written densely to out[n] (sums
  * to 1; 0 outside the kept candidates; one-hot at the argmax when temp is
- * 0). Same filters and order as smp_sample. Returns the argmax, or -1 if
- * no logit is finite (out is then all 0). */
+ * 0). Returns the argmax, or -1 if no logit is finite (out is then all 0). */
 static inline int smp_probs(const smp_params *sp, const float *logits, int n, smp_work *w, float *out) {
     int best = smp_argmax(logits, n);
     memset(out, 0, (size_t)n * sizeof(float));
@@ -186,23 +193,9 @@ static inline int smp_probs(const smp_params *sp, const float *logits, int n, sm
         out[best] = 1;
         return best;
     }
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (isfinite(logits[i])) w->idx[m++] = i;
-    int k = sp->top_k > 0 && sp->top_k < m ? sp->top_k : m;
-    if (k < m) smp_select_(logits, w->idx, m, k);
-    double inv_t = 1.0 / sp->temp, mx = logits[best] * inv_t, z = 0;
-    for (int i = 0; i < k; i++) z += exp(logits[w->idx[i]] * inv_t - mx);
-    int keep = k;
-    if (sp->top_p < 1) {
-        smp_sort_(logits, w->idx, k);
-        double cum = 0;
-        for (int i = 0; i < k; i++) {
-            cum += exp(logits[w->idx[i]] * inv_t - mx) / z;
-            if (cum >= sp->top_p) { keep = i + 1; break; }
-        }
-    }
-    double floor_p = sp->min_p > 0 ? sp->min_p / z : 0, s = 0;
+    double z, mx, inv_t = 1.0 / sp->temp, s = 0;
+    int keep = smp_keep_(sp, logits, n, best, w, &z, &mx);
+    double floor_p = sp->min_p > 0 ? sp->min_p / z : 0;
     for (int i = 0; i < keep; i++) {
         double p = exp(logits[w->idx[i]] * inv_t - mx) / z;
         if (p >= floor_p) out[w->idx[i]] = (float)p, s += (float)p;
@@ -211,9 +204,8 @@ static inline int smp_probs(const smp_params *sp, const float *logits, int n, sm
     return best;
 }
 
-/* A draw from the weights p[n] (need not sum to 1; at least one > 0), by
- * the inverse CDF in increasing id. Returns the id, or -1 if every weight
- * is 0. */
+/* A draw from the weights p[n] (need not sum to 1), by the inverse CDF in
+ * increasing id. Returns the id, or -1 if every weight is 0. */
 static inline int smp_draw(const float *p, int n, smp_rng *r) {
     double s = 0;
     int last = -1;

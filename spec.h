@@ -135,9 +135,7 @@ static inline int spec_prefill(spec_ctx *s, const int *ids, int n) {
         if (s->nq + S + 1 > s->cap && spec_flush(s)) return -1;
         if (done) spec_queue(s, s->vhid, ids[done]); /* the previous chunk's last row */
         float *h = s->hout; /* [S][dim]: free until the next flush */
-        fwd_shared sh = {m, ids + done, S, done, NULL, h, NULL, 0, 0, -1, 0};
-        team_run(&m->team, fwd_worker, &sh);
-        if (sh.rc) return -1;
+        if (fwd_run(m, ids + done, S, done, NULL, h, 0)) return -1;
         memcpy(s->vhid, h + (size_t)(S - 1) * s->dim, (size_t)s->dim * 4);
         for (int j = 0; j + 1 < S; j++) spec_queue(s, h + (size_t)j * s->dim, ids[done + j + 1]);
         done += S;
