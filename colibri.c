@@ -14,6 +14,7 @@
 #include "env.h"
 #include "forward.h"
 #include "json.h"
+#include "kv_persist.h"
 #include "model.h"
 #include "sample.h"
 #include "spec.h"
@@ -465,6 +466,7 @@ typedef struct {
     uint64_t seed;
     spec_opts spec;
     int draft_set; /* DRAFT was given */
+    const char *kv_load, *kv_save, *session;
 } coli_gen;
 
 /* Sampling settings: each knob, or generation_config.json's value when the
@@ -477,6 +479,7 @@ static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     g->spec.k = (int)env_i(e, ENV_DRAFT), g->spec.guard_pct = (int)env_i(e, ENV_DRAFT_GUARD_PCT);
     g->spec.window = (int)env_i(e, ENV_DRAFT_WINDOW), g->spec.pause = (int)env_i(e, ENV_DRAFT_PAUSE);
     g->draft_set = env_v(e, ENV_DRAFT)->set;
+    g->kv_load = env_v(e, ENV_KV_LOAD)->s, g->kv_save = env_v(e, ENV_KV_SAVE)->s, g->session = env_v(e, ENV_SESSION)->s;
     const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
@@ -511,6 +514,7 @@ typedef struct {
     tok_stream st;
     tok_str out;
     int *gen, n, ngen, np;
+    int fed; /* generated tokens fed back (plain decoding) */
     const char *why;
     int failed; /* m->err says why */
 } gen_state;
@@ -530,6 +534,24 @@ static int gen_emit(void *ud, int next) {
     if (g->n >= g->ngen) { g->why = g->n == m->kv.ctx - g->np ? "CTX" : "NGEN"; return 1; }
     if (model_safe_point(m, g->n)) { g->failed = -1; return 1; }
     return 0;
+}
+
+/* Saves the conversation: the prompt's ids (with any resumed ones) and the
+ * generated ids, the KV cache of the positions fed (spec: the verified
+ * ones) and the MTP head's state when it drafted. 0, or -1 (said). */
+static int session_save(coli_model *m, const char *path, uint64_t fp, const tok_ids *ids, const gen_state *gs, const spec_ctx *sc) {
+    char err[600];
+    int n_tok = (int)ids->n + gs->n, n_kv = sc ? sc->pos : (int)ids->n + gs->fed;
+    int *all = (int *)malloc((size_t)n_tok * sizeof(int) + sizeof(int));
+    if (!all) return fprintf(stderr, "colibri: cannot save %s: out of memory\n", path), -1;
+    memcpy(all, ids->ids, ids->n * sizeof(int));
+    memcpy(all + ids->n, gs->gen, (size_t)gs->n * sizeof(int));
+    kvp_mtp k = sc ? spec_state(sc) : (kvp_mtp){0};
+    int rc = kvp_save(m, path, fp, all, n_tok, n_kv, sc ? &k : NULL, err, sizeof err);
+    free(all);
+    if (rc) fprintf(stderr, "colibri: %s\n", err);
+    else fprintf(stderr, "colibri: session: %d tokens saved to %s (%d cached%s)\n", n_tok, path, n_kv, sc ? ", with the MTP head's state" : "");
+    return rc;
 }
 
 /* The speculation summary (DRAFT): drafts, acceptance, tokens per forward
@@ -555,17 +577,36 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
     smp_rng rng;
     spec_ctx sc = {0};
     gen_state gs = {.m = m, .t = t, .why = "NGEN"};
-    int r = g->chat ? tok_chat(t, g->system, g->prompt, g->think, &ids) : tok_encode(t, g->prompt, strlen(g->prompt), &ids);
+    kvp_state ks = {0};
+    const char *load = g->kv_load ? g->kv_load : g->session, *save = g->kv_save ? g->kv_save : g->session;
+    uint64_t fp = load || save ? kvp_fingerprint(m, dir) : 0;
+    int resumed = 0, r;
+    if (load && (r = kvp_load(m, load, fp, &ks, err, sizeof err)) != 0) {
+        if (r < 0 || g->kv_load) { fprintf(stderr, "colibri: %s\n", r < 0 ? err : "KV_LOAD: no such file"); goto done; }
+        fprintf(stderr, "colibri: SESSION=%s: no such file yet; starting the conversation\n", load);
+    } else if (load) {
+        resumed = 1;
+        if (tok_ids_append(&ids, ks.tok, (size_t)ks.n_tok)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    }
+    if (resumed) r = g->chat ? tok_chat_turn(t, g->prompt, g->think, &ids) : tok_encode(t, g->prompt, strlen(g->prompt), &ids);
+    else r = g->chat ? tok_chat(t, g->system, g->prompt, g->think, &ids) : tok_encode(t, g->prompt, strlen(g->prompt), &ids);
     if (r == -2) { tok_chat_check(t, err, sizeof err); fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err); goto done; }
     if (r) { fprintf(stderr, "colibri: out of memory encoding the prompt\n"); goto done; }
-    if (!ids.n) { fprintf(stderr, "colibri: the prompt is empty\n"); goto done; }
+    if ((int)ids.n == ks.n_tok) { fprintf(stderr, "colibri: the prompt is empty\n"); goto done; }
     for (size_t i = 0; i < ids.n; i++)
         if (ids.ids[i] >= c->vocab) { fprintf(stderr, "colibri: %s/tokenizer.json: token id %d is outside the model's vocabulary (%d)\n", dir, ids.ids[i], c->vocab); goto done; }
     if ((int)ids.n >= m->kv.ctx) { fprintf(stderr, "colibri: the prompt has %zu tokens but CTX is %d; raise CTX\n", ids.n, m->kv.ctx); goto done; }
     if (smp_work_alloc(&w, c->vocab)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
     smp_seed(&rng, g->seed);
-    int ngen = g->ngen < m->kv.ctx - (int)ids.n ? g->ngen : m->kv.ctx - (int)ids.n, spec = m->mtp && g->spec.k != 0;
+    int ngen = g->ngen < m->kv.ctx - (int)ids.n ? g->ngen : m->kv.ctx - (int)ids.n, spec = m->mtp && g->spec.k != 0, start = ks.n_kv;
+    if (spec && resumed && !ks.has_mtp) {
+        fprintf(stderr, "colibri: %s holds no MTP drafting state (saved without drafts): this run decodes without speculation\n", load);
+        spec = 0;
+    }
     if (spec && spec_init(&sc, m, &g->spec)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    if (spec && resumed) spec_resume(&sc, &ks);
+    if (resumed)
+        fprintf(stderr, "colibri: session: resumed %d tokens from %s (%d cached); %d new to prefill\n", ks.n_tok, load, ks.n_kv, (int)ids.n - start);
     if (!m->mtp && g->draft_set && g->spec.k)
         fprintf(stderr, "colibri: DRAFT=%d: no MTP layer is loaded (%s); decoding without speculation\n", g->spec.k,
                 !c->n_mtp ? "config.json declares none" : "MTP=0 or the checkpoint lacks it");
@@ -579,9 +620,12 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
     gs.ngen = ngen, gs.np = (int)ids.n;
     if (!(gs.gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)))) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
     double t0 = compat_now();
-    if (spec ? spec_prefill(&sc, ids.ids, (int)ids.n) : fwd_tokens(m, ids.ids, (int)ids.n, 0, NULL)) { fprintf(stderr, "colibri: %s\n", m->err); goto done; }
+    if (spec ? spec_prefill(&sc, ids.ids, (int)ids.n, start) : fwd_tokens(m, ids.ids + start, (int)ids.n - start, start, NULL)) {
+        fprintf(stderr, "colibri: %s\n", m->err);
+        goto done;
+    }
     m->tel.t_prefill = compat_now() - t0;
-    m->tel.prompt_tokens = (int)ids.n;
+    m->tel.prompt_tokens = (int)ids.n - start;
     double t1 = compat_now();
     xs_stats x0;
     xs_stats_get(&m->xs, &x0);
@@ -595,6 +639,8 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
             if (spec_decode(&sc, next, (int)ids.n, ngen - gs.n, &g->sp, &rng, &w, gen_emit, &gs)) gs.failed = -1;
         } else if (!stop && fwd_tokens(m, &next, 1, (int)ids.n + gs.n - 1, NULL))
             gs.failed = -1, stop = 1;
+        else if (!stop)
+            gs.fed++;
     }
     if (gs.failed) { fprintf(stderr, "\ncolibri: %s\n", m->err); goto done; }
     gs.out.n = 0;
@@ -613,9 +659,11 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
         print_spec(&sc, gs.n, x1.bytes_read - x0.bytes_read);
     }
     rc = 0;
+    if (save && session_save(m, save, fp, &ids, &gs, spec ? &sc : NULL)) rc = EXIT_INPUT;
 done:
     free(gs.gen);
     spec_free(&sc);
+    kvp_state_free(&ks);
     tok_ids_free(&ids);
     tok_str_free(&gs.out);
     smp_work_free(&w);

@@ -54,6 +54,12 @@ typedef struct {
         "Random seed for sampling; unset = from the clock (the seed used is printed).") \
     BOOL(TOKENS, "0", \
         "1 = print the prompt and generated token ids on stderr.") \
+    STR(KV_LOAD, NULL, \
+        "Resume a conversation saved by KV_SAVE: its tokens and KV cache are loaded and only the new prompt is prefilled (with the chat template, as a follow-up user turn).") \
+    STR(KV_SAVE, NULL, \
+        "Save the conversation (tokens and KV cache) to this file at the end of the run, atomically, for KV_LOAD or SESSION.") \
+    STR(SESSION, NULL, \
+        "KV_LOAD and KV_SAVE on one file: resumed when it exists, started when it does not, saved at the end.") \
     BOOL(MTP, "1", \
         "1 = load the checkpoint's MTP layer (when config.json declares one) for speculative decoding; 0 = ignore it.") \
     INT(DRAFT, "-1", -1, 16, \

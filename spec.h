@@ -28,6 +28,7 @@
 #define COLI_SPEC_H
 
 #include "forward.h"
+#include "kv_persist.h"
 #include "sample.h"
 
 #define SPEC_MAX_K 16
@@ -65,6 +66,8 @@ typedef struct {
     float *hout;  /* [cap][dim] the MTP layer's output rows */
     int nq, cap;
     int mtp_pos;  /* MTP positions [0, mtp_pos) hold verified entries */
+    int pos, x;   /* decoding: positions [0, pos) cached, x the next token to feed */
+    float *h_last; /* [dim] the main model's hidden row of position pos-1 */
     int paused;   /* tokens left without drafts */
     long win_d, win_a; /* the current window */
     /* test seams (tests/test_spec.c): replace greedy draft j at position
@@ -76,7 +79,7 @@ typedef struct {
 } spec_ctx;
 
 static inline void spec_free(spec_ctx *s) {
-    free(s->vlog), free(s->vhid), free(s->dq), free(s->dlog), free(s->p), free(s->hq), free(s->tq), free(s->hout);
+    free(s->vlog), free(s->vhid), free(s->dq), free(s->dlog), free(s->p), free(s->hq), free(s->tq), free(s->hout), free(s->h_last);
     memset(s, 0, sizeof *s);
 }
 
@@ -92,7 +95,8 @@ static inline int spec_init(spec_ctx *s, coli_model *m, const spec_opts *o) {
     s->vlog = (float *)malloc(K1 * V * 4), s->vhid = (float *)malloc(K1 * D * 4), s->dq = (float *)malloc(SPEC_MAX_K * V * 4);
     s->dlog = (float *)malloc(V * 4), s->p = (float *)malloc(V * 4);
     s->hq = (float *)malloc((size_t)s->cap * D * 4), s->tq = (int *)malloc((size_t)s->cap * sizeof(int)), s->hout = (float *)malloc((size_t)s->cap * D * 4);
-    if (!s->vlog || !s->vhid || !s->dq || !s->dlog || !s->p || !s->hq || !s->tq || !s->hout) {
+    s->h_last = (float *)malloc(D * 4);
+    if (!s->vlog || !s->vhid || !s->dq || !s->dlog || !s->p || !s->hq || !s->tq || !s->hout || !s->h_last) {
         spec_free(s);
         return -1;
     }
@@ -122,14 +126,15 @@ static inline int spec_flush(spec_ctx *s) {
     return 0;
 }
 
-/* Prefill of prompt ids[0..n) in chunks of max_s (the same chunks as
- * fwd_tokens, so the main model's state and logits equal a plain
- * prefill's), queueing each position's MTP row as soon as its next token
- * is known; the last hidden row is left in s->vhid[0] and the last logits
- * in m->sc.logits. 0 or -1 (m->err). */
-static inline int spec_prefill(spec_ctx *s, const int *ids, int n) {
+/* Prefill of ids[start..n) at positions start.. in chunks of max_s (the
+ * same chunks as fwd_tokens, so the main model's state and logits equal a
+ * plain prefill's), queueing each position's MTP row as soon as its next
+ * token is known; the last hidden row is left in s->vhid[0] and the last
+ * logits in m->sc.logits. start > 0 continues a resumed state (spec_resume:
+ * s->vhid[0] holds the hidden row of position start-1). 0 or -1 (m->err). */
+static inline int spec_prefill(spec_ctx *s, const int *ids, int n, int start) {
     coli_model *m = s->m;
-    for (int done = 0; done < n;) {
+    for (int done = start; done < n;) {
         int S = n - done < m->ubatch ? n - done : m->ubatch;
         if (S > m->sc.max_s) S = m->sc.max_s;
         if (s->nq + S + 1 > s->cap && spec_flush(s)) return -1;
@@ -142,6 +147,27 @@ static inline int spec_prefill(spec_ctx *s, const int *ids, int n) {
         if (s->nq >= m->sc.max_s && spec_flush(s)) return -1;
     }
     return 0;
+}
+
+/* The MTP part of a saved state (kv_persist.h) as plain values: the
+ * verified cache [0, mtp_pos) and the rows queued for positions up to
+ * pos-2; the row of position pos-1 is implied by h_last and the token at
+ * pos, which a resumed run feeds again. */
+static inline kvp_mtp spec_state(const spec_ctx *s) {
+    kvp_mtp k;
+    k.mtp_pos = s->mtp_pos < s->pos - 1 ? s->mtp_pos : s->pos - 1;
+    k.nq = s->pos - 1 - k.mtp_pos;
+    if (k.nq > s->nq) k.nq = -1; /* not in step: kvp_save leaves it out */
+    k.hq = s->hq, k.tq = s->tq, k.h_last = s->h_last;
+    return k;
+}
+
+/* Restores a saved MTP part before spec_prefill(..., start = n_kv). */
+static inline void spec_resume(spec_ctx *s, const kvp_state *st) {
+    s->mtp_pos = st->mtp_pos, s->nq = st->nq;
+    memcpy(s->hq, st->hq, (size_t)st->nq * s->dim * 4);
+    memcpy(s->tq, st->tq, (size_t)st->nq * sizeof(int));
+    memcpy(s->vhid, st->h_last, (size_t)s->dim * 4);
 }
 
 /* Chooses draft j's token from s->dlog: the argmax when greedy, else a
@@ -197,9 +223,9 @@ static inline int spec_decode(spec_ctx *s, int x, int pos, int left, const smp_p
     coli_model *m = s->m;
     int V = s->vocab, D = s->dim;
     int toks[SPEC_MAX_K + 1];
-    float *h_last = (float *)malloc((size_t)D * 4);
-    if (!h_last) return model_fail(m, "out of memory");
+    float *h_last = s->h_last;
     memcpy(h_last, s->vhid, (size_t)D * 4);
+    s->pos = pos, s->x = x;
     int rc = 0;
     while (left > 0) {
         int k = s->paused > 0 ? 0 : s->k;
@@ -247,8 +273,8 @@ static inline int spec_decode(spec_ctx *s, int x, int pos, int left, const smp_p
         memcpy(h_last, s->vhid + (size_t)a * D, (size_t)D * 4);
         x = y;
         pos += a + 1;
+        s->pos = pos, s->x = x;
     }
-    free(h_last);
     return rc;
 }
 

@@ -769,6 +769,30 @@ static inline int tok_chat(const tok *t, const char *system, const char *user, i
     return rc;
 }
 
+/* Appends ids[0..n) to out. 0 or -1 (out of memory). */
+static inline int tok_ids_append(tok_ids *out, const int *ids, size_t n) {
+    if (n > SIZE_MAX / sizeof(int) - out->n || tok_grow_((void **)&out->ids, &out->cap, out->n + n, sizeof(int))) return -1;
+    memcpy(out->ids + out->n, ids, n * sizeof(int));
+    out->n += n;
+    return 0;
+}
+
+/* Appends the ids of a follow-up user turn of a conversation whose earlier
+ * turns are already tokenized: "<|user|>" user "<|assistant|>" then
+ * "<think>" or "</think>", as the template renders a later turn (the
+ * previous reply ended where generation stopped: at <|user|>, a stop token
+ * that is never kept, or at the token limit). Returns as tok_chat. */
+static inline int tok_chat_turn(const tok *t, const char *user, int think, tok_ids *out) {
+    if (tok_chat_check(t, NULL, 0)) return -2;
+    size_t n = strlen("<|user|>") + strlen(user ? user : "") + strlen("<|assistant|></think>") + 1;
+    char *buf = (char *)malloc(n);
+    if (!buf) return -1;
+    snprintf(buf, n, "<|user|>%s<|assistant|>%s", user ? user : "", think ? "<think>" : "</think>");
+    int rc = tok_encode(t, buf, strlen(buf), out);
+    free(buf);
+    return rc;
+}
+
 /* ------------------------------------------------------------ load */
 
 static inline void tok_trie_free_(tok_trie_ *tr) {

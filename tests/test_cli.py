@@ -680,6 +680,81 @@ class Speculation(unittest.TestCase):
         self.assertIn("DRAFT=3: no MTP layer is loaded (config.json declares none)", err)
 
 
+class Session(unittest.TestCase):
+    """Conversations across runs (KV_SAVE, KV_LOAD, SESSION; kv_persist.h):
+    a resumed run prefills only the new turn; a speculating run's state
+    resumes with or without drafts to the same tokens; a missing, damaged
+    or foreign state file stops the run with exit 2 and is never
+    overwritten. (tests/test_kv.c checks the bit-exactness of resuming.)"""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        copy_fixture("tiny-glm5-mtp", self.dir)
+        self.kv = os.path.join(self.dir, "chat.coli_kv")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def gen(self, env, d=None, rc_want=0):
+        e = {"TEMP": "0", "NGEN": "10", "TOKENS": "1", "USAGE_SAVE": "0", "DRAFT": "0"}
+        e.update(env)
+        rc, out, err = run(d or self.dir, e)
+        self.assertEqual(rc, rc_want, "%s: %s" % (env, err))
+        return (ids_line(err, "generated tokens") if rc == 0 else None), err
+
+    def test_session_resumes_the_new_turn_only(self):
+        _, err = self.gen({"PROMPT": "First question.", "SESSION": self.kv})
+        self.assertIn("no such file yet", err)
+        self.assertRegex(err, r"session: \d+ tokens saved to .*chat.coli_kv \(\d+ cached\)")
+        self.assertEqual([f for f in os.listdir(self.dir) if ".tmp." in f], [])
+        first = int(err.split("session: ")[1].split(" tokens")[0])
+        ids, err = self.gen({"PROMPT": "Second.", "SESSION": self.kv})
+        self.assertIn("session: resumed %d tokens" % first, err)
+        new = int(err.split(" new to prefill")[0].rsplit("; ", 1)[1])
+        prompt = [l for l in err.splitlines() if l.startswith("colibri: prompt ") and " tok, " in l][0]
+        self.assertEqual(int(prompt.split("prompt ")[1].split(" tok")[0]), new)  # only the new turn was prefilled
+        self.assertLess(new, first)
+        self.assertEqual(len(ids), 10)
+        whole = int(err.split("colibri: prompt ")[1].split(" tokens |")[0])  # the conversation so far
+        self.assertIn("session: %d tokens saved" % (whole + len(ids)), err)
+
+    def test_speculating_state_resumes_either_way(self):
+        self.gen({"PROMPT": "Draft along.", "KV_SAVE": self.kv, "DRAFT": "2"})
+        plain, _ = self.gen({"PROMPT": "More.", "KV_LOAD": self.kv, "DRAFT": "0"})
+        spec, err = self.gen({"PROMPT": "More.", "KV_LOAD": self.kv, "DRAFT": "3"})
+        self.assertIn("speculation:", err)
+        self.assertEqual(plain, spec)
+        self.gen({"PROMPT": "Draft along.", "KV_SAVE": self.kv, "DRAFT": "0"})
+        spec, err = self.gen({"PROMPT": "More.", "KV_LOAD": self.kv, "DRAFT": "2"})
+        self.assertIn("holds no MTP drafting state", err)
+        self.assertEqual(plain, spec)
+
+    def test_bad_state_files_stop_the_run_and_are_kept(self):
+        _, err = self.gen({"PROMPT": "x", "KV_LOAD": self.kv}, rc_want=2)
+        self.assertIn("KV_LOAD: no such file", err)
+        self.gen({"PROMPT": "Keep me.", "SESSION": self.kv})
+        with open(self.kv, "rb") as f:
+            good = f.read()
+        for name, data in (("truncated", good[:-9]), ("flipped", good[:100] + bytes([good[100] ^ 1]) + good[101:]), ("empty", b"")):
+            with open(self.kv, "wb") as f:
+                f.write(data)
+            _, err = self.gen({"PROMPT": "Next.", "SESSION": self.kv}, rc_want=2)
+            self.assertIn(self.kv, err, name)
+            with open(self.kv, "rb") as f:
+                self.assertEqual(f.read(), data, name)  # never overwritten
+        with open(self.kv, "wb") as f:
+            f.write(good)
+        other = tempfile.mkdtemp()
+        try:
+            copy_fixture("tiny-glm5", other)
+            _, err = self.gen({"PROMPT": "Next.", "KV_LOAD": self.kv}, d=other, rc_want=2)
+            self.assertIn("saved by another model", err)
+        finally:
+            shutil.rmtree(other)
+        _, err = self.gen({"PROMPT": "x", "KV_SAVE": os.path.join(self.dir, "no", "such", "dir.kv")}, rc_want=2)
+        self.assertIn("cannot create", err)
+
+
 class Refusals(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp()

@@ -197,6 +197,65 @@ class History(unittest.TestCase):
         self.assertEqual(self.leftovers(), [])
 
 
+class SessionFile(unittest.TestCase):
+    """A conversation's state (KV_SAVE) under write faults and kills: the
+    old file whole, or the complete new one; never a mix, and a later run
+    sweeps a dead writer's temporary."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        copy_fixture("tiny-glm5", self.dir)
+        self.path = os.path.join(self.dir, "chat.coli_kv")
+        self.env = {"PIN": "0", "THREADS": "1", "USAGE_SAVE": "0", "TEMP": "0", "NGEN": "4", "KV_SAVE": self.path}
+        rc, _, err = run([FAULT, self.dir], dict(self.env, PROMPT="old"))
+        self.assertEqual(rc, 0, err)
+        self.old = self.read()
+        self.env["PROMPT"] = "new"
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def read(self):
+        with open(self.path, "rb") as f:
+            return f.read()
+
+    def restore(self):
+        with open(self.path, "wb") as f:
+            f.write(self.old)
+
+    def leftovers(self):
+        return [f for f in os.listdir(self.dir) if ".tmp." in f]
+
+    def test_write_faults_keep_the_old_state(self):
+        rc, out, c = counts([FAULT, self.dir], self.env)
+        new = self.read()
+        self.assertNotEqual(new, self.old)
+        self.assertGreater(c["write"], 0)
+        for n in range(1, c["write"] + 1):
+            self.restore()
+            rc, out, err = run([FAULT, self.dir], dict(self.env, XFAULT="write:%d:eio" % n))
+            if rc == 0:  # a write before the save (the text on stdout)
+                self.assertEqual(self.read(), new, n)
+                continue
+            self.assertEqual(rc, 2, err)
+            self.assertIn("cannot write", err)
+            self.assertEqual(self.read(), self.old, "write %d" % n)
+            self.assertEqual(self.leftovers(), [])
+
+    def test_kill_at_every_step(self):
+        self.restore()
+        rc, out, c = counts([FAULT, self.dir], self.env)
+        new = self.read()
+        for n in range(1, c["step"] + 1):
+            self.restore()
+            rc, out, err = run([FAULT, self.dir], dict(self.env, XFAULT="kill:%d" % n))
+            self.assertEqual(rc, -signal.SIGKILL, err)
+            self.assertIn(self.read(), (self.old, new), "kill at step %d" % n)
+        rc, out, err = run([FAULT, self.dir], self.env)  # sweeps what the killed writers left
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.leftovers(), [])
+
+
 class Converter(unittest.TestCase):
     """colibri-convert under write faults and kills: nothing under a final
     name ever differs from a clean conversion; a rerun finishes the job."""

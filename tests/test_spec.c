@@ -74,7 +74,7 @@ static int spec_gen(spec_ctx *s, const int *ids, int np, int n, const smp_params
     smp_work_alloc(&w, s->m->c.vocab);
     smp_seed(&r, seed);
     sink k = {out, 0, n};
-    int rc = spec_prefill(s, ids, np);
+    int rc = spec_prefill(s, ids, np, 0);
     if (!rc) {
         int x = smp_sample(sp, s->m->sc.logits, s->m->c.vocab, &r, &w);
         if (!sink_put(&k, x)) rc = spec_decode(s, x, np, n - 1, sp, &r, &w, sink_put, &k);
@@ -162,7 +162,7 @@ static void test_rollback(void) {
     CHECK(spec_flush(&s) == 0);
     int L = np + 60 - 1; /* positions in a's main cache: the last token was never fed */
     memcpy(ids + np, out, 59 * sizeof(int));
-    CHECK(spec_prefill(&t, ids, L) == 0 && spec_flush(&t) == 0);
+    CHECK(spec_prefill(&t, ids, L, 0) == 0 && spec_flush(&t) == 0);
     for (int l = 0; l < a.c.n_layers; l++) CHECK(kv_diff(&a, &b, l, L) == 0);
     int nm = s.mtp_pos < t.mtp_pos ? s.mtp_pos : t.mtp_pos;
     CHECK(nm >= L - 2);
@@ -214,7 +214,7 @@ static void sample_counts(coli_model *m, spec_ctx *s, const int *ids, int np, co
     memset(c3, 0, (size_t)V * sizeof(int));
     if (s) {
         s->nq = 0, s->mtp_pos = 0;
-        rc = spec_prefill(s, ids, np);
+        rc = spec_prefill(s, ids, np, 0);
         nq = s->nq;
         memcpy(h, s->vhid, (size_t)D * 4);
     } else

@@ -1,0 +1,341 @@
+/* kv_persist.h — a conversation's per-position state in a .coli_kv file,
+ * so that a later run (KV_LOAD, SESSION) prefills only the new tokens.
+ *
+ * Layout (little-endian, no padding; KVP_VERSION 1):
+ *   header   "COLIKV\r\n", u32 version, u32 flags (KVP_F_MTP),
+ *            u64 model fingerprint (kvp_fingerprint),
+ *            u32 n_tok, n_kv, n_layers, kv_lora, qk_rope, index_dim, n_full,
+ *            dim, mtp_pos, mtp_nq, mtp_full, reserved (0)
+ *   i32      tok[n_tok]                 the conversation so far
+ *   f32      per main layer: latent [n_kv][kv_lora], rope key [n_kv][qk_rope]
+ *   f32      per main full-indexer layer: indexer keys [n_kv][index_dim]
+ *   KVP_F_MTP (the MTP head was drafting): the MTP layer's latent and rope
+ *            key [mtp_pos][..] (+ indexer keys when mtp_full), the rows
+ *            queued for it (hidden [mtp_nq][dim], token [mtp_nq]) and the
+ *            hidden row of position n_kv-1, h_last [dim]; the queue covers
+ *            positions mtp_pos .. n_kv-2 (mtp_pos + mtp_nq = n_kv - 1)
+ *   u64      FNV-1a 64 of every byte before it
+ * Positions [0, n_kv) have cached state; tokens [n_kv, n_tok) were produced
+ * but not yet fed (the last generated token) and are fed on resume.
+ *
+ * Written to a temporary name beside the file, fsync'd and renamed, so a
+ * crash leaves the old file or the whole new one. Read in bounded pieces
+ * straight into the KV cache; used only when the magic, version,
+ * fingerprint, every dimension, the lengths (against the model's context)
+ * and the checksum agree. Prefix: kvp_. Must not: read the environment,
+ * print, or keep state between calls. */
+#ifndef COLI_KV_PERSIST_H
+#define COLI_KV_PERSIST_H
+
+#include "model.h"
+
+#include <dirent.h>
+#include <signal.h>
+
+#define KVP_MAGIC "COLIKV\r\n"
+#define KVP_VERSION 1u
+#define KVP_F_MTP 1u
+#define KVP_HEADER_BYTES 72 /* 8 + 4 + 4 + 8 + 12 x 4 */
+
+typedef struct {
+    uint32_t version, flags;
+    uint64_t fingerprint;
+    uint32_t n_tok, n_kv, n_layers, kv_lora, qk_rope, index_dim, n_full, dim, mtp_pos, mtp_nq, mtp_full, reserved;
+} kvp_header;
+
+/* The MTP head's part of the state (spec.h), as plain values. */
+typedef struct {
+    int mtp_pos, nq;
+    const float *hq; /* [nq][dim] */
+    const int *tq;   /* [nq] */
+    const float *h_last; /* [dim] */
+} kvp_mtp;
+
+/* What kvp_load hands back (kvp_state_free releases it). */
+typedef struct {
+    int *tok;
+    int n_tok, n_kv;
+    int has_mtp; /* the file's MTP part was loaded into the model's MTP cache */
+    int mtp_pos, nq;
+    float *hq, *h_last;
+    int *tq;
+} kvp_state;
+
+static inline void kvp_state_free(kvp_state *s) {
+    free(s->tok), free(s->hq), free(s->h_last), free(s->tq);
+    memset(s, 0, sizeof *s);
+}
+
+static inline uint64_t kvp_fnv_(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+#define KVP_FNV0 0xcbf29ce484222325ull
+
+/* The model's identity: config.json's bytes, every tensor's name, dtype,
+ * shape, shard and offsets, and each shard's size. Two checkpoints that
+ * differ in any of these never share a state. 0 when config.json cannot be
+ * read (then nothing matches). */
+static inline uint64_t kvp_fingerprint(const coli_model *m, const char *dir) {
+    char path[4096];
+    size_t len;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *cfg = compat_read_file(path, 16u << 20, &len);
+    if (!cfg) return 0;
+    uint64_t h = kvp_fnv_(KVP_FNV0, cfg, len);
+    free(cfg);
+    for (int i = 0; i < m->st.nt; i++) {
+        const st_tensor *t = &m->st.t[i];
+        int64_t v[4 + ST_MAX_RANK] = {t->file, t->dtype, t->ndim, (int64_t)t->off};
+        for (int d = 0; d < t->ndim && d < ST_MAX_RANK; d++) v[4 + d] = t->shape[d];
+        h = kvp_fnv_(h, t->name, strlen(t->name) + 1);
+        h = kvp_fnv_(h, v, sizeof v);
+        h = kvp_fnv_(h, &t->nbytes, sizeof t->nbytes);
+    }
+    for (int f = 0; f < m->st.nfiles; f++) h = kvp_fnv_(h, &m->st.files[f].size, sizeof m->st.files[f].size);
+    return h ? h : 1;
+}
+
+static inline int kvp_fail_(char *err, size_t n, const char *path, const char *fmt, ...) {
+    char msg[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(err, n, "%s: %s", path, msg);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+typedef struct {
+    int fd;
+    uint64_t h, off;
+    int failed;
+} kvp_out_;
+
+static inline void kvp_put_(kvp_out_ *o, const void *p, size_t n) {
+    if (o->failed || !n) return;
+    o->h = kvp_fnv_(o->h, p, n);
+    if (compat_write_full(o->fd, p, n)) o->failed = errno ? errno : EIO;
+    o->off += n;
+}
+
+/* Rows [0, n) of each layer's caches in `layers` (main: [0, n_layers); or
+ * the MTP layer alone). */
+static inline void kvp_put_layers_(kvp_out_ *o, const coli_model *m, int l0, int l1, int n) {
+    const coli_config *c = &m->c;
+    for (int l = l0; l < l1; l++) {
+        kvp_put_(o, m->kv.lat + (size_t)l * m->kv.ctx * c->kv_lora, (size_t)n * c->kv_lora * 4);
+        kvp_put_(o, m->kv.rope + (size_t)l * m->kv.ctx * c->qk_rope, (size_t)n * c->qk_rope * 4);
+    }
+    for (int l = l0; l < l1; l++)
+        if (c->idx_full[l]) kvp_put_(o, m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * c->index_dim, (size_t)n * c->index_dim * 4);
+}
+
+static inline void kvp_header_bytes_(const kvp_header *h, uint8_t *b) {
+    memcpy(b, KVP_MAGIC, 8);
+    memcpy(b + 8, &h->version, 4);
+    memcpy(b + 12, &h->flags, 4);
+    memcpy(b + 16, &h->fingerprint, 8);
+    memcpy(b + 24, &h->n_tok, 12 * 4); /* n_tok .. reserved are consecutive u32s */
+}
+
+static inline int kvp_main_full_(const coli_config *c) {
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) n += c->idx_full[l];
+    return n;
+}
+
+/* Removes <path>.tmp.<pid> files whose writer is no longer running (a run
+ * killed mid-save); a live writer's temporary is left alone. */
+static inline void kvp_sweep_(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096], prefix[512];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    snprintf(prefix, sizeof prefix, "%s.tmp.", slash ? slash + 1 : path);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+        char *end;
+        long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char full[4700];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        unlink(full);
+    }
+    closedir(d);
+}
+
+/* Saves tokens tok[0..n_tok) with the model's caches of positions
+ * [0, n_kv) (and the MTP part when mtp is given) to path, atomically.
+ * 0, or -1 with err naming the file. */
+static inline int kvp_save(const coli_model *m, const char *path, uint64_t fp, const int *tok, int n_tok, int n_kv, const kvp_mtp *mtp,
+                           char *err, size_t errlen) {
+    const coli_config *c = &m->c;
+    if (n_kv < 0 || n_kv > n_tok || n_kv > m->kv.ctx) return kvp_fail_(err, errlen, path, "nothing consistent to save (%d tokens, %d cached)", n_tok, n_kv);
+    if (mtp && (mtp->mtp_pos < 0 || mtp->nq < 0 || mtp->mtp_pos + mtp->nq != n_kv - 1)) mtp = NULL; /* not in step: leave it out */
+    kvp_header h = {KVP_VERSION, mtp ? KVP_F_MTP : 0, fp, (uint32_t)n_tok, (uint32_t)n_kv, (uint32_t)c->n_layers, (uint32_t)c->kv_lora,
+                    (uint32_t)c->qk_rope, (uint32_t)c->index_dim, (uint32_t)kvp_main_full_(c), (uint32_t)c->dim,
+                    mtp ? (uint32_t)mtp->mtp_pos : 0, mtp ? (uint32_t)mtp->nq : 0, mtp ? c->idx_full[c->n_layers] : 0, 0};
+    size_t pl = strlen(path);
+    char *tmp = (char *)malloc(pl + 32);
+    if (!tmp) return kvp_fail_(err, errlen, path, "out of memory");
+    snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
+    kvp_sweep_(path);
+    unlink(tmp);
+    kvp_out_ o = {open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), KVP_FNV0, 0, 0};
+    if (o.fd < 0) {
+        int e = errno;
+        free(tmp);
+        return kvp_fail_(err, errlen, path, "cannot create %s.tmp.*: %s", path, strerror(e));
+    }
+    uint8_t hb[KVP_HEADER_BYTES];
+    kvp_header_bytes_(&h, hb);
+    kvp_put_(&o, hb, sizeof hb);
+    kvp_put_(&o, tok, (size_t)n_tok * 4);
+    kvp_put_layers_(&o, m, 0, c->n_layers, n_kv);
+    if (mtp) {
+        kvp_put_layers_(&o, m, c->n_layers, c->n_layers + 1, mtp->mtp_pos);
+        kvp_put_(&o, mtp->hq, (size_t)mtp->nq * c->dim * 4);
+        kvp_put_(&o, mtp->tq, (size_t)mtp->nq * 4);
+        kvp_put_(&o, mtp->h_last, (size_t)c->dim * 4);
+    }
+    uint64_t sum = o.h;
+    kvp_put_(&o, &sum, 8);
+    int e = o.failed ? o.failed : fsync(o.fd) ? errno : 0;
+    if (close(o.fd) && !e) e = errno;
+    if (!e && rename(tmp, path)) e = errno;
+    if (e) unlink(tmp);
+    free(tmp);
+    return e ? kvp_fail_(err, errlen, path, "cannot write: %s (the previous file, if any, is unchanged)", strerror(e)) : 0;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+typedef struct {
+    int fd;
+    uint64_t h, off, size;
+} kvp_in_;
+
+/* Reads n bytes at the cursor into p (NULL: read and discard). 0 or -1. */
+static inline int kvp_get_(kvp_in_ *in, void *p, size_t n) {
+    uint8_t buf[1 << 16];
+    while (n) {
+        size_t k = p ? n : (n < sizeof buf ? n : sizeof buf);
+        uint8_t *dst = p ? (uint8_t *)p : buf;
+        if (in->off + k > in->size || compat_pread_full(in->fd, dst, k, in->off)) return -1;
+        in->h = kvp_fnv_(in->h, dst, k);
+        in->off += k, n -= k;
+        if (p) break;
+    }
+    return 0;
+}
+
+static inline int kvp_get_layers_(kvp_in_ *in, coli_model *m, int l0, int l1, int n, int keep) {
+    const coli_config *c = &m->c;
+    for (int l = l0; l < l1; l++) {
+        if (kvp_get_(in, keep ? m->kv.lat + (size_t)l * m->kv.ctx * c->kv_lora : NULL, (size_t)n * c->kv_lora * 4)) return -1;
+        if (kvp_get_(in, keep ? m->kv.rope + (size_t)l * m->kv.ctx * c->qk_rope : NULL, (size_t)n * c->qk_rope * 4)) return -1;
+    }
+    for (int l = l0; l < l1; l++)
+        if (c->idx_full[l] && kvp_get_(in, keep ? m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * c->index_dim : NULL, (size_t)n * c->index_dim * 4))
+            return -1;
+    return 0;
+}
+
+/* Checks a header against the model and the file's size. 0 or -1 (err). */
+static inline int kvp_check_(const coli_model *m, const char *path, const kvp_header *h, uint64_t fp, uint64_t size, char *err, size_t errlen) {
+    const coli_config *c = &m->c;
+    if (h->version != KVP_VERSION)
+        return kvp_fail_(err, errlen, path, "format version %u, this colibri reads version %u", h->version, KVP_VERSION);
+    if (h->fingerprint != fp) return kvp_fail_(err, errlen, path, "saved by another model (its config.json or tensors differ from this one's)");
+    if (h->n_layers != (uint32_t)c->n_layers || h->kv_lora != (uint32_t)c->kv_lora || h->qk_rope != (uint32_t)c->qk_rope ||
+        h->index_dim != (uint32_t)c->index_dim || h->n_full != (uint32_t)kvp_main_full_(c) || h->dim != (uint32_t)c->dim)
+        return kvp_fail_(err, errlen, path, "its dimensions do not match this model's");
+    if ((h->flags & ~KVP_F_MTP) || h->reserved || h->mtp_full > 1) return kvp_fail_(err, errlen, path, "unknown flags");
+    if (h->n_tok < 1 || h->n_kv > h->n_tok || h->n_tok >= (uint32_t)m->kv.ctx)
+        return kvp_fail_(err, errlen, path, "%u tokens (%u cached) do not fit CTX=%d with room to continue", h->n_tok, h->n_kv, m->kv.ctx);
+    int mtp = (h->flags & KVP_F_MTP) != 0;
+    if (mtp && (h->n_kv < 1 || (uint64_t)h->mtp_pos + h->mtp_nq != (uint64_t)h->n_kv - 1))
+        return kvp_fail_(err, errlen, path, "its MTP part is inconsistent");
+    if (!mtp && (h->mtp_pos || h->mtp_nq || h->mtp_full)) return kvp_fail_(err, errlen, path, "its MTP fields are set without an MTP part");
+    uint64_t per = (uint64_t)h->n_layers * (h->kv_lora + h->qk_rope) + (uint64_t)h->n_full * h->index_dim;
+    uint64_t want = KVP_HEADER_BYTES + 4ull * h->n_tok + 4ull * per * h->n_kv + 8;
+    if (mtp) want += 4ull * h->mtp_pos * (h->kv_lora + h->qk_rope + h->mtp_full * h->index_dim) + 4ull * h->mtp_nq * (h->dim + 1) + 4ull * h->dim;
+    if (size != want)
+        return kvp_fail_(err, errlen, path, "%llu bytes, expected %llu for its header (truncated or padded)", (unsigned long long)size,
+                         (unsigned long long)want);
+    return 0;
+}
+
+/* Loads path into the model's caches and st. Returns 0, 1 when there is no
+ * such file, or -1 with err naming the file and the reason (nothing of it
+ * may be used; the caches may hold part of it). */
+static inline int kvp_load(coli_model *m, const char *path, uint64_t fp, kvp_state *st, char *err, size_t errlen) {
+    const coli_config *c = &m->c;
+    memset(st, 0, sizeof *st);
+    int fd = compat_open_regular(path, 0);
+    if (fd < 0) {
+        if (errno == ENOENT) return 1;
+        return kvp_fail_(err, errlen, path, "cannot open: %s", compat_strerror(errno));
+    }
+    int64_t size = compat_file_size(fd);
+    kvp_in_ in = {fd, KVP_FNV0, 0, size < 0 ? 0 : (uint64_t)size};
+    uint8_t hb[KVP_HEADER_BYTES];
+    kvp_header h;
+    int rc = -1;
+    if (kvp_get_(&in, hb, sizeof hb) || memcmp(hb, KVP_MAGIC, 8)) {
+        kvp_fail_(err, errlen, path, "not a colibri KV state (bad magic or shorter than its header)");
+        goto out;
+    }
+    memcpy(&h.version, hb + 8, 4), memcpy(&h.flags, hb + 12, 4), memcpy(&h.fingerprint, hb + 16, 8), memcpy(&h.n_tok, hb + 24, 12 * 4);
+    if (kvp_check_(m, path, &h, fp, in.size, err, errlen)) goto out;
+    int mtp_file = (h.flags & KVP_F_MTP) != 0, mtp = mtp_file && m->mtp && h.mtp_full == c->idx_full[c->n_layers];
+    st->tok = (int *)malloc((size_t)h.n_tok * 4);
+    if (mtp) {
+        st->hq = (float *)malloc((size_t)h.mtp_nq * c->dim * 4 + 4), st->tq = (int *)malloc((size_t)h.mtp_nq * 4 + 4);
+        st->h_last = (float *)malloc((size_t)c->dim * 4);
+    }
+    if (!st->tok || (mtp && (!st->hq || !st->tq || !st->h_last))) {
+        kvp_fail_(err, errlen, path, "out of memory");
+        goto out;
+    }
+    if (kvp_get_(&in, st->tok, (size_t)h.n_tok * 4) || kvp_get_layers_(&in, m, 0, c->n_layers, (int)h.n_kv, 1)) goto short_;
+    if (mtp_file) { /* read (and check) it even when this run does not use it */
+        if (kvp_get_layers_(&in, m, c->n_layers, c->n_layers + mtp, (int)h.mtp_pos, 1) ||
+            (!mtp && kvp_get_(&in, NULL, 4ull * h.mtp_pos * (h.kv_lora + h.qk_rope + h.mtp_full * h.index_dim))) ||
+            kvp_get_(&in, mtp ? st->hq : NULL, (size_t)h.mtp_nq * c->dim * 4) || kvp_get_(&in, mtp ? st->tq : NULL, (size_t)h.mtp_nq * 4) ||
+            kvp_get_(&in, mtp ? st->h_last : NULL, (size_t)c->dim * 4))
+            goto short_;
+    }
+    uint64_t want = in.h, got;
+    if (kvp_get_(&in, &got, 8)) goto short_;
+    if (got != want) {
+        kvp_fail_(err, errlen, path, "checksum mismatch (the file is damaged)");
+        goto out;
+    }
+    for (uint32_t i = 0; i < h.n_tok; i++)
+        if (st->tok[i] < 0 || st->tok[i] >= c->vocab) {
+            kvp_fail_(err, errlen, path, "token %u is %d, outside the vocabulary (%d)", i, st->tok[i], c->vocab);
+            goto out;
+        }
+    for (uint32_t i = 0; mtp && i < h.mtp_nq; i++)
+        if (st->tq[i] < 0 || st->tq[i] >= c->vocab) {
+            kvp_fail_(err, errlen, path, "a queued MTP token is outside the vocabulary");
+            goto out;
+        }
+    st->n_tok = (int)h.n_tok, st->n_kv = (int)h.n_kv, st->has_mtp = mtp, st->mtp_pos = (int)h.mtp_pos, st->nq = (int)h.mtp_nq;
+    rc = 0;
+    goto out;
+short_:
+    kvp_fail_(err, errlen, path, "cannot read it whole (truncated, or a read error)");
+out:
+    close(fd);
+    if (rc) kvp_state_free(st);
+    return rc;
+}
+
+#endif

@@ -1,0 +1,256 @@
+/* test_kv.c — conversations saved and resumed (kv_persist.h): a state
+ * saved after a first turn and loaded into a fresh model continues with the
+ * same logits, caches and tokens bit for bit as the process that never
+ * stopped, with plain decoding and with MTP drafts (whose queued rows and
+ * cache are part of the state); a small state file truncated at every byte,
+ * with any one byte changed, from another model or another version, or not
+ * a regular file, is refused with a message naming the file. */
+#define COLI_NO_MAIN
+#include "../colibri.c"
+
+#include "check.h"
+
+static const char *FIX5 = "tests/fixtures/tiny-glm5", *FIXM = "tests/fixtures/tiny-glm5-mtp", *FIX52 = "tests/fixtures/tiny-glm52";
+
+static int load(coli_model *m, const char *dir) {
+    coli_opts o;
+    memset(&o, 0, sizeof o);
+    o.ctx = 256, o.ubatch = 512, o.absorb = -1, o.mtp = 1;
+    o.pin = PIN_OFF, o.pin_gb = -1, o.quiet = 1;
+    o.io.mode = IO_SYNC, o.io.workers = 2, o.io.weight[0] = 1;
+    if (model_open(m, dir) || model_setup(m, &o, NULL)) {
+        fprintf(stderr, "load %s: %s\n", dir, m->err);
+        return -1;
+    }
+    return 0;
+}
+
+/* A scratch path: in memory (/dev/shm) where there is one, since the
+ * hostile-file test writes a few thousand small files. */
+static void tmpname(char *buf, size_t n, const char *what) {
+    struct stat st;
+    const char *d = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(buf, n, "%s/colibri-test-kv-%ld-%s", d, (long)getpid(), what);
+}
+
+/* The first turn: 12 prompt tokens, then 6 greedy tokens of which the
+ * first 5 were fed (the last is left for the next turn, as a run that hit
+ * NGEN leaves it). tok gets the 18 ids; returns the cached count (17). */
+static int first_turn(coli_model *m, int *tok) {
+    for (int i = 0; i < 12; i++) tok[i] = (i * 37 + 11) % m->c.vocab;
+    if (fwd_tokens(m, tok, 12, 0, NULL)) return -1;
+    for (int i = 0; i < 6; i++) {
+        tok[12 + i] = argmax(m->sc.logits, m->c.vocab);
+        if (i < 5 && fwd_tokens(m, &tok[12 + i], 1, 12 + i, NULL)) return -1;
+    }
+    return 17;
+}
+
+/* The second turn from cached count n_kv: feeds tok[n_kv..18) and 7 new
+ * ids, then 8 greedy tokens into out; logits of the turn's last prompt
+ * position to lg. */
+static int second_turn(coli_model *m, int *tok, int n_kv, float *lg, int *out) {
+    for (int i = 0; i < 7; i++) tok[18 + i] = (i * 53 + 5) % m->c.vocab;
+    if (fwd_tokens(m, tok + n_kv, 25 - n_kv, n_kv, NULL)) return -1;
+    memcpy(lg, m->sc.logits, (size_t)m->c.vocab * 4);
+    for (int i = 0; i < 8; i++) {
+        out[i] = argmax(m->sc.logits, m->c.vocab);
+        if (fwd_tokens(m, &out[i], 1, 25 + i, NULL)) return -1;
+    }
+    return 0;
+}
+
+static void test_resume_plain(void) {
+    static coli_model a, b;
+    char path[256], err[600];
+    tmpname(path, sizeof path, "plain");
+    if (load(&a, FIX5) || load(&b, FIX5)) { CHECK(0); return; }
+    int tok[64], tok2[64], outa[8], outb[8];
+    float *la = malloc((size_t)a.c.vocab * 4), *lb = malloc((size_t)a.c.vocab * 4);
+    uint64_t fp = kvp_fingerprint(&a, FIX5);
+    CHECK(fp != 0 && fp == kvp_fingerprint(&b, FIX5));
+    int n_kv = first_turn(&a, tok);
+    CHECK(n_kv == 17 && kvp_save(&a, path, fp, tok, 18, n_kv, NULL, err, sizeof err) == 0);
+    CHECK(second_turn(&a, tok, n_kv, la, outa) == 0);
+    kvp_state st;
+    CHECK(kvp_load(&b, path, fp, &st, err, sizeof err) == 0);
+    CHECK(st.n_tok == 18 && st.n_kv == 17 && !st.has_mtp && !memcmp(st.tok, tok, 18 * sizeof(int)));
+    memcpy(tok2, st.tok, 18 * sizeof(int));
+    CHECK(second_turn(&b, tok2, st.n_kv, lb, outb) == 0);
+    CHECK(!memcmp(la, lb, (size_t)a.c.vocab * 4)); /* bit for bit */
+    CHECK(!memcmp(outa, outb, sizeof outa));
+    kvp_state_free(&st);
+    unlink(path);
+    free(la), free(lb);
+    model_free(&a), model_free(&b);
+}
+
+/* With MTP drafts: the state after a speculative first turn (spec_state),
+ * restored through the file, continues exactly as restoring it in memory,
+ * and gives plain greedy decoding's tokens. */
+typedef struct {
+    int *t, n, max;
+} kv_sink_t;
+
+static int kv_sink(void *ud, int tok) {
+    kv_sink_t *k = (kv_sink_t *)ud;
+    k->t[k->n++] = tok;
+    return k->n >= k->max;
+}
+
+static int spec_turn(spec_ctx *s, const int *ids, int n, int start, int ngen, int *out) {
+    smp_params greedy = {0, 0, 1, 0};
+    smp_work w;
+    smp_rng r;
+    smp_work_alloc(&w, s->m->c.vocab);
+    smp_seed(&r, 1);
+    int rc = spec_prefill(s, ids, n, start);
+    kv_sink_t k = {out, 0, ngen};
+    if (!rc) {
+        out[k.n++] = smp_sample(&greedy, s->m->sc.logits, s->m->c.vocab, &r, &w);
+        rc = spec_decode(s, out[0], n, ngen - 1, &greedy, &r, &w, kv_sink, &k);
+    }
+    smp_work_free(&w);
+    return rc;
+}
+
+static void test_resume_spec(void) {
+    static coli_model a, b, p;
+    char path[256], err[600];
+    tmpname(path, sizeof path, "spec");
+    if (load(&a, FIXM) || load(&b, FIXM) || load(&p, FIXM)) { CHECK(0); return; }
+    CHECK(a.mtp == 1);
+    uint64_t fp = kvp_fingerprint(&a, FIXM);
+    spec_ctx sa, sb;
+    spec_opts so = {3, 0, 24, 256};
+    CHECK(spec_init(&sa, &a, &so) == 0 && spec_init(&sb, &b, &so) == 0);
+    int ids[128], ids_b[128], t1[10], t2a[12], t2b[12], plain[32];
+    for (int i = 0; i < 14; i++) ids[i] = (i * 29 + 3) % a.c.vocab;
+    CHECK(spec_turn(&sa, ids, 14, 0, 10, t1) == 0);
+    memcpy(ids + 14, t1, sizeof t1);
+    int n1 = 24, pos = sa.pos;
+    CHECK(pos >= 14 && pos <= n1);
+    kvp_mtp k = spec_state(&sa);
+    CHECK(k.nq >= 0);
+    CHECK(kvp_save(&a, path, fp, ids, n1, pos, &k, err, sizeof err) == 0);
+    /* in memory: what a resumed run restores */
+    kvp_state mem = {0};
+    mem.mtp_pos = k.mtp_pos, mem.nq = k.nq;
+    mem.hq = malloc((size_t)(k.nq + 1) * a.c.dim * 4), mem.tq = malloc((size_t)(k.nq + 1) * sizeof(int)), mem.h_last = malloc((size_t)a.c.dim * 4);
+    memcpy(mem.hq, k.hq, (size_t)k.nq * a.c.dim * 4), memcpy(mem.tq, k.tq, (size_t)k.nq * sizeof(int)), memcpy(mem.h_last, k.h_last, (size_t)a.c.dim * 4);
+    spec_resume(&sa, &mem);
+    for (int i = 0; i < 6; i++) ids[n1 + i] = (i * 41 + 7) % a.c.vocab;
+    CHECK(spec_turn(&sa, ids, n1 + 6, pos, 12, t2a) == 0);
+    /* through the file, into a fresh model */
+    kvp_state st;
+    CHECK(kvp_load(&b, path, fp, &st, err, sizeof err) == 0);
+    CHECK(st.has_mtp && st.n_kv == pos && st.n_tok == n1 && st.mtp_pos == k.mtp_pos && st.nq == k.nq);
+    memcpy(ids_b, st.tok, (size_t)n1 * sizeof(int));
+    memcpy(ids_b + n1, ids + n1, 6 * sizeof(int));
+    spec_resume(&sb, &st);
+    CHECK(spec_turn(&sb, ids_b, n1 + 6, st.n_kv, 12, t2b) == 0);
+    CHECK(!memcmp(t2a, t2b, sizeof t2a));
+    CHECK(!memcmp(a.sc.logits, b.sc.logits, (size_t)a.c.vocab * 4));
+    CHECK(sa.mtp_pos == sb.mtp_pos && sa.nq == sb.nq);
+    for (int l = 0; l <= a.c.n_layers; l++) {
+        int n = l < a.c.n_layers ? sb.pos : sb.mtp_pos;
+        size_t kl = (size_t)l * a.kv.ctx * a.c.kv_lora, kr = (size_t)l * a.kv.ctx * a.c.qk_rope;
+        CHECK(!memcmp(a.kv.lat + kl, b.kv.lat + kl, (size_t)n * a.c.kv_lora * 4));
+        CHECK(!memcmp(a.kv.rope + kr, b.kv.rope + kr, (size_t)n * a.c.qk_rope * 4));
+    }
+    /* and plain greedy decoding of the whole conversation agrees */
+    CHECK(fwd_tokens(&p, ids, n1 + 6, 0, NULL) == 0);
+    for (int i = 0; i < 12; i++) {
+        plain[i] = argmax(p.sc.logits, p.c.vocab);
+        CHECK(fwd_tokens(&p, &plain[i], 1, n1 + 6 + i, NULL) == 0);
+    }
+    CHECK(!memcmp(plain, t2a, sizeof t2a));
+    /* a model that does not load the MTP head reads the file and ignores that part */
+    kvp_state_free(&st);
+    kvp_state_free(&mem);
+    spec_free(&sa), spec_free(&sb);
+    unlink(path);
+    model_free(&a), model_free(&b), model_free(&p);
+}
+
+/* ------------------------------------------------------------ hostile files */
+
+static char *slurp(const char *path, size_t *n) { return compat_read_file(path, 1 << 24, n); }
+
+static void spit(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+static void test_hostile(void) {
+    static coli_model m, o;
+    char path[256], bad[256], err[600];
+    tmpname(path, sizeof path, "good"), tmpname(bad, sizeof bad, "bad");
+    if (load(&m, FIX5) || load(&o, FIX52)) { CHECK(0); return; }
+    uint64_t fp = kvp_fingerprint(&m, FIX5);
+    int tok[32];
+    int n_kv = first_turn(&m, tok);
+    CHECK(kvp_save(&m, path, fp, tok, 18, n_kv, NULL, err, sizeof err) == 0);
+    size_t n;
+    char *good = slurp(path, &n);
+    CHECK(good && n > 1000);
+    if (!good) return;
+    kvp_state st;
+    int refused = 0, cut = 0;
+    for (size_t len = 0; len < n; len++) { /* truncated at every byte */
+        spit(bad, good, len);
+        err[0] = 0;
+        int rc = kvp_load(&m, bad, fp, &st, err, sizeof err);
+        refused += rc == -1 && strstr(err, bad) != NULL;
+        cut++;
+    }
+    CHECK(refused == cut);
+    refused = 0;
+    for (size_t i = 0; i < n; i++) { /* every byte changed */
+        good[i] ^= 0x20;
+        spit(bad, good, n);
+        good[i] ^= 0x20;
+        err[0] = 0;
+        refused += kvp_load(&m, bad, fp, &st, err, sizeof err) == -1 && err[0];
+    }
+    CHECK(refused == (int)n);
+    spit(bad, good, n); /* the untouched copy loads */
+    CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == 0 && st.n_tok == 18);
+    kvp_state_free(&st);
+    CHECK(kvp_load(&o, bad, kvp_fingerprint(&o, FIX52), &st, err, sizeof err) == -1);
+    CHECK_HAS(err, "saved by another model");
+    good[8] = 2; /* another version, its checksum redone */
+    uint64_t h = kvp_fnv_(KVP_FNV0, good, n - 8);
+    memcpy(good + n - 8, &h, 8);
+    spit(bad, good, n);
+    CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == -1);
+    CHECK_HAS(err, "format version 2");
+    spit(bad, good, n + 0); /* a longer file of the right header is refused by size */
+    FILE *f = fopen(bad, "ab");
+    fputc(0, f);
+    fclose(f);
+    CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == -1);
+    unlink(bad);
+    CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == 1); /* no such file */
+    CHECK(mkfifo(bad, 0600) == 0);
+    CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == -1); /* never blocks on a FIFO */
+    CHECK_HAS(err, "not a regular file");
+    unlink(bad);
+    /* a save that cannot be written leaves the old file whole */
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s.d/state", path);
+    CHECK(kvp_save(&m, dir, fp, tok, 18, n_kv, NULL, err, sizeof err) == -1);
+    CHECK_HAS(err, "cannot create");
+    free(good);
+    unlink(path);
+    model_free(&m), model_free(&o);
+}
+
+int main(void) {
+    (void)coli_main;
+    test_resume_plain();
+    test_resume_spec();
+    test_hostile();
+    return check_report("test_kv");
+}
