@@ -604,7 +604,11 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
         spec = 0;
     }
     if (spec && spec_init(&sc, m, &g->spec)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
-    if (spec && resumed) spec_resume(&sc, &ks);
+    if (spec && resumed && spec_resume(&sc, &ks)) {
+        fprintf(stderr, "colibri: %s: its MTP queue (%d rows) exceeds this run's (UBATCH=%d): this run decodes without speculation\n", load, ks.nq, m->ubatch);
+        spec_free(&sc);
+        spec = 0;
+    }
     if (resumed)
         fprintf(stderr, "colibri: session: resumed %d tokens from %s (%d cached); %d new to prefill\n", ks.n_tok, load, ks.n_kv, (int)ids.n - start);
     if (!m->mtp && g->draft_set && g->spec.k)

@@ -162,12 +162,16 @@ static inline kvp_mtp spec_state(const spec_ctx *s) {
     return k;
 }
 
-/* Restores a saved MTP part before spec_prefill(..., start = n_kv). */
-static inline void spec_resume(spec_ctx *s, const kvp_state *st) {
+/* Restores a saved MTP part before spec_prefill(..., start = n_kv).
+ * Returns 0, or -1 when its queue exceeds this context's (a state saved
+ * with a larger UBATCH, or a crafted file): nothing is restored. */
+static inline int spec_resume(spec_ctx *s, const kvp_state *st) {
+    if (st->nq < 0 || st->nq > s->cap || st->mtp_pos < 0) return -1;
     s->mtp_pos = st->mtp_pos, s->nq = st->nq;
     memcpy(s->hq, st->hq, (size_t)st->nq * s->dim * 4);
     memcpy(s->tq, st->tq, (size_t)st->nq * sizeof(int));
     memcpy(s->vhid, st->h_last, (size_t)s->dim * 4);
+    return 0;
 }
 
 /* Chooses draft j's token from s->dlog: the argmax when greedy, else a

@@ -138,7 +138,7 @@ static void test_resume_spec(void) {
     mem.mtp_pos = k.mtp_pos, mem.nq = k.nq;
     mem.hq = malloc((size_t)(k.nq + 1) * a.c.dim * 4), mem.tq = malloc((size_t)(k.nq + 1) * sizeof(int)), mem.h_last = malloc((size_t)a.c.dim * 4);
     memcpy(mem.hq, k.hq, (size_t)k.nq * a.c.dim * 4), memcpy(mem.tq, k.tq, (size_t)k.nq * sizeof(int)), memcpy(mem.h_last, k.h_last, (size_t)a.c.dim * 4);
-    spec_resume(&sa, &mem);
+    CHECK(spec_resume(&sa, &mem) == 0);
     for (int i = 0; i < 6; i++) ids[n1 + i] = (i * 41 + 7) % a.c.vocab;
     CHECK(spec_turn(&sa, ids, n1 + 6, pos, 12, t2a) == 0);
     /* through the file, into a fresh model */
@@ -147,7 +147,7 @@ static void test_resume_spec(void) {
     CHECK(st.has_mtp && st.n_kv == pos && st.n_tok == n1 && st.mtp_pos == k.mtp_pos && st.nq == k.nq);
     memcpy(ids_b, st.tok, (size_t)n1 * sizeof(int));
     memcpy(ids_b + n1, ids + n1, 6 * sizeof(int));
-    spec_resume(&sb, &st);
+    CHECK(spec_resume(&sb, &st) == 0);
     CHECK(spec_turn(&sb, ids_b, n1 + 6, st.n_kv, 12, t2b) == 0);
     CHECK(!memcmp(t2a, t2b, sizeof t2a));
     CHECK(!memcmp(a.sc.logits, b.sc.logits, (size_t)a.c.vocab * 4));
@@ -165,6 +165,8 @@ static void test_resume_spec(void) {
         CHECK(fwd_tokens(&p, &plain[i], 1, n1 + 6 + i, NULL) == 0);
     }
     CHECK(!memcmp(plain, t2a, sizeof t2a));
+    st.nq = sb.cap + 1; /* a queue larger than this context's is refused, not copied */
+    CHECK(spec_resume(&sb, &st) == -1);
     /* a model that does not load the MTP head reads the file and ignores that part */
     kvp_state_free(&st);
     kvp_state_free(&mem);
