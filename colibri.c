@@ -347,6 +347,7 @@ static void usage(FILE *f) {
             "colibri " COLI_VERSION " -- GLM-5 (glm_moe_dsa) inference with routed experts streamed from disk\n\n"
             "usage: PROMPT=\"...\" ./colibri MODEL_DIR   generate text (stdout), statistics on stderr\n"
             "       ./colibri MODEL_DIR                oracle self-test against MODEL_DIR/ref.json\n"
+            "       ./colibri --chat MODEL_DIR         chat: one user turn per line of stdin, the KV cache kept between turns\n"
             "       ./colibri --tokenize [--jsonl] MODEL_DIR   token ids of stdin (--jsonl: per line, each a JSON string)\n"
             "       ./colibri --help                   this text\n"
             "       ./colibri --env-table          the environment registry as a markdown table\n\n"
@@ -467,6 +468,7 @@ typedef struct {
     spec_opts spec;
     int draft_set; /* DRAFT was given */
     const char *kv_load, *kv_save, *session;
+    int chat_mode; /* CHAT: turns from stdin */
 } coli_gen;
 
 /* Sampling settings: each knob, or generation_config.json's value when the
@@ -480,6 +482,7 @@ static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     g->spec.window = (int)env_i(e, ENV_DRAFT_WINDOW), g->spec.pause = (int)env_i(e, ENV_DRAFT_PAUSE);
     g->draft_set = env_v(e, ENV_DRAFT)->set;
     g->kv_load = env_v(e, ENV_KV_LOAD)->s, g->kv_save = env_v(e, ENV_KV_SAVE)->s, g->session = env_v(e, ENV_SESSION)->s;
+    g->chat_mode = (int)env_i(e, ENV_CHAT);
     const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
@@ -515,6 +518,7 @@ typedef struct {
     tok_str out;
     int *gen, n, ngen, np;
     int fed; /* generated tokens fed back (plain decoding) */
+    volatile sig_atomic_t *stop_flag; /* set by a signal handler: stop at the next token (CHAT's Ctrl-C) */
     const char *why;
     int failed; /* m->err says why */
 } gen_state;
@@ -526,6 +530,7 @@ static int gen_emit(void *ud, int next) {
     gen_state *g = (gen_state *)ud;
     coli_model *m = g->m;
     if (smp_is_stop(m->c.eos, m->c.n_eos, next)) { g->why = "stop token"; return 1; }
+    if (g->stop_flag && *g->stop_flag) { g->why = "interrupted"; return 1; }
     g->gen[g->n++] = next;
     g->out.n = 0;
     if (tok_stream_put(g->t, &g->st, next, &g->out)) { g->failed = model_fail(m, "out of memory"); return 1; }
@@ -534,24 +539,6 @@ static int gen_emit(void *ud, int next) {
     if (g->n >= g->ngen) { g->why = g->n == m->kv.ctx - g->np ? "CTX" : "NGEN"; return 1; }
     if (model_safe_point(m, g->n)) { g->failed = -1; return 1; }
     return 0;
-}
-
-/* Saves the conversation: the prompt's ids (with any resumed ones) and the
- * generated ids, the KV cache of the positions fed (spec: the verified
- * ones) and the MTP head's state when it drafted. 0, or -1 (said). */
-static int session_save(coli_model *m, const char *path, uint64_t fp, const tok_ids *ids, const gen_state *gs, const spec_ctx *sc) {
-    char err[600];
-    int n_tok = (int)ids->n + gs->n, n_kv = sc ? sc->pos : (int)ids->n + gs->fed;
-    int *all = (int *)malloc((size_t)n_tok * sizeof(int) + sizeof(int));
-    if (!all) return fprintf(stderr, "colibri: cannot save %s: out of memory\n", path), -1;
-    memcpy(all, ids->ids, ids->n * sizeof(int));
-    memcpy(all + ids->n, gs->gen, (size_t)gs->n * sizeof(int));
-    kvp_mtp k = sc ? spec_state(sc) : (kvp_mtp){0};
-    int rc = kvp_save(m, path, fp, all, n_tok, n_kv, sc ? &k : NULL, err, sizeof err);
-    free(all);
-    if (rc) fprintf(stderr, "colibri: %s\n", err);
-    else fprintf(stderr, "colibri: session: %d tokens saved to %s (%d cached%s)\n", n_tok, path, n_kv, sc ? ", with the MTP head's state" : "");
-    return rc;
 }
 
 /* The speculation summary (DRAFT): drafts, acceptance, tokens per forward
@@ -564,84 +551,152 @@ static void print_spec(const spec_ctx *s, int generated, uint64_t decode_bytes) 
             generated ? decode_bytes / 1e6 / generated : 0.0, st->pauses);
 }
 
-/* PROMPT mode: encode (through the chat template unless CHAT_TEMPLATE=0),
- * prefill, then sample and stream text until a stop token, NGEN tokens or a
- * full context; with the MTP layer loaded and DRAFT ≠ 0, through spec.h.
- * Returns the exit status. */
-static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
-    coli_config *c = &m->c;
-    char err[600];
-    int rc = EXIT_INPUT;
-    tok_ids ids = {0};
-    smp_work w = {0};
+/* A conversation in this process: every id so far, the positions whose
+ * KV is cached, the MTP drafting state, the sampler. One-shot PROMPT runs
+ * have one turn; CHAT runs one per line of stdin. */
+typedef struct {
+    coli_model *m;
+    const coli_gen *g;
+    tok *t;
+    tok_ids ids;
+    int n_kv;    /* positions [0, n_kv) cached; ids beyond are fed next */
+    int started; /* the first turn was rendered (or a state resumed): later turns are follow-ups */
+    int spec;    /* drafting with the MTP head */
+    spec_ctx sc;
+    smp_work w;
     smp_rng rng;
-    spec_ctx sc = {0};
-    gen_state gs = {.m = m, .t = t, .why = "NGEN"};
-    kvp_state ks = {0};
-    const char *load = g->kv_load ? g->kv_load : g->session, *save = g->kv_save ? g->kv_save : g->session;
-    uint64_t fp = load || save ? kvp_fingerprint(m, dir) : 0;
-    int resumed = 0, r;
-    if (load && (r = kvp_load(m, load, fp, &ks, err, sizeof err)) != 0) {
-        if (r < 0 || g->kv_load) { fprintf(stderr, "colibri: %s\n", r < 0 ? err : "KV_LOAD: no such file"); goto done; }
-        fprintf(stderr, "colibri: SESSION=%s: no such file yet; starting the conversation\n", load);
-    } else if (load) {
-        resumed = 1;
-        if (tok_ids_append(&ids, ks.tok, (size_t)ks.n_tok)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    uint64_t fp; /* kvp_fingerprint, when states are saved or loaded */
+} conv;
+
+static void conv_close(conv *cv) {
+    spec_free(&cv->sc);
+    tok_ids_free(&cv->ids);
+    smp_work_free(&cv->w);
+    memset(cv, 0, sizeof *cv);
+}
+
+/* 0, or -1 (said). */
+static int conv_open(conv *cv, coli_model *m, const coli_gen *g, tok *t, const char *dir) {
+    memset(cv, 0, sizeof *cv);
+    cv->m = m, cv->g = g, cv->t = t;
+    cv->fp = g->kv_load || g->kv_save || g->session || g->chat_mode ? kvp_fingerprint(m, dir) : 0;
+    cv->spec = m->mtp && g->spec.k != 0;
+    smp_seed(&cv->rng, g->seed);
+    if (smp_work_alloc(&cv->w, m->c.vocab) || (cv->spec && spec_init(&cv->sc, m, &g->spec)))
+        return fprintf(stderr, "colibri: out of memory\n"), -1;
+    if (cv->spec && cv->sc.k == 0) { /* UBATCH=1: a verifying forward has room for no draft */
+        fprintf(stderr, "colibri: UBATCH=%d leaves no room for drafts (a verifying forward holds k+1 positions); decoding without speculation\n", m->ubatch);
+        spec_free(&cv->sc), cv->spec = 0;
     }
-    if (resumed) r = g->chat ? tok_chat_turn(t, g->prompt, g->think, &ids) : tok_encode(t, g->prompt, strlen(g->prompt), &ids);
-    else r = g->chat ? tok_chat(t, g->system, g->prompt, g->think, &ids) : tok_encode(t, g->prompt, strlen(g->prompt), &ids);
-    if (r == -2) { tok_chat_check(t, err, sizeof err); fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err); goto done; }
-    if (r) { fprintf(stderr, "colibri: out of memory encoding the prompt\n"); goto done; }
-    if ((int)ids.n == ks.n_tok) { fprintf(stderr, "colibri: the prompt is empty\n"); goto done; }
-    for (size_t i = 0; i < ids.n; i++)
-        if (ids.ids[i] >= c->vocab) { fprintf(stderr, "colibri: %s/tokenizer.json: token id %d is outside the model's vocabulary (%d)\n", dir, ids.ids[i], c->vocab); goto done; }
-    if ((int)ids.n >= m->kv.ctx) { fprintf(stderr, "colibri: the prompt has %zu tokens but CTX is %d; raise CTX\n", ids.n, m->kv.ctx); goto done; }
-    if (smp_work_alloc(&w, c->vocab)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
-    smp_seed(&rng, g->seed);
-    int ngen = g->ngen < m->kv.ctx - (int)ids.n ? g->ngen : m->kv.ctx - (int)ids.n, spec = m->mtp && g->spec.k != 0, start = ks.n_kv;
-    if (spec && resumed && !ks.has_mtp) {
-        fprintf(stderr, "colibri: %s holds no MTP drafting state (saved without drafts): this run decodes without speculation\n", load);
-        spec = 0;
-    }
-    if (spec && spec_init(&sc, m, &g->spec)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
-    if (spec && resumed && spec_resume(&sc, &ks)) {
-        fprintf(stderr, "colibri: %s: its MTP queue (%d rows) exceeds this run's (UBATCH=%d): this run decodes without speculation\n", load, ks.nq, m->ubatch);
-        spec_free(&sc);
-        spec = 0;
-    }
-    if (resumed)
-        fprintf(stderr, "colibri: session: resumed %d tokens from %s (%d cached); %d new to prefill\n", ks.n_tok, load, ks.n_kv, (int)ids.n - start);
     if (!m->mtp && g->draft_set && g->spec.k)
         fprintf(stderr, "colibri: DRAFT=%d: no MTP layer is loaded (%s); decoding without speculation\n", g->spec.k,
-                !c->n_mtp ? "config.json declares none" : "MTP=0 or the checkpoint lacks it");
+                !m->c.n_mtp ? "config.json declares none" : "MTP=0 or the checkpoint lacks it");
+    return 0;
+}
+
+/* Replaces the conversation by the state saved at path. 0, 1 (no such
+ * file), or -1 (refused; said, the conversation unchanged only in its ids:
+ * the cache may hold part of the file, so the caller ends). */
+static int conv_load(conv *cv, const char *path) {
+    char err[600];
+    kvp_state ks;
+    int r = kvp_load(cv->m, path, cv->fp, &ks, err, sizeof err);
+    if (r < 0) fprintf(stderr, "colibri: %s\n", err);
+    if (r) return r;
+    cv->ids.n = 0;
+    if (tok_ids_append(&cv->ids, ks.tok, (size_t)ks.n_tok)) {
+        kvp_state_free(&ks);
+        return fprintf(stderr, "colibri: out of memory\n"), -1;
+    }
+    cv->n_kv = ks.n_kv, cv->started = 1;
+    if (cv->spec && !ks.has_mtp) {
+        fprintf(stderr, "colibri: %s holds no MTP drafting state (saved without drafts): decoding without speculation\n", path);
+        spec_free(&cv->sc), cv->spec = 0;
+    } else if (cv->spec && spec_resume(&cv->sc, &ks)) {
+        fprintf(stderr, "colibri: %s: out of memory restoring its MTP state (%d queued rows): decoding without speculation\n", path, ks.nq);
+        spec_free(&cv->sc), cv->spec = 0;
+    }
+    fprintf(stderr, "colibri: session: resumed %d tokens from %s (%d cached)\n", ks.n_tok, path, ks.n_kv);
+    kvp_state_free(&ks);
+    return 0;
+}
+
+/* Saves the conversation (its ids, the cached positions, the MTP state).
+ * 0, or -1 (said). */
+static int conv_save(conv *cv, const char *path) {
+    char err[600];
+    kvp_mtp k = {cv->sc.mtp_pos, cv->sc.nq, cv->sc.hq, cv->sc.tq, cv->sc.h_last};
+    int rc = kvp_save(cv->m, path, cv->fp, cv->ids.ids, (int)cv->ids.n, cv->n_kv, cv->spec ? &k : NULL, err, sizeof err);
+    if (rc) fprintf(stderr, "colibri: %s\n", err);
+    else fprintf(stderr, "colibri: session: %zu tokens saved to %s (%d cached%s)\n", cv->ids.n, path, cv->n_kv, cv->spec ? ", with the MTP head's state" : "");
+    return rc;
+}
+
+/* One turn: the prompt rendered (the whole chat template on the first
+ * turn, a follow-up user turn later; raw with CHAT_TEMPLATE=0) after the
+ * ids so far, only the uncached ids prefilled, then tokens sampled and
+ * streamed until a stop token, NGEN, a full context or an interrupt (*stop
+ * set by a signal handler). The generated ids join the conversation.
+ * Returns 0, or EXIT_INPUT (said). */
+static int conv_turn(conv *cv, const char *prompt, volatile sig_atomic_t *stop_flag) {
+    coli_model *m = cv->m;
+    const coli_gen *g = cv->g;
+    coli_config *c = &m->c;
+    char err[600];
+    size_t before = cv->ids.n;
+    gen_state gs = {.m = m, .t = cv->t, .why = "NGEN", .stop_flag = stop_flag};
+    int r = !g->chat ? tok_encode(cv->t, prompt, strlen(prompt), &cv->ids)
+            : cv->started ? tok_chat_turn(cv->t, prompt, g->think, &cv->ids) : tok_chat(cv->t, g->system, prompt, g->think, &cv->ids);
+    if (r == -2) return tok_chat_check(cv->t, err, sizeof err), fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err), EXIT_INPUT;
+    if (r) return fprintf(stderr, "colibri: out of memory encoding the prompt\n"), EXIT_INPUT;
+    if (cv->ids.n == before) return fprintf(stderr, "colibri: the prompt is empty\n"), EXIT_INPUT;
+    for (size_t i = before; i < cv->ids.n; i++)
+        if (cv->ids.ids[i] >= c->vocab) {
+            cv->ids.n = before;
+            return fprintf(stderr, "colibri: tokenizer.json: token id %d is outside the model's vocabulary (%d)\n", cv->ids.ids[i], c->vocab), EXIT_INPUT;
+        }
+    int n = (int)cv->ids.n, start = cv->n_kv;
+    if (n >= m->kv.ctx) {
+        cv->ids.n = before;
+        return fprintf(stderr, "colibri: the %s has %d tokens but CTX is %d; raise CTX\n", cv->started ? "conversation" : "prompt", n, m->kv.ctx), EXIT_INPUT;
+    }
+    cv->started = 1;
+    int ngen = g->ngen < m->kv.ctx - n ? g->ngen : m->kv.ctx - n;
     if (g->sp.temp > 0)
-        fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu", ids.n, ngen,
-                g->sp.temp, g->sp.top_k, g->sp.top_p, g->sp.min_p, (unsigned long long)g->seed);
-    else fprintf(stderr, "colibri: prompt %zu tokens | up to %d new | greedy", ids.n, ngen);
-    if (spec) fprintf(stderr, g->spec.k < 0 ? " | MTP drafts, k auto\n" : " | MTP drafts, k = %d\n", sc.k);
-    else fprintf(stderr, m->mtp ? " | DRAFT=0\n" : "\n");
-    if (g->tokens) print_ids("prompt tokens", ids.ids, ids.n);
-    gs.ngen = ngen, gs.np = (int)ids.n;
-    if (!(gs.gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)))) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+        fprintf(stderr, "colibri: prompt %d tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu", n, ngen, g->sp.temp,
+                g->sp.top_k, g->sp.top_p, g->sp.min_p, (unsigned long long)g->seed);
+    else fprintf(stderr, "colibri: prompt %d tokens | up to %d new | greedy", n, ngen);
+    if (cv->spec) fprintf(stderr, g->spec.k < 0 ? " | MTP drafts, k auto" : " | MTP drafts, k = %d", cv->sc.k);
+    else if (m->mtp) fprintf(stderr, " | DRAFT=0");
+    if (start) fprintf(stderr, " | %d cached, %d to prefill", start, n - start);
+    fputc('\n', stderr);
+    if (g->tokens) print_ids("prompt tokens", cv->ids.ids, cv->ids.n);
+    gs.ngen = ngen, gs.np = n;
+    if (!(gs.gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)))) return fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT;
+    tel_start(&m->tel, m->tel.prof); /* each turn's end line counts that turn */
+    xs_stats_reset(&m->xs);
+    io_stats_reset(&m->io);
+    memset(&cv->sc.st, 0, sizeof cv->sc.st);
     double t0 = compat_now();
-    if (spec ? spec_prefill(&sc, ids.ids, (int)ids.n, start) : fwd_tokens(m, ids.ids + start, (int)ids.n - start, start, NULL)) {
+    int rc = EXIT_INPUT;
+    if (cv->spec ? spec_prefill(&cv->sc, cv->ids.ids, n, start) : fwd_tokens(m, cv->ids.ids + start, n - start, start, NULL)) {
         fprintf(stderr, "colibri: %s\n", m->err);
         goto done;
     }
     m->tel.t_prefill = compat_now() - t0;
-    m->tel.prompt_tokens = (int)ids.n - start;
+    m->tel.prompt_tokens = n - start;
     double t1 = compat_now();
     xs_stats x0;
     xs_stats_get(&m->xs, &x0);
     for (int stop = 0; !stop;) {
-        int next = smp_sample(&g->sp, m->sc.logits, c->vocab, &rng, &w);
+        int next = smp_sample(&g->sp, m->sc.logits, c->vocab, &cv->rng, &cv->w);
         if (!gs.n) m->tel.ttft = compat_now() - t0;
         if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); goto done; }
         stop = gen_emit(&gs, next);
-        if (!stop && spec) {
+        if (!stop && cv->spec) {
             stop = 1;
-            if (spec_decode(&sc, next, (int)ids.n, ngen - gs.n, &g->sp, &rng, &w, gen_emit, &gs)) gs.failed = -1;
-        } else if (!stop && fwd_tokens(m, &next, 1, (int)ids.n + gs.n - 1, NULL))
+            if (spec_decode(&cv->sc, next, n, ngen - gs.n, &g->sp, &cv->rng, &cv->w, gen_emit, &gs)) gs.failed = -1;
+        } else if (!stop && fwd_tokens(m, &next, 1, n + gs.n - 1, NULL))
             gs.failed = -1, stop = 1;
         else if (!stop)
             gs.fed++;
@@ -650,27 +705,114 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
     gs.out.n = 0;
     tok_stream_flush(&gs.st, 0, &gs.out);
     if (gs.out.n) fwrite(gs.out.s, 1, gs.out.n, stdout);
-    if (isatty(1)) fputc('\n', stdout);
+    if (isatty(1) || g->chat_mode) fputc('\n', stdout);
     fflush(stdout);
     m->tel.t_decode = compat_now() - t1;
     m->tel.gen_tokens = gs.n;
     if (g->tokens) print_ids("generated tokens", gs.gen, (size_t)gs.n);
     fprintf(stderr, "colibri: stopped: %s\n", gs.why);
     print_end(m);
-    if (spec) {
+    if (cv->spec) {
         xs_stats x1;
         xs_stats_get(&m->xs, &x1);
-        print_spec(&sc, gs.n, x1.bytes_read - x0.bytes_read);
+        print_spec(&cv->sc, gs.n, x1.bytes_read - x0.bytes_read);
     }
+    /* the generated ids join the conversation; the cache covers what was fed */
+    if (tok_ids_append(&cv->ids, gs.gen, (size_t)gs.n)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    if (cv->spec) {
+        kvp_mtp k = spec_state(&cv->sc); /* the row of position pos-1 is implied by h_last and the id at pos */
+        cv->n_kv = cv->sc.pos;
+        if (k.nq < 0) spec_free(&cv->sc), cv->spec = 0;
+        else {
+            cv->sc.mtp_pos = k.mtp_pos, cv->sc.nq = k.nq;
+            memcpy(cv->sc.vhid, cv->sc.h_last, (size_t)c->dim * 4);
+        }
+    } else
+        cv->n_kv = n + gs.fed;
     rc = 0;
-    if (save && session_save(m, save, fp, &ids, &gs, spec ? &sc : NULL)) rc = EXIT_INPUT;
 done:
+    if (rc) cv->ids.n = before; /* the turn is not part of the conversation */
     free(gs.gen);
-    spec_free(&sc);
-    kvp_state_free(&ks);
-    tok_ids_free(&ids);
     tok_str_free(&gs.out);
-    smp_work_free(&w);
+    return rc;
+}
+
+/* PROMPT mode: one turn, resumed from KV_LOAD / SESSION and saved to
+ * KV_SAVE / SESSION when given. Returns the exit status. */
+static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
+    conv cv;
+    const char *load = g->kv_load ? g->kv_load : g->session, *save = g->kv_save ? g->kv_save : g->session;
+    int rc = EXIT_INPUT, r;
+    if (conv_open(&cv, m, g, t, dir)) goto done;
+    if (load && (r = conv_load(&cv, load))) {
+        if (r < 0) goto done;
+        if (g->kv_load) { fprintf(stderr, "colibri: KV_LOAD=%s: no such file\n", load); goto done; }
+        fprintf(stderr, "colibri: SESSION=%s: no such file yet; starting the conversation\n", load);
+    }
+    rc = conv_turn(&cv, g->prompt, NULL);
+    if (!rc && save && conv_save(&cv, save)) rc = EXIT_INPUT;
+done:
+    conv_close(&cv);
+    return rc;
+}
+
+static volatile sig_atomic_t chat_interrupt;
+static void on_sigint(int sig) {
+    (void)sig;
+    chat_interrupt = 1;
+}
+
+/* CHAT mode (--chat or CHAT=1): each line of stdin is a user turn, answered
+ * on stdout with the conversation's KV cache kept between turns. Ctrl-C
+ * stops the current answer (at the prompt: ends the chat). Lines starting
+ * with / are commands: /save PATH, /load PATH, /reset, /quit. SESSION
+ * resumes at the start and saves after every turn. Returns the exit
+ * status. */
+static int run_chat(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
+    conv cv;
+    int rc = EXIT_INPUT, tty = isatty(0);
+    char *line = NULL;
+    size_t cap = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint; /* no SA_RESTART: a Ctrl-C at the prompt ends the read */
+    sigaction(SIGINT, &sa, NULL);
+    if (conv_open(&cv, m, g, t, dir)) goto done;
+    const char *load = g->kv_load ? g->kv_load : g->session;
+    int r = load ? conv_load(&cv, load) : 0;
+    if (r < 0 || (r > 0 && g->kv_load)) {
+        if (r > 0) fprintf(stderr, "colibri: KV_LOAD=%s: no such file\n", load);
+        goto done;
+    }
+    if (tty) fprintf(stderr, "colibri: chat: one line per turn; Ctrl-C stops an answer; /save PATH, /load PATH, /reset, /quit\n");
+    for (;;) {
+        if (tty) fputs("> ", stderr);
+        chat_interrupt = 0;
+        ssize_t len = getline(&line, &cap, stdin);
+        if (len < 0 || chat_interrupt) break;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len) continue;
+        if (!strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) { conv_close(&cv); if (conv_open(&cv, m, g, t, dir)) goto done; continue; }
+        if (!strncmp(line, "/save ", 6)) { conv_save(&cv, line + 6); continue; }
+        if (!strncmp(line, "/load ", 6)) {
+            int r = conv_load(&cv, line + 6);
+            if (r > 0) fprintf(stderr, "colibri: %s: no such file\n", line + 6);
+            if (r < 0) goto done; /* the cache may hold part of the file */
+            continue;
+        }
+        if (line[0] == '/') { fprintf(stderr, "colibri: unknown command %s (/save PATH, /load PATH, /reset, /quit)\n", line); continue; }
+        if (conv_turn(&cv, line, &chat_interrupt)) {
+            if (m->err[0]) goto done; /* a read failure: the model cannot go on */
+            continue;
+        }
+        if (g->session && conv_save(&cv, g->session)) goto done;
+    }
+    rc = g->kv_save && conv_save(&cv, g->kv_save) ? EXIT_INPUT : 0;
+done:
+    free(line);
+    conv_close(&cv);
+    signal(SIGINT, SIG_DFL);
     return rc;
 }
 
@@ -783,8 +925,9 @@ static int coli_main(int argc, char **argv) {
         if (argc == 4 && !jsonl) { usage(stderr); return EXIT_INPUT; }
         return run_tokenize(argv[argc - 1], jsonl);
     }
-    if (argc != 2 || argv[1][0] == '-') { usage(stderr); return EXIT_INPUT; }
-    const char *dir = argv[1];
+    int chat_flag = argc == 3 && !strcmp(argv[1], "--chat");
+    if (!chat_flag && (argc != 2 || argv[1][0] == '-')) { usage(stderr); return EXIT_INPUT; }
+    const char *dir = argv[argc - 1];
     char err[512];
     coli_env e;
     if (coli_env_load(&e, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
@@ -798,7 +941,9 @@ static int coli_main(int argc, char **argv) {
     uint64_t *rows = NULL;
     int have = 0, rc = EXIT_INPUT;
     tok *t = NULL;
-    if (env_v(&e, ENV_PROMPT)->s) { /* the tokenizer, and the chat template's tokens, before any weight is read */
+    int chat = chat_flag || env_i(&e, ENV_CHAT);
+    if (chat && env_v(&e, ENV_PROMPT)->s) { fprintf(stderr, "colibri: CHAT reads its turns from stdin; unset PROMPT\n"); return EXIT_INPUT; }
+    if (env_v(&e, ENV_PROMPT)->s || chat) { /* the tokenizer, and the chat template's tokens, before any weight is read */
         if (!(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail;
         if (env_i(&e, ENV_CHAT_TEMPLATE) && tok_chat_check(t, err, sizeof err)) {
             fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err);
@@ -817,7 +962,8 @@ static int coli_main(int argc, char **argv) {
     tel_start(&m.tel, (int)env_i(&e, ENV_PROF));
     coli_gen g;
     gen_from_env(&e, &m.c, &g);
-    rc = g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
+    g.chat_mode = chat;
+    rc = chat ? run_chat(&m, dir, &g, t) : g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
     if (rc != EXIT_INPUT && env_i(&e, ENV_USAGE_SAVE)) usage_save(&m, dir);
     goto out;
 fail:

@@ -54,6 +54,8 @@ typedef struct {
         "Random seed for sampling; unset = from the clock (the seed used is printed).") \
     BOOL(TOKENS, "0", \
         "1 = print the prompt and generated token ids on stderr.") \
+    BOOL(CHAT, "0", \
+        "1 = chat at the terminal (as --chat): each line of stdin is a user turn, the KV cache kept between turns; Ctrl-C stops an answer; /save, /load, /reset, /quit.") \
     STR(KV_LOAD, NULL, \
         "Resume a conversation saved by KV_SAVE: its tokens and KV cache are loaded and only the new prompt is prefilled (with the chat template, as a follow-up user turn).") \
     STR(KV_SAVE, NULL, \

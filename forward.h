@@ -406,6 +406,7 @@ typedef struct {
     float *out;
     float *hid;        /* NULL, or [S][dim]: the final-normed hidden rows (main) / the MTP layer's output rows (MTP) */
     const float *hin;  /* MTP: [S][dim] the hidden rows paired with tok */
+    float *last;       /* MTP: [vocab] the last row's logits (sc->logits keeps the main model's) */
     int s1;            /* every row exactly as a one-row forward (fwd_attention) */
     int rc;            /* -1: failed, m->err set */
     int job, n;        /* the expert job to compute, and its row count */
@@ -616,14 +617,14 @@ static void fwd_mtp_worker(void *arg, int tid, int nth) {
     fwd_sync(&f);
     fwd_matmul(&f, &m->mtp_eh, sc->cat, S, sc->x);
     if (fwd_layer(&f, sh, c->n_layers)) return;
-    fwd_head(&f, sh, m->mtp_norm, &m->mtp_head, 1, sc->logits);
+    fwd_head(&f, sh, m->mtp_norm, &m->mtp_head, 1, sh->last);
 }
 
 /* The main model over S ≤ max_s tokens at positions pos.. on the team:
  * logits to out (every row) or sc->logits (the last), final-normed hidden
  * rows to hid when given, s1 as in fwd_attention. 0 or -1 (m->err). */
 static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
-    fwd_shared sh = {m, tok, S, pos, out, hid, NULL, s1, 0, -1, 0};
+    fwd_shared sh = {m, tok, S, pos, out, hid, NULL, NULL, s1, 0, -1, 0};
     team_run(&m->team, fwd_worker, &sh);
     return sh.rc;
 }
@@ -642,13 +643,13 @@ static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out,
 
 /* The MTP layer over S ≤ max_s rows at positions pos..: row s pairs token
  * tok[s] with hidden row hin[s]; its output rows (before shared_head.norm)
- * go to hout[S][dim] and the logits of the last row to last[vocab].
+ * go to hout[S][dim] and the logits of the last row to last[vocab] (not
+ * NULL; the main model's sc->logits are left alone).
  * Positions must be filled in order: the layer attends over its own cache.
  * 0 or -1 (m->err). */
 static int fwd_mtp(coli_model *m, const int *tok, const float *hin, int S, int pos, float *hout, float *last) {
-    fwd_shared sh = {m, tok, S, pos, NULL, hout, hin, 1, 0, -1, 0};
+    fwd_shared sh = {m, tok, S, pos, NULL, hout, hin, last, 1, 0, -1, 0};
     team_run(&m->team, fwd_mtp_worker, &sh);
-    if (!sh.rc && last) memcpy(last, m->sc.logits, (size_t)m->c.vocab * 4);
     return sh.rc;
 }
 

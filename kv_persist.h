@@ -153,7 +153,8 @@ static inline int kvp_main_full_(const coli_config *c) {
 static inline void kvp_sweep_(const char *path) {
     const char *slash = strrchr(path, '/');
     char dir[4096], prefix[512];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (slash == path) snprintf(dir, sizeof dir, "/"); /* a file in the root directory */
+    else snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
     snprintf(prefix, sizeof prefix, "%s.tmp.", slash ? slash + 1 : path);
     DIR *d = opendir(dir);
     if (!d) return;
@@ -175,6 +176,7 @@ static inline void kvp_sweep_(const char *path) {
 static inline int kvp_save(const coli_model *m, const char *path, uint64_t fp, const int *tok, int n_tok, int n_kv, const kvp_mtp *mtp,
                            char *err, size_t errlen) {
     const coli_config *c = &m->c;
+    if (n_tok < 1) return kvp_fail_(err, errlen, path, "the conversation is empty: nothing to save");
     if (n_kv < 0 || n_kv > n_tok || n_kv > m->kv.ctx) return kvp_fail_(err, errlen, path, "nothing consistent to save (%d tokens, %d cached)", n_tok, n_kv);
     if (mtp && (mtp->mtp_pos < 0 || mtp->nq < 0 || mtp->mtp_pos + mtp->nq != n_kv - 1)) mtp = NULL; /* not in step: leave it out */
     kvp_header h = {KVP_VERSION, mtp ? KVP_F_MTP : 0, fp, (uint32_t)n_tok, (uint32_t)n_kv, (uint32_t)c->n_layers, (uint32_t)c->kv_lora,

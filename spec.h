@@ -146,6 +146,8 @@ static inline int spec_prefill(spec_ctx *s, const int *ids, int n, int start) {
         done += S;
         if (s->nq >= m->sc.max_s && spec_flush(s)) return -1;
     }
+    s->pos = n; /* a turn that ends before decoding (a stop token first, NGEN=1) is saved from here */
+    memcpy(s->h_last, s->vhid, (size_t)s->dim * 4);
     return 0;
 }
 
@@ -162,12 +164,23 @@ static inline kvp_mtp spec_state(const spec_ctx *s) {
     return k;
 }
 
-/* Restores a saved MTP part before spec_prefill(..., start = n_kv).
- * Returns 0, or -1 when its queue exceeds this context's (a state saved
- * with a larger UBATCH, or a crafted file): nothing is restored. */
+/* Restores a saved MTP part before spec_prefill(..., start = n_kv); the
+ * queue grows to hold a longer saved one (a state saved with a larger
+ * UBATCH: spec_flush runs it in batches). 0, or -1 (out of memory, or an
+ * inconsistent state: nothing is restored). */
 static inline int spec_resume(spec_ctx *s, const kvp_state *st) {
-    if (st->nq < 0 || st->nq > s->cap || st->mtp_pos < 0) return -1;
-    s->mtp_pos = st->mtp_pos, s->nq = st->nq;
+    if (st->nq < 0 || st->mtp_pos < 0 || st->mtp_pos + st->nq != st->n_kv - 1) return -1;
+    int need = st->nq + s->m->sc.max_s + SPEC_MAX_K + 2;
+    if (need > s->cap) {
+        float *hq = (float *)realloc(s->hq, (size_t)need * s->dim * 4);
+        if (hq) s->hq = hq;
+        int *tq = (int *)realloc(s->tq, (size_t)need * sizeof(int));
+        if (tq) s->tq = tq;
+        if (!hq || !tq) return -1;
+        s->cap = need;
+    }
+    s->mtp_pos = st->mtp_pos, s->nq = st->nq, s->pos = st->n_kv;
+    memcpy(s->h_last, st->h_last, (size_t)s->dim * 4);
     memcpy(s->hq, st->hq, (size_t)st->nq * s->dim * 4);
     memcpy(s->tq, st->tq, (size_t)st->nq * sizeof(int));
     memcpy(s->vhid, st->h_last, (size_t)s->dim * 4);
@@ -184,7 +197,7 @@ static inline int spec_draft_pick(spec_ctx *s, const smp_params *sp, int j, smp_
 }
 
 /* Verdict on draft d at verify row j (logits s->vlog[j]): -1 = accepted,
- * else the token that replaces it. Greedy: accepted iff it is the argmax,
+ * -2 = the row's logits are not finite, else the token that replaces it. Greedy: accepted iff it is the argmax,
  * else the argmax. Sampling: accepted with probability min(1, p(d)/q(d))
  * (q = s->dq[j], the distribution d was drawn from), else a draw from
  * max(0, p - q) renormalized; together, distributed exactly as p. */
@@ -193,11 +206,11 @@ static inline int spec_judge(spec_ctx *s, const smp_params *sp, int j, int d, sm
     const float *lg = s->vlog + (size_t)j * V;
     if (sp->temp <= 0) {
         int best = smp_argmax(lg, V);
-        return best == d ? -1 : best;
+        return best < 0 ? -2 : best == d ? -1 : best;
     }
     if (s->no_correction) return -1;
     const float *q = s->dq + (size_t)j * V;
-    if (smp_probs(sp, lg, V, w, s->p) < 0) return smp_argmax(lg, V);
+    if (smp_probs(sp, lg, V, w, s->p) < 0) return -2;
     if (smp_uniform(r) * q[d] < s->p[d]) return -1;
     for (int i = 0; i < V; i++) s->p[i] = s->p[i] > q[i] ? s->p[i] - q[i] : 0;
     int y = smp_draw(s->p, V, r);
@@ -212,7 +225,7 @@ static inline void spec_window(spec_ctx *s) {
         s->paused = s->o.pause;
         s->st.pauses++;
     } else if (s->o.k < 0) { /* the largest k whose last draft is still reached and kept 30% of the time */
-        int k = acc > 0 && acc < 1 ? (int)floor(log(0.3) / log(acc)) : 4;
+        int k = acc <= 0 ? 1 : acc >= 1 ? 4 : (int)floor(log(0.3) / log(acc));
         s->k = k < 1 ? 1 : k > 4 ? 4 : k;
         if (s->k > s->m->sc.max_s - 1) s->k = s->m->sc.max_s - 1;
     }
@@ -258,8 +271,8 @@ static inline int spec_decode(spec_ctx *s, int x, int pos, int left, const smp_p
         s->st.verifies++;
         /* the longest agreeing prefix, then the main model's own token */
         int a = 0, y = -1;
-        while (a < k && (y = spec_judge(s, sp, a, toks[a + 1], r, w)) < 0) a++;
-        if (y < 0) y = smp_sample(sp, s->vlog + (size_t)a * V, V, r, w);
+        while (a < k && (y = spec_judge(s, sp, a, toks[a + 1], r, w)) == -1) a++;
+        if (y == -1) y = smp_sample(sp, s->vlog + (size_t)a * V, V, r, w); /* every draft kept: the bonus token */
         if (y < 0) { rc = model_fail(m, "the logits are not finite (NaN or infinity)"); break; }
         s->st.drafted += k, s->st.accepted += a, s->st.hist[a]++;
         s->win_d += k, s->win_a += a;

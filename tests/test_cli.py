@@ -10,11 +10,15 @@ The binary is $COLIBRI (default ./colibri); run from the repository root.
 """
 import json
 import os
+import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -600,6 +604,8 @@ class Speculation(unittest.TestCase):
             {"DRAFT": "2", "COLI_MMAP": "1", "THREADS": "3"},
             {"DRAFT": "2", "PILOT_REAL": "1", "PIPE": "0", "CAP": "1"},
             {"DRAFT": "4", "UBATCH": "3"},  # k is capped below UBATCH
+            {"DRAFT": "2", "UBATCH": "2"},
+            {"DRAFT": "2", "UBATCH": "5", "NGEN": "40"},
             {"DRAFT": "3", "ABSORB": "0"},
             {"DRAFT": "1", "DRAFT_GUARD_PCT": "100", "DRAFT_WINDOW": "2", "DRAFT_PAUSE": "3"},
             {"MTP": "0"},
@@ -632,6 +638,13 @@ class Speculation(unittest.TestCase):
                     self.assertEqual(ids, ref, (flags, env))
             finally:
                 shutil.rmtree(q)
+
+    def test_ubatch_1_leaves_no_room(self):
+        base, _ = self.gen(self.dir, {"DRAFT": "0"})
+        ids, err = self.gen(self.dir, {"DRAFT": "2", "UBATCH": "1"})
+        self.assertIn("UBATCH=1 leaves no room for drafts", err)
+        self.assertNotIn("speculation:", err)
+        self.assertEqual(ids, base)
 
     def test_sampling_runs_and_reports(self):
         ids, err = self.gen(self.dir, {"TEMP": "1", "SEED": "7", "DRAFT": "2"})
@@ -710,7 +723,7 @@ class Session(unittest.TestCase):
         first = int(err.split("session: ")[1].split(" tokens")[0])
         ids, err = self.gen({"PROMPT": "Second.", "SESSION": self.kv})
         self.assertIn("session: resumed %d tokens" % first, err)
-        new = int(err.split(" new to prefill")[0].rsplit("; ", 1)[1])
+        new = int(re.search(r"\| \d+ cached, (\d+) to prefill", err).group(1))
         prompt = [l for l in err.splitlines() if l.startswith("colibri: prompt ") and " tok, " in l][0]
         self.assertEqual(int(prompt.split("prompt ")[1].split(" tok")[0]), new)  # only the new turn was prefilled
         self.assertLess(new, first)
@@ -729,9 +742,21 @@ class Session(unittest.TestCase):
         self.assertIn("holds no MTP drafting state", err)
         self.assertEqual(plain, spec)
 
+    def test_long_mtp_queue_resumes_with_a_small_ubatch(self):
+        """Drafting paused by the guard leaves many rows queued for the MTP
+        layer; a run with a smaller UBATCH grows its queue to resume them and
+        drafts at once, with the same tokens as without drafts."""
+        _, err = self.gen({"PROMPT": "Queue up.", "KV_SAVE": self.kv, "DRAFT": "1", "DRAFT_GUARD_PCT": "100", "DRAFT_WINDOW": "1",
+                           "DRAFT_PAUSE": "500", "NGEN": "40"})
+        self.assertIn("with the MTP head's state", err)
+        plain, _ = self.gen({"PROMPT": "More.", "KV_LOAD": self.kv, "DRAFT": "0"})
+        spec, err = self.gen({"PROMPT": "More.", "KV_LOAD": self.kv, "DRAFT": "1", "UBATCH": "2"})
+        self.assertEqual(plain, spec)
+        self.assertRegex(err, r"speculation: [1-9]\d* drafted")
+
     def test_bad_state_files_stop_the_run_and_are_kept(self):
         _, err = self.gen({"PROMPT": "x", "KV_LOAD": self.kv}, rc_want=2)
-        self.assertIn("KV_LOAD: no such file", err)
+        self.assertIn("KV_LOAD=%s: no such file" % self.kv, err)
         self.gen({"PROMPT": "Keep me.", "SESSION": self.kv})
         with open(self.kv, "rb") as f:
             good = f.read()
@@ -753,6 +778,92 @@ class Session(unittest.TestCase):
             shutil.rmtree(other)
         _, err = self.gen({"PROMPT": "x", "KV_SAVE": os.path.join(self.dir, "no", "such", "dir.kv")}, rc_want=2)
         self.assertIn("cannot create", err)
+
+
+class Chat(unittest.TestCase):
+    """--chat / CHAT=1: one user turn per line of stdin with the KV cache
+    kept between turns: a later turn answers as a resumed one-shot run does
+    (with and without MTP drafts); /save, /load, /reset; Ctrl-C at the
+    prompt ends the chat cleanly."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        copy_fixture("tiny-glm5-mtp", self.dir)
+        self.kv = os.path.join(self.dir, "c.coli_kv")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def chat(self, lines, env=None, args=None):
+        e = env_base({"TEMP": "0", "NGEN": "8", "TOKENS": "1", "USAGE_SAVE": "0"})
+        e.update(env or {})
+        p = subprocess.run([BIN] + (args or ["--chat", self.dir]), input="".join(l + "\n" for l in lines).encode(), env=e,
+                           capture_output=True, timeout=120)
+        err = p.stderr.decode("utf-8", "replace")
+        turns = [[int(x) for x in l.split("generated tokens:", 1)[1].split()] for l in err.splitlines() if l.startswith("colibri: generated tokens:")]
+        return p.returncode, turns, err
+
+    def one_shot(self, prompt, env):
+        e = {"PROMPT": prompt, "TEMP": "0", "NGEN": "8", "TOKENS": "1", "USAGE_SAVE": "0"}
+        e.update(env)
+        rc, out, err = run(self.dir, e)
+        self.assertEqual(rc, 0, err)
+        return ids_line(err, "generated tokens")
+
+    def test_turns_match_resumed_one_shot_runs(self):
+        for draft in ("0", "2"):
+            rc, turns, err = self.chat(["First turn.", "Second turn.", "Third."], {"DRAFT": draft})
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(len(turns), 3, err)
+            if os.path.exists(self.kv):
+                os.unlink(self.kv)
+            want = [self.one_shot(p, {"DRAFT": draft, "SESSION": self.kv}) for p in ("First turn.", "Second turn.", "Third.")]
+            self.assertEqual(turns, want, draft)
+            self.assertRegex(err, r"\| \d+ cached, \d+ to prefill")
+
+    def test_commands(self):
+        rc, turns, err = self.chat(["Hello.", "/save " + self.kv, "/reset", "Hello.", "/load " + self.kv, "Again.", "/bogus", "/quit", "Never."])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(turns), 3, err)
+        self.assertEqual(turns[0], turns[1])  # /reset: a fresh conversation
+        self.assertIn("unknown command /bogus", err)
+        self.assertEqual(turns[2], self.one_shot("Again.", {"KV_LOAD": self.kv}))  # /load continued the saved one
+        rc, turns, err = self.chat(["/load " + os.path.join(self.dir, "none")])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("no such file", err)
+        rc, _, err = run(self.dir, {"CHAT": "1", "PROMPT": "x"})
+        self.assertEqual(rc, 2)
+        self.assertIn("unset PROMPT", err)
+
+    def test_session_and_kv_save(self):
+        rc, turns, err = self.chat(["One.", "Two."], {"SESSION": self.kv})
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(err.count("tokens saved to"), 2)  # after every turn
+        rc, more, err = self.chat(["Three."], {"SESSION": self.kv})
+        self.assertIn("session: resumed", err)
+        other = os.path.join(self.dir, "other.kv")
+        rc, _, err = self.chat(["One."], {"KV_SAVE": other})
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(os.path.exists(other))
+
+    def test_ctrl_c_at_the_prompt_ends_the_chat(self):
+        e = env_base({"TEMP": "0", "NGEN": "4", "USAGE_SAVE": "0", "KV_SAVE": self.kv})
+        p = subprocess.Popen([BIN, "--chat", self.dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(l.decode("utf-8", "replace") for l in p.stderr))
+        reader.start()
+        p.stdin.write(b"Hello.\n")
+        p.stdin.flush()
+        deadline = time.time() + 60
+        while not any(l.startswith("colibri: stopped:") for l in lines) and p.poll() is None and time.time() < deadline:
+            time.sleep(0.05)  # the first answer is done: the chat waits at its prompt
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        reader.join()
+        for f in (p.stdin, p.stdout, p.stderr):
+            f.close()
+        self.assertEqual(p.returncode, 0, "".join(lines))
+        self.assertTrue(os.path.exists(self.kv))  # KV_SAVE at the end of the chat
 
 
 class Refusals(unittest.TestCase):

@@ -4,7 +4,10 @@
  * stopped, with plain decoding and with MTP drafts (whose queued rows and
  * cache are part of the state); a small state file truncated at every byte,
  * with any one byte changed, from another model or another version, or not
- * a regular file, is refused with a message naming the file. */
+ * a regular file, is refused with a message naming the file; turns in one
+ * process (conv_turn, as CHAT runs them) continue from the cache, an
+ * interrupted turn ends cleanly, a turn past CTX leaves the conversation
+ * as it was. */
 #define COLI_NO_MAIN
 #include "../colibri.c"
 
@@ -135,7 +138,7 @@ static void test_resume_spec(void) {
     CHECK(kvp_save(&a, path, fp, ids, n1, pos, &k, err, sizeof err) == 0);
     /* in memory: what a resumed run restores */
     kvp_state mem = {0};
-    mem.mtp_pos = k.mtp_pos, mem.nq = k.nq;
+    mem.mtp_pos = k.mtp_pos, mem.nq = k.nq, mem.n_kv = pos;
     mem.hq = malloc((size_t)(k.nq + 1) * a.c.dim * 4), mem.tq = malloc((size_t)(k.nq + 1) * sizeof(int)), mem.h_last = malloc((size_t)a.c.dim * 4);
     memcpy(mem.hq, k.hq, (size_t)k.nq * a.c.dim * 4), memcpy(mem.tq, k.tq, (size_t)k.nq * sizeof(int)), memcpy(mem.h_last, k.h_last, (size_t)a.c.dim * 4);
     CHECK(spec_resume(&sa, &mem) == 0);
@@ -165,7 +168,7 @@ static void test_resume_spec(void) {
         CHECK(fwd_tokens(&p, &plain[i], 1, n1 + 6 + i, NULL) == 0);
     }
     CHECK(!memcmp(plain, t2a, sizeof t2a));
-    st.nq = sb.cap + 1; /* a queue larger than this context's is refused, not copied */
+    st.nq += 1; /* a queue out of step with the cached positions is refused */
     CHECK(spec_resume(&sb, &st) == -1);
     /* a model that does not load the MTP head reads the file and ignores that part */
     kvp_state_free(&st);
@@ -249,10 +252,52 @@ static void test_hostile(void) {
     model_free(&m), model_free(&o);
 }
 
+/* A conversation's turns in one process (conv_turn, as CHAT runs them):
+ * an interrupted turn ends cleanly with what it had, and the next turn
+ * continues from the cached positions; a turn's ids join the
+ * conversation only when it succeeds. */
+static void test_turns(void) {
+    static coli_model m;
+    char err[600];
+    if (load(&m, FIX5)) { CHECK(0); return; }
+    tok *t = load_tokenizer(FIX5, err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) return;
+    coli_gen g;
+    memset(&g, 0, sizeof g);
+    g.chat = 1, g.ngen = 5, g.sp.top_p = 1, g.seed = 1, g.chat_mode = 1;
+    conv cv;
+    fflush(stdout);
+    int out = dup(1), null = open("/dev/null", O_WRONLY); /* the replies are not this test's output */
+    dup2(null, 1);
+    CHECK(conv_open(&cv, &m, &g, t, FIX5) == 0);
+    volatile sig_atomic_t flag = 1;
+    CHECK(conv_turn(&cv, "Hello.", &flag) == 0); /* interrupted before its first token */
+    size_t n1 = cv.ids.n;
+    CHECK(n1 > 5 && cv.n_kv == (int)n1);
+    flag = 0;
+    CHECK(conv_turn(&cv, "Again.", &flag) == 0);
+    CHECK(cv.ids.n > n1 && cv.n_kv >= (int)n1);
+    g.ngen = 20;
+    for (int i = 0; i < 40 && cv.ids.n < 200; i++) CHECK(conv_turn(&cv, "More words here and there.", &flag) == 0);
+    size_t n2 = cv.ids.n;
+    char big[1200];
+    memset(big, 'a', sizeof big - 1), big[sizeof big - 1] = 0;
+    CHECK(conv_turn(&cv, big, &flag) == EXIT_INPUT); /* past CTX: refused, the conversation unchanged */
+    CHECK(cv.ids.n == n2);
+    conv_close(&cv);
+    fflush(stdout);
+    dup2(out, 1);
+    close(out), close(null);
+    tok_free(t);
+    model_free(&m);
+}
+
 int main(void) {
     (void)coli_main;
     test_resume_plain();
     test_resume_spec();
     test_hostile();
+    test_turns();
     return check_report("test_kv");
 }

@@ -132,6 +132,31 @@ static void test_greedy_identity(void) {
     model_free(&m);
 }
 
+/* Small UBATCH: prompts of every length across chunk boundaries, so that
+ * the MTP queue is flushed after the last prefill chunk too (the MTP head's
+ * logits must never replace the main model's the first token is sampled
+ * from). */
+static void test_small_ubatch(void) {
+    smp_params greedy = {0, 0, 1, 0};
+    for (int u = 2; u <= 5; u += 3) {
+        static coli_model m;
+        if (load(&m, opts(u, -1))) { CHECK(0); return; }
+        int ids[64], full = prompt(&m, ids, 64);
+        for (int np = 1; np <= 13 && np <= full; np++) {
+            int ref[8], out[8];
+            spec_ctx s;
+            spec_opts so = {u - 1, 0, 24, 256};
+            CHECK(plain_gen(&m, ids, np, 8, &greedy, 1, ref) == 0);
+            CHECK(spec_init(&s, &m, &so) == 0 && s.k == u - 1);
+            CHECK(spec_gen(&s, ids, np, 8, &greedy, 1, out) == 0);
+            if (memcmp(out, ref, sizeof ref)) fprintf(stderr, "UBATCH=%d, %d-token prompt: other tokens than plain decoding\n", u, np);
+            CHECK(!memcmp(out, ref, sizeof ref));
+            spec_free(&s);
+        }
+        model_free(&m);
+    }
+}
+
 /* ------------------------------------------------------------ rollback */
 
 static double kv_diff(const coli_model *a, const coli_model *b, int layer, int n) {
@@ -313,6 +338,7 @@ int main(void) {
     double t0 = compat_now();
     test_greedy_identity();
     double t1 = compat_now();
+    test_small_ubatch();
     test_rollback();
     double t2 = compat_now();
     test_sampling_distribution();
