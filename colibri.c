@@ -260,7 +260,7 @@ static int coli_env_load(coli_env *e, char *err, size_t errlen) {
         for (int k = 0; system_vars[k]; k++) sys |= !strcmp(name, system_vars[k]);
         const char *hint = sys ? NULL : env_suggest(name);
         if (hint) fprintf(stderr, "colibri: warning: %s is not a colibri variable -- did you mean %s?\n", name, hint);
-        else if (!strncmp(name, "COLI_", 5) && env_index(name) < 0)
+        else if (!strncmp(name, "COLI_", 5) && env_index(name) < 0 && strncmp(name, "COLI_BENCH_", 11) && strcmp(name, "COLI_REQUIRE")) /* the harnesses' own */
             fprintf(stderr, "colibri: warning: unknown variable %s (see ./colibri --help)\n", name);
     }
     return 0;
