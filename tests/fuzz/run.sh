@@ -20,7 +20,8 @@
 #   FUZZ_CC             compiler for libFuzzer builds (default clang)
 #   FUZZ_PLAIN_CC       compiler for plain builds (default gcc, else cc, else clang)
 #   FUZZ_CFLAGS         extra compile flags
-#   FUZZ_REPORT         write a JSON summary there: [{target, execs, execs_per_s,
+#   FUZZ_REPORT         write a JSON summary there (rows of targets not run this
+#                       time are kept from the file): [{target, execs, execs_per_s,
 #                       cov, ft, crashes, seconds}, ...]
 #   FUZZ_SMOKE_SECONDS  seconds per target in smoke mode (default 10)
 #   FUZZ_MAX_LEN        libFuzzer -max_len (default: from the corpus)
@@ -242,7 +243,23 @@ report() {
     done
     if [ -n "${FUZZ_REPORT:-}" ]; then
         mkdir -p "$(dirname "$FUZZ_REPORT")"
-        printf '[\n  %s\n]\n' "$json" >"$FUZZ_REPORT"
+        printf '[\n  %s\n]\n' "$json" >"$FUZZ_REPORT.new"
+        # a campaign over some targets keeps the other targets' earlier rows
+        if [ -f "$FUZZ_REPORT" ] && have python3; then
+            python3 - "$FUZZ_REPORT" "$FUZZ_REPORT.new" <<'PY' || true
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    rows = []
+fresh = json.load(open(sys.argv[2]))
+names = {r["target"] for r in fresh}
+keep = [r for r in rows if isinstance(r, dict) and r.get("target") not in names] if isinstance(rows, list) else []
+with open(sys.argv[2], "w") as f:
+    json.dump(keep + fresh, f, indent=1)
+PY
+        fi
+        mv "$FUZZ_REPORT.new" "$FUZZ_REPORT"
         echo "run.sh: summary written to $FUZZ_REPORT"
     fi
     if [ $status -ne 0 ]; then
