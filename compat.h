@@ -8,8 +8,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +150,32 @@ static inline char *compat_read_file(const char *path, size_t cap, size_t *len) 
     buf[sz] = 0;
     *len = (size_t)sz;
     return buf;
+}
+
+/* Removes <path>.tmp.* files: the temporaries a writer killed mid-write
+ * left beside path (compat_write_atomic's names, <path>.tmp.<pid>). With
+ * dead_only, a temporary whose pid is still running (or is this process)
+ * is left alone, for writers that hold no lock. */
+static inline void compat_sweep_temps(const char *path, int dead_only) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096], prefix[512];
+    if (slash == path) snprintf(dir, sizeof dir, "/"); /* a file in the root directory */
+    else snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    snprintf(prefix, sizeof prefix, "%s.tmp.", slash ? slash + 1 : path);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+        if (dead_only) {
+            char *end;
+            long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+            if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        }
+        char full[4700];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        unlink(full);
+    }
+    closedir(d);
 }
 
 /* Writes len bytes to path atomically: a temporary file in the same

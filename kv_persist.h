@@ -29,9 +29,6 @@
 
 #include "model.h"
 
-#include <dirent.h>
-#include <signal.h>
-
 #define KVP_MAGIC "COLIKV\r\n"
 #define KVP_VERSION 1u
 #define KVP_F_MTP 1u
@@ -148,28 +145,6 @@ static inline int kvp_main_full_(const coli_config *c) {
     return n;
 }
 
-/* Removes <path>.tmp.<pid> files whose writer is no longer running (a run
- * killed mid-save); a live writer's temporary is left alone. */
-static inline void kvp_sweep_(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096], prefix[512];
-    if (slash == path) snprintf(dir, sizeof dir, "/"); /* a file in the root directory */
-    else snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-    snprintf(prefix, sizeof prefix, "%s.tmp.", slash ? slash + 1 : path);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
-        char *end;
-        long pid = strtol(e->d_name + strlen(prefix), &end, 10);
-        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        char full[4700];
-        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-        unlink(full);
-    }
-    closedir(d);
-}
-
 /* Saves tokens tok[0..n_tok) with the model's caches of positions
  * [0, n_kv) (and the MTP part when mtp is given) to path, atomically.
  * 0, or -1 with err naming the file. */
@@ -186,7 +161,7 @@ static inline int kvp_save(const coli_model *m, const char *path, uint64_t fp, c
     char *tmp = (char *)malloc(pl + 32);
     if (!tmp) return kvp_fail_(err, errlen, path, "out of memory");
     snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
-    kvp_sweep_(path);
+    compat_sweep_temps(path, 1); /* no lock: a live writer's temporary stays */
     unlink(tmp);
     kvp_out_ o = {open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), KVP_FNV0, 0, 0};
     if (o.fd < 0) {

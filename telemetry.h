@@ -5,7 +5,6 @@
 #ifndef COLI_TELEMETRY_H
 #define COLI_TELEMETRY_H
 
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <sys/file.h>
@@ -234,26 +233,6 @@ static inline int tel_usage_save(const char *path, int L, int E, uint32_t engine
     return rc ? tel_fail_(err, errlen, "%s", strerror(errno)) : 0;
 }
 
-/* Removes <path>.tmp.* left by a writer that died mid-write (called under
- * the lock, when no writer can be at work). */
-static inline void tel_usage_sweep_(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-    const char *base = slash ? slash + 1 : path;
-    char prefix[512];
-    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        char full[4600];
-        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
-        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-        unlink(full);
-    }
-    closedir(d);
-}
-
 /* Adds this run's counts to the history at <path> under an exclusive lock
  * (<path>.lock, flock), re-reading the file first, so concurrent runs each
  * add their counts and no run replaces the history with its own (and the
@@ -278,7 +257,7 @@ static inline int tel_usage_merge(const char *path, int L, int E, uint32_t engin
     }
     while (flock(fd, LOCK_EX))
         if (errno != EINTR) { tel_fail_(err, errlen, "%s: lock: %s", lock, strerror(errno)); goto out; }
-    tel_usage_sweep_(path);
+    compat_sweep_temps(path, 0); /* under the lock no writer is at work */
     char why[300];
     int lr = tel_usage_load(path, L, E, engine, cur, why, sizeof why);
     if (lr < 0) { /* keep what was there; start a new history */
