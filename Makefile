@@ -28,7 +28,9 @@ CFLAGS ?=
 LIBS := -lm -lpthread
 
 # Optional libraries, used when their headers and libraries are present
-# (URING=0 / NUMA=0 build without them).
+# (URING=0 / NUMA=0 / MHD=0 build without them). libmicrohttpd serves the
+# HTTP API (--serve): a maintained HTTP/1.1 implementation rather than a
+# hand-written parser facing the network.
 HASH := \#
 probe = $(shell printf '$(HASH)include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - $(2) -o /dev/null 2>/dev/null && echo 1)
 ifneq ($(URING),0)
@@ -41,6 +43,12 @@ ifneq ($(NUMA),0)
   ifeq ($(call probe,numa.h,-lnuma),1)
     OPTDEFS += -DCOLI_HAVE_NUMA
     OPTLIBS += -lnuma
+  endif
+endif
+ifneq ($(MHD),0)
+  ifeq ($(call probe,microhttpd.h,-lmicrohttpd),1)
+    OPTDEFS += -DCOLI_HAVE_MHD
+    OPTLIBS += -lmicrohttpd
   endif
 endif
 
@@ -104,7 +112,7 @@ $(eval $(call flavour,build/rel,$(RELFLAGS),$(LIBS) $(OPTLIBS),build/rel))
 $(eval $(call flavour,build/test,$(TESTFLAGS),$(LIBS) $(OPTLIBS),build/test))
 $(eval $(call flavour,build/asan,$(TESTFLAGS) $(SANFLAGS),$(LIBS) $(OPTLIBS),build/asan))
 $(eval $(call flavour,build/tsan,$(TSANFLAGS),$(LIBS) $(OPTLIBS),build/tsan))
-# Without liburing and libnuma: that build must keep working.
+# Without liburing, libnuma and libmicrohttpd: that build must keep working.
 $(eval $(call flavour,build/nolibs,$(BASEFLAGS) $(ARCHFLAGS) -Werror,$(LIBS),build/test))
 # ARCH=portable (no -march): kernels still dispatch at run time.
 $(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(OPTLIBS),build/portable))

@@ -13,18 +13,22 @@
 #include "compat.h"
 #include "env.h"
 #include "forward.h"
+#include "http.h"
 #include "json.h"
 #include "kv_persist.h"
 #include "model.h"
+#include "openai.h"
 #include "sample.h"
 #include "spec.h"
 #include "telemetry.h"
 #include "tok.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #define COLI_VERSION "0.1.0"
 #define EXIT_MISMATCH 1
@@ -518,7 +522,9 @@ typedef struct {
     tok_str out;
     int *gen, n, ngen, np;
     int fed; /* generated tokens fed back (plain decoding) */
-    volatile sig_atomic_t *stop_flag; /* set by a signal handler: stop at the next token (CHAT's Ctrl-C) */
+    atomic_int *stop_flag; /* set elsewhere (CHAT's Ctrl-C, a client gone, SIGTERM): stop at the next token */
+    int (*sink)(void *ud, const char *s, size_t n); /* where the text goes (NULL: stdout); nonzero stops (a stop string) */
+    void *ud;
     const char *why;
     int failed; /* m->err says why */
 } gen_state;
@@ -530,11 +536,14 @@ static int gen_emit(void *ud, int next) {
     gen_state *g = (gen_state *)ud;
     coli_model *m = g->m;
     if (smp_is_stop(m->c.eos, m->c.n_eos, next)) { g->why = "stop token"; return 1; }
-    if (g->stop_flag && *g->stop_flag) { g->why = "interrupted"; return 1; }
+    if (g->stop_flag && atomic_load(g->stop_flag)) { g->why = "interrupted"; return 1; }
     g->gen[g->n++] = next;
     g->out.n = 0;
     if (tok_stream_put(g->t, &g->st, next, &g->out)) { g->failed = model_fail(m, "out of memory"); return 1; }
-    if (g->out.n) fwrite(g->out.s, 1, g->out.n, stdout), fflush(stdout);
+    if (g->out.n && g->sink) {
+        if (g->sink(g->ud, g->out.s, g->out.n)) { g->why = "stop string"; return 1; }
+    } else if (g->out.n)
+        fwrite(g->out.s, 1, g->out.n, stdout), fflush(stdout);
     tel_lap(&m->tel, TEL_SAMPLE);
     if (g->n >= g->ngen) { g->why = g->n == m->kv.ctx - g->np ? "CTX" : "NGEN"; return 1; }
     if (model_safe_point(m, g->n)) { g->failed = -1; return 1; }
@@ -632,28 +641,34 @@ static int conv_save(conv *cv, const char *path) {
     return rc;
 }
 
-/* One turn: the prompt rendered (the whole chat template on the first
- * turn, a follow-up user turn later; raw with CHAT_TEMPLATE=0) after the
- * ids so far, only the uncached ids prefilled, then tokens sampled and
- * streamed until a stop token, NGEN, a full context or an interrupt (*stop
- * set by a signal handler). The generated ids join the conversation.
- * Returns 0, or EXIT_INPUT (said). */
-static int conv_turn(conv *cv, const char *prompt, volatile sig_atomic_t *stop_flag) {
+/* How a turn's text leaves (conv_generate): stdout, or a sink; a flag that
+ * stops it at the next token; its limit. What happened comes back. */
+typedef struct {
+    atomic_int *stop;
+    int (*sink)(void *ud, const char *s, size_t n); /* NULL: stdout */
+    void *ud;
+    int max_new; /* 0: NGEN */
+    /* out */
+    int generated, cached;
+    const char *why; /* "stop token", "NGEN", "CTX", "stop string", "interrupted" */
+} turn_io;
+
+/* Prefills cv->ids[n_kv..] (ids [before..] are this turn's prompt; the
+ * ones before it were already in the conversation), then samples and
+ * streams tokens until a stop token, the limit, a full context or *stop.
+ * The generated ids join the conversation. Returns 0, or EXIT_INPUT
+ * (said; the turn is not part of the conversation). */
+static int conv_generate(conv *cv, size_t before, turn_io *io) {
     coli_model *m = cv->m;
     const coli_gen *g = cv->g;
     coli_config *c = &m->c;
-    char err[600];
-    size_t before = cv->ids.n;
-    gen_state gs = {.m = m, .t = cv->t, .why = "NGEN", .stop_flag = stop_flag};
-    int r = !g->chat ? tok_encode(cv->t, prompt, strlen(prompt), &cv->ids)
-            : cv->started ? tok_chat_turn(cv->t, prompt, g->think, &cv->ids) : tok_chat(cv->t, g->system, prompt, g->think, &cv->ids);
-    if (r == -2) return tok_chat_check(cv->t, err, sizeof err), fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err), EXIT_INPUT;
-    if (r) return fprintf(stderr, "colibri: out of memory encoding the prompt\n"), EXIT_INPUT;
+    gen_state gs = {.m = m, .t = cv->t, .why = "NGEN", .stop_flag = io->stop, .sink = io->sink, .ud = io->ud};
     if (cv->ids.n == before) return fprintf(stderr, "colibri: the prompt is empty\n"), EXIT_INPUT;
     for (size_t i = before; i < cv->ids.n; i++)
-        if (cv->ids.ids[i] >= c->vocab) {
+        if (cv->ids.ids[i] < 0 || cv->ids.ids[i] >= c->vocab) {
+            int bad = cv->ids.ids[i];
             cv->ids.n = before;
-            return fprintf(stderr, "colibri: tokenizer.json: token id %d is outside the model's vocabulary (%d)\n", cv->ids.ids[i], c->vocab), EXIT_INPUT;
+            return fprintf(stderr, "colibri: tokenizer.json: token id %d is outside the model's vocabulary (%d)\n", bad, c->vocab), EXIT_INPUT;
         }
     int n = (int)cv->ids.n, start = cv->n_kv;
     if (n >= m->kv.ctx) {
@@ -661,7 +676,8 @@ static int conv_turn(conv *cv, const char *prompt, volatile sig_atomic_t *stop_f
         return fprintf(stderr, "colibri: the %s has %d tokens but CTX is %d; raise CTX\n", cv->started ? "conversation" : "prompt", n, m->kv.ctx), EXIT_INPUT;
     }
     cv->started = 1;
-    int ngen = g->ngen < m->kv.ctx - n ? g->ngen : m->kv.ctx - n;
+    int limit = io->max_new > 0 ? io->max_new : g->ngen;
+    int ngen = limit < m->kv.ctx - n ? limit : m->kv.ctx - n;
     if (g->sp.temp > 0)
         fprintf(stderr, "colibri: prompt %d tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu", n, ngen, g->sp.temp,
                 g->sp.top_k, g->sp.top_p, g->sp.min_p, (unsigned long long)g->seed);
@@ -672,6 +688,7 @@ static int conv_turn(conv *cv, const char *prompt, volatile sig_atomic_t *stop_f
     fputc('\n', stderr);
     if (g->tokens) print_ids("prompt tokens", cv->ids.ids, cv->ids.n);
     gs.ngen = ngen, gs.np = n;
+    io->generated = 0, io->cached = start, io->why = NULL;
     if (!(gs.gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)))) return fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT;
     tel_start(&m->tel, m->tel.prof); /* each turn's end line counts that turn */
     xs_stats_reset(&m->xs);
@@ -704,9 +721,10 @@ static int conv_turn(conv *cv, const char *prompt, volatile sig_atomic_t *stop_f
     if (gs.failed) { fprintf(stderr, "\ncolibri: %s\n", m->err); goto done; }
     gs.out.n = 0;
     tok_stream_flush(&gs.st, 0, &gs.out);
-    if (gs.out.n) fwrite(gs.out.s, 1, gs.out.n, stdout);
-    if (isatty(1) || g->chat_mode) fputc('\n', stdout);
-    fflush(stdout);
+    if (gs.out.n && io->sink) io->sink(io->ud, gs.out.s, gs.out.n);
+    else if (gs.out.n) fwrite(gs.out.s, 1, gs.out.n, stdout);
+    if (!io->sink && (isatty(1) || g->chat_mode)) fputc('\n', stdout);
+    if (!io->sink) fflush(stdout);
     m->tel.t_decode = compat_now() - t1;
     m->tel.gen_tokens = gs.n;
     if (g->tokens) print_ids("generated tokens", gs.gen, (size_t)gs.n);
@@ -729,12 +747,29 @@ static int conv_turn(conv *cv, const char *prompt, volatile sig_atomic_t *stop_f
         }
     } else
         cv->n_kv = n + gs.fed;
+    io->generated = gs.n, io->why = gs.why;
     rc = 0;
 done:
     if (rc) cv->ids.n = before; /* the turn is not part of the conversation */
     free(gs.gen);
     tok_str_free(&gs.out);
     return rc;
+}
+
+/* One turn: the prompt rendered (the whole chat template on the first
+ * turn, a follow-up user turn later; raw with CHAT_TEMPLATE=0) after the
+ * ids so far, then conv_generate to stdout. Returns 0, or EXIT_INPUT
+ * (said). */
+static int conv_turn(conv *cv, const char *prompt, atomic_int *stop_flag) {
+    const coli_gen *g = cv->g;
+    char err[600];
+    size_t before = cv->ids.n;
+    int r = !g->chat ? tok_encode(cv->t, prompt, strlen(prompt), &cv->ids)
+            : cv->started ? tok_chat_turn(cv->t, prompt, g->think, &cv->ids) : tok_chat(cv->t, g->system, prompt, g->think, &cv->ids);
+    if (r == -2) return tok_chat_check(cv->t, err, sizeof err), fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err), EXIT_INPUT;
+    if (r) return cv->ids.n = before, fprintf(stderr, "colibri: out of memory encoding the prompt\n"), EXIT_INPUT;
+    turn_io io = {.stop = stop_flag};
+    return conv_generate(cv, before, &io);
 }
 
 /* PROMPT mode: one turn, resumed from KV_LOAD / SESSION and saved to
@@ -756,10 +791,10 @@ done:
     return rc;
 }
 
-static volatile sig_atomic_t chat_interrupt;
+static atomic_int chat_interrupt;
 static void on_sigint(int sig) {
     (void)sig;
-    chat_interrupt = 1;
+    atomic_store(&chat_interrupt, 1);
 }
 
 /* CHAT mode (--chat or CHAT=1): each line of stdin is a user turn, answered
@@ -787,9 +822,9 @@ static int run_chat(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
     if (tty) fprintf(stderr, "colibri: chat: one line per turn; Ctrl-C stops an answer; /save PATH, /load PATH, /reset, /quit\n");
     for (;;) {
         if (tty) fputs("> ", stderr);
-        chat_interrupt = 0;
+        atomic_store(&chat_interrupt, 0);
         ssize_t len = getline(&line, &cap, stdin);
-        if (len < 0 || chat_interrupt) break;
+        if (len < 0 || atomic_load(&chat_interrupt)) break;
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (!len) continue;
         if (!strcmp(line, "/quit")) break;
@@ -813,6 +848,354 @@ done:
     free(line);
     conv_close(&cv);
     signal(SIGINT, SIG_DFL);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ serve */
+
+/* A conversation kept aside for prefix reuse (serve mode): its state as a
+ * .coli_kv image (kv_persist.h) and its ids; file names its copy in
+ * KV_CACHE_DIR ("" when not persisted). */
+typedef struct {
+    uint8_t *img;
+    size_t len;
+    int *ids, n_kv;
+    uint64_t used; /* LRU clock */
+    char file[64];
+} kvc_entry;
+
+/* The conversations serve mode keeps: the live one (in the model's cache,
+ * conv), the ones kept aside in memory within budget bytes, and their
+ * files in dir when persisted. */
+typedef struct {
+    kvc_entry *e;
+    int n, cap;
+    size_t bytes, budget;
+    const char *dir;
+    uint64_t clock, fp, names;
+    char live_file[64]; /* the live conversation's file in dir ("" = none yet) */
+    int live_prompt;    /* the live conversation's last prompt length: a request diverging before it is another conversation */
+} kv_cache;
+
+static void kvc_drop(kv_cache *kc, int i, int unlink_file) {
+    kvc_entry *x = &kc->e[i];
+    if (unlink_file && kc->dir && x->file[0]) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", kc->dir, x->file);
+        unlink(path);
+    }
+    kc->bytes -= x->len;
+    free(x->img), free(x->ids);
+    kc->e[i] = kc->e[--kc->n];
+}
+
+/* Evicts the least recently used conversations until the kept ones fit. */
+static void kvc_fit(kv_cache *kc) {
+    while (kc->n && kc->bytes > kc->budget) {
+        int lru = 0;
+        for (int i = 1; i < kc->n; i++)
+            if (kc->e[i].used < kc->e[lru].used) lru = i;
+        fprintf(stderr, "colibri: serve: evicted a kept conversation of %d tokens (%.1f MB; KV_CACHE_GB)\n", kc->e[lru].n_kv, kc->e[lru].len / 1e6);
+        kvc_drop(kc, lru, 1);
+    }
+}
+
+static int kvc_add(kv_cache *kc, uint8_t *img, size_t len, const int *ids, int n_tok, int n_kv, const char *file, uint64_t used) {
+    if (kc->n == kc->cap) {
+        int cap = kc->cap ? kc->cap * 2 : 8;
+        kvc_entry *ne = (kvc_entry *)realloc(kc->e, (size_t)cap * sizeof *ne);
+        if (!ne) return -1;
+        kc->e = ne, kc->cap = cap;
+    }
+    kvc_entry *x = &kc->e[kc->n];
+    memset(x, 0, sizeof *x);
+    if (!(x->ids = (int *)malloc((size_t)n_tok * sizeof(int) + sizeof(int)))) return -1;
+    memcpy(x->ids, ids, (size_t)n_tok * sizeof(int));
+    x->img = img, x->len = len, x->n_kv = n_kv, x->used = used;
+    snprintf(x->file, sizeof x->file, "%s", file ? file : "");
+    kc->n++, kc->bytes += len;
+    return 0;
+}
+
+static int kvc_lcp(const int *a, int na, const int *b, int nb) {
+    int k = 0;
+    while (k < na && k < nb && a[k] == b[k]) k++;
+    return k;
+}
+
+/* Keeps the live conversation aside (its cached positions) before another
+ * one takes the model's cache. */
+static void kvc_stash(kv_cache *kc, conv *cv) {
+    if (cv->n_kv < 1 || !kc->budget) { kc->live_file[0] = 0; return; }
+    char err[600];
+    uint8_t *img;
+    size_t len;
+    if (len = 0, kvp_image(cv->m, kc->fp, cv->ids.ids, cv->n_kv, cv->n_kv, &img, &len, err, sizeof err) ||
+        kvc_add(kc, img, len, cv->ids.ids, cv->n_kv, cv->n_kv, kc->live_file, ++kc->clock)) {
+        if (len) free(img);
+        fprintf(stderr, "colibri: serve: cannot keep the conversation aside: out of memory\n");
+    }
+    kc->live_file[0] = 0;
+    kvc_fit(kc);
+}
+
+/* Makes kept conversation i the live one. 0, or -1 (said; the live
+ * conversation is then empty). */
+static int kvc_restore(kv_cache *kc, conv *cv, int i) {
+    char err[600];
+    kvp_state st;
+    kvc_entry *x = &kc->e[i];
+    int rc = kvp_load_image(cv->m, x->file[0] ? x->file : "a kept conversation", x->img, x->len, kc->fp, &st, 1, err, sizeof err);
+    cv->ids.n = 0, cv->n_kv = 0;
+    if (rc) fprintf(stderr, "colibri: serve: %s; dropped\n", err);
+    else if (tok_ids_append(&cv->ids, st.tok, (size_t)st.n_tok)) rc = -1;
+    else cv->n_kv = st.n_kv, cv->started = 1;
+    snprintf(kc->live_file, sizeof kc->live_file, "%s", rc ? "" : x->file);
+    kvc_drop(kc, i, rc != 0);
+    kvp_state_free(&st);
+    return rc;
+}
+
+/* At startup: the conversations persisted in KV_CACHE_DIR, newest first
+ * within the budget; files of another model or damaged ones are named and
+ * left alone. */
+static void kvc_load_dir(kv_cache *kc, coli_model *m) {
+    DIR *d = opendir(kc->dir);
+    if (!d) { fprintf(stderr, "colibri: KV_CACHE_DIR=%s: %s\n", kc->dir, strerror(errno)); return; }
+    int loaded = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (l < 9 || l >= 64 || strcmp(de->d_name + l - 8, ".coli_kv")) continue;
+        char path[4096], err[600];
+        snprintf(path, sizeof path, "%s/%s", kc->dir, de->d_name);
+        struct stat sb;
+        if (stat(path, &sb) || !S_ISREG(sb.st_mode)) continue;
+        if ((uint64_t)sb.st_size > kc->budget) { fprintf(stderr, "colibri: KV_CACHE_DIR: %s is larger than KV_CACHE_GB; left alone\n", path); continue; }
+        size_t len;
+        uint8_t *img = (uint8_t *)compat_read_file(path, kc->budget, &len);
+        kvp_state st;
+        if (!img) { fprintf(stderr, "colibri: KV_CACHE_DIR: %s: %s; left alone\n", path, strerror(errno)); continue; }
+        if (kvp_load_image(m, path, img, len, kc->fp, &st, 0, err, sizeof err)) {
+            fprintf(stderr, "colibri: KV_CACHE_DIR: %s; left alone\n", err);
+            free(img);
+            continue;
+        }
+        if (kvc_add(kc, img, len, st.tok, st.n_tok, st.n_kv, de->d_name, (uint64_t)sb.st_mtime)) free(img);
+        else loaded++;
+        kvp_state_free(&st);
+    }
+    closedir(d);
+    kvc_fit(kc);
+    for (int i = 0; i < kc->n; i++) kc->e[i].used = ++kc->clock; /* order kept: newest file last used */
+    if (loaded) fprintf(stderr, "colibri: KV_CACHE_DIR: %d conversations resumed from %s (%.1f MB)\n", kc->n, kc->dir, kc->bytes / 1e6);
+}
+
+/* Saves the live conversation to its file in KV_CACHE_DIR. */
+static void kvc_persist(kv_cache *kc, conv *cv) {
+    if (!kc->dir || cv->n_kv < 1) return;
+    if (!kc->live_file[0]) snprintf(kc->live_file, sizeof kc->live_file, "conv-%lx-%llu.coli_kv", (long)getpid(), (unsigned long long)++kc->names);
+    char path[4096], err[600];
+    snprintf(path, sizeof path, "%s/%s", kc->dir, kc->live_file);
+    if (kvp_save(cv->m, path, kc->fp, cv->ids.ids, (int)cv->ids.n, cv->n_kv, NULL, err, sizeof err)) fprintf(stderr, "colibri: serve: %s\n", err);
+}
+
+/* Chooses where a request of ids[0..n) starts: the live conversation or a
+ * kept one, whichever shares the longest prefix, the live one kept aside
+ * when the request is another conversation. Returns the positions reused. */
+static int kvc_select(kv_cache *kc, conv *cv, const int *ids, int n) {
+    int p_live = kvc_lcp(cv->ids.ids, cv->n_kv, ids, n), best = -1, p_best = p_live;
+    for (int i = 0; i < kc->n; i++) {
+        int p = kvc_lcp(kc->e[i].ids, kc->e[i].n_kv, ids, n);
+        if (p > p_best) best = i, p_best = p;
+    }
+    if (best >= 0 || p_live < kc->live_prompt) {
+        uint64_t keep = best >= 0 ? kc->e[best].used : 0;
+        kvc_stash(kc, cv); /* may evict; find the chosen one again by its clock */
+        if (best >= 0) {
+            best = -1;
+            for (int i = 0; i < kc->n; i++)
+                if (kc->e[i].used == keep) best = i;
+        }
+        if (best >= 0 && kvc_restore(kc, cv, best)) p_best = 0;
+        else if (best < 0) p_best = 0, cv->n_kv = 0, cv->ids.n = 0;
+    }
+    int p = p_best < n - 1 ? p_best : n - 1; /* the last prompt token is fed again for its logits */
+    if (p > cv->n_kv) p = cv->n_kv;
+    return p;
+}
+
+static atomic_int serve_stop;
+static void on_serve_signal(int sig) {
+    (void)sig;
+    atomic_store(&serve_stop, 1);
+}
+
+/* One request's response as it is generated. */
+typedef struct {
+    srv_job *j;
+    oai_out o;
+    oai_meta meta;
+    int first; /* no chunk sent yet */
+} serve_req;
+
+static void serve_chunk(serve_req *q, const char *rs, size_t rn, const char *cs, size_t cn, const oai_call *calls, int ncalls) {
+    jw w = {0};
+    oai_chunk_sse(&w, &q->j->req, &q->meta, q->first, rs, rn, cs, cn, calls, ncalls, 0);
+    q->first = 0;
+    if (!w.oom) srv_emit(q->j, w.s, w.n);
+    jw_free(&w);
+}
+
+static int serve_sink(void *ud, const char *s, size_t n) {
+    serve_req *q = (serve_req *)ud;
+    int stop = oai_out_put(&q->o, s, n);
+    if (atomic_load(&serve_stop)) atomic_store(&q->j->cancel, 1); /* SIGTERM: the answer ends at the next token */
+    if (q->j->req.stream) {
+        const char *rs, *cs;
+        size_t rn, cn;
+        oai_out_delta(&q->o, &rs, &rn, &cs, &cn);
+        if (rn || cn) serve_chunk(q, rs, rn, cs, cn, NULL, 0);
+    }
+    return stop;
+}
+
+/* Answers one request with the model. Returns 0, or -1 when the model
+ * failed (a read error): the server stops. */
+static int serve_job(conv *cv, kv_cache *kc, srv_job *j, const coli_gen *g0, int ngen_cap, const char *model, const char *fps) {
+    coli_model *m = cv->m;
+    coli_gen g = *g0;
+    const oai_req *r = &j->req;
+    if (r->has_temp) g.sp.temp = (float)r->temp;
+    if (r->has_top_p) g.sp.top_p = (float)r->top_p;
+    if (r->has_top_k) g.sp.top_k = r->top_k;
+    if (r->has_min_p) g.sp.min_p = (float)r->min_p;
+    g.seed = r->has_seed ? r->seed : (g0->seed ^ (uint64_t)compat_now() * 1000003ull ^ (uint64_t)kc->clock << 32) & ((1ull << 53) - 1);
+    g.tokens = 0;
+    cv->g = &g;
+    smp_seed(&cv->rng, g.seed);
+    int n = (int)j->ids.n;
+    int p = kvc_select(kc, cv, j->ids.ids, n);
+    cv->ids.n = 0;
+    if (tok_ids_append(&cv->ids, j->ids.ids, (size_t)n)) {
+        jw w = {0};
+        oai_error_json(&w, "out of memory", "server_error", NULL);
+        srv_finish(j, 500, &w), jw_free(&w);
+        cv->n_kv = 0;
+        return 0;
+    }
+    cv->n_kv = p, cv->started = 1;
+    serve_req q = {.j = j, .first = 1};
+    oai_out_init(&q.o, r);
+    q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};
+    int limit = r->max_tokens ? r->max_tokens : m->kv.ctx;
+    if (ngen_cap && limit > ngen_cap) limit = ngen_cap;
+    turn_io io = {.stop = &j->cancel, .sink = serve_sink, .ud = &q, .max_new = limit};
+    int rc = conv_generate(cv, (size_t)p, &io);
+    jw w = {0};
+    if (rc) {
+        oai_error_json(&w, m->err[0] ? m->err : "the request failed", "server_error", NULL);
+        if (r->stream) { jw body = {0}; jw_lit(&body, "data: "), jw_raw(&body, w.s, w.n), jw_lit(&body, "\n\n"), jw_free(&w), w = body; }
+        srv_finish(j, 500, &w);
+        jw_free(&w);
+        oai_out_free(&q.o);
+        cv->n_kv = 0, cv->ids.n = 0, kc->live_file[0] = 0;
+        return m->err[0] ? -1 : 0;
+    }
+    kc->live_prompt = n;
+    oai_out_finish(&q.o);
+    oai_call calls[OAI_MAX_TOOL_CALLS];
+    int ncalls = q.o.tool.n ? oai_parse_calls(&q.o, calls, OAI_MAX_TOOL_CALLS) : 0;
+    if (ncalls < 0) jw_raw(&q.o.content, q.o.tool.s, q.o.tool.n); /* not a well-formed call: it is text */
+    q.meta.prompt_tokens = n, q.meta.completion_tokens = io.generated, q.meta.cached_tokens = io.cached;
+    q.meta.finish = ncalls > 0 ? "tool_calls" : !strcmp(io.why, "NGEN") || !strcmp(io.why, "CTX") ? "length" : "stop";
+    if (r->stream) {
+        const char *rs, *cs;
+        size_t rn, cn;
+        oai_out_delta(&q.o, &rs, &rn, &cs, &cn);
+        const char *finish = q.meta.finish;
+        q.meta.finish = NULL;
+        if (rn || cn || ncalls > 0 || q.first) serve_chunk(&q, rs, rn, cs, cn, calls, ncalls > 0 ? ncalls : 0);
+        q.meta.finish = finish;
+        oai_chunk_sse(&w, r, &q.meta, 0, NULL, 0, NULL, 0, NULL, 0, 0);
+        if (r->include_usage) oai_chunk_sse(&w, r, &q.meta, 0, NULL, 0, NULL, 0, NULL, 0, 1);
+        jw_lit(&w, "data: [DONE]\n\n");
+    } else
+        oai_response_json(&w, r, &q.meta, &q.o, calls, ncalls);
+    if (ncalls > 0) oai_calls_free(calls, ncalls);
+    if (w.oom) {
+        jw_free(&w);
+        oai_error_json(&w, "out of memory", "server_error", NULL);
+        srv_finish(j, 500, &w);
+    } else
+        srv_finish(j, 200, &w);
+    jw_free(&w);
+    oai_out_free(&q.o);
+    kvc_persist(kc, cv);
+    return 0;
+}
+
+/* SERVE mode (--serve or SERVE=1): the OpenAI-compatible HTTP API until
+ * SIGTERM or Ctrl-C. Returns the exit status. */
+static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, const coli_env *e) {
+    conv cv;
+    kv_cache kc;
+    srv s;
+    char err[600], fps[32], name[256];
+    memset(&kc, 0, sizeof kc);
+    if (conv_open(&cv, m, g, t, dir)) return EXIT_INPUT;
+    if (cv.spec) {
+        spec_free(&cv.sc), cv.spec = 0;
+        if (g->draft_set && g->spec.k)
+            fprintf(stderr, "colibri: serve mode decodes without MTP drafts (prefix reuse rewinds the cache, which the drafting state cannot follow)\n");
+    }
+    cv.fp = kc.fp = kvp_fingerprint(m, dir);
+    snprintf(fps, sizeof fps, "colibri-%016llx", (unsigned long long)kc.fp);
+    const char *sm = env_v(e, ENV_SERVE_MODEL)->s;
+    if (sm) snprintf(name, sizeof name, "%s", sm);
+    else {
+        size_t l = strlen(dir);
+        while (l > 1 && dir[l - 1] == '/') l--;
+        size_t b = l;
+        while (b && dir[b - 1] != '/') b--;
+        snprintf(name, sizeof name, "%.*s", (int)(l - b), dir + b);
+    }
+    kc.budget = (size_t)(env_f(e, ENV_KV_CACHE_GB) * GB);
+    kc.dir = env_v(e, ENV_KV_CACHE_DIR)->s;
+    if (kc.dir) kvc_load_dir(&kc, m);
+    srv_opts so = {env_v(e, ENV_HOST)->s, (int)env_i(e, ENV_PORT), (int)env_i(e, ENV_SERVE_CONNS), (int)env_i(e, ENV_SERVE_QUEUE),
+                   (int)env_i(e, ENV_SERVE_TIMEOUT), (int)env_i(e, ENV_SERVE_MAX_MESSAGES), (size_t)env_i(e, ENV_SERVE_MAX_BODY), m->kv.ctx, name, fps};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_serve_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (srv_start(&s, &so, t, err, sizeof err)) {
+        fprintf(stderr, "colibri: %s\n", err);
+        conv_close(&cv);
+        return EXIT_INPUT;
+    }
+    fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, queue %d, KV_CACHE_GB %g): POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n",
+            name, so.host, s.port, m->kv.ctx, so.max_queue, env_f(e, ENV_KV_CACHE_GB));
+    int rc = 0, cap = env_v(e, ENV_NGEN)->set ? (int)env_i(e, ENV_NGEN) : 0;
+    while (!atomic_load(&serve_stop)) {
+        srv_job *j = srv_next(&s, 200);
+        if (!j) continue;
+        int bad = serve_job(&cv, &kc, j, g, cap, name, fps);
+        srv_release(&s, j);
+        if (bad) {
+            fprintf(stderr, "colibri: stopping the server: %s\n", m->err);
+            rc = EXIT_INPUT;
+            break;
+        }
+    }
+    srv_stop(&s);
+    fprintf(stderr, "colibri: server stopped: %lld requests answered, %lld refused with 429 (queue full)\n", (long long)atomic_load(&s.served),
+            (long long)atomic_load(&s.refused_busy));
+    while (kc.n) kvc_drop(&kc, kc.n - 1, 0);
+    free(kc.e);
+    conv_close(&cv);
+    signal(SIGTERM, SIG_DFL), signal(SIGINT, SIG_DFL);
     return rc;
 }
 
@@ -925,8 +1308,8 @@ static int coli_main(int argc, char **argv) {
         if (argc == 4 && !jsonl) { usage(stderr); return EXIT_INPUT; }
         return run_tokenize(argv[argc - 1], jsonl);
     }
-    int chat_flag = argc == 3 && !strcmp(argv[1], "--chat");
-    if (!chat_flag && (argc != 2 || argv[1][0] == '-')) { usage(stderr); return EXIT_INPUT; }
+    int chat_flag = argc == 3 && !strcmp(argv[1], "--chat"), serve_flag = argc == 3 && !strcmp(argv[1], "--serve");
+    if (!chat_flag && !serve_flag && (argc != 2 || argv[1][0] == '-')) { usage(stderr); return EXIT_INPUT; }
     const char *dir = argv[argc - 1];
     char err[512];
     coli_env e;
@@ -941,9 +1324,10 @@ static int coli_main(int argc, char **argv) {
     uint64_t *rows = NULL;
     int have = 0, rc = EXIT_INPUT;
     tok *t = NULL;
-    int chat = chat_flag || env_i(&e, ENV_CHAT);
+    int chat = chat_flag || env_i(&e, ENV_CHAT), serve = serve_flag || env_i(&e, ENV_SERVE);
     if (chat && env_v(&e, ENV_PROMPT)->s) { fprintf(stderr, "colibri: CHAT reads its turns from stdin; unset PROMPT\n"); return EXIT_INPUT; }
-    if (env_v(&e, ENV_PROMPT)->s || chat) { /* the tokenizer, and the chat template's tokens, before any weight is read */
+    if (serve && (chat || env_v(&e, ENV_PROMPT)->s)) { fprintf(stderr, "colibri: SERVE takes its prompts over HTTP; unset PROMPT and CHAT\n"); return EXIT_INPUT; }
+    if (env_v(&e, ENV_PROMPT)->s || chat || serve) { /* the tokenizer, and the chat template's tokens, before any weight is read */
         if (!(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail;
         if (env_i(&e, ENV_CHAT_TEMPLATE) && tok_chat_check(t, err, sizeof err)) {
             fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err);
@@ -963,7 +1347,7 @@ static int coli_main(int argc, char **argv) {
     coli_gen g;
     gen_from_env(&e, &m.c, &g);
     g.chat_mode = chat;
-    rc = chat ? run_chat(&m, dir, &g, t) : g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
+    rc = serve ? run_serve(&m, dir, &g, t, &e) : chat ? run_chat(&m, dir, &g, t) : g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
     if (rc != EXIT_INPUT && env_i(&e, ENV_USAGE_SAVE)) usage_save(&m, dir);
     goto out;
 fail:

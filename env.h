@@ -62,6 +62,28 @@ typedef struct {
         "Save the conversation (tokens and KV cache) to this file at the end of the run, atomically, for KV_LOAD or SESSION.") \
     STR(SESSION, NULL, \
         "KV_LOAD and KV_SAVE on one file: resumed when it exists, started when it does not, saved at the end.") \
+    BOOL(SERVE, "0", \
+        "1 = serve the OpenAI-compatible HTTP API (as --serve) on HOST:PORT until SIGTERM or Ctrl-C.") \
+    STR(HOST, "127.0.0.1", \
+        "Serve mode: the address to listen on (a name or a numeric IPv4/IPv6 address).") \
+    INT(PORT, "8080", 0, 65535, \
+        "Serve mode: the TCP port; 0 = any free port (the startup line says which).") \
+    STR(SERVE_MODEL, NULL, \
+        "Serve mode: the model name /v1/models lists and responses carry; unset = the model directory's last component.") \
+    INT(SERVE_QUEUE, "16", 0, 4096, \
+        "Serve mode: requests that may wait while one computes; more are refused with 429.") \
+    INT(SERVE_CONNS, "64", 1, 4096, \
+        "Serve mode: connections open at once (each has a thread); more are refused.") \
+    INT(SERVE_TIMEOUT, "60", 1, 86400, \
+        "Serve mode: seconds a connection may stay idle (a partial request included) before it is closed.") \
+    INT(SERVE_MAX_BODY, "8388608", 1024, 1073741824, \
+        "Serve mode: the largest request body in bytes (413 beyond it).") \
+    INT(SERVE_MAX_MESSAGES, "1024", 1, 1000000, \
+        "Serve mode: the most messages one chat request may carry.") \
+    FLOAT(KV_CACHE_GB, "4", 0, 1048576, \
+        "Serve mode: memory for the KV state of conversations other than the current one, kept for prefix reuse and evicted least recently used; 0 = keep only the current one.") \
+    STR(KV_CACHE_DIR, NULL, \
+        "Serve mode: keep the conversations' KV state in .coli_kv files in this directory too, so a restarted server resumes them (within KV_CACHE_GB on disk).") \
     BOOL(MTP, "1", \
         "1 = load the checkpoint's MTP layer (when config.json declares one) for speculative decoding; 0 = ignore it.") \
     INT(DRAFT, "-1", -1, 16, \

@@ -15,6 +15,7 @@
 #define COLI_JSON_H
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,7 +177,7 @@ static inline int js_string_(js_parser_ *ps, uint32_t *off, uint32_t *len) {
         case 'r': out = '\r'; break;
         case 't': out = '\t'; break;
         case 'u': {
-            unsigned cp, lo;
+            unsigned cp = 0, lo = 0;
             if (js_hex4_(ps, &cp)) return -1;
             if (cp >= 0xDC00 && cp <= 0xDFFF) return js_fail_(ps, "lone low surrogate");
             if (cp >= 0xD800 && cp <= 0xDBFF) {
@@ -450,6 +451,118 @@ static inline js_doc *js_load_object(const char *path, size_t cap, char *err, si
         d = NULL;
     }
     return d;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+/* A JSON writer into a growing buffer that cannot emit invalid JSON: every
+ * string is escaped, and bytes that are not valid UTF-8 become U+FFFD, so
+ * text cut mid-character (a streamed token) never breaks the document.
+ * Commas between members are the caller's (jw_sep). On out of memory the
+ * buffer is marked failed and stays valid; check jw.oom at the end. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} jw;
+
+static inline void jw_free(jw *w) {
+    free(w->s);
+    memset(w, 0, sizeof *w);
+}
+
+static inline void jw_raw(jw *w, const char *p, size_t n) {
+    if (w->oom) return;
+    if (w->n + n + 1 > w->cap) {
+        size_t cap = w->cap ? w->cap : 256;
+        while (cap < w->n + n + 1) cap *= 2;
+        char *ns = (char *)realloc(w->s, cap);
+        if (!ns) { w->oom = 1; return; }
+        w->s = ns, w->cap = cap;
+    }
+    memcpy(w->s + w->n, p, n);
+    w->n += n;
+    w->s[w->n] = 0;
+}
+
+static inline void jw_lit(jw *w, const char *p) { jw_raw(w, p, strlen(p)); }
+
+/* The JSON string of n bytes at p (quotes included). */
+static inline void jw_strn(jw *w, const char *p, size_t n) {
+    const unsigned char *u = (const unsigned char *)p, *end = u + n;
+    jw_raw(w, "\"", 1);
+    while (u < end) {
+        const unsigned char *run = u;
+        while (u < end && *u >= 0x20 && *u < 0x80 && *u != '"' && *u != '\\') u++;
+        jw_raw(w, (const char *)run, (size_t)(u - run));
+        if (u >= end) break;
+        char esc[8];
+        if (*u == '"' || *u == '\\') esc[0] = '\\', esc[1] = (char)*u, jw_raw(w, esc, 2), u++;
+        else if (*u < 0x20) {
+            const char *named = *u == '\n' ? "\\n" : *u == '\r' ? "\\r" : *u == '\t' ? "\\t" : *u == '\b' ? "\\b" : *u == '\f' ? "\\f" : NULL;
+            if (named) jw_raw(w, named, 2);
+            else snprintf(esc, sizeof esc, "\\u%04x", *u), jw_raw(w, esc, 6);
+            u++;
+        } else {
+            int k = js_utf8_valid_len(u, end);
+            if (k) jw_raw(w, (const char *)u, (size_t)k), u += k;
+            else jw_raw(w, "\xEF\xBF\xBD", 3), u++;
+        }
+    }
+    jw_raw(w, "\"", 1);
+}
+
+static inline void jw_str(jw *w, const char *p) { jw_strn(w, p ? p : "", p ? strlen(p) : 0); }
+
+/* "key": (the separator before it is the caller's). */
+static inline void jw_key(jw *w, const char *k) {
+    jw_str(w, k);
+    jw_raw(w, ":", 1);
+}
+
+static inline void jw_int(jw *w, long long v) {
+    char b[32];
+    jw_raw(w, b, (size_t)snprintf(b, sizeof b, "%lld", v));
+}
+
+/* A finite number as the shortest round-trip decimal; non-finite as null
+ * (JSON has no spelling for them). */
+static inline void jw_num(jw *w, double v) {
+    char b[40];
+    if (!isfinite(v)) { jw_lit(w, "null"); return; }
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(b, sizeof b, "%.*g", prec, v);
+        if (strtod(b, NULL) == v) break;
+    }
+    jw_lit(w, b);
+}
+
+/* Node i of d written back: compact (",", ":"), or spaced as Python's
+ * json.dumps writes by default (", ", ": ") when py != 0; non-ASCII text
+ * is kept as UTF-8 (ensure_ascii=False). Integers keep their digits. */
+static inline void jw_node(jw *w, const js_doc *d, int i, int py) {
+    switch (js_typeof(d, i)) {
+    case JS_NULL: jw_lit(w, "null"); break;
+    case JS_TRUE: jw_lit(w, "true"); break;
+    case JS_FALSE: jw_lit(w, "false"); break;
+    case JS_NUM:
+        if (d->nodes[i].is_int) jw_int(w, (long long)d->nodes[i].ival);
+        else jw_num(w, d->nodes[i].num);
+        break;
+    case JS_STR: jw_strn(w, js_str(d, i), js_str_len(d, i)); break;
+    case JS_ARR:
+    case JS_OBJ: {
+        int obj = js_typeof(d, i) == JS_OBJ;
+        jw_raw(w, obj ? "{" : "[", 1);
+        for (int k = js_first(d, i), first = 1; k >= 0; k = js_next(d, k), first = 0) {
+            if (!first) jw_lit(w, py ? ", " : ",");
+            if (obj) jw_strn(w, js_key(d, k), js_key_len(d, k)), jw_lit(w, py ? ": " : ":");
+            jw_node(w, d, k, py);
+        }
+        jw_raw(w, obj ? "}" : "]", 1);
+        break;
+    }
+    }
 }
 
 #endif

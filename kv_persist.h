@@ -106,16 +106,20 @@ static inline int kvp_fail_(char *err, size_t n, const char *path, const char *f
 
 /* ---------------------------------------------------------------- writing */
 
+/* Where a state is written: a file descriptor, or (mem != NULL) a buffer
+ * of exactly the state's size (kvp_image). */
 typedef struct {
     int fd;
     uint64_t h, off;
     int failed;
+    uint8_t *mem;
 } kvp_out_;
 
 static inline void kvp_put_(kvp_out_ *o, const void *p, size_t n) {
     if (o->failed || !n) return;
     o->h = kvp_fnv_(o->h, p, n);
-    if (compat_write_full(o->fd, p, n)) o->failed = errno ? errno : EIO;
+    if (o->mem) memcpy(o->mem + o->off, p, n);
+    else if (compat_write_full(o->fd, p, n)) o->failed = errno ? errno : EIO;
     o->off += n;
 }
 
@@ -145,43 +149,69 @@ static inline int kvp_main_full_(const coli_config *c) {
     return n;
 }
 
+/* The header of a state of n_tok tokens, n_kv cached (and the MTP part
+ * when mtp is given and in step), and its size in bytes. NULL mtp when
+ * it is not in step. */
+static inline uint64_t kvp_plan_(const coli_model *m, int n_tok, int n_kv, const kvp_mtp **mtp, kvp_header *h) {
+    const coli_config *c = &m->c;
+    const kvp_mtp *x = *mtp;
+    if (x && (x->mtp_pos < 0 || x->nq < 0 || x->mtp_pos + x->nq != n_kv - 1)) x = *mtp = NULL; /* not in step: leave it out */
+    kvp_header hh = {KVP_VERSION, x ? KVP_F_MTP : 0, 0, (uint32_t)n_tok, (uint32_t)n_kv, (uint32_t)c->n_layers, (uint32_t)c->kv_lora,
+                     (uint32_t)c->qk_rope, (uint32_t)c->index_dim, (uint32_t)kvp_main_full_(c), (uint32_t)c->dim,
+                     x ? (uint32_t)x->mtp_pos : 0, x ? (uint32_t)x->nq : 0, x ? c->idx_full[c->n_layers] : 0, 0};
+    *h = hh;
+    uint64_t per = (uint64_t)hh.n_layers * (hh.kv_lora + hh.qk_rope) + (uint64_t)hh.n_full * hh.index_dim;
+    uint64_t size = KVP_HEADER_BYTES + 4ull * hh.n_tok + 4ull * per * hh.n_kv + 8;
+    if (x) size += 4ull * hh.mtp_pos * (hh.kv_lora + hh.qk_rope + hh.mtp_full * hh.index_dim) + 4ull * hh.mtp_nq * (hh.dim + 1) + 4ull * hh.dim;
+    return size;
+}
+
+/* Writes the whole state (header, tokens, caches, MTP part, checksum). */
+static inline void kvp_write_(kvp_out_ *o, const coli_model *m, const kvp_header *h, const int *tok, const kvp_mtp *mtp) {
+    const coli_config *c = &m->c;
+    uint8_t hb[KVP_HEADER_BYTES];
+    kvp_header_bytes_(h, hb);
+    kvp_put_(o, hb, sizeof hb);
+    kvp_put_(o, tok, (size_t)h->n_tok * 4);
+    kvp_put_layers_(o, m, 0, c->n_layers, (int)h->n_kv);
+    if (mtp) {
+        kvp_put_layers_(o, m, c->n_layers, c->n_layers + 1, mtp->mtp_pos);
+        kvp_put_(o, mtp->hq, (size_t)mtp->nq * c->dim * 4);
+        kvp_put_(o, mtp->tq, (size_t)mtp->nq * 4);
+        kvp_put_(o, mtp->h_last, (size_t)c->dim * 4);
+    }
+    uint64_t sum = o->h;
+    kvp_put_(o, &sum, 8);
+}
+
+static inline int kvp_args_(const coli_model *m, const char *path, int n_tok, int n_kv, char *err, size_t errlen) {
+    if (n_tok < 1) return kvp_fail_(err, errlen, path, "the conversation is empty: nothing to save");
+    if (n_kv < 0 || n_kv > n_tok || n_kv > m->kv.ctx) return kvp_fail_(err, errlen, path, "nothing consistent to save (%d tokens, %d cached)", n_tok, n_kv);
+    return 0;
+}
+
 /* Saves tokens tok[0..n_tok) with the model's caches of positions
  * [0, n_kv) (and the MTP part when mtp is given) to path, atomically.
  * 0, or -1 with err naming the file. */
 static inline int kvp_save(const coli_model *m, const char *path, uint64_t fp, const int *tok, int n_tok, int n_kv, const kvp_mtp *mtp,
                            char *err, size_t errlen) {
-    const coli_config *c = &m->c;
-    if (n_tok < 1) return kvp_fail_(err, errlen, path, "the conversation is empty: nothing to save");
-    if (n_kv < 0 || n_kv > n_tok || n_kv > m->kv.ctx) return kvp_fail_(err, errlen, path, "nothing consistent to save (%d tokens, %d cached)", n_tok, n_kv);
-    if (mtp && (mtp->mtp_pos < 0 || mtp->nq < 0 || mtp->mtp_pos + mtp->nq != n_kv - 1)) mtp = NULL; /* not in step: leave it out */
-    kvp_header h = {KVP_VERSION, mtp ? KVP_F_MTP : 0, fp, (uint32_t)n_tok, (uint32_t)n_kv, (uint32_t)c->n_layers, (uint32_t)c->kv_lora,
-                    (uint32_t)c->qk_rope, (uint32_t)c->index_dim, (uint32_t)kvp_main_full_(c), (uint32_t)c->dim,
-                    mtp ? (uint32_t)mtp->mtp_pos : 0, mtp ? (uint32_t)mtp->nq : 0, mtp ? c->idx_full[c->n_layers] : 0, 0};
+    if (kvp_args_(m, path, n_tok, n_kv, err, errlen)) return -1;
+    kvp_header h;
+    kvp_plan_(m, n_tok, n_kv, &mtp, &h);
+    h.fingerprint = fp;
     size_t pl = strlen(path);
     char *tmp = (char *)malloc(pl + 32);
     if (!tmp) return kvp_fail_(err, errlen, path, "out of memory");
     snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
     compat_sweep_temps(path, 1); /* no lock: a live writer's temporary stays */
     unlink(tmp);
-    kvp_out_ o = {open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), KVP_FNV0, 0, 0};
+    kvp_out_ o = {open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), KVP_FNV0, 0, 0, NULL};
     if (o.fd < 0) {
         int e = errno;
         free(tmp);
         return kvp_fail_(err, errlen, path, "cannot create %s.tmp.*: %s", path, strerror(e));
     }
-    uint8_t hb[KVP_HEADER_BYTES];
-    kvp_header_bytes_(&h, hb);
-    kvp_put_(&o, hb, sizeof hb);
-    kvp_put_(&o, tok, (size_t)n_tok * 4);
-    kvp_put_layers_(&o, m, 0, c->n_layers, n_kv);
-    if (mtp) {
-        kvp_put_layers_(&o, m, c->n_layers, c->n_layers + 1, mtp->mtp_pos);
-        kvp_put_(&o, mtp->hq, (size_t)mtp->nq * c->dim * 4);
-        kvp_put_(&o, mtp->tq, (size_t)mtp->nq * 4);
-        kvp_put_(&o, mtp->h_last, (size_t)c->dim * 4);
-    }
-    uint64_t sum = o.h;
-    kvp_put_(&o, &sum, 8);
+    kvp_write_(&o, m, &h, tok, mtp);
     int e = o.failed ? o.failed : fsync(o.fd) ? errno : 0;
     if (close(o.fd) && !e) e = errno;
     if (!e && rename(tmp, path)) e = errno;
@@ -190,11 +220,29 @@ static inline int kvp_save(const coli_model *m, const char *path, uint64_t fp, c
     return e ? kvp_fail_(err, errlen, path, "cannot write: %s (the previous file, if any, is unchanged)", strerror(e)) : 0;
 }
 
+/* The same state as kvp_save writes, into memory (no MTP part): a
+ * conversation kept aside by serve mode. *img is malloc'd. 0, or -1 (err). */
+static inline int kvp_image(const coli_model *m, uint64_t fp, const int *tok, int n_tok, int n_kv, uint8_t **img, size_t *len, char *err,
+                            size_t errlen) {
+    *img = NULL, *len = 0;
+    if (kvp_args_(m, "(memory)", n_tok, n_kv, err, errlen)) return -1;
+    kvp_header h;
+    const kvp_mtp *mtp = NULL;
+    uint64_t size = kvp_plan_(m, n_tok, n_kv, &mtp, &h);
+    h.fingerprint = fp;
+    kvp_out_ o = {-1, KVP_FNV0, 0, 0, (uint8_t *)malloc(size)};
+    if (!o.mem) return kvp_fail_(err, errlen, "(memory)", "out of memory keeping a %.1f MB state", size / 1e6);
+    kvp_write_(&o, m, &h, tok, NULL);
+    *img = o.mem, *len = (size_t)size;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- reading */
 
 typedef struct {
     int fd;
     uint64_t h, off, size;
+    const uint8_t *mem; /* reading an image (kvp_load_image) */
 } kvp_in_;
 
 /* Reads n bytes at the cursor into p (NULL: read and discard). 0 or -1. */
@@ -203,7 +251,9 @@ static inline int kvp_get_(kvp_in_ *in, void *p, size_t n) {
     while (n) {
         size_t k = p ? n : (n < sizeof buf ? n : sizeof buf);
         uint8_t *dst = p ? (uint8_t *)p : buf;
-        if (in->off + k > in->size || compat_pread_full(in->fd, dst, k, in->off)) return -1;
+        if (in->off + k > in->size) return -1;
+        if (in->mem) memcpy(dst, in->mem + in->off, k);
+        else if (compat_pread_full(in->fd, dst, k, in->off)) return -1;
         in->h = kvp_fnv_(in->h, dst, k);
         in->off += k, n -= k;
         if (p) break;
@@ -248,11 +298,49 @@ static inline int kvp_check_(const coli_model *m, const char *path, const kvp_he
     return 0;
 }
 
+/* Reads a whole state through in: into the model's caches and st (keep),
+ * or only checked, with st->tok filled (keep = 0: the model untouched).
+ * 0, or -1 with err naming `name`. */
+static inline int kvp_read_(coli_model *m, const char *name, kvp_in_ *in, uint64_t fp, kvp_state *st, int keep, char *err, size_t errlen) {
+    const coli_config *c = &m->c;
+    uint8_t hb[KVP_HEADER_BYTES];
+    kvp_header h;
+    if (kvp_get_(in, hb, sizeof hb) || memcmp(hb, KVP_MAGIC, 8))
+        return kvp_fail_(err, errlen, name, "not a colibri KV state (bad magic or shorter than its header)");
+    memcpy(&h.version, hb + 8, 4), memcpy(&h.flags, hb + 12, 4), memcpy(&h.fingerprint, hb + 16, 8), memcpy(&h.n_tok, hb + 24, 12 * 4);
+    if (kvp_check_(m, name, &h, fp, in->size, err, errlen)) return -1;
+    int mtp_file = (h.flags & KVP_F_MTP) != 0, mtp = keep && mtp_file && m->mtp && h.mtp_full == c->idx_full[c->n_layers];
+    st->tok = (int *)malloc((size_t)h.n_tok * 4);
+    if (mtp) {
+        st->hq = (float *)malloc((size_t)h.mtp_nq * c->dim * 4 + 4), st->tq = (int *)malloc((size_t)h.mtp_nq * 4 + 4);
+        st->h_last = (float *)malloc((size_t)c->dim * 4);
+    }
+    if (!st->tok || (mtp && (!st->hq || !st->tq || !st->h_last))) return kvp_fail_(err, errlen, name, "out of memory");
+    if (kvp_get_(in, st->tok, (size_t)h.n_tok * 4) || kvp_get_layers_(in, m, 0, c->n_layers, (int)h.n_kv, keep)) goto short_;
+    if (mtp_file) { /* read (and check) it even when this run does not use it */
+        if (kvp_get_layers_(in, m, c->n_layers, c->n_layers + mtp, (int)h.mtp_pos, 1) ||
+            (!mtp && kvp_get_(in, NULL, 4ull * h.mtp_pos * (h.kv_lora + h.qk_rope + h.mtp_full * h.index_dim))) ||
+            kvp_get_(in, mtp ? st->hq : NULL, (size_t)h.mtp_nq * c->dim * 4) || kvp_get_(in, mtp ? st->tq : NULL, (size_t)h.mtp_nq * 4) ||
+            kvp_get_(in, mtp ? st->h_last : NULL, (size_t)c->dim * 4))
+            goto short_;
+    }
+    uint64_t want = in->h, got;
+    if (kvp_get_(in, &got, 8)) goto short_;
+    if (got != want) return kvp_fail_(err, errlen, name, "checksum mismatch (the file is damaged)");
+    for (uint32_t i = 0; i < h.n_tok; i++)
+        if (st->tok[i] < 0 || st->tok[i] >= c->vocab) return kvp_fail_(err, errlen, name, "token %u is %d, outside the vocabulary (%d)", i, st->tok[i], c->vocab);
+    for (uint32_t i = 0; mtp && i < h.mtp_nq; i++)
+        if (st->tq[i] < 0 || st->tq[i] >= c->vocab) return kvp_fail_(err, errlen, name, "a queued MTP token is outside the vocabulary");
+    st->n_tok = (int)h.n_tok, st->n_kv = (int)h.n_kv, st->has_mtp = mtp, st->mtp_pos = (int)h.mtp_pos, st->nq = (int)h.mtp_nq;
+    return 0;
+short_:
+    return kvp_fail_(err, errlen, name, "cannot read it whole (truncated, or a read error)");
+}
+
 /* Loads path into the model's caches and st. Returns 0, 1 when there is no
  * such file, or -1 with err naming the file and the reason (nothing of it
  * may be used; the caches may hold part of it). */
 static inline int kvp_load(coli_model *m, const char *path, uint64_t fp, kvp_state *st, char *err, size_t errlen) {
-    const coli_config *c = &m->c;
     memset(st, 0, sizeof *st);
     int fd = compat_open_regular(path, 0);
     if (fd < 0) {
@@ -260,57 +348,21 @@ static inline int kvp_load(coli_model *m, const char *path, uint64_t fp, kvp_sta
         return kvp_fail_(err, errlen, path, "cannot open: %s", compat_strerror(errno));
     }
     int64_t size = compat_file_size(fd);
-    kvp_in_ in = {fd, KVP_FNV0, 0, size < 0 ? 0 : (uint64_t)size};
-    uint8_t hb[KVP_HEADER_BYTES];
-    kvp_header h;
-    int rc = -1;
-    if (kvp_get_(&in, hb, sizeof hb) || memcmp(hb, KVP_MAGIC, 8)) {
-        kvp_fail_(err, errlen, path, "not a colibri KV state (bad magic or shorter than its header)");
-        goto out;
-    }
-    memcpy(&h.version, hb + 8, 4), memcpy(&h.flags, hb + 12, 4), memcpy(&h.fingerprint, hb + 16, 8), memcpy(&h.n_tok, hb + 24, 12 * 4);
-    if (kvp_check_(m, path, &h, fp, in.size, err, errlen)) goto out;
-    int mtp_file = (h.flags & KVP_F_MTP) != 0, mtp = mtp_file && m->mtp && h.mtp_full == c->idx_full[c->n_layers];
-    st->tok = (int *)malloc((size_t)h.n_tok * 4);
-    if (mtp) {
-        st->hq = (float *)malloc((size_t)h.mtp_nq * c->dim * 4 + 4), st->tq = (int *)malloc((size_t)h.mtp_nq * 4 + 4);
-        st->h_last = (float *)malloc((size_t)c->dim * 4);
-    }
-    if (!st->tok || (mtp && (!st->hq || !st->tq || !st->h_last))) {
-        kvp_fail_(err, errlen, path, "out of memory");
-        goto out;
-    }
-    if (kvp_get_(&in, st->tok, (size_t)h.n_tok * 4) || kvp_get_layers_(&in, m, 0, c->n_layers, (int)h.n_kv, 1)) goto short_;
-    if (mtp_file) { /* read (and check) it even when this run does not use it */
-        if (kvp_get_layers_(&in, m, c->n_layers, c->n_layers + mtp, (int)h.mtp_pos, 1) ||
-            (!mtp && kvp_get_(&in, NULL, 4ull * h.mtp_pos * (h.kv_lora + h.qk_rope + h.mtp_full * h.index_dim))) ||
-            kvp_get_(&in, mtp ? st->hq : NULL, (size_t)h.mtp_nq * c->dim * 4) || kvp_get_(&in, mtp ? st->tq : NULL, (size_t)h.mtp_nq * 4) ||
-            kvp_get_(&in, mtp ? st->h_last : NULL, (size_t)c->dim * 4))
-            goto short_;
-    }
-    uint64_t want = in.h, got;
-    if (kvp_get_(&in, &got, 8)) goto short_;
-    if (got != want) {
-        kvp_fail_(err, errlen, path, "checksum mismatch (the file is damaged)");
-        goto out;
-    }
-    for (uint32_t i = 0; i < h.n_tok; i++)
-        if (st->tok[i] < 0 || st->tok[i] >= c->vocab) {
-            kvp_fail_(err, errlen, path, "token %u is %d, outside the vocabulary (%d)", i, st->tok[i], c->vocab);
-            goto out;
-        }
-    for (uint32_t i = 0; mtp && i < h.mtp_nq; i++)
-        if (st->tq[i] < 0 || st->tq[i] >= c->vocab) {
-            kvp_fail_(err, errlen, path, "a queued MTP token is outside the vocabulary");
-            goto out;
-        }
-    st->n_tok = (int)h.n_tok, st->n_kv = (int)h.n_kv, st->has_mtp = mtp, st->mtp_pos = (int)h.mtp_pos, st->nq = (int)h.mtp_nq;
-    rc = 0;
-    goto out;
-short_:
-    kvp_fail_(err, errlen, path, "cannot read it whole (truncated, or a read error)");
-out:
+    kvp_in_ in = {fd, KVP_FNV0, 0, size < 0 ? 0 : (uint64_t)size, NULL};
+    int rc = kvp_read_(m, path, &in, fp, st, 1, err, errlen);
     close(fd);
+    if (rc) kvp_state_free(st);
+    return rc;
+}
+
+/* A state held in memory (kvp_image, or a file's bytes): loaded into the
+ * model's caches (keep) or only checked (keep = 0), as kvp_load; name is
+ * what messages call it. 0 or -1 (err). */
+static inline int kvp_load_image(coli_model *m, const char *name, const uint8_t *img, size_t len, uint64_t fp, kvp_state *st, int keep, char *err,
+                                 size_t errlen) {
+    memset(st, 0, sizeof *st);
+    kvp_in_ in = {-1, KVP_FNV0, 0, (uint64_t)len, img};
+    int rc = kvp_read_(m, name, &in, fp, st, keep, err, errlen);
     if (rc) kvp_state_free(st);
     return rc;
 }

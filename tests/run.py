@@ -83,6 +83,8 @@ def parts_for(build, sanitize, tsan):
         out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in ("test_team", "test_io", "test_store", "test_engine")]
         out.append(Part("tests/test_cli.py (threaded paths)", [sys.executable, "tests/test_cli.py", "-v", "Tiers.test_invariance_matrix", "IOFaults"],
                         colibri))
+        out.append(Part("tests/test_serve.py (HTTP threads and the compute thread)", [sys.executable, "tests/test_serve.py", "-v", "Protocol", "Lifecycle"],
+                        colibri))
         return out
     tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c"))
     pys = sorted(f for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".py"))
@@ -111,7 +113,7 @@ def main():
     t0 = time.time()
     parts = [run_part(p) for p in parts_for(build, sanitize, tsan)]
     # tags that builds without the library skip by design are not owed by them
-    by_design = {"io_uring"}
+    by_design = {"io_uring", "mhd"}
     print("\n== summary (%s)" % build)
     w = max(len(p.name) for p in parts)
     bad_req = []

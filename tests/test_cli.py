@@ -445,6 +445,15 @@ class NoLibs(unittest.TestCase):
             self.assertIn("COLI_NUMA=1: this build has no libnuma", err)
         else:
             self.assertIn("by io_uring batches", err)
+        # serve mode without libmicrohttpd is refused with the reason (an
+        # unusable HOST makes a build with it fail fast too)
+        nolibs = "this build has no io_uring" in err
+        rc, out, err = run(d, {"USAGE_SAVE": "0", "PIN": "0", "HOST": "256.0.0.1"}, args=["--serve", d], timeout=60)
+        self.assertEqual(rc, 2, err)
+        if nolibs:
+            self.assertIn("built without libmicrohttpd", err)
+        else:
+            self.assertTrue("built without libmicrohttpd" in err or "HOST=256.0.0.1" in err, err)
 
 
 def level_ok(level):

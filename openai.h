@@ -1,0 +1,698 @@
+/* openai.h — the OpenAI-compatible protocol of serve mode, without I/O:
+ * request bodies parsed and checked (oai_parse), chat messages rendered
+ * with GLM-5's template (oai_render), generated text split into reasoning,
+ * content and tool calls with stop strings applied (oai_out), and the
+ * response documents (oai_*_json). Prefix: oai_.
+ *
+ * The template (docs/serve.md): "[gMASK]<sop>", the tools block as a
+ * system turn when tools are given, then per message <|system|>text,
+ * <|user|>text, <|assistant|> + "<think>reasoning</think>" (turns after the
+ * last user message) or "</think>" (earlier ones) + content + tool calls
+ * "<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>...</tool_call>",
+ * <|observation|> once per run of tool results, each
+ * "<tool_response>text</tool_response>"; then "<|assistant|><think>"
+ * (thinking) or "<|assistant|></think>". A system + user request renders
+ * exactly as PROMPT/SYSTEM do (tok.h tok_chat_text).
+ *
+ * Must not: read the environment, print, or touch the model. */
+#ifndef COLI_OPENAI_H
+#define COLI_OPENAI_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+#define OAI_MAX_STOP 4
+#define OAI_MAX_TOOL_CALLS 16
+
+/* What a client may ask for at most (serve mode's bounds). */
+typedef struct {
+    int max_messages; /* messages per request */
+    int ctx;          /* the model's context: max_tokens is checked against it */
+} oai_limits;
+
+typedef struct {
+    int chat;   /* /v1/chat/completions, else /v1/completions */
+    js_doc *d;  /* the body; strings below point into it */
+    char *text; /* the rendered prompt (chat) or the raw prompt (completions) */
+    size_t text_len;
+    int max_tokens; /* 0: until a stop token or the context */
+    int has_temp, has_top_p, has_top_k, has_min_p, has_seed;
+    double temp, top_p, min_p;
+    int top_k;
+    uint64_t seed;
+    int stream, include_usage;
+    const char *stop[OAI_MAX_STOP];
+    size_t stop_len[OAI_MAX_STOP];
+    int n_stop;
+    int think;     /* the generation prompt opens a thinking block */
+    int tools;     /* the tools array (node), or -1 */
+    int parse_tools;
+    const char *model;
+} oai_req;
+
+static inline void oai_req_free(oai_req *r) {
+    js_free(r->d);
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+static inline int oai_fail_(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ------------------------------------------------------------ rendering */
+
+typedef struct {
+    jw out; /* the prompt text, built with jw_raw (no JSON escaping) */
+} oai_text_;
+
+static inline int oai_is_ws_(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+/* Appends s[0..n) with surrounding whitespace removed (Python's strip()
+ * for ASCII whitespace). */
+static inline void oai_put_strip_(jw *w, const char *s, size_t n) {
+    while (n && oai_is_ws_(*s)) s++, n--;
+    while (n && oai_is_ws_(s[n - 1])) n--;
+    jw_raw(w, s, n);
+}
+
+/* A message's content: a string, null, or an array of text parts. Appends
+ * it (stripped when strip) or fails with err. */
+static inline int oai_content_(const js_doc *d, int c, jw *w, int strip, int k, char *err, size_t errlen) {
+    jw tmp = {0};
+    jw *o = strip ? &tmp : w;
+    int rc = 0;
+    if (js_typeof(d, c) == JS_STR) jw_raw(o, js_str(d, c), js_str_len(d, c));
+    else if (js_typeof(d, c) == JS_ARR) {
+        for (int p = js_first(d, c); p >= 0; p = js_next(d, p)) {
+            int ty = js_get(d, p, "type"), tx = js_get(d, p, "text");
+            const char *tys = js_str(d, ty);
+            if (js_typeof(d, p) != JS_OBJ || !tys || strcmp(tys, "text") || js_typeof(d, tx) != JS_STR) {
+                rc = oai_fail_(err, errlen, "messages[%d].content: only text parts ({\"type\": \"text\", \"text\": ...}) are supported", k);
+                break;
+            }
+            jw_raw(o, js_str(d, tx), js_str_len(d, tx));
+        }
+    } else if (js_typeof(d, c) != JS_NULL)
+        rc = oai_fail_(err, errlen, "messages[%d].content must be a string or an array of text parts", k);
+    if (strip) {
+        if (!rc && tmp.n) oai_put_strip_(w, tmp.s, tmp.n);
+        jw_free(&tmp);
+    }
+    return rc;
+}
+
+static const char oai_tools_head_[] =
+    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n";
+static const char oai_tools_tail_[] =
+    "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n"
+    "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
+    "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
+
+/* One assistant tool call of the history: {"function": {"name", "arguments"}}
+ * with arguments a JSON object or a string holding one. */
+static inline int oai_render_call_(const js_doc *d, int tc, jw *w, int k, char *err, size_t errlen) {
+    int f = js_get(d, tc, "function");
+    if (f < 0) f = tc;
+    const char *name = js_str(d, js_get(d, f, "name"));
+    if (!name || !*name) return oai_fail_(err, errlen, "messages[%d].tool_calls: a call without function.name", k);
+    int a = js_get(d, f, "arguments");
+    js_doc *ad = NULL;
+    const js_doc *src = d;
+    int obj = a;
+    if (js_typeof(d, a) == JS_STR) {
+        char jerr[120];
+        ad = js_parse(js_str(d, a), js_str_len(d, a), jerr, sizeof jerr);
+        if (!ad) return oai_fail_(err, errlen, "messages[%d].tool_calls[%s].arguments is not valid JSON: %s", k, name, jerr);
+        src = ad, obj = ad->root;
+    }
+    int rc = 0;
+    if (js_typeof(src, obj) != JS_OBJ && js_typeof(src, obj) != JS_NULL)
+        rc = oai_fail_(err, errlen, "messages[%d].tool_calls[%s].arguments must be a JSON object", k, name);
+    else {
+        jw_lit(w, "<tool_call>");
+        jw_lit(w, name);
+        for (int m = js_first(src, obj); m >= 0; m = js_next(src, m)) {
+            jw_lit(w, "<arg_key>");
+            jw_raw(w, js_key(src, m), js_key_len(src, m));
+            jw_lit(w, "</arg_key><arg_value>");
+            if (js_typeof(src, m) == JS_STR) jw_raw(w, js_str(src, m), js_str_len(src, m));
+            else jw_node(w, src, m, 1);
+            jw_lit(w, "</arg_value>");
+        }
+        jw_lit(w, "</tool_call>");
+    }
+    js_free(ad);
+    return rc;
+}
+
+static const char *const oai_msg_keys_[] = {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", NULL};
+
+static inline int oai_known_(const char *k, const char *const *keys) {
+    for (int i = 0; keys[i]; i++)
+        if (!strcmp(k, keys[i])) return 1;
+    return 0;
+}
+
+/* Renders the messages (and tools) of a chat request into r->text. */
+static inline int oai_render(const js_doc *d, int msgs, int tools, int think, oai_req *r, char *err, size_t errlen) {
+    jw w = {0};
+    int last_user = -1, k = 0, rc = 0, prev_tool = 0;
+    for (int m = js_first(d, msgs); m >= 0; m = js_next(d, m), k++) {
+        const char *role = js_str(d, js_get(d, m, "role"));
+        if (role && !strcmp(role, "user")) last_user = k;
+    }
+    jw_lit(&w, "[gMASK]<sop>");
+    if (tools >= 0) {
+        jw_lit(&w, oai_tools_head_);
+        for (int t = js_first(d, tools); t >= 0; t = js_next(d, t)) jw_node(&w, d, t, 1), jw_lit(&w, "\n");
+        jw_lit(&w, oai_tools_tail_);
+    }
+    k = 0;
+    for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
+        if (js_typeof(d, m) != JS_OBJ) { rc = oai_fail_(err, errlen, "messages[%d] is not an object", k); break; }
+        for (int f = js_first(d, m); f >= 0; f = js_next(d, f))
+            if (!oai_known_(js_key(d, f), oai_msg_keys_)) { rc = oai_fail_(err, errlen, "messages[%d]: unknown field \"%s\"", k, js_key(d, f)); break; }
+        if (rc) break;
+        const char *role = js_str(d, js_get(d, m, "role"));
+        int c = js_get(d, m, "content");
+        if (!role) { rc = oai_fail_(err, errlen, "messages[%d].role is missing or not a string", k); break; }
+        int tool = !strcmp(role, "tool");
+        if (!strcmp(role, "system") || !strcmp(role, "developer")) {
+            jw_lit(&w, "<|system|>");
+            rc = oai_content_(d, c, &w, 0, k, err, errlen);
+        } else if (!strcmp(role, "user")) {
+            jw_lit(&w, "<|user|>");
+            rc = oai_content_(d, c, &w, 0, k, err, errlen);
+        } else if (!strcmp(role, "assistant")) {
+            jw_lit(&w, "<|assistant|>");
+            int rs = js_get(d, m, "reasoning_content");
+            if (k > last_user) {
+                jw_lit(&w, "<think>");
+                if (js_typeof(d, rs) == JS_STR) oai_put_strip_(&w, js_str(d, rs), js_str_len(d, rs));
+                jw_lit(&w, "</think>");
+            } else
+                jw_lit(&w, "</think>");
+            rc = oai_content_(d, c, &w, 1, k, err, errlen);
+            int tcs = js_get(d, m, "tool_calls");
+            if (!rc && tcs >= 0 && js_typeof(d, tcs) != JS_ARR && js_typeof(d, tcs) != JS_NULL)
+                rc = oai_fail_(err, errlen, "messages[%d].tool_calls must be an array", k);
+            for (int tc = js_first(d, tcs); tc >= 0 && !rc; tc = js_next(d, tc)) rc = oai_render_call_(d, tc, &w, k, err, errlen);
+        } else if (tool) {
+            if (!prev_tool) jw_lit(&w, "<|observation|>");
+            jw_lit(&w, "<tool_response>");
+            rc = oai_content_(d, c, &w, 0, k, err, errlen);
+            jw_lit(&w, "</tool_response>");
+        } else
+            rc = oai_fail_(err, errlen, "messages[%d].role \"%s\" is not one of system, user, assistant, tool", k, role);
+        prev_tool = tool;
+    }
+    jw_lit(&w, "<|assistant|>");
+    jw_lit(&w, think ? "<think>" : "</think>");
+    if (!rc && w.oom) rc = oai_fail_(err, errlen, "out of memory rendering the messages");
+    if (rc) { jw_free(&w); return -1; }
+    r->text = w.s, r->text_len = w.n;
+    return 0;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static const char *const oai_chat_keys_[] = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+                                             "temperature", "top_p", "top_k", "min_p", "seed", "stop", "tools", "tool_choice", "n",
+                                             "response_format", "frequency_penalty", "presence_penalty", "logprobs", "user",
+                                             "parallel_tool_calls", "chat_template_kwargs", "logit_bias", NULL};
+static const char *const oai_comp_keys_[] = {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
+                                             "min_p", "seed", "stop", "n", "frequency_penalty", "presence_penalty", "logprobs", "user",
+                                             "echo", "logit_bias", NULL};
+
+/* A number field within [lo, hi]: 1 set, 0 absent or null, -1 refused. */
+static inline int oai_num_(const js_doc *d, int obj, const char *key, double lo, double hi, int integer, double *out, char *err, size_t errlen) {
+    int i = js_get(d, obj, key);
+    if (i < 0 || js_typeof(d, i) == JS_NULL) return 0;
+    if (!js_is_num(d, i) || (integer && !js_is_int(d, i))) return oai_fail_(err, errlen, "%s must be %s", key, integer ? "an integer" : "a number");
+    double v = js_num(d, i);
+    if (!(v >= lo && v <= hi)) return oai_fail_(err, errlen, "%s = %g is outside [%g, %g]", key, v, lo, hi);
+    *out = v;
+    return 1;
+}
+
+static inline int oai_bool_(const js_doc *d, int obj, const char *key, int *out, char *err, size_t errlen) {
+    int i = js_get(d, obj, key);
+    if (i < 0 || js_typeof(d, i) == JS_NULL) return 0;
+    if (!js_is_bool(d, i)) return oai_fail_(err, errlen, "%s must be true or false", key);
+    *out = js_typeof(d, i) == JS_TRUE;
+    return 1;
+}
+
+/* A field that must be absent or carry the one value this server honours. */
+static inline int oai_only_(const js_doc *d, int obj, const char *key, double want, const char *why, char *err, size_t errlen) {
+    double v = want;
+    int r = oai_num_(d, obj, key, -1e9, 1e9, 0, &v, err, errlen);
+    if (r < 0) return -1;
+    if (r && v != want) return oai_fail_(err, errlen, "%s = %g is not supported (%s)", key, v, why);
+    return 0;
+}
+
+/* Parses and checks a request body; for chat requests renders the prompt.
+ * 0, or -1 with err saying why (a 400). */
+static inline int oai_parse(const char *body, size_t len, int chat, const oai_limits *lim, oai_req *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    r->chat = chat, r->tools = -1;
+    char jerr[160];
+    js_doc *d = r->d = js_parse(body, len, jerr, sizeof jerr);
+    if (!d) return oai_fail_(err, errlen, "the body is not valid JSON: %s", jerr);
+    int o = d->root;
+    if (js_typeof(d, o) != JS_OBJ) return oai_fail_(err, errlen, "the body must be a JSON object");
+    for (int f = js_first(d, o); f >= 0; f = js_next(d, f))
+        if (!oai_known_(js_key(d, f), chat ? oai_chat_keys_ : oai_comp_keys_)) return oai_fail_(err, errlen, "unknown field \"%s\"", js_key(d, f));
+    r->model = js_str(d, js_get(d, o, "model"));
+    double v;
+    int s;
+    if (oai_bool_(d, o, "stream", &r->stream, err, errlen) < 0) return -1;
+    int so = js_get(d, o, "stream_options");
+    if (so >= 0 && js_typeof(d, so) != JS_NULL) {
+        if (js_typeof(d, so) != JS_OBJ) return oai_fail_(err, errlen, "stream_options must be an object");
+        for (int f = js_first(d, so); f >= 0; f = js_next(d, f))
+            if (strcmp(js_key(d, f), "include_usage")) return oai_fail_(err, errlen, "stream_options: unknown field \"%s\"", js_key(d, f));
+        if (oai_bool_(d, so, "include_usage", &r->include_usage, err, errlen) < 0) return -1;
+    }
+    const char *mt = chat && js_get(d, o, "max_completion_tokens") >= 0 ? "max_completion_tokens" : "max_tokens";
+    if ((s = oai_num_(d, o, mt, 1, lim->ctx, 1, &v, err, errlen)) < 0) return -1;
+    r->max_tokens = s ? (int)v : 0;
+    if ((s = oai_num_(d, o, "temperature", 0, 2, 0, &v, err, errlen)) < 0) return -1;
+    r->has_temp = s, r->temp = s ? v : 0;
+    if ((s = oai_num_(d, o, "top_p", 0, 1, 0, &v, err, errlen)) < 0) return -1;
+    r->has_top_p = s, r->top_p = s ? v : 1;
+    if ((s = oai_num_(d, o, "top_k", 0, 1 << 30, 1, &v, err, errlen)) < 0) return -1;
+    r->has_top_k = s, r->top_k = s ? (int)v : 0;
+    if ((s = oai_num_(d, o, "min_p", 0, 1, 0, &v, err, errlen)) < 0) return -1;
+    r->has_min_p = s, r->min_p = s ? v : 0;
+    if ((s = oai_num_(d, o, "seed", -9007199254740991.0, 9007199254740991.0, 1, &v, err, errlen)) < 0) return -1;
+    r->has_seed = s, r->seed = s ? (uint64_t)(int64_t)v & ((1ull << 53) - 1) : 0;
+    if (oai_only_(d, o, "n", 1, "one choice per request", err, errlen) || oai_only_(d, o, "frequency_penalty", 0, "no penalties", err, errlen) ||
+        oai_only_(d, o, "presence_penalty", 0, "no penalties", err, errlen))
+        return -1;
+    int lp = 0;
+    if (js_typeof(d, js_get(d, o, "logprobs")) == JS_NUM || oai_bool_(d, o, "logprobs", &lp, err, errlen) < 0 || lp)
+        return oai_fail_(err, errlen, "logprobs are not supported");
+    int lb = js_get(d, o, "logit_bias");
+    if (lb >= 0 && js_typeof(d, lb) != JS_NULL && (js_typeof(d, lb) != JS_OBJ || js_count(d, lb)))
+        return oai_fail_(err, errlen, "logit_bias is not supported");
+    int echo = 0;
+    if (oai_bool_(d, o, "echo", &echo, err, errlen) < 0 || echo) return oai_fail_(err, errlen, "echo is not supported");
+    int st = js_get(d, o, "stop");
+    if (js_typeof(d, st) == JS_STR) {
+        if (js_str_len(d, st)) r->stop[0] = js_str(d, st), r->stop_len[0] = js_str_len(d, st), r->n_stop = 1;
+    } else if (js_typeof(d, st) == JS_ARR) {
+        if (js_count(d, st) > OAI_MAX_STOP) return oai_fail_(err, errlen, "stop: at most %d sequences", OAI_MAX_STOP);
+        for (int e = js_first(d, st); e >= 0; e = js_next(d, e)) {
+            if (js_typeof(d, e) != JS_STR) return oai_fail_(err, errlen, "stop must be a string or an array of strings");
+            if (js_str_len(d, e)) r->stop[r->n_stop] = js_str(d, e), r->stop_len[r->n_stop++] = js_str_len(d, e);
+        }
+    } else if (st >= 0 && js_typeof(d, st) != JS_NULL)
+        return oai_fail_(err, errlen, "stop must be a string or an array of strings");
+    for (int i = 0; i < r->n_stop; i++)
+        if (r->stop_len[i] > 256) return oai_fail_(err, errlen, "stop: a sequence longer than 256 bytes");
+    if (!chat) {
+        int p = js_get(d, o, "prompt");
+        if (js_typeof(d, p) == JS_ARR && js_count(d, p) == 1 && js_typeof(d, js_first(d, p)) == JS_STR) p = js_first(d, p);
+        if (js_typeof(d, p) != JS_STR) return oai_fail_(err, errlen, "prompt must be a string (or an array holding one)");
+        if (!js_str_len(d, p)) return oai_fail_(err, errlen, "prompt is empty");
+        if (!(r->text = (char *)malloc(js_str_len(d, p) + 1))) return oai_fail_(err, errlen, "out of memory");
+        memcpy(r->text, js_str(d, p), js_str_len(d, p) + 1);
+        r->text_len = js_str_len(d, p);
+        return 0;
+    }
+    int rf = js_get(d, o, "response_format");
+    if (rf >= 0 && js_typeof(d, rf) != JS_NULL) {
+        const char *t = js_str(d, js_get(d, rf, "type"));
+        if (!t || strcmp(t, "text"))
+            return oai_fail_(err, errlen, "response_format %s is not supported yet (it needs grammar-constrained sampling)", t ? t : "(no type)");
+    }
+    int kw = js_get(d, o, "chat_template_kwargs");
+    r->think = 0;
+    if (kw >= 0 && js_typeof(d, kw) != JS_NULL) {
+        if (js_typeof(d, kw) != JS_OBJ) return oai_fail_(err, errlen, "chat_template_kwargs must be an object");
+        for (int f = js_first(d, kw); f >= 0; f = js_next(d, f))
+            if (strcmp(js_key(d, f), "enable_thinking")) return oai_fail_(err, errlen, "chat_template_kwargs: unknown field \"%s\"", js_key(d, f));
+        if (oai_bool_(d, kw, "enable_thinking", &r->think, err, errlen) < 0) return -1;
+    }
+    int tools = js_get(d, o, "tools");
+    if (tools >= 0 && js_typeof(d, tools) != JS_NULL) {
+        if (js_typeof(d, tools) != JS_ARR) return oai_fail_(err, errlen, "tools must be an array");
+        int k = 0;
+        for (int t = js_first(d, tools); t >= 0; t = js_next(d, t), k++) {
+            const char *ty = js_str(d, js_get(d, t, "type"));
+            int f = js_get(d, t, "function");
+            if (!ty || strcmp(ty, "function") || js_typeof(d, f) != JS_OBJ || !js_str(d, js_get(d, f, "name")))
+                return oai_fail_(err, errlen, "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
+        }
+        if (js_count(d, tools)) r->tools = tools;
+    }
+    int tc = js_get(d, o, "tool_choice");
+    const char *tcs = js_str(d, tc);
+    if (tc >= 0 && js_typeof(d, tc) != JS_NULL) {
+        if (!tcs || (strcmp(tcs, "auto") && strcmp(tcs, "none")))
+            return oai_fail_(err, errlen, "tool_choice %s is not supported yet (forcing a call needs grammar-constrained sampling); use \"auto\" or \"none\"",
+                             tcs ? tcs : "(an object)");
+        if (!strcmp(tcs, "none")) r->tools = -1;
+    }
+    r->parse_tools = r->tools >= 0;
+    int msgs = js_get(d, o, "messages");
+    if (js_typeof(d, msgs) != JS_ARR || !js_count(d, msgs)) return oai_fail_(err, errlen, "messages must be a non-empty array");
+    if (js_count(d, msgs) > lim->max_messages) return oai_fail_(err, errlen, "%d messages, at most %d", js_count(d, msgs), lim->max_messages);
+    return oai_render(d, msgs, r->tools, r->think, r, err, errlen);
+}
+
+/* ------------------------------------------------------------ output */
+
+enum { OAI_REASON, OAI_CONTENT, OAI_TOOL };
+
+/* The generated text as it arrives: held back while it could still be the
+ * start of a stop string or a tag, then routed to reasoning (inside the
+ * thinking block), content, or the tool-call text (from "<tool_call>" on,
+ * parsed at the end). */
+typedef struct {
+    const oai_req *r;
+    jw all;        /* every generated byte (cut at a stop string) */
+    size_t done;   /* bytes of all routed */
+    int state;
+    int stopped;   /* a stop string matched */
+    jw reason, content, tool; /* what was routed, whole */
+    size_t reason_sent, content_sent; /* what oai_out_delta handed out */
+} oai_out;
+
+static inline void oai_out_init(oai_out *o, const oai_req *r) {
+    memset(o, 0, sizeof *o);
+    o->r = r;
+    o->state = r->chat && r->think ? OAI_REASON : OAI_CONTENT;
+}
+
+static inline void oai_out_free(oai_out *o) {
+    jw_free(&o->all), jw_free(&o->reason), jw_free(&o->content), jw_free(&o->tool);
+}
+
+/* Length of the longest suffix of s[0..n) that is a proper prefix of p. */
+static inline size_t oai_partial_(const char *s, size_t n, const char *p, size_t pn) {
+    for (size_t k = pn - 1 < n ? pn - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, p, k)) return k;
+    return 0;
+}
+
+static inline const char *oai_memmem_(const char *h, size_t hn, const char *n, size_t nn) {
+    if (!nn || nn > hn) return NULL;
+    for (size_t i = 0; i + nn <= hn; i++)
+        if (h[i] == n[0] && !memcmp(h + i, n, nn)) return h + i;
+    return NULL;
+}
+
+/* Routes all[done, upto): tags switch the state, text goes to the state's
+ * buffer. */
+static inline void oai_route_(oai_out *o, size_t upto) {
+    while (o->done < upto) {
+        const char *s = o->all.s + o->done;
+        size_t n = upto - o->done;
+        const char *tag = o->state == OAI_REASON ? "</think>" : o->state == OAI_CONTENT && o->r->parse_tools ? "<tool_call>" : NULL;
+        const char *at = tag ? oai_memmem_(s, n, tag, strlen(tag)) : NULL;
+        size_t k = at ? (size_t)(at - s) : n;
+        jw *dst = o->state == OAI_REASON ? &o->reason : o->state == OAI_CONTENT ? &o->content : &o->tool;
+        if (o->state == OAI_TOOL && at == NULL) k = n;
+        jw_raw(dst, s, k);
+        o->done += k;
+        if (at) {
+            if (o->state == OAI_REASON) o->done += strlen(tag), o->state = OAI_CONTENT;
+            else o->state = OAI_TOOL; /* the tag stays in the tool text */
+        }
+    }
+}
+
+/* Feeds n generated bytes. Returns 1 when a stop string ended the text. */
+static inline int oai_out_put(oai_out *o, const char *s, size_t n) {
+    if (o->stopped) return 1;
+    size_t from = o->all.n;
+    jw_raw(&o->all, s, n);
+    size_t cut = o->all.n;
+    for (int i = 0; i < o->r->n_stop; i++) {
+        size_t back = o->r->stop_len[i] - 1 < from ? o->r->stop_len[i] - 1 : from;
+        const char *at = oai_memmem_(o->all.s + from - back, o->all.n - (from - back), o->r->stop[i], o->r->stop_len[i]);
+        if (at && (size_t)(at - o->all.s) < cut) cut = (size_t)(at - o->all.s);
+    }
+    if (cut < o->all.n) {
+        o->all.n = cut;
+        o->stopped = 1;
+        oai_route_(o, cut);
+        return 1;
+    }
+    size_t hold = 0;
+    for (int i = 0; i < o->r->n_stop; i++) {
+        size_t h = oai_partial_(o->all.s, o->all.n, o->r->stop[i], o->r->stop_len[i]);
+        if (h > hold) hold = h;
+    }
+    static const char *const tags[] = {"</think>", "<tool_call>"};
+    for (int i = 0; i < 2; i++) {
+        size_t h = oai_partial_(o->all.s, o->all.n, tags[i], strlen(tags[i]));
+        if (h > hold) hold = h;
+    }
+    if (o->all.n - hold > o->done) oai_route_(o, o->all.n - hold);
+    return 0;
+}
+
+/* The end of generation: everything held back is routed. */
+static inline void oai_out_finish(oai_out *o) { oai_route_(o, o->all.n); }
+
+/* The reasoning and content routed since the last call (pointers into the
+ * buffers, valid until the next oai_out_put). Cut at a UTF-8 boundary:
+ * bytes of an incomplete character wait. */
+static inline void oai_out_delta(oai_out *o, const char **rs, size_t *rn, const char **cs, size_t *cn) {
+    jw *b[2] = {&o->reason, &o->content};
+    size_t *sent[2] = {&o->reason_sent, &o->content_sent};
+    const char **p[2] = {rs, cs};
+    size_t *l[2] = {rn, cn};
+    for (int i = 0; i < 2; i++) {
+        size_t end = b[i]->n;
+        size_t k = 0; /* an incomplete trailing character waits */
+        while (k < 3 && k < end - *sent[i] && ((unsigned char)b[i]->s[end - 1 - k] & 0xC0) == 0x80) k++;
+        if (k < end - *sent[i]) {
+            unsigned char lead = (unsigned char)b[i]->s[end - 1 - k];
+            int need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+            if (need > (int)k + 1) end -= k + 1;
+        }
+        *p[i] = b[i]->s ? b[i]->s + *sent[i] : "";
+        *l[i] = end - *sent[i];
+        *sent[i] = end;
+    }
+}
+
+typedef struct {
+    char *name;
+    char *args; /* a JSON object, as text */
+} oai_call;
+
+/* Parses the tool-call text "<tool_call>name<arg_key>k</arg_key><arg_value>
+ * v</arg_value>...</tool_call>..." into calls; values are strings when the
+ * tool's schema says so (or they are not JSON), else the JSON they spell.
+ * Returns the number of calls, or -1 when the text is not well formed (the
+ * caller returns it as content). */
+static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
+    const js_doc *d = o->r->d;
+    const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
+    int n = 0;
+    for (;;) {
+        while (s < end && oai_is_ws_(*s)) s++;
+        if (s == end) break;
+        if (n == max || (size_t)(end - s) < 11 || memcmp(s, "<tool_call>", 11)) goto bad;
+        s += 11;
+        const char *close = oai_memmem_(s, (size_t)(end - s), "</tool_call>", 12);
+        if (!close) goto bad;
+        const char *ak = oai_memmem_(s, (size_t)(close - s), "<arg_key>", 9), *ne = ak ? ak : close;
+        while (s < ne && oai_is_ws_(*s)) s++;
+        while (ne > s && oai_is_ws_(ne[-1])) ne--;
+        if (ne == s) goto bad;
+        oai_call *c = &calls[n];
+        c->name = strndup(s, (size_t)(ne - s)), c->args = NULL;
+        n++;
+        if (!c->name) goto bad;
+        int props = -1;
+        for (int t = js_first(d, o->r->tools); t >= 0; t = js_next(d, t)) {
+            int f = js_get(d, t, "function");
+            const char *nm = js_str(d, js_get(d, f, "name"));
+            if (nm && !strcmp(nm, c->name)) props = js_get(d, js_get(d, f, "parameters"), "properties");
+        }
+        jw a = {0};
+        jw_lit(&a, "{");
+        int first = 1;
+        for (const char *p = ak ? ak : close; p < close;) {
+            while (p < close && oai_is_ws_(*p)) p++;
+            if (p == close) break;
+            if ((size_t)(close - p) < 9 || memcmp(p, "<arg_key>", 9)) { jw_free(&a); goto bad; }
+            const char *k0 = p + 9, *k1 = oai_memmem_(k0, (size_t)(close - k0), "</arg_key>", 10);
+            if (!k1) { jw_free(&a); goto bad; }
+            const char *v0 = k1 + 10;
+            while (v0 < close && oai_is_ws_(*v0)) v0++;
+            if ((size_t)(close - v0) < 11 || memcmp(v0, "<arg_value>", 11)) { jw_free(&a); goto bad; }
+            v0 += 11;
+            const char *v1 = oai_memmem_(v0, (size_t)(close - v0), "</arg_value>", 12);
+            if (!v1) { jw_free(&a); goto bad; }
+            if (!first) jw_lit(&a, ",");
+            first = 0;
+            jw_strn(&a, k0, (size_t)(k1 - k0));
+            jw_lit(&a, ":");
+            char key[256];
+            snprintf(key, sizeof key, "%.*s", (int)(k1 - k0 < 255 ? k1 - k0 : 255), k0);
+            const char *ty = js_str(d, js_get(d, js_get(d, props, key), "type"));
+            js_doc *vd = ty && !strcmp(ty, "string") ? NULL : js_parse(v0, (size_t)(v1 - v0), NULL, 0);
+            if (vd) jw_node(&a, vd, vd->root, 0), js_free(vd);
+            else jw_strn(&a, v0, (size_t)(v1 - v0));
+            p = v1 + 12;
+        }
+        jw_lit(&a, "}");
+        if (a.oom) { jw_free(&a); goto bad; }
+        c->args = a.s;
+        s = close + 12;
+    }
+    return n;
+bad:
+    for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].args);
+    return -1;
+}
+
+static inline void oai_calls_free(oai_call *calls, int n) {
+    for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].args);
+}
+
+/* ------------------------------------------------------------ responses */
+
+/* What a response says besides the text. */
+typedef struct {
+    const char *id;    /* "chatcmpl-..." or "cmpl-..." */
+    const char *model; /* the served model's name */
+    const char *fingerprint;
+    long long created;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    const char *finish; /* "stop", "length", "tool_calls"; NULL while streaming */
+} oai_meta;
+
+static inline void oai_head_(jw *w, const oai_meta *m, const char *object) {
+    jw_lit(w, "{\"id\":");
+    jw_str(w, m->id);
+    jw_lit(w, ",\"object\":");
+    jw_str(w, object);
+    jw_lit(w, ",\"created\":");
+    jw_int(w, m->created);
+    jw_lit(w, ",\"model\":");
+    jw_str(w, m->model);
+    jw_lit(w, ",\"system_fingerprint\":");
+    jw_str(w, m->fingerprint);
+}
+
+static inline void oai_usage_(jw *w, const oai_meta *m) {
+    jw_lit(w, "\"usage\":{\"prompt_tokens\":");
+    jw_int(w, m->prompt_tokens);
+    jw_lit(w, ",\"completion_tokens\":");
+    jw_int(w, m->completion_tokens);
+    jw_lit(w, ",\"total_tokens\":");
+    jw_int(w, m->prompt_tokens + m->completion_tokens);
+    jw_lit(w, ",\"prompt_tokens_details\":{\"cached_tokens\":");
+    jw_int(w, m->cached_tokens);
+    jw_lit(w, "}}");
+}
+
+static inline void oai_calls_json_(jw *w, const oai_call *calls, int n, const char *id, int with_index) {
+    jw_lit(w, "\"tool_calls\":[");
+    for (int i = 0; i < n; i++) {
+        char cid[96];
+        snprintf(cid, sizeof cid, "call_%s_%d", id, i);
+        if (i) jw_lit(w, ",");
+        jw_lit(w, "{");
+        if (with_index) jw_lit(w, "\"index\":"), jw_int(w, i), jw_lit(w, ",");
+        jw_lit(w, "\"id\":");
+        jw_str(w, cid);
+        jw_lit(w, ",\"type\":\"function\",\"function\":{\"name\":");
+        jw_str(w, calls[i].name);
+        jw_lit(w, ",\"arguments\":");
+        jw_str(w, calls[i].args);
+        jw_lit(w, "}}");
+    }
+    jw_lit(w, "]");
+}
+
+/* The whole response of a non-streaming request. */
+static inline void oai_response_json(jw *w, const oai_req *r, const oai_meta *m, const oai_out *o, const oai_call *calls, int ncalls) {
+    oai_head_(w, m, r->chat ? "chat.completion" : "text_completion");
+    jw_lit(w, ",\"choices\":[{\"index\":0,");
+    if (r->chat) {
+        jw_lit(w, "\"message\":{\"role\":\"assistant\",\"content\":");
+        if (o->content.n || ncalls <= 0) jw_strn(w, o->content.s ? o->content.s : "", o->content.n);
+        else jw_lit(w, "null");
+        if (o->reason.n) jw_lit(w, ",\"reasoning_content\":"), jw_strn(w, o->reason.s, o->reason.n);
+        if (ncalls > 0) jw_lit(w, ","), oai_calls_json_(w, calls, ncalls, m->id, 0);
+        jw_lit(w, "},");
+    } else {
+        jw_lit(w, "\"text\":");
+        jw_strn(w, o->content.s ? o->content.s : "", o->content.n);
+        jw_lit(w, ",");
+    }
+    jw_lit(w, "\"logprobs\":null,\"finish_reason\":");
+    jw_str(w, m->finish);
+    jw_lit(w, "}],");
+    oai_usage_(w, m);
+    jw_lit(w, "}");
+}
+
+/* One server-sent event of a streaming response: "data: {chunk}\n\n".
+ * Chat: delta with role (first), reasoning_content / content text, tool
+ * calls, and finish_reason (last); completions: text. usage_only writes
+ * the usage chunk (choices empty). */
+static inline void oai_chunk_sse(jw *w, const oai_req *r, const oai_meta *m, int first, const char *rs, size_t rn, const char *cs, size_t cn,
+                                 const oai_call *calls, int ncalls, int usage_only) {
+    jw_lit(w, "data: ");
+    oai_head_(w, m, r->chat ? "chat.completion.chunk" : "text_completion");
+    jw_lit(w, ",\"choices\":[");
+    if (!usage_only) {
+        jw_lit(w, "{\"index\":0,");
+        if (r->chat) {
+            jw_lit(w, "\"delta\":{");
+            int any = 0;
+            if (first) jw_lit(w, cn ? "\"role\":\"assistant\"" : "\"role\":\"assistant\",\"content\":\"\""), any = 1;
+            if (rn) jw_lit(w, any ? "," : ""), jw_lit(w, "\"reasoning_content\":"), jw_strn(w, rs, rn), any = 1;
+            if (cn) jw_lit(w, any ? "," : ""), jw_lit(w, "\"content\":"), jw_strn(w, cs, cn), any = 1;
+            if (ncalls > 0) jw_lit(w, any ? "," : ""), oai_calls_json_(w, calls, ncalls, m->id, 1);
+            jw_lit(w, "},");
+        } else {
+            jw_lit(w, "\"text\":");
+            jw_strn(w, cs ? cs : "", cn);
+            jw_lit(w, ",");
+        }
+        jw_lit(w, "\"logprobs\":null,\"finish_reason\":");
+        if (m->finish) jw_str(w, m->finish);
+        else jw_lit(w, "null");
+        jw_lit(w, "}");
+    }
+    jw_lit(w, "]");
+    if (usage_only) jw_lit(w, ","), oai_usage_(w, m);
+    jw_lit(w, "}\n\n");
+}
+
+/* OpenAI's error document. */
+static inline void oai_error_json(jw *w, const char *msg, const char *type, const char *param) {
+    jw_lit(w, "{\"error\":{\"message\":");
+    jw_str(w, msg);
+    jw_lit(w, ",\"type\":");
+    jw_str(w, type);
+    jw_lit(w, ",\"param\":");
+    if (param) jw_str(w, param);
+    else jw_lit(w, "null");
+    jw_lit(w, ",\"code\":null}}");
+}
+
+#endif

@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""Serve mode end to end: the OpenAI-compatible HTTP API of `colibri
+--serve` on the tiny fixture, over 127.0.0.1 with a server each test class
+starts and stops itself. Raw HTTP (http.client, sockets) for the protocol
+and the hostile clients; the real `openai` Python client when it is
+installed (skipped visibly, "SKIP openai", without it). A build without
+libmicrohttpd skips everything ("SKIP mhd")."""
+import atexit
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import BIN, env_base, run  # noqa: E402
+
+MODEL = "tests/fixtures/tiny-glm5"
+SYSTEM = "You are terse."
+_SYNTH = []
+
+
+def synth_model():
+    """A synthetic GLM-5-shaped model with a 4096-token context (the tiny
+    fixture has 256): long generations and the tools block fit. Made once."""
+    if not _SYNTH:
+        d = tempfile.mkdtemp()
+        atexit.register(shutil.rmtree, d, True)
+        synth = os.path.join(os.path.dirname(BIN) or ".", "colibri-synth")
+        p = subprocess.run([synth, d, "--layers", "2", "--dense-layers", "1", "--experts", "8", "--topk", "2", "--hidden", "256",
+                            "--moe-inter", "128", "--heads", "4", "--vocab", "352", "--ctx", "4096", "--group-size", "32",
+                            "--tokenizer", os.path.join(MODEL, "tokenizer.json")], capture_output=True, timeout=120)
+        if p.returncode:
+            raise AssertionError(p.stderr.decode())
+        _SYNTH.append(d)
+    return _SYNTH[0]
+
+
+class Server:
+    """A colibri --serve process on a free port; .log holds its stderr."""
+
+    def __init__(self, env=None, model=MODEL):
+        self.logf = tempfile.TemporaryFile()
+        e = {"PORT": "0", "CTX": "4096", "SERVE_TIMEOUT": "2"}
+        e.update(env or {})
+        self.p = subprocess.Popen([BIN, "--serve", model], env=env_base(e), stdout=subprocess.DEVNULL, stderr=self.logf)
+        self.port = None
+        t0 = time.time()
+        while time.time() - t0 < 60 and self.p.poll() is None:
+            m = re.search(r"on http://[^:]+:(\d+) ", self.log())
+            if m:
+                self.port = int(m.group(1))
+                break
+            time.sleep(0.05)
+
+    def log(self):
+        if self.logf.closed:
+            return self.final_log
+        self.logf.seek(0)
+        return self.logf.read().decode("utf-8", "replace")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        try:
+            rc = self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = self.p.wait()
+        if not self.logf.closed:
+            self.final_log = self.log()
+            self.logf.close()
+        return rc
+
+    def request(self, method, path, body=None, raw=None, timeout=60):
+        """(status, parsed JSON or text) of one request."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        c.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        text = r.read().decode("utf-8")
+        c.close()
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text
+
+    def chat(self, messages, **kw):
+        body = {"model": "tiny", "messages": messages}
+        body.update(kw)
+        return self.request("POST", "/v1/chat/completions", body)
+
+    def stream(self, path, body):
+        """The events of a streaming request, parsed; the last is "[DONE]"."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        c.request("POST", path, body=json.dumps(dict(body, stream=True)), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200, r.status
+        assert r.getheader("Content-Type") == "text/event-stream"
+        text = r.read().decode("utf-8")
+        c.close()
+        events = []
+        for block in text.split("\n\n"):
+            if not block:
+                continue
+            assert block.startswith("data: "), block
+            payload = block[6:]
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+        return events
+
+
+def mhd_missing():
+    e, _, err = run(MODEL, env={"PORT": "0", "SERVE": "1", "HOST": "256.0.0.1"}, args=["--serve", MODEL])
+    return "without libmicrohttpd" in err
+
+
+def one_shot(prompt, ngen, system=SYSTEM, extra=None, model=MODEL):
+    env = {"PROMPT": prompt, "SYSTEM": system, "TEMP": "0", "NGEN": str(ngen), "CTX": "4096"}
+    env.update(extra or {})
+    rc, out, err = run(model, env=env)
+    assert rc == 0, err
+    return out, err
+
+
+class ServeBase(unittest.TestCase):
+    env = None
+
+    @classmethod
+    def setUpClass(cls):
+        if mhd_missing():
+            raise unittest.SkipTest("mhd: this colibri was built without libmicrohttpd")
+        cls.srv = Server(cls.env)
+        assert cls.srv.port, cls.srv.log()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.srv.stop()
+        assert rc == 0, (rc, cls.srv.log())
+
+    def msgs(self, user, system=SYSTEM):
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+class Protocol(ServeBase):
+    def test_health_and_models(self):
+        self.assertEqual(self.srv.request("GET", "/health"), (200, {"status": "ok"}))
+        st, body = self.srv.request("GET", "/v1/models")
+        self.assertEqual(st, 200)
+        self.assertEqual(body["object"], "list")
+        self.assertEqual(body["data"][0]["id"], "tiny-glm5")
+
+    def test_greedy_chat_equals_one_shot(self):
+        """The API's greedy answer is PROMPT/SYSTEM's one-shot output."""
+        for prompt in ("Hello", "What is 2+2?"):
+            want, _ = one_shot(prompt, 12)
+            st, body = self.srv.chat(self.msgs(prompt), max_tokens=12, temperature=0)
+            self.assertEqual(st, 200, body)
+            ch = body["choices"][0]
+            self.assertEqual(ch["message"]["content"], want)
+            self.assertEqual(ch["message"]["role"], "assistant")
+            self.assertEqual(body["object"], "chat.completion")
+            u = body["usage"]
+            self.assertEqual(u["total_tokens"], u["prompt_tokens"] + u["completion_tokens"])
+            self.assertLessEqual(u["completion_tokens"], 12)
+            self.assertEqual(ch["finish_reason"], "length" if u["completion_tokens"] == 12 else "stop")
+
+    def test_stream_equals_non_stream(self):
+        req = {"messages": self.msgs("Tell me a story"), "max_tokens": 16, "temperature": 0}
+        st, whole = self.srv.request("POST", "/v1/chat/completions", req)
+        self.assertEqual(st, 200)
+        ev = self.srv.stream("/v1/chat/completions", dict(req, stream_options={"include_usage": True}))
+        self.assertEqual(ev[-1], "[DONE]")
+        chunks = ev[:-1]
+        self.assertEqual(chunks[0]["choices"][0]["delta"]["role"], "assistant")
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        self.assertEqual(text, whole["choices"][0]["message"]["content"])
+        fins = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+        self.assertEqual(fins[-1], whole["choices"][0]["finish_reason"])
+        self.assertTrue(all(f is None for f in fins[:-1]))
+        usage = chunks[-1]
+        self.assertEqual(usage["choices"], [])
+        self.assertEqual(usage["usage"]["completion_tokens"], whole["usage"]["completion_tokens"])
+        self.assertEqual(len({c["id"] for c in chunks}), 1)
+
+    def test_completions(self):
+        want, _ = one_shot("Once upon a time", 10, extra={"CHAT_TEMPLATE": "0", "SYSTEM": ""})
+        st, body = self.srv.request("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["object"], "text_completion")
+        self.assertEqual(body["choices"][0]["text"], want)
+        ev = self.srv.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0})
+        self.assertEqual("".join(c["choices"][0]["text"] for c in ev[:-1] if c["choices"]), want)
+
+    def test_seed_reproducible(self):
+        a = [self.srv.chat(self.msgs("Pick a word"), max_tokens=12, temperature=1.0, seed=s)[1]["choices"][0]["message"]["content"]
+             for s in (7, 7, 8)]
+        self.assertEqual(a[0], a[1])
+        self.assertNotEqual(a[0], a[2])
+
+    def test_stop_sequence(self):
+        st, body = self.srv.chat(self.msgs("Count"), max_tokens=24, temperature=0)
+        full = body["choices"][0]["message"]["content"]
+        cut = full[len(full) // 2:len(full) // 2 + 2]
+        if len(cut) < 2:
+            self.skipTest("stop: the greedy answer is too short to cut")
+        want = full[:full.index(cut)]
+        st, body = self.srv.chat(self.msgs("Count"), max_tokens=24, temperature=0, stop=[cut, "zzzz-never"])
+        self.assertEqual(st, 200)
+        self.assertEqual(body["choices"][0]["message"]["content"], want)
+        self.assertEqual(body["choices"][0]["finish_reason"], "stop")
+        ev = self.srv.stream("/v1/chat/completions", {"messages": self.msgs("Count"), "max_tokens": 24, "temperature": 0, "stop": cut})
+        self.assertEqual("".join(c["choices"][0]["delta"].get("content", "") for c in ev[:-1] if c["choices"]), want)
+
+    def test_prefix_reuse_is_exact(self):
+        """A second turn reuses the first turn's cache and answers as a
+        server that computes it from nothing."""
+        first = self.msgs("Hello there")
+        st, a = self.srv.chat(first, max_tokens=8, temperature=0)
+        turn2 = first + [{"role": "assistant", "content": a["choices"][0]["message"]["content"]}, {"role": "user", "content": "And then?"}]
+        st, b = self.srv.chat(turn2, max_tokens=8, temperature=0)
+        self.assertEqual(st, 200)
+        self.assertGreater(b["usage"]["prompt_tokens_details"]["cached_tokens"], a["usage"]["prompt_tokens"] - 1)
+        fresh = Server({"KV_CACHE_GB": "0"})
+        try:
+            st, c = fresh.chat(turn2, max_tokens=8, temperature=0)
+        finally:
+            fresh.stop()
+        self.assertEqual(c["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertEqual(b["choices"][0]["message"]["content"], c["choices"][0]["message"]["content"])
+
+    def test_two_conversations_kept(self):
+        """Alternating conversations each find their own cache again."""
+        a1 = self.msgs("Conversation A", system="alpha")
+        b1 = self.msgs("Conversation B", system="beta")
+        self.srv.chat(a1, max_tokens=4, temperature=0)
+        self.srv.chat(b1, max_tokens=4, temperature=0)
+        st, again = self.srv.chat(a1 + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "more"}], max_tokens=4, temperature=0)
+        self.assertEqual(st, 200)
+        self.assertGreaterEqual(again["usage"]["prompt_tokens_details"]["cached_tokens"], 5)
+
+    def test_tools_rendered_and_accepted(self):
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}]
+        msgs = self.msgs("Weather in Paris?") + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "18C"}]
+        srv = Server(model=synth_model())
+        try:
+            st, body = srv.chat(msgs, tools=tools, max_tokens=4, temperature=0)
+        finally:
+            srv.stop()
+        self.assertEqual(st, 200, body)
+        self.assertIn(body["choices"][0]["finish_reason"], ("stop", "length", "tool_calls"))
+
+    def test_thinking_split(self):
+        st, body = self.srv.chat(self.msgs("Think"), max_tokens=16, temperature=0, chat_template_kwargs={"enable_thinking": True})
+        self.assertEqual(st, 200)
+        m = body["choices"][0]["message"]
+        # the generation prompt opened <think>: whatever came before a </think> is reasoning
+        self.assertNotIn("</think>", m.get("content") or "")
+
+
+class Refusals(ServeBase):
+    env = {"SERVE_MAX_BODY": "4096", "SERVE_MAX_MESSAGES": "4", "CTX": "64"}
+
+    def assertError(self, resp, status, needle):
+        st, body = resp
+        self.assertEqual(st, status, body)
+        self.assertIsInstance(body, dict, body)
+        self.assertIn(needle, body["error"]["message"])
+        self.assertIn("type", body["error"])
+
+    def test_malformed(self):
+        s = self.srv
+        self.assertError(s.request("POST", "/v1/chat/completions", raw=b"{\"messages\": ["), 400, "not valid JSON")
+        self.assertError(s.request("POST", "/v1/chat/completions", raw=b"[1,2]"), 400, "JSON object")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], bogus=1), 400, "unknown field \"bogus\"")
+        self.assertError(s.chat([]), 400, "messages")
+        self.assertError(s.chat([{"role": "wizard", "content": "x"}]), 400, "wizard")
+        self.assertError(s.chat([{"role": "user", "content": 5}]), 400, "content")
+        self.assertError(s.chat([{"role": "user", "content": "x"}] * 5), 400, "at most 4")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], max_tokens=100000), 400, "max_tokens")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], temperature="hot"), 400, "temperature")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], n=2), 400, "n = 2")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], response_format={"type": "json_object"}), 400, "grammar")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], tool_choice="required"), 400, "grammar")
+        self.assertError(s.chat([{"role": "user", "content": "word " * 200}]), 400, "context")
+        self.assertError(s.request("GET", "/v1/chat/completions"), 405, "POST")
+        self.assertError(s.request("GET", "/nope"), 404, "no such endpoint")
+        self.assertError(s.request("POST", "/v1/chat/completions", raw=b"{" + b" " * 10000 + b"}"), 413, "larger")
+        self.assertEqual(s.request("GET", "/health")[0], 200)
+
+    def test_invalid_utf8_in_body(self):
+        st, body = self.srv.request("POST", "/v1/chat/completions", raw=b'{"messages":[{"role":"user","content":"\xff"}]}')
+        self.assertEqual(st, 400)
+
+    def test_huge_headers(self):
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200000 + b"\r\n\r\n")
+        try:
+            reply = s.recv(4096)
+        except ConnectionResetError:
+            reply = b""
+        s.close()
+        self.assertFalse(reply.startswith(b"HTTP/1.1 200"), reply[:100])
+        self.assertEqual(self.srv.request("GET", "/health")[0], 200)
+
+    def test_slowloris_dropped(self):
+        """A client that sends half a request is dropped after SERVE_TIMEOUT
+        (2 s here) and others are served meanwhile."""
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Len")
+        self.assertEqual(self.srv.request("GET", "/health")[0], 200)
+        t0 = time.time()
+        got = s.recv(100)
+        self.assertEqual(got, b"")
+        self.assertLess(time.time() - t0, 8)
+        s.close()
+
+
+class Lifecycle(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if mhd_missing():
+            raise unittest.SkipTest("mhd: this colibri was built without libmicrohttpd")
+
+    def test_disconnect_mid_stream_ends_that_generation(self):
+        srv = Server(model=synth_model())
+        try:
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 4000, "temperature": 1.0, "seed": 1,
+                               "stream": True}).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                      + body)
+            self.assertIn(b"200", s.recv(200))
+            s.close()
+            st, b = srv.chat([{"role": "user", "content": "next"}], max_tokens=4, temperature=0)
+            self.assertEqual(st, 200)
+            log = srv.log()
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        self.assertIn("stopped: interrupted", log)
+
+    def test_queue_full_gives_429_and_nothing_mixed(self):
+        model = synth_model()
+        srv = Server({"SERVE_QUEUE": "1"}, model=model)
+        results = []
+        want, _ = one_shot("same question", 600, model=model)
+        go = threading.Barrier(8)
+
+        def client(i):
+            go.wait()
+            results.append(srv.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": "same question"}],
+                                    max_tokens=600, temperature=0))
+        try:
+            ts = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        codes = sorted(st for st, _ in results)
+        self.assertIn(200, codes)
+        self.assertIn(429, codes)
+        for st, body in results:
+            if st == 200:
+                self.assertEqual(body["choices"][0]["message"]["content"], want)
+            else:
+                self.assertEqual(body["error"]["type"], "rate_limit_error")
+
+    def test_sigterm_during_generation(self):
+        srv = Server(model=synth_model())
+        out = []
+        t = threading.Thread(target=lambda: out.append(srv.chat([{"role": "user", "content": "long"}], max_tokens=4000, temperature=1.0)))
+        t.start()
+        time.sleep(0.3)
+        rc = srv.stop()
+        t.join()
+        self.assertEqual(rc, 0, srv.log())
+        self.assertIn("server stopped", srv.log())
+
+    def test_conversation_continues_across_restart(self):
+        """KV_CACHE_DIR: a restarted server resumes the conversation's cache
+        and answers as one that computed it from nothing."""
+        d = tempfile.mkdtemp()
+        try:
+            first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Remember me"}]
+            a = Server({"KV_CACHE_DIR": d})
+            st, r1 = a.chat(first, max_tokens=6, temperature=0)
+            self.assertEqual(a.stop(), 0)
+            files = [f for f in os.listdir(d) if f.endswith(".coli_kv")]
+            self.assertEqual(len(files), 1, os.listdir(d))
+            turn2 = first + [{"role": "assistant", "content": r1["choices"][0]["message"]["content"]}, {"role": "user", "content": "Who?"}]
+            b = Server({"KV_CACHE_DIR": d})
+            st, r2 = b.chat(turn2, max_tokens=6, temperature=0)
+            self.assertEqual(b.stop(), 0)
+            self.assertIn("conversations resumed", b.log())
+            self.assertGreater(r2["usage"]["prompt_tokens_details"]["cached_tokens"], r1["usage"]["prompt_tokens"] - 1)
+            c = Server()
+            st, r3 = c.chat(turn2, max_tokens=6, temperature=0)
+            c.stop()
+            self.assertEqual(r2["choices"][0]["message"]["content"], r3["choices"][0]["message"]["content"])
+            # a damaged file is named and left alone
+            path = os.path.join(d, files[0])
+            with open(path, "r+b") as f:
+                f.seek(100)
+                f.write(b"\xff\xff\xff\xff")
+            e = Server({"KV_CACHE_DIR": d})
+            st, r4 = e.chat(turn2, max_tokens=6, temperature=0)
+            e.stop()
+            self.assertIn("checksum mismatch", e.log())
+            self.assertEqual(r4["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+            self.assertEqual(r4["choices"][0]["message"]["content"], r3["choices"][0]["message"]["content"])
+        finally:
+            shutil.rmtree(d)
+
+
+class OpenAIClient(ServeBase):
+    """The real openai Python client against the server."""
+
+    @classmethod
+    def setUpClass(cls):
+        try:
+            import openai  # noqa: F401
+        except ImportError:
+            raise unittest.SkipTest("openai: the openai Python package is not installed (.ci/run installs it)")
+        super().setUpClass()
+
+    def client(self):
+        import openai
+        return openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.srv.port, api_key="none", max_retries=0)
+
+    def test_chat_stream_and_usage(self):
+        c = self.client()
+        r = c.chat.completions.create(model="tiny-glm5", messages=self.msgs("Hello"), max_tokens=10, temperature=0)
+        want, _ = one_shot("Hello", 10)
+        self.assertEqual(r.choices[0].message.content, want)
+        self.assertEqual(r.usage.completion_tokens + r.usage.prompt_tokens, r.usage.total_tokens)
+        s = c.chat.completions.create(model="tiny-glm5", messages=self.msgs("Hello"), max_tokens=10, temperature=0, stream=True,
+                                      stream_options={"include_usage": True})
+        parts, usage = [], None
+        for ch in s:
+            if ch.choices and ch.choices[0].delta.content:
+                parts.append(ch.choices[0].delta.content)
+            if ch.usage:
+                usage = ch.usage
+        self.assertEqual("".join(parts), want)
+        self.assertEqual(usage.completion_tokens, r.usage.completion_tokens)
+        self.assertEqual(c.models.list().data[0].id, "tiny-glm5")
+
+    def test_seed_stop_tools_and_errors(self):
+        import openai
+        c = self.client()
+        a = c.chat.completions.create(model="m", messages=self.msgs("x"), max_tokens=8, temperature=1, seed=3).choices[0].message.content
+        b = c.chat.completions.create(model="m", messages=self.msgs("x"), max_tokens=8, temperature=1, seed=3).choices[0].message.content
+        self.assertEqual(a, b)
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+        r = c.chat.completions.create(model="m", messages=self.msgs("x"), max_tokens=4, temperature=0, tool_choice="none", stop=["\n"])
+        self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+        self.assertNotIn("\n", r.choices[0].message.content or "")
+        with self.assertRaises(openai.BadRequestError):
+            c.chat.completions.create(model="m", messages=self.msgs("x"), max_tokens=4, tool_choice="required", tools=tools)
+        comp = c.completions.create(model="m", prompt="Once", max_tokens=5, temperature=0)
+        self.assertEqual(comp.choices[0].text, one_shot("Once", 5, extra={"CHAT_TEMPLATE": "0", "SYSTEM": ""})[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
