@@ -388,6 +388,7 @@ typedef struct {
     size_t done;   /* bytes of all routed */
     int state;
     int stopped;   /* a stop string matched */
+    int finished;  /* oai_out_finish: nothing more arrives */
     jw reason, content, tool; /* what was routed, whole */
     size_t reason_sent, content_sent; /* what oai_out_delta handed out */
 } oai_out;
@@ -468,21 +469,27 @@ static inline int oai_out_put(oai_out *o, const char *s, size_t n) {
 }
 
 /* The end of generation: everything held back is routed. */
-static inline void oai_out_finish(oai_out *o) { oai_route_(o, o->all.n); }
+static inline void oai_out_finish(oai_out *o) {
+    oai_route_(o, o->all.n);
+    o->finished = 1;
+}
 
 /* The reasoning and content routed since the last call (pointers into the
  * buffers, valid until the next oai_out_put). Cut at a UTF-8 boundary:
- * bytes of an incomplete character wait. */
+ * bytes of an incomplete character wait while more text can still reach
+ * that buffer (then they go out as they are: the writer makes them
+ * U+FFFD, as in the whole response). */
 static inline void oai_out_delta(oai_out *o, const char **rs, size_t *rn, const char **cs, size_t *cn) {
     jw *b[2] = {&o->reason, &o->content};
     size_t *sent[2] = {&o->reason_sent, &o->content_sent};
     const char **p[2] = {rs, cs};
     size_t *l[2] = {rn, cn};
+    int closed[2] = {o->finished || o->state != OAI_REASON, o->finished || o->state == OAI_TOOL};
     for (int i = 0; i < 2; i++) {
         size_t end = b[i]->n;
         size_t k = 0; /* an incomplete trailing character waits */
         while (k < 3 && k < end - *sent[i] && ((unsigned char)b[i]->s[end - 1 - k] & 0xC0) == 0x80) k++;
-        if (k < end - *sent[i]) {
+        if (!closed[i] && k < end - *sent[i]) {
             unsigned char lead = (unsigned char)b[i]->s[end - 1 - k];
             int need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
             if (need > (int)k + 1) end -= k + 1;
@@ -518,6 +525,8 @@ static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
         while (s < ne && oai_is_ws_(*s)) s++;
         while (ne > s && oai_is_ws_(ne[-1])) ne--;
         if (ne == s) goto bad;
+        for (const char *q = s; q < ne; q++)
+            if ((unsigned char)*q < 0x20) goto bad; /* a name is one line of text */
         oai_call *c = &calls[n];
         c->name = strndup(s, (size_t)(ne - s)), c->args = NULL;
         n++;
@@ -556,7 +565,9 @@ static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
             p = v1 + 12;
         }
         jw_lit(&a, "}");
-        if (a.oom) { jw_free(&a); goto bad; }
+        js_doc *check = a.oom ? NULL : js_parse(a.s, a.n, NULL, 0); /* a key given twice is not one object */
+        if (!check) { jw_free(&a); goto bad; }
+        js_free(check);
         c->args = a.s;
         s = close + 12;
     }

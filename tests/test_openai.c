@@ -201,14 +201,27 @@ static void test_output(void) {
         }
         oai_out_free(&o), jw_free(&c), jw_free(&rs);
     }
+    /* found by fuzz_openai: reasoning that ends in a cut character is
+     * streamed whole once the thinking block closes */
+    {
+        oai_out o;
+        jw c = {0}, rs = {0};
+        oai_out_init(&o, &r);
+        feed(&o, "ab\xc3</think>x", 1, &c, &rs);
+        CHECK(rs.n == 3 && !memcmp(rs.s, "ab\xc3", 3) && c.s && !strcmp(c.s, "x"));
+        oai_out_free(&o), jw_free(&c), jw_free(&rs);
+    }
     CHECK(ok_split);
     CHECK(ok_stop);
     CHECK(ok_utf);
     CHECK(ok_calls);
     /* malformed calls are text */
     const char *bad[] = {"<tool_call>f<arg_key>a</arg_key></tool_call>", "<tool_call><arg_key>a</arg_key><arg_value>1</arg_value></tool_call>",
-                         "<tool_call>f<arg_key>a</arg_key><arg_value>1", "<tool_call>f</tool_call>junk"};
-    for (int i = 0; i < 4; i++) {
+                         "<tool_call>f<arg_key>a</arg_key><arg_value>1", "<tool_call>f</tool_call>junk",
+                         /* found by fuzz_openai: a key given twice, a name with a control byte */
+                         "<tool_call>f<arg_key>n</arg_key><arg_value>1</arg_value><arg_key>n</arg_key><arg_value>2</arg_value></tool_call>",
+                         "<tool_call>\x01f</tool_call>"};
+    for (int i = 0; i < 6; i++) {
         oai_out o;
         jw c = {0}, rs = {0};
         oai_out_init(&o, &r);

@@ -18,7 +18,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(ROOT, "tests", "fixtures")
 SEP = b"\n@@colibri-fuzz-part@@\n"  # fuzz_common.h FUZZ_SEP
-TARGETS = ("json", "safetensors", "tokenizer", "config", "usage", "format")
+TARGETS = ("json", "safetensors", "tokenizer", "config", "usage", "format", "openai", "kv")
 MAX_SEED = 256 * 1024
 MAX_CORPUS = 2 * 1024 * 1024
 
@@ -427,6 +427,89 @@ def seeds_format():
         put("format", "mode3-%d" % i, rec(3 | (i << 2), i * 3, i * 5 + 1, i * 7 + 2, i * 11 + 3))
 
 
+# ---------------------------------------------------------------- openai
+
+def seeds_openai():
+    sysu = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                                                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    reqs = {
+        "chat-min": {"messages": [{"role": "user", "content": "hi"}]},
+        "chat-sampling": {"model": "m", "messages": sysu, "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "top_k": 40,
+                          "min_p": 0.05, "seed": 42, "stop": ["\n\n", "END"], "stream": True,
+                          "stream_options": {"include_usage": True}, "n": 1, "presence_penalty": 0},
+        "chat-tools": {"messages": sysu + [
+            {"role": "assistant", "content": None, "reasoning_content": "need data",
+             "tool_calls": [{"id": "c1", "type": "function",
+                             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": [1, 2]}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "18C"}, {"role": "tool", "content": "sunny"}],
+            "tools": tools, "tool_choice": "auto", "chat_template_kwargs": {"enable_thinking": True}},
+        "chat-parts": {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "\u00e9"}]}]},
+        "chat-history": {"messages": sysu + [{"role": "assistant", "content": "  Hi there \n"}, {"role": "user", "content": "More"}]},
+        "chat-refused": {"messages": sysu, "response_format": {"type": "json_object"}, "logprobs": True},
+    }
+    for name, r in reqs.items():
+        put("openai", name, b"\x00" + dumps(r))
+    for name, r in {"comp-min": {"prompt": "Once upon"}, "comp-list": {"prompt": ["x"], "max_tokens": 3, "stop": "y", "echo": False}}.items():
+        put("openai", name, b"\x01" + dumps(r))
+    outs = {
+        "out-think": "plan</think>The answer is 4.",
+        "out-stop": "</think>one two STOP three",
+        "out-utf8-stop": "</think>caf\u00e9 \u00e9\u00e9 x",
+        "out-tool": "</think>ok<tool_call>f<arg_key>s</arg_key><arg_value>text</arg_value><arg_key>n</arg_key>"
+                    "<arg_value>12</arg_value></tool_call>\n<tool_call>f</tool_call>",
+        "out-bad-tool": "</think><tool_call>f<arg_key>s</arg_key>",
+    }
+    for name, t in outs.items():
+        put("openai", name, b"\x02" + bytes([3, 1, 7, 2, 5, 1, 1, 9]) + t.encode("utf-8"))
+
+
+# ---------------------------------------------------------------- kv
+
+def kv_state(n_tok, n_kv, mtp=None, fp=0x1234567890abcdef, version=1):
+    """A .coli_kv image for fuzz_kv's stand-in model (kv_persist.h layout):
+    3 layers, kv_lora 4, qk_rope 2, index_dim 2 on layers 0 and 2, dim 4;
+    mtp = (mtp_pos, nq) adds an MTP part with its own indexer."""
+    L, lora, rope, idim, dim = 3, 4, 2, 2, 4
+    flags = 1 if mtp else 0
+    mp, nq = mtp or (0, 0)
+    h = b"COLIKV\r\n" + struct.pack("<IIQ", version, flags, fp)
+    h += struct.pack("<12I", n_tok, n_kv, L, lora, rope, idim, 2, dim, mp, nq, 1 if mtp else 0, 0)
+    body = struct.pack("<%di" % n_tok, *[(7 * i + 3) % 64 for i in range(n_tok)])
+    val = [0.0]
+
+    def floats(n):
+        out = []
+        for _ in range(n):
+            val[0] += 0.25
+            out.append(val[0])
+        return struct.pack("<%df" % n, *out)
+    for _ in range(L):
+        body += floats(n_kv * lora) + floats(n_kv * rope)
+    body += floats(n_kv * idim) + floats(n_kv * idim)
+    if mtp:
+        body += floats(mp * lora) + floats(mp * rope) + floats(mp * idim)
+        body += floats(nq * dim) + struct.pack("<%di" % nq, *range(nq)) + floats(dim)
+    data = h + body
+    hsh = 0xcbf29ce484222325
+    for b in data:
+        hsh = ((hsh ^ b) * 0x100000001b3) & ((1 << 64) - 1)
+    return data + struct.pack("<Q", hsh)
+
+
+def seeds_kv():
+    put("kv", "one", b"\x00" + kv_state(1, 1))
+    put("kv", "five-three", b"\x00" + kv_state(5, 3))
+    put("kv", "full", b"\x00" + kv_state(15, 15))
+    put("kv", "uncached-tail", b"\x00" + kv_state(6, 5))
+    put("kv", "mtp", b"\x01" + kv_state(6, 5, mtp=(2, 2)))
+    put("kv", "mtp-unused", b"\x00" + kv_state(6, 5, mtp=(4, 0)))
+    put("kv", "other-model", b"\x00" + kv_state(3, 3, fp=7))
+    put("kv", "other-version", b"\x00" + kv_state(3, 3, version=2))
+    put("kv", "too-long", b"\x00" + kv_state(16, 16))
+    put("kv", "truncated", b"\x00" + kv_state(5, 3)[:-9])
+
+
 def main():
     global out_dir
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "fuzz", "seeds")
@@ -440,6 +523,8 @@ def main():
     seeds_config()
     seeds_usage()
     seeds_format()
+    seeds_openai()
+    seeds_kv()
     for t in TARGETS:
         files = os.listdir(os.path.join(out_dir, t))
         print("seeds: %-12s %3d files, %7d bytes" % (t, len(files), written.get(t, 0)))
