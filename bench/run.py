@@ -34,6 +34,7 @@ import re
 import shutil
 import statistics
 import struct
+import signal
 import subprocess
 import sys
 import threading
@@ -1099,6 +1100,145 @@ class Bench:
                 a, p["tok_s"], p["k"], p["tok_s"] / base) for a, p in proj.items())))
         self.R["spec"] = out
 
+    def serve_start(self, model, env, tag):
+        """A colibri --serve on a free port (stderr to a log); (process, port, log path)."""
+        full = dict(os.environ)
+        full.update(self.omp_env)
+        full.update({"PORT": "0", "USAGE_SAVE": "0", "SEED": "1"})
+        full.update(env)
+        full = {k: v for k, v in full.items() if v is not None}
+        self.nlog += 1
+        lp = os.path.join(self.logdir, "%03d-serve-%s.log" % (self.nlog, tag))
+        lf = open(lp, "wb")
+        p = subprocess.Popen([self.colibri, "--serve", model], env=full, stdout=subprocess.DEVNULL, stderr=lf)
+        port, t0 = None, time.time()
+        while time.time() - t0 < 600 and p.poll() is None and not port:
+            with open(lp, "rb") as f:
+                m = re.search(rb"on http://[^:]+:(\d+) ", f.read())
+            port = int(m.group(1)) if m else None
+            time.sleep(0.1)
+        lf.close()
+        return p, port, lp
+
+    def serve_stop(self, p):
+        p.send_signal(signal.SIGTERM)
+        try:
+            return p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return p.wait()
+
+    def serve_chat(self, port, messages, max_tokens):
+        """Streams one chat request; (seconds to the first text, seconds in all, content, usage)."""
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
+        body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+        t0 = time.time()
+        c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        first, text, usage = None, [], None
+        if r.status != 200:
+            raise RuntimeError("serve: HTTP %d: %s" % (r.status, r.read()[:200]))
+        for raw in r:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                usage = ev["usage"]
+            for ch in ev.get("choices") or []:
+                piece = ch.get("delta", {}).get("content")
+                if piece:
+                    if first is None:
+                        first = time.time() - t0
+                    text.append(piece)
+        c.close()
+        return first, time.time() - t0, "".join(text), usage
+
+    def serve(self):
+        """Serve mode: time to first token of a conversation's second turn with
+        prefix reuse (only the new turn prefilled) against the same turn on a
+        server where nothing matches (the whole conversation prefilled), on
+        the streaming model; then requests per minute from concurrent
+        clients on the resident model, each answer checked against the same
+        request answered alone (nothing lost or mixed)."""
+        d = self.ensure_model("large")
+        ram = self.R["limits"].get("stream_ram_gb") or self.stream_budget()
+        env = {"RAM_GB": str(ram), "DIRECT": "1", "PIN": "0", "CHAT_TEMPLATE": None}
+        n = 60 if self.a.quick else 400
+        doc = self.prompt(d, n)
+        out = {}
+        res = {}
+        for mode in ("reuse", "no-reuse"):
+            rows = []
+            for i in range(max(1, self.a.repeats)):
+                self.drop_cache(self.shards(d))
+                p, port, lp = self.serve_start(d, env, "%s-%d" % (mode, i))
+                if not port:
+                    self.say("  serve: the server did not start, see %s" % lp)
+                    return
+                try:
+                    sys1 = "You summarise documents."
+                    first = [{"role": "system", "content": sys1}, {"role": "user", "content": doc}]
+                    t1 = self.serve_chat(port, first, 8)
+                    turn2 = first + [{"role": "assistant", "content": t1[2]}, {"role": "user", "content": "Now in one word?"}]
+                    if mode == "no-reuse":  # the same length, nothing in common from the first token
+                        turn2 = [{"role": "system", "content": "You summarize documents."}] + turn2[1:]
+                    t2 = self.serve_chat(port, turn2, 8)
+                finally:
+                    self.serve_stop(p)
+                rows.append({"ttft_s": t2[0], "prompt_tokens": t2[3]["prompt_tokens"], "cached_tokens": t2[3]["prompt_tokens_details"]["cached_tokens"],
+                             "turn1_ttft_s": t1[0], "log": lp})
+                self.say("  serve %s #%d: turn 2 of %d tokens (%d cached): first token after %.2f s (turn 1: %.2f s)" % (
+                    mode, i, rows[-1]["prompt_tokens"], rows[-1]["cached_tokens"], t2[0], t1[0]))
+            res[mode] = rows
+        a, b = median([r["ttft_s"] for r in res["reuse"]]), median([r["ttft_s"] for r in res["no-reuse"]])
+        out["ttft_turn2"] = {"model": "large", "reuse_s": a, "no_reuse_s": b, "speedup": b / a if a else None, "runs": res}
+        self.R["workloads"].append({"id": "serve.ttft_turn2", "engine": "colibri", "model": "large", "unit": "s", "n": len(res["reuse"]),
+                                    "what": "time to first token of a second turn (%d-token document) with prefix reuse, streaming model" % n,
+                                    "value": round(a, 3), "limit_name": "the same turn with nothing reusable", "limit": round(b, 3),
+                                    "ratio": round(b / a, 3) if a else None})
+        # requests per minute: 4 clients x 3 requests, resident model
+        dm = self.ensure_model("medium")
+        renv = {"PIN": self.usage_all(dm), "PIN_GB": "all", "CHAT_TEMPLATE": None}
+        p, port, lp = self.serve_start(dm, renv, "load")
+        if not port:
+            self.say("  serve: the server did not start, see %s" % lp)
+            self.R["serve"] = out
+            return
+        import threading
+        clients, per, ntok = 4, 3, 16
+        asks = [[{"role": "user", "content": "client %d question %d: %s" % (c, q, self.prompt(dm, 20, 7 * c + q))}] for c in range(clients) for q in range(per)]
+        try:
+            alone = [self.serve_chat(port, m, ntok)[2] for m in asks]
+            got, errs = {}, []
+
+            def client(c):
+                for q in range(per):
+                    try:
+                        got[c * per + q] = self.serve_chat(port, asks[c * per + q], ntok)[2]
+                    except Exception as e:  # noqa: BLE001
+                        errs.append(str(e))
+            t0 = time.time()
+            ts = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            wall = time.time() - t0
+        finally:
+            self.serve_stop(p)
+        same = sum(1 for i in range(len(asks)) if got.get(i) == alone[i])
+        rpm = 60.0 * len(got) / wall
+        out["load"] = {"model": "medium", "clients": clients, "requests": len(asks), "answered": len(got), "identical_to_alone": same,
+                       "errors": errs, "wall_s": wall, "rpm": rpm, "max_tokens": ntok, "log": lp}
+        self.say("  serve load: %d clients x %d requests (%d tokens each): %.1f requests/min, %d/%d answers identical to the request alone, %d errors" % (
+            clients, per, ntok, rpm, same, len(asks), len(errs)))
+        self.R["workloads"].append({"id": "serve.rpm", "engine": "colibri", "model": "medium", "unit": "requests/min", "n": 1, "value": round(rpm, 2),
+                                    "what": "%d concurrent clients x %d chat requests of %d tokens, resident model; %d/%d identical to alone" % (
+                                        clients, per, ntok, same, len(asks))})
+        self.R["serve"] = out
+
     def tokenizer(self):
         out, _, _, _, _, _ = self.run("bench_tok", [os.path.join(ROOT, "build", "rel", "bench_tok")], timeout=600)
         tr = [dict(self.others(), label="bench_tok")]
@@ -1336,7 +1476,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("spec", self.spec), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):
