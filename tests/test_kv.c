@@ -271,7 +271,7 @@ static void test_turns(void) {
     int out = dup(1), null = open("/dev/null", O_WRONLY); /* the replies are not this test's output */
     dup2(null, 1);
     CHECK(conv_open(&cv, &m, &g, t, FIX5) == 0);
-    volatile sig_atomic_t flag = 1;
+    atomic_int flag = 1;
     CHECK(conv_turn(&cv, "Hello.", &flag) == 0); /* interrupted before its first token */
     size_t n1 = cv.ids.n;
     CHECK(n1 > 5 && cv.n_kv == (int)n1);
