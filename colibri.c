@@ -1017,7 +1017,8 @@ static int kvc_select(kv_cache *kc, conv *cv, const int *ids, int n) {
                 if (kc->e[i].used == keep) best = i;
         }
         if (best >= 0 && kvc_restore(kc, cv, best)) p_best = 0;
-        else if (best < 0) p_best = 0, cv->n_kv = 0, cv->ids.n = 0;
+        /* else a new conversation: the live cache's common prefix (a shared
+         * system prompt) stays in use; what follows it is overwritten */
     }
     int p = p_best < n - 1 ? p_best : n - 1; /* the last prompt token is fed again for its logits */
     if (p > cv->n_kv) p = cv->n_kv;

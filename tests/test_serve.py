@@ -425,6 +425,57 @@ class Lifecycle(unittest.TestCase):
             shutil.rmtree(d)
 
 
+class Budget(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if mhd_missing():
+            raise unittest.SkipTest("mhd: this colibri was built without libmicrohttpd")
+
+    def test_kept_conversations_evicted_within_budget(self):
+        """KV_CACHE_GB of about 12 KB keeps one tiny conversation aside:
+        the least recently used is evicted, answers stay exact, and a shared
+        system prompt is reused by a new conversation."""
+        srv = Server({"KV_CACHE_GB": "0.000012"})
+        fresh = Server({"KV_CACHE_GB": "0"})
+        try:
+            convs = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": "topic %s, tell me more" % c}] for c in "ABC"]
+            for m in convs:
+                st, r = srv.chat(m, max_tokens=6, temperature=0)
+                self.assertEqual(st, 200)
+                # the system prompt is shared: reused even by a new conversation
+                self.assertGreaterEqual(r["usage"]["prompt_tokens_details"]["cached_tokens"], 0 if m is convs[0] else 5)
+            for m in convs:
+                st, r = srv.chat(m + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and?"}], max_tokens=6, temperature=0)
+                st2, r2 = fresh.chat(m + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and?"}], max_tokens=6, temperature=0)
+                self.assertEqual(r["choices"][0]["message"]["content"], r2["choices"][0]["message"]["content"])
+        finally:
+            srv.stop()
+            fresh.stop()
+        self.assertIn("evicted a kept conversation", srv.log())
+
+    def test_connection_limit(self):
+        """Beyond SERVE_CONNS open connections a new one is closed at once;
+        the server goes on."""
+        srv = Server({"SERVE_CONNS": "2", "SERVE_TIMEOUT": "5"})
+        try:
+            held = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(2)]
+            time.sleep(0.2)
+            extra = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            try:
+                extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                got = extra.recv(100)
+            except (ConnectionResetError, BrokenPipeError):
+                got = b""
+            extra.close()
+            self.assertEqual(got, b"")
+            for h in held:
+                h.close()
+            time.sleep(0.3)
+            self.assertEqual(srv.request("GET", "/health")[0], 200)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
 class OpenAIClient(ServeBase):
     """The real openai Python client against the server."""
 
