@@ -130,13 +130,22 @@ def one_shot(prompt, ngen, system=SYSTEM, extra=None, model=MODEL):
     return out, err
 
 
-class ServeBase(unittest.TestCase):
-    env = None
+class MhdCase(unittest.TestCase):
+    """Skips visibly on a build without libmicrohttpd."""
 
     @classmethod
     def setUpClass(cls):
         if mhd_missing():
             raise unittest.SkipTest("mhd: this colibri was built without libmicrohttpd")
+
+
+class ServeBase(MhdCase):
+    """One server (with env) for the class's tests."""
+    env = None
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
         cls.srv = Server(cls.env)
         assert cls.srv.port, cls.srv.log()
 
@@ -327,11 +336,7 @@ class Refusals(ServeBase):
         s.close()
 
 
-class Lifecycle(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        if mhd_missing():
-            raise unittest.SkipTest("mhd: this colibri was built without libmicrohttpd")
+class Lifecycle(MhdCase):
 
     def test_disconnect_mid_stream_ends_that_generation(self):
         srv = Server(model=synth_model())
@@ -425,11 +430,7 @@ class Lifecycle(unittest.TestCase):
             shutil.rmtree(d)
 
 
-class Budget(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        if mhd_missing():
-            raise unittest.SkipTest("mhd: this colibri was built without libmicrohttpd")
+class Budget(MhdCase):
 
     def test_kept_conversations_evicted_within_budget(self):
         """KV_CACHE_GB of about 12 KB keeps one tiny conversation aside:
