@@ -13,6 +13,7 @@
 #include "compat.h"
 #include "env.h"
 #include "forward.h"
+#include "grammar.h"
 #include "http.h"
 #include "json.h"
 #include "kv_persist.h"
@@ -473,6 +474,7 @@ typedef struct {
     int draft_set; /* DRAFT was given */
     const char *kv_load, *kv_save, *session;
     int chat_mode; /* CHAT: turns from stdin */
+    const char *grammar, *json_schema; /* GRAMMAR, JSON_SCHEMA files */
 } coli_gen;
 
 /* Sampling settings: each knob, or generation_config.json's value when the
@@ -487,6 +489,7 @@ static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     g->draft_set = env_v(e, ENV_DRAFT)->set;
     g->kv_load = env_v(e, ENV_KV_LOAD)->s, g->kv_save = env_v(e, ENV_KV_SAVE)->s, g->session = env_v(e, ENV_SESSION)->s;
     g->chat_mode = (int)env_i(e, ENV_CHAT);
+    g->grammar = env_v(e, ENV_GRAMMAR)->s, g->json_schema = env_v(e, ENV_JSON_SCHEMA)->s;
     const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
@@ -575,9 +578,69 @@ typedef struct {
     smp_work w;
     smp_rng rng;
     uint64_t fp; /* kvp_fingerprint, when states are saved or loaded */
+    /* grammar-constrained output (GRAMMAR, JSON_SCHEMA, response_format):
+     * each turn's answer is one sentence of gram */
+    const gr_grammar *gram;
+    const gr_vocab *gv;
+    gr_state gst;
+    gr_mask_ctx gcx;
+    uint8_t *allowed;
+    long g_steps, g_forced, g_saved;
+    double g_mask_s;
 } conv;
 
+/* The vocabulary as a byte trie for grammar masks: every id below the
+ * model's vocabulary with its tokenizer piece, special tokens left out
+ * (a grammar never produces them; stop tokens are allowed separately). */
+static int gram_vocab(const tok *t, int vocab, gr_vocab *v) {
+    const char **b = (const char **)calloc((size_t)vocab, sizeof *b);
+    size_t *l = (size_t *)calloc((size_t)vocab, sizeof *l);
+    int rc = -1;
+    if (b && l) {
+        for (int i = 0; i < vocab && i < tok_n_ids(t); i++)
+            if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
+        rc = gr_vocab_build(v, vocab, b, l);
+    }
+    free(b), free(l);
+    return rc;
+}
+
+/* Uses gram (with the trie gv) for the answers from now on; NULL stops
+ * constraining. 0, or -1 (out of memory). */
+static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
+    gr_mask_ctx_free(&cv->gcx);
+    free(cv->allowed), cv->allowed = NULL;
+    cv->gram = gram, cv->gv = gv;
+    if (!gram) return 0;
+    if (cv->spec) { /* drafts would need masking too */
+        fprintf(stderr, "colibri: grammar-constrained output decodes without MTP drafts\n");
+        spec_free(&cv->sc), cv->spec = 0;
+    }
+    if (!(cv->allowed = (uint8_t *)malloc((size_t)gv->n_tokens + 1)) || gr_mask_ctx_init(&cv->gcx, gv)) return -1;
+    return 0;
+}
+
+/* Masks logits by the grammar: tokens that cannot continue a valid parse
+ * to -inf, stop tokens allowed only where the grammar may end. Returns the
+ * number allowed; *forced is the one token when exactly one non-stop
+ * token is allowed and the grammar may not end (else -1). */
+static int gram_mask(conv *cv, float *logits, int *forced) {
+    coli_model *m = cv->m;
+    double t0 = compat_now();
+    int n = gr_mask(cv->gram, &cv->gst, cv->gv, &cv->gcx, cv->allowed), end = gr_can_end(&cv->gst), one = -1;
+    for (int i = 0; i < m->c.vocab; i++) {
+        int stop = smp_is_stop(m->c.eos, m->c.n_eos, i);
+        if (stop ? !end : !cv->allowed[i]) logits[i] = -INFINITY;
+        else if (!stop) one = i;
+    }
+    *forced = n == 1 && !end ? one : -1;
+    cv->g_mask_s += compat_now() - t0, cv->g_steps++;
+    return n + (end ? m->c.n_eos : 0);
+}
+
 static void conv_close(conv *cv) {
+    conv_grammar(cv, NULL, NULL);
+    gr_state_free(&cv->gst);
     spec_free(&cv->sc);
     tok_ids_free(&cv->ids);
     smp_work_free(&cv->w);
@@ -705,19 +768,53 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
     double t1 = compat_now();
     xs_stats x0;
     xs_stats_get(&m->xs, &x0);
+    if (cv->gram) {
+        gr_state_free(&cv->gst);
+        if (gr_init(cv->gram, &cv->gst)) { fprintf(stderr, "colibri: out of memory starting the grammar\n"); goto done; }
+        cv->g_steps = cv->g_forced = cv->g_saved = 0, cv->g_mask_s = 0;
+    }
+    int *batch = cv->gram ? (int *)malloc((size_t)m->ubatch * sizeof(int)) : NULL;
+    if (cv->gram && !batch) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
     for (int stop = 0; !stop;) {
-        int next = smp_sample(&g->sp, m->sc.logits, c->vocab, &cv->rng, &cv->w);
+        int forced = -1;
+        if (cv->gram && !gram_mask(cv, m->sc.logits, &forced)) {
+            gs.why = "grammar"; /* complete: nothing may follow */
+            if (!gr_can_end(&cv->gst)) gs.why = "grammar (no token can continue it)";
+            break;
+        }
+        int next = forced >= 0 ? forced : smp_sample(&g->sp, m->sc.logits, c->vocab, &cv->rng, &cv->w);
+        if (forced >= 0) cv->g_forced++;
         if (!gs.n) m->tel.ttft = compat_now() - t0;
-        if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); goto done; }
+        if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); free(batch); goto done; }
         stop = gen_emit(&gs, next);
         if (!stop && cv->spec) {
             stop = 1;
             if (spec_decode(&cv->sc, next, n, ngen - gs.n, &g->sp, &cv->rng, &cv->w, gen_emit, &gs)) gs.failed = -1;
-        } else if (!stop && fwd_tokens(m, &next, 1, n + gs.n - 1, NULL))
-            gs.failed = -1, stop = 1;
-        else if (!stop)
-            gs.fed++;
+            continue;
+        }
+        if (stop) break;
+        int k = 0, p0 = n + gs.n - 1; /* the position of next */
+        if (cv->gram) {
+            size_t len;
+            const char *pc = tok_piece(cv->t, next, &len);
+            if (gr_accept(cv->gram, &cv->gst, (const uint8_t *)pc, pc ? len : 0)) { gs.why = "grammar (no token can continue it)"; break; }
+            batch[k++] = next;
+            /* tokens the grammar forces join this forward: one pass for the run */
+            while (!stop && k < m->ubatch && gs.n < ngen) {
+                if (!gram_mask(cv, m->sc.logits, &forced) || forced < 0) break;
+                cv->g_forced++;
+                stop = gen_emit(&gs, forced);
+                if (stop) break;
+                pc = tok_piece(cv->t, forced, &len);
+                if (gr_accept(cv->gram, &cv->gst, (const uint8_t *)pc, pc ? len : 0)) { gs.why = "grammar (no token can continue it)"; stop = 1; break; }
+                batch[k++] = forced;
+            }
+        } else
+            k = 1;
+        if (fwd_tokens(m, cv->gram ? batch : &next, k, p0, NULL)) gs.failed = -1, stop = 1;
+        else gs.fed += k, cv->g_saved += k - 1;
     }
+    free(batch);
     if (gs.failed) { fprintf(stderr, "\ncolibri: %s\n", m->err); goto done; }
     gs.out.n = 0;
     tok_stream_flush(&gs.st, 0, &gs.out);
@@ -735,6 +832,9 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         xs_stats_get(&m->xs, &x1);
         print_spec(&cv->sc, gs.n, x1.bytes_read - x0.bytes_read);
     }
+    if (cv->gram)
+        fprintf(stderr, "colibri: grammar: %ld masks (%.2f ms each over %d tokens), %ld tokens forced, %ld forwards saved by batching them\n",
+                cv->g_steps, cv->g_steps ? 1e3 * cv->g_mask_s / cv->g_steps : 0.0, cv->gv->n_tokens, cv->g_forced, cv->g_saved);
     /* the generated ids join the conversation; the cache covers what was fed */
     if (tok_ids_append(&cv->ids, gs.gen, (size_t)gs.n)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
     if (cv->spec) {
@@ -772,13 +872,53 @@ static int conv_turn(conv *cv, const char *prompt, atomic_int *stop_flag) {
     return conv_generate(cv, before, &io);
 }
 
+/* The grammar GRAMMAR (GBNF file) or JSON_SCHEMA (JSON schema file) asks
+ * for, or NULL when neither is set (*bad set, said, when one is refused). */
+static gr_grammar *gram_from_files(const char *gpath, const char *spath, int *bad) {
+    char err[600];
+    size_t len;
+    *bad = 0;
+    if (!gpath && !spath) return NULL;
+    if (gpath && spath) return fprintf(stderr, "colibri: GRAMMAR and JSON_SCHEMA exclude each other\n"), *bad = 1, NULL;
+    const char *path = gpath ? gpath : spath;
+    char *text = compat_read_file(path, 4u << 20, &len), *gbnf = NULL;
+    if (!text) return fprintf(stderr, "colibri: %s: %s\n", path, errno == EFBIG ? "larger than 4 MB" : compat_strerror(errno)), *bad = 1, NULL;
+    gr_grammar *g = NULL;
+    if (spath) {
+        js_doc *d = js_parse(text, len, err, sizeof err);
+        if (!d) fprintf(stderr, "colibri: JSON_SCHEMA=%s: not valid JSON: %s\n", path, err);
+        else if (!(gbnf = gr_json_schema(d, d->root, err, sizeof err))) fprintf(stderr, "colibri: JSON_SCHEMA=%s: %s\n", path, err);
+        js_free(d);
+        if (gbnf && !(g = gr_parse(gbnf, strlen(gbnf), "root", err, sizeof err)))
+            fprintf(stderr, "colibri: JSON_SCHEMA=%s: the grammar written for it is refused (%s)\n", path, err);
+    } else if (!(g = gr_parse(text, len, "root", err, sizeof err)))
+        fprintf(stderr, "colibri: GRAMMAR=%s: %s\n", path, err);
+    free(text), free(gbnf);
+    if (!g) *bad = 1;
+    return g;
+}
+
+/* Constrains cv's answers by the knobs' grammar; 0, or EXIT_INPUT (said). */
+static int conv_grammar_from_env(conv *cv, const coli_gen *g, gr_grammar **gram, gr_vocab *gv) {
+    int bad;
+    *gram = gram_from_files(g->grammar, g->json_schema, &bad);
+    if (bad) return EXIT_INPUT;
+    if (!*gram) return 0;
+    if (gram_vocab(cv->t, cv->m->c.vocab, gv) || conv_grammar(cv, *gram, gv)) return fprintf(stderr, "colibri: out of memory building the grammar's vocabulary\n"), EXIT_INPUT;
+    return 0;
+}
+
 /* PROMPT mode: one turn, resumed from KV_LOAD / SESSION and saved to
  * KV_SAVE / SESSION when given. Returns the exit status. */
 static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
     conv cv;
     const char *load = g->kv_load ? g->kv_load : g->session, *save = g->kv_save ? g->kv_save : g->session;
     int rc = EXIT_INPUT, r;
+    gr_grammar *gram = NULL;
+    gr_vocab gv;
+    memset(&gv, 0, sizeof gv);
     if (conv_open(&cv, m, g, t, dir)) goto done;
+    if (conv_grammar_from_env(&cv, g, &gram, &gv)) goto done;
     if (load && (r = conv_load(&cv, load))) {
         if (r < 0) goto done;
         if (g->kv_load) { fprintf(stderr, "colibri: KV_LOAD=%s: no such file\n", load); goto done; }
@@ -788,6 +928,8 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
     if (!rc && save && conv_save(&cv, save)) rc = EXIT_INPUT;
 done:
     conv_close(&cv);
+    gr_vocab_free(&gv);
+    gr_free(gram);
     return rc;
 }
 
@@ -812,7 +954,11 @@ static int run_chat(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint; /* no SA_RESTART: a Ctrl-C at the prompt ends the read */
     sigaction(SIGINT, &sa, NULL);
+    gr_grammar *gram = NULL;
+    gr_vocab gv;
+    memset(&gv, 0, sizeof gv);
     if (conv_open(&cv, m, g, t, dir)) goto done;
+    if (conv_grammar_from_env(&cv, g, &gram, &gv)) goto done;
     const char *load = g->kv_load ? g->kv_load : g->session;
     int r = load ? conv_load(&cv, load) : 0;
     if (r < 0 || (r > 0 && g->kv_load)) {
@@ -828,7 +974,11 @@ static int run_chat(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (!len) continue;
         if (!strcmp(line, "/quit")) break;
-        if (!strcmp(line, "/reset")) { conv_close(&cv); if (conv_open(&cv, m, g, t, dir)) goto done; continue; }
+        if (!strcmp(line, "/reset")) {
+            conv_close(&cv);
+            if (conv_open(&cv, m, g, t, dir) || (gram && conv_grammar(&cv, gram, &gv))) goto done;
+            continue;
+        }
         if (!strncmp(line, "/save ", 6)) { conv_save(&cv, line + 6); continue; }
         if (!strncmp(line, "/load ", 6)) {
             int r = conv_load(&cv, line + 6);
@@ -847,6 +997,8 @@ static int run_chat(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
 done:
     free(line);
     conv_close(&cv);
+    gr_vocab_free(&gv);
+    gr_free(gram);
     signal(SIGINT, SIG_DFL);
     return rc;
 }

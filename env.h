@@ -62,6 +62,10 @@ typedef struct {
         "Save the conversation (tokens and KV cache) to this file at the end of the run, atomically, for KV_LOAD or SESSION.") \
     STR(SESSION, NULL, \
         "KV_LOAD and KV_SAVE on one file: resumed when it exists, started when it does not, saved at the end.") \
+    STR(GRAMMAR, NULL, \
+        "A GBNF grammar file (llama.cpp's syntax, start rule root): every answer is a sentence of it; tokens that cannot continue it are masked, forced ones batched.") \
+    STR(JSON_SCHEMA, NULL, \
+        "A JSON schema file (the subset in docs/grammar.md): every answer is JSON that validates against it (as GRAMMAR, with the grammar written from the schema).") \
     BOOL(SERVE, "0", \
         "1 = serve the OpenAI-compatible HTTP API (as --serve) on HOST:PORT until SIGTERM or Ctrl-C.") \
     STR(HOST, "127.0.0.1", \

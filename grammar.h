@@ -1,0 +1,1041 @@
+/* grammar.h — output that follows a grammar: GBNF (the subset llama.cpp
+ * documents) parsed into rules, a recognizer over Unicode code points that
+ * keeps every way the text so far can continue (a set of stacks, as
+ * llama.cpp's), the vocabulary mask of the tokens whose bytes can continue
+ * a valid parse (a byte trie walked with the recognizer, pruned where no
+ * stack survives), and a JSON-schema subset written as GBNF.
+ *
+ * GBNF: rules `name ::= alternatives`, `|`, grouping `( )`, `* + ?`,
+ * `{m}`, `{m,}`, `{m,n}`, "literals" and [classes] (ranges, ^negation)
+ * with escapes \n \r \t \\ \" \] \[ \- \xHH \uHHHH \UHHHHHHHH, `.` (any
+ * character), `#` comments. A rule goes on after `::=`, `|` and inside
+ * parentheses across lines; otherwise a newline ends it. Refused with line
+ * and column: syntax errors, undefined rules, a missing root, left
+ * recursion (a rule that can reach itself before consuming a character).
+ *
+ * Prefix: gr_. Pure: no I/O, no model, no environment. */
+#ifndef COLI_GRAMMAR_H
+#define COLI_GRAMMAR_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+enum { GR_END, GR_ALT, GR_REF, GR_CHAR, GR_CHAR_NOT, GR_RNG, GR_CHAR_ALT, GR_ANY };
+
+typedef struct {
+    uint8_t type;
+    uint32_t v; /* code point, or rule id for GR_REF */
+} gr_el;
+
+typedef struct {
+    char *name;
+    gr_el *el; /* alternatives separated by GR_ALT, closed by GR_END */
+    int n, cap;
+    int defined, line, col; /* where first referenced (undefined-rule messages) */
+} gr_rule_;
+
+typedef struct {
+    gr_el *el; /* every rule's elements, one after another */
+    int n_el;
+    int *start; /* [n_rules] */
+    char **names;
+    int n_rules, root;
+} gr_grammar;
+
+static inline void gr_free(gr_grammar *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_rules; i++) free(g->names[i]);
+    free(g->names), free(g->start), free(g->el), free(g);
+}
+
+/* ------------------------------------------------------------ parsing */
+
+typedef struct {
+    const char *s, *p, *end;
+    gr_rule_ *r;
+    int n, cap;
+    char *err;
+    size_t errlen;
+    int failed, gen; /* gen: generated rule counter */
+} gr_parser_;
+
+static inline int gr_fail_(gr_parser_ *ps, const char *at, const char *fmt, ...) {
+    if (ps->failed) return -1;
+    ps->failed = 1;
+    int line = 1, col = 1;
+    for (const char *q = ps->s; q < at && q < ps->end; q++) {
+        if (*q == '\n') line++, col = 1;
+        else col++;
+    }
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ps->err && ps->errlen) snprintf(ps->err, ps->errlen, "line %d, column %d: %s", line, col, msg);
+    return -1;
+}
+
+/* The id of rule name[0..n), created undefined when new. -1 on OOM. */
+static inline int gr_rule_id_(gr_parser_ *ps, const char *name, size_t n, const char *at) {
+    for (int i = 0; i < ps->n; i++)
+        if (strlen(ps->r[i].name) == n && !memcmp(ps->r[i].name, name, n)) return i;
+    if (ps->n == ps->cap) {
+        int cap = ps->cap ? ps->cap * 2 : 16;
+        gr_rule_ *nr = (gr_rule_ *)realloc(ps->r, (size_t)cap * sizeof *nr);
+        if (!nr) return gr_fail_(ps, at, "out of memory");
+        ps->r = nr, ps->cap = cap;
+    }
+    gr_rule_ *r = &ps->r[ps->n];
+    memset(r, 0, sizeof *r);
+    if (!(r->name = strndup(name, n))) return gr_fail_(ps, at, "out of memory");
+    int line = 1, col = 1;
+    for (const char *q = ps->s; q < at; q++) {
+        if (*q == '\n') line++, col = 1;
+        else col++;
+    }
+    r->line = line, r->col = col;
+    return ps->n++;
+}
+
+static inline int gr_put_(gr_parser_ *ps, int rule, int type, uint32_t v) {
+    gr_rule_ *r = &ps->r[rule];
+    if (r->n == r->cap) {
+        int cap = r->cap ? r->cap * 2 : 16;
+        gr_el *ne = (gr_el *)realloc(r->el, (size_t)cap * sizeof *ne);
+        if (!ne) return gr_fail_(ps, ps->p, "out of memory");
+        r->el = ne, r->cap = cap;
+    }
+    r->el[r->n].type = (uint8_t)type, r->el[r->n].v = v;
+    r->n++;
+    return 0;
+}
+
+static inline int gr_is_word_(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'; }
+
+/* Skips blanks and comments; newlines too when nested. */
+static inline void gr_space_(gr_parser_ *ps, int nested) {
+    while (ps->p < ps->end) {
+        char c = *ps->p;
+        if (c == ' ' || c == '\t' || c == '\r' || (nested && c == '\n')) ps->p++;
+        else if (c == '#') {
+            while (ps->p < ps->end && *ps->p != '\n') ps->p++;
+        } else
+            break;
+    }
+}
+
+static inline int gr_hex_(gr_parser_ *ps, int digits, uint32_t *out) {
+    uint32_t v = 0;
+    for (int i = 0; i < digits; i++) {
+        if (ps->p >= ps->end) return gr_fail_(ps, ps->p, "expected %d hex digits", digits);
+        char c = *ps->p++;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return gr_fail_(ps, ps->p - 1, "expected a hex digit");
+        v = v << 4 | (uint32_t)d;
+    }
+    if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return gr_fail_(ps, ps->p, "escape U+%X is not a Unicode scalar value", v);
+    *out = v;
+    return 0;
+}
+
+/* One character of a literal or class: an escape or a UTF-8 sequence. */
+static inline int gr_char_(gr_parser_ *ps, uint32_t *cp) {
+    if (ps->p >= ps->end) return gr_fail_(ps, ps->p, "unexpected end of grammar");
+    const unsigned char *u = (const unsigned char *)ps->p;
+    if (*u == '\\') {
+        ps->p++;
+        if (ps->p >= ps->end) return gr_fail_(ps, ps->p, "unexpected end after \\");
+        char c = *ps->p++;
+        switch (c) {
+        case 'n': *cp = '\n'; return 0;
+        case 'r': *cp = '\r'; return 0;
+        case 't': *cp = '\t'; return 0;
+        case '\\': case '"': case '[': case ']': case '-': case '^': case '/': *cp = (uint32_t)c; return 0;
+        case 'x': return gr_hex_(ps, 2, cp);
+        case 'u': return gr_hex_(ps, 4, cp);
+        case 'U': return gr_hex_(ps, 8, cp);
+        default: return gr_fail_(ps, ps->p - 2, "unknown escape \\%c", c);
+        }
+    }
+    int k = js_utf8_valid_len(u, (const unsigned char *)ps->end);
+    if (!k) return gr_fail_(ps, ps->p, "invalid UTF-8");
+    uint32_t v = k == 1 ? u[0] : k == 2 ? (u[0] & 0x1Fu) : k == 3 ? (u[0] & 0x0Fu) : (u[0] & 0x07u);
+    for (int i = 1; i < k; i++) v = v << 6 | (u[i] & 0x3Fu);
+    ps->p += k;
+    *cp = v;
+    return 0;
+}
+
+static inline int gr_alternatives_(gr_parser_ *ps, int rule, int nested);
+
+/* A new generated rule named after `base`. */
+static inline int gr_gen_rule_(gr_parser_ *ps, int base) {
+    char name[300];
+    snprintf(name, sizeof name, "%s_%d", ps->r[base].name, ++ps->gen);
+    int id = gr_rule_id_(ps, name, strlen(name), ps->p);
+    if (id >= 0) ps->r[id].defined = 1;
+    return id;
+}
+
+/* Appends the elements of last_sym..end of rule `rule` repeated per
+ * {min, max} (max < 0: unbounded), as llama.cpp desugars repetition:
+ * copies for the minimum, then nested optional rules or one recursive
+ * rule. */
+static inline int gr_repeat_(gr_parser_ *ps, int rule, int last, int min, int max) {
+    gr_rule_ *r = &ps->r[rule];
+    int len = r->n - last;
+    gr_el *item = (gr_el *)malloc((size_t)len * sizeof *item);
+    if (!item) return gr_fail_(ps, ps->p, "out of memory");
+    memcpy(item, r->el + last, (size_t)len * sizeof *item);
+    r->n = last;
+    int rc = 0;
+    for (int i = 0; i < min && !rc; i++)
+        for (int j = 0; j < len && !rc; j++) rc = gr_put_(ps, rule, item[j].type, item[j].v);
+    if (!rc && (max < 0 || max > min)) {
+        /* rest ::= item rest | ε (unbounded), or opt_k ::= item opt_{k+1} | ε */
+        int opt = max < 0 ? 1 : max - min, first = -1, prev = -1;
+        for (int k = 0; k < opt && !rc; k++) {
+            int id = gr_gen_rule_(ps, rule);
+            if (id < 0) { rc = -1; break; }
+            if (first < 0) first = id;
+            if (prev >= 0) rc = gr_put_(ps, prev, GR_REF, (uint32_t)id) || gr_put_(ps, prev, GR_ALT, 0) || gr_put_(ps, prev, GR_END, 0);
+            for (int j = 0; j < len && !rc; j++) rc = gr_put_(ps, id, item[j].type, item[j].v);
+            if (max < 0 && !rc) rc = gr_put_(ps, id, GR_REF, (uint32_t)id) || gr_put_(ps, id, GR_ALT, 0) || gr_put_(ps, id, GR_END, 0);
+            prev = id;
+        }
+        if (!rc && max >= 0 && prev >= 0) rc = gr_put_(ps, prev, GR_ALT, 0) || gr_put_(ps, prev, GR_END, 0);
+        if (!rc) rc = gr_put_(ps, rule, GR_REF, (uint32_t)first);
+    }
+    free(item);
+    return rc;
+}
+
+static inline int gr_int_(gr_parser_ *ps, int *out) {
+    const char *q = ps->p;
+    long v = 0;
+    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9' && v < 100000) v = v * 10 + (*ps->p++ - '0');
+    if (ps->p == q) return gr_fail_(ps, q, "expected a number");
+    if (v > 10000) return gr_fail_(ps, q, "repetition count above 10000");
+    *out = (int)v;
+    return 0;
+}
+
+/* A sequence of items into rule `rule`, until | ) newline (not nested) or end. */
+static inline int gr_sequence_(gr_parser_ *ps, int rule, int nested) {
+    int last = -1; /* start of the last item, for a repetition operator */
+    while (ps->p < ps->end && !ps->failed) {
+        char c = *ps->p;
+        const char *at = ps->p;
+        if (c == '"') {
+            ps->p++;
+            last = ps->r[rule].n;
+            while (ps->p < ps->end && *ps->p != '"') {
+                uint32_t cp;
+                if (gr_char_(ps, &cp) || gr_put_(ps, rule, GR_CHAR, cp)) return -1;
+            }
+            if (ps->p >= ps->end) return gr_fail_(ps, at, "unterminated string literal");
+            ps->p++;
+            if (ps->r[rule].n == last) last = -1; /* "" matches nothing: no item to repeat */
+        } else if (c == '[') {
+            ps->p++;
+            last = ps->r[rule].n;
+            int neg = ps->p < ps->end && *ps->p == '^';
+            if (neg) ps->p++;
+            int type = neg ? GR_CHAR_NOT : GR_CHAR;
+            while (ps->p < ps->end && *ps->p != ']') {
+                uint32_t lo, hi;
+                if (gr_char_(ps, &lo) || gr_put_(ps, rule, type, lo)) return -1;
+                type = GR_CHAR_ALT;
+                if (ps->p + 1 < ps->end && *ps->p == '-' && ps->p[1] != ']') {
+                    ps->p++;
+                    if (gr_char_(ps, &hi)) return -1;
+                    if (hi < lo) return gr_fail_(ps, ps->p, "range end below its start");
+                    if (gr_put_(ps, rule, GR_RNG, hi)) return -1;
+                }
+            }
+            if (ps->p >= ps->end) return gr_fail_(ps, at, "unterminated character class");
+            if (ps->r[rule].n == last) return gr_fail_(ps, at, "empty character class");
+            ps->p++;
+        } else if (c == '.') {
+            ps->p++;
+            last = ps->r[rule].n;
+            if (gr_put_(ps, rule, GR_ANY, 0)) return -1;
+        } else if (gr_is_word_(c)) {
+            const char *b = ps->p;
+            while (ps->p < ps->end && gr_is_word_(*ps->p)) ps->p++;
+            int id = gr_rule_id_(ps, b, (size_t)(ps->p - b), b);
+            if (id < 0) return -1;
+            last = ps->r[rule].n;
+            if (gr_put_(ps, rule, GR_REF, (uint32_t)id)) return -1;
+        } else if (c == '(') {
+            ps->p++;
+            int id = gr_gen_rule_(ps, rule);
+            if (id < 0) return -1;
+            gr_space_(ps, 1);
+            if (gr_alternatives_(ps, id, 1)) return -1;
+            if (ps->p >= ps->end || *ps->p != ')') return gr_fail_(ps, at, "unclosed (");
+            ps->p++;
+            last = ps->r[rule].n;
+            if (gr_put_(ps, rule, GR_REF, (uint32_t)id)) return -1;
+        } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+            if (last < 0) return gr_fail_(ps, at, "'%c' without an item before it", c);
+            ps->p++;
+            int min = c == '+' ? 1 : 0, max = c == '?' ? 1 : -1;
+            if (c == '{') {
+                gr_space_(ps, 1);
+                if (gr_int_(ps, &min)) return -1;
+                gr_space_(ps, 1);
+                max = min;
+                if (ps->p < ps->end && *ps->p == ',') {
+                    ps->p++;
+                    gr_space_(ps, 1);
+                    max = -1;
+                    if (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9' && gr_int_(ps, &max)) return -1;
+                    gr_space_(ps, 1);
+                }
+                if (ps->p >= ps->end || *ps->p != '}') return gr_fail_(ps, at, "expected } closing the repetition");
+                ps->p++;
+                if (max >= 0 && max < min) return gr_fail_(ps, at, "repetition {%d,%d}: the maximum is below the minimum", min, max);
+            }
+            if (gr_repeat_(ps, rule, last, min, max)) return -1;
+            last = -1;
+        } else
+            break;
+        gr_space_(ps, nested);
+    }
+    return ps->failed ? -1 : 0;
+}
+
+static inline int gr_alternatives_(gr_parser_ *ps, int rule, int nested) {
+    if (gr_sequence_(ps, rule, nested)) return -1;
+    while (ps->p < ps->end && *ps->p == '|') {
+        ps->p++;
+        if (gr_put_(ps, rule, GR_ALT, 0)) return -1;
+        gr_space_(ps, 1);
+        if (gr_sequence_(ps, rule, nested)) return -1;
+    }
+    return gr_put_(ps, rule, GR_END, 0);
+}
+
+/* Nullable rules (can match the empty string), to a fixpoint. */
+static inline void gr_nullable_(const gr_rule_ *r, int n, unsigned char *nul) {
+    memset(nul, 0, (size_t)n);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < n; i++) {
+            if (nul[i]) continue;
+            int all = 1; /* every element of the current alternative nullable so far */
+            for (int k = 0; k < r[i].n; k++) {
+                gr_el e = r[i].el[k];
+                if (e.type == GR_ALT || e.type == GR_END) {
+                    if (all) { nul[i] = 1, changed = 1; break; }
+                    all = 1;
+                } else if (e.type == GR_REF) all &= nul[e.v];
+                else if (e.type != GR_RNG && e.type != GR_CHAR_ALT) all = 0;
+            }
+        }
+    }
+}
+
+/* 1 when rule i can reach itself before consuming a character. */
+static inline int gr_left_rec_(const gr_rule_ *r, const unsigned char *nul, int i, unsigned char *path, unsigned char *done) {
+    if (path[i]) return 1;
+    if (done[i]) return 0;
+    path[i] = 1;
+    int at_start = 1, bad = 0;
+    for (int k = 0; k < r[i].n && !bad; k++) {
+        gr_el e = r[i].el[k];
+        if (e.type == GR_ALT || e.type == GR_END) at_start = 1;
+        else if (!at_start) continue;
+        else if (e.type == GR_REF) {
+            bad = gr_left_rec_(r, nul, (int)e.v, path, done);
+            at_start = nul[e.v];
+        } else if (e.type != GR_RNG && e.type != GR_CHAR_ALT)
+            at_start = 0;
+    }
+    path[i] = 0, done[i] = 1;
+    return bad;
+}
+
+/* Parses GBNF text; root names the start rule ("root"). NULL with err as
+ * "line L, column C: why". */
+static inline gr_grammar *gr_parse(const char *text, size_t len, const char *root, char *err, size_t errlen) {
+    gr_parser_ ps = {text, text, text + len, NULL, 0, 0, err, errlen, 0, 0};
+    if (err && errlen) err[0] = 0;
+    gr_grammar *g = NULL;
+    for (;;) {
+        gr_space_(&ps, 1);
+        if (ps.p >= ps.end) break;
+        const char *at = ps.p;
+        if (!gr_is_word_(*ps.p)) { gr_fail_(&ps, at, "expected a rule name"); goto out; }
+        while (ps.p < ps.end && gr_is_word_(*ps.p)) ps.p++;
+        int id = gr_rule_id_(&ps, at, (size_t)(ps.p - at), at);
+        if (id < 0) goto out;
+        if (ps.r[id].defined) { gr_fail_(&ps, at, "rule %s is defined twice", ps.r[id].name); goto out; }
+        ps.r[id].defined = 1;
+        gr_space_(&ps, 0);
+        if (ps.end - ps.p < 3 || memcmp(ps.p, "::=", 3)) { gr_fail_(&ps, ps.p, "expected ::= after %s", ps.r[id].name); goto out; }
+        ps.p += 3;
+        gr_space_(&ps, 1);
+        if (gr_alternatives_(&ps, id, 0)) goto out;
+        if (ps.p < ps.end && *ps.p != '\n') { gr_fail_(&ps, ps.p, "unexpected '%c'", *ps.p); goto out; }
+    }
+    int rid = -1;
+    for (int i = 0; i < ps.n; i++) {
+        if (!ps.r[i].defined) {
+            snprintf(err, errlen, "line %d, column %d: rule %s is used but not defined", ps.r[i].line, ps.r[i].col, ps.r[i].name);
+            ps.failed = 1;
+            goto out;
+        }
+        if (!strcmp(ps.r[i].name, root)) rid = i;
+    }
+    if (rid < 0) { gr_fail_(&ps, ps.end, "no rule named %s", root); goto out; }
+    {
+        unsigned char *nul = (unsigned char *)calloc((size_t)ps.n * 3 + 1, 1);
+        if (!nul) { gr_fail_(&ps, ps.p, "out of memory"); goto out; }
+        gr_nullable_(ps.r, ps.n, nul);
+        for (int i = 0; i < ps.n && !ps.failed; i++)
+            if (gr_left_rec_(ps.r, nul, i, nul + ps.n, nul + 2 * ps.n)) {
+                snprintf(err, errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
+                         ps.r[i].line, ps.r[i].col, ps.r[i].name);
+                ps.failed = 1;
+            }
+        free(nul);
+        if (ps.failed) goto out;
+    }
+    g = (gr_grammar *)calloc(1, sizeof *g);
+    int total = 0;
+    for (int i = 0; i < ps.n; i++) total += ps.r[i].n;
+    if (!g || !(g->el = (gr_el *)malloc((size_t)total * sizeof(gr_el) + sizeof(gr_el))) || !(g->start = (int *)malloc((size_t)ps.n * sizeof(int))) ||
+        !(g->names = (char **)calloc((size_t)ps.n, sizeof(char *)))) {
+        gr_free(g);
+        g = NULL;
+        gr_fail_(&ps, ps.p, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < ps.n; i++) {
+        g->start[i] = g->n_el;
+        memcpy(g->el + g->n_el, ps.r[i].el, (size_t)ps.r[i].n * sizeof(gr_el));
+        g->n_el += ps.r[i].n;
+        g->names[i] = ps.r[i].name, ps.r[i].name = NULL;
+    }
+    g->n_rules = ps.n, g->root = rid;
+out:
+    for (int i = 0; i < ps.n; i++) free(ps.r[i].name), free(ps.r[i].el);
+    free(ps.r);
+    return g;
+}
+
+/* ------------------------------------------------------------ recognizing */
+
+/* A set of stacks of element positions (the top is the last), stored one
+ * after another. */
+typedef struct {
+    uint32_t *d;
+    size_t dn, dcap;
+    int *off, *len;
+    int n, cap;
+    int oom;
+} gr_stacks;
+
+static inline void gr_stacks_free(gr_stacks *s) {
+    free(s->d), free(s->off), free(s->len);
+    memset(s, 0, sizeof *s);
+}
+
+#define GR_MAX_STACKS 4096 /* ways the text may continue; beyond it the grammar is too ambiguous to follow */
+#define GR_MAX_DEPTH 4096
+
+static inline void gr_stacks_add_(gr_stacks *s, const uint32_t *st, int n) {
+    for (int i = 0; i < s->n; i++)
+        if (s->len[i] == n && !memcmp(s->d + s->off[i], st, (size_t)n * 4)) return;
+    if (s->n >= GR_MAX_STACKS || n > GR_MAX_DEPTH) { s->oom = 1; return; }
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 8;
+        int *no = (int *)realloc(s->off, (size_t)cap * sizeof(int)), *nl = no ? (int *)realloc(s->len, (size_t)cap * sizeof(int)) : NULL;
+        if (no) s->off = no;
+        if (!no || !nl) { s->oom = 1; return; }
+        s->len = nl, s->cap = cap;
+    }
+    if (s->dn + (size_t)n > s->dcap) {
+        size_t cap = s->dcap ? s->dcap * 2 : 64;
+        while (cap < s->dn + (size_t)n) cap *= 2;
+        uint32_t *nd = (uint32_t *)realloc(s->d, cap * 4);
+        if (!nd) { s->oom = 1; return; }
+        s->d = nd, s->dcap = cap;
+    }
+    memcpy(s->d + s->dn, st, (size_t)n * 4);
+    s->off[s->n] = (int)s->dn, s->len[s->n] = n;
+    s->dn += (size_t)n, s->n++;
+}
+
+static inline int gr_is_char_(int t) { return t == GR_CHAR || t == GR_CHAR_NOT || t == GR_ANY; }
+
+/* Position after the character class starting at pos. */
+static inline uint32_t gr_after_class_(const gr_grammar *g, uint32_t pos) {
+    if (g->el[pos].type == GR_ANY) return pos + 1;
+    pos++;
+    while (g->el[pos].type == GR_RNG || g->el[pos].type == GR_CHAR_ALT) pos++;
+    return pos;
+}
+
+/* Expands a stack until its top is a character class (or it is empty),
+ * adding each result to out. buf has room for GR_MAX_DEPTH + 2. */
+static inline void gr_expand_(const gr_grammar *g, uint32_t *buf, int n, gr_stacks *out, int depth) {
+    if (out->oom) return;
+    if (!n) { gr_stacks_add_(out, buf, 0); return; }
+    uint32_t pos = buf[n - 1];
+    gr_el e = g->el[pos];
+    if (e.type != GR_REF) { gr_stacks_add_(out, buf, n); return; }
+    if (depth > GR_MAX_DEPTH || n > GR_MAX_DEPTH) { out->oom = 1; return; }
+    uint32_t next = pos + 1;
+    int keep_next = g->el[next].type != GR_END && g->el[next].type != GR_ALT;
+    for (uint32_t a = (uint32_t)g->start[e.v];;) {
+        int m = n - 1;
+        if (keep_next) buf[m++] = next;
+        if (g->el[a].type != GR_END && g->el[a].type != GR_ALT) buf[m++] = a;
+        gr_expand_(g, buf, m, out, depth + 1);
+        buf[n - 1] = pos; /* restore what the expansion overwrote */
+        while (g->el[a].type != GR_END && g->el[a].type != GR_ALT) a++;
+        if (g->el[a].type == GR_END) break;
+        a++;
+    }
+}
+
+/* 1 when the class at pos admits code point cp. */
+static inline int gr_match_(const gr_grammar *g, uint32_t pos, uint32_t cp) {
+    if (g->el[pos].type == GR_ANY) return 1;
+    int positive = g->el[pos].type == GR_CHAR, found = 0;
+    do {
+        if (g->el[pos + 1].type == GR_RNG) found |= g->el[pos].v <= cp && cp <= g->el[pos + 1].v, pos += 2;
+        else found |= g->el[pos].v == cp, pos++;
+    } while (g->el[pos].type == GR_CHAR_ALT);
+    return found == positive;
+}
+
+/* 1 when the class at pos admits some code point in [lo, hi]. */
+static inline int gr_match_range_(const gr_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi) {
+    if (g->el[pos].type == GR_ANY) return 1;
+    int positive = g->el[pos].type == GR_CHAR;
+    if (!positive) { /* some code point of [lo, hi] outside every excluded range */
+        uint32_t c = lo;
+        for (int moved = 1; moved && c <= hi;) {
+            moved = 0;
+            uint32_t p = pos;
+            do {
+                uint32_t a = g->el[p].v, b = g->el[p + 1].type == GR_RNG ? g->el[p + 1].v : a;
+                p += g->el[p + 1].type == GR_RNG ? 2 : 1;
+                if (a <= c && c <= b) c = b + 1, moved = 1;
+            } while (g->el[p].type == GR_CHAR_ALT);
+        }
+        return c <= hi;
+    }
+    do {
+        uint32_t a = g->el[pos].v, b = g->el[pos + 1].type == GR_RNG ? g->el[pos + 1].v : a;
+        pos += g->el[pos + 1].type == GR_RNG ? 2 : 1;
+        if (a <= hi && lo <= b) return 1;
+    } while (g->el[pos].type == GR_CHAR_ALT);
+    return 0;
+}
+
+/* What the recognizer holds: the stacks, and the bytes of a code point
+ * whose first bytes arrived (partial UTF-8). */
+typedef struct {
+    gr_stacks st;
+    uint32_t pv; /* the partial code point's bits so far */
+    int prem;    /* its bytes still to come (0: none pending) */
+    int plen;    /* its bytes so far */
+    uint32_t *buf; /* scratch of GR_MAX_DEPTH + 2 */
+    gr_stacks alt[2]; /* gr_accept's work sets */
+} gr_state;
+
+static inline void gr_state_free(gr_state *s) {
+    gr_stacks_free(&s->st), gr_stacks_free(&s->alt[0]), gr_stacks_free(&s->alt[1]);
+    free(s->buf);
+    memset(s, 0, sizeof *s);
+}
+
+/* The start state. 0, or -1 (out of memory, or a grammar too ambiguous). */
+static inline int gr_init(const gr_grammar *g, gr_state *s) {
+    memset(s, 0, sizeof *s);
+    if (!(s->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t)))) return -1;
+    for (uint32_t a = (uint32_t)g->start[g->root];;) {
+        int m = 0;
+        if (g->el[a].type != GR_END && g->el[a].type != GR_ALT) s->buf[m++] = a;
+        gr_expand_(g, s->buf, m, &s->st, 0);
+        while (g->el[a].type != GR_END && g->el[a].type != GR_ALT) a++;
+        if (g->el[a].type == GR_END) break;
+        a++;
+    }
+    return s->st.oom ? -1 : 0;
+}
+
+/* Advances stacks `in` by code point cp into `out` (cleared first). */
+static inline void gr_step_(const gr_grammar *g, const gr_stacks *in, uint32_t cp, gr_stacks *out, uint32_t *buf) {
+    out->n = 0, out->dn = 0, out->oom = 0;
+    for (int i = 0; i < in->n; i++) {
+        int n = in->len[i];
+        if (!n) continue;
+        const uint32_t *st = in->d + in->off[i];
+        uint32_t top = st[n - 1];
+        if (!gr_is_char_(g->el[top].type) || !gr_match_(g, top, cp)) continue;
+        memcpy(buf, st, (size_t)(n - 1) * 4);
+        int m = n - 1;
+        uint32_t nx = gr_after_class_(g, top);
+        if (g->el[nx].type != GR_END && g->el[nx].type != GR_ALT) buf[m++] = nx;
+        gr_expand_(g, buf, m, out, 0);
+    }
+}
+
+/* 1 when some stack's top admits a code point in [lo, hi]. */
+static inline int gr_admits_range_(const gr_grammar *g, const gr_stacks *s, uint32_t lo, uint32_t hi) {
+    for (int i = 0; i < s->n; i++) {
+        int n = s->len[i];
+        if (n && gr_is_char_(g->el[s->d[s->off[i] + n - 1]].type) && gr_match_range_(g, s->d[s->off[i] + n - 1], lo, hi)) return 1;
+    }
+    return 0;
+}
+
+/* Feeds one byte through the UTF-8 decoder state (pv, prem, plen): 1 a
+ * code point completed (*cp), 0 more bytes needed, -1 invalid. */
+static inline int gr_utf8_(uint32_t *pv, int *prem, int *plen, unsigned char b, uint32_t *cp) {
+    if (!*prem) {
+        if (b < 0x80) { *cp = b; return 1; }
+        if (b >= 0xC2 && b <= 0xDF) *pv = b & 0x1Fu, *prem = 1;
+        else if (b >= 0xE0 && b <= 0xEF) *pv = b & 0x0Fu, *prem = 2;
+        else if (b >= 0xF0 && b <= 0xF4) *pv = b & 0x07u, *prem = 3;
+        else return -1;
+        *plen = 1;
+        return 0;
+    }
+    if ((b & 0xC0) != 0x80) return -1;
+    *pv = *pv << 6 | (b & 0x3Fu), (*prem)--, (*plen)++;
+    if (*prem) return 0;
+    uint32_t v = *pv;
+    int min = *plen == 2 ? 0x80 : *plen == 3 ? 0x800 : 0x10000;
+    if ((int)v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return -1;
+    *cp = v;
+    return 1;
+}
+
+/* The code points a partial sequence (plen bytes in, prem to come) can
+ * still become, overlong forms and values past U+10FFFF excluded. 0 when
+ * none. */
+static inline int gr_partial_range_(uint32_t pv, int prem, int plen, uint32_t *lo, uint32_t *hi) {
+    int len = plen + prem;
+    uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    *lo = pv << (6 * prem), *hi = *lo | ((1u << (6 * prem)) - 1);
+    if (*lo < min) *lo = min;
+    if (*hi > 0x10FFFF) *hi = 0x10FFFF;
+    return *lo <= *hi;
+}
+
+/* Feeds bytes. 0, or -1 when the grammar cannot continue with them (the
+ * state is then unchanged). */
+static inline int gr_accept(const gr_grammar *g, gr_state *s, const uint8_t *b, size_t n) {
+    const gr_stacks *cur = &s->st;
+    int which = 0; /* the alt set the next step writes */
+    uint32_t pv = s->pv;
+    int prem = s->prem, plen = s->plen;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t cp;
+        int r = gr_utf8_(&pv, &prem, &plen, b[i], &cp);
+        if (r < 0) return -1;
+        if (r == 0) continue;
+        gr_step_(g, cur, cp, &s->alt[which], s->buf);
+        if (s->alt[which].oom || !s->alt[which].n) return -1;
+        cur = &s->alt[which];
+        which ^= 1;
+    }
+    if (prem) {
+        uint32_t lo, hi;
+        if (!gr_partial_range_(pv, prem, plen, &lo, &hi) || !gr_admits_range_(g, cur, lo, hi)) return -1;
+    }
+    if (cur != &s->st) { /* the result becomes the state; the old state's buffers become scratch */
+        gr_stacks t = s->st;
+        s->st = *cur;
+        s->alt[which ^ 1] = t;
+    }
+    s->pv = pv, s->prem = prem, s->plen = plen;
+    return 0;
+}
+
+/* 1 when the text so far is a complete sentence of the grammar. */
+static inline int gr_can_end(const gr_state *s) {
+    if (s->prem) return 0;
+    for (int i = 0; i < s->st.n; i++)
+        if (!s->st.len[i]) return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------ vocabulary */
+
+/* The tokens' bytes as a trie: node 0 is the root; children by byte. */
+typedef struct {
+    int *child, *sib, *tok; /* first child, next sibling, first token ending here (-1) */
+    unsigned char *byte;
+    int *tok_next;          /* [n_tokens] next token with the same bytes */
+    int n, cap, n_tokens, max_len;
+} gr_vocab;
+
+static inline void gr_vocab_free(gr_vocab *v) {
+    free(v->child), free(v->sib), free(v->tok), free(v->byte), free(v->tok_next);
+    memset(v, 0, sizeof *v);
+}
+
+static inline int gr_vocab_node_(gr_vocab *v, unsigned char b) {
+    if (v->n == v->cap) {
+        int cap = v->cap ? v->cap * 2 : 1024;
+        int *c = (int *)realloc(v->child, (size_t)cap * sizeof(int));
+        if (c) v->child = c;
+        int *s = c ? (int *)realloc(v->sib, (size_t)cap * sizeof(int)) : NULL;
+        if (s) v->sib = s;
+        int *t = s ? (int *)realloc(v->tok, (size_t)cap * sizeof(int)) : NULL;
+        if (t) v->tok = t;
+        unsigned char *by = t ? (unsigned char *)realloc(v->byte, (size_t)cap) : NULL;
+        if (!by) return -1;
+        v->byte = by, v->cap = cap;
+    }
+    v->child[v->n] = v->sib[v->n] = v->tok[v->n] = -1, v->byte[v->n] = b;
+    return v->n++;
+}
+
+/* Builds the trie of n tokens; bytes[i] NULL (or len 0) leaves token i out
+ * (special tokens: never allowed by a grammar). 0 or -1. */
+static inline int gr_vocab_build(gr_vocab *v, int n, const char *const *bytes, const size_t *lens) {
+    memset(v, 0, sizeof *v);
+    v->n_tokens = n;
+    if (!(v->tok_next = (int *)malloc((size_t)n * sizeof(int) + sizeof(int))) || gr_vocab_node_(v, 0) < 0) return gr_vocab_free(v), -1;
+    for (int i = 0; i < n; i++) {
+        v->tok_next[i] = -1;
+        if (!bytes[i] || !lens[i]) continue;
+        int node = 0;
+        for (size_t k = 0; k < lens[i]; k++) {
+            unsigned char b = (unsigned char)bytes[i][k];
+            int c = v->child[node], prev = -1;
+            while (c >= 0 && v->byte[c] < b) prev = c, c = v->sib[c];
+            if (c < 0 || v->byte[c] != b) {
+                int nn = gr_vocab_node_(v, b);
+                if (nn < 0) return gr_vocab_free(v), -1;
+                v->sib[nn] = c;
+                if (prev < 0) v->child[node] = nn;
+                else v->sib[prev] = nn;
+                c = nn;
+            }
+            node = c;
+        }
+        v->tok_next[i] = v->tok[node], v->tok[node] = i;
+        if ((int)lens[i] > v->max_len) v->max_len = (int)lens[i];
+    }
+    return 0;
+}
+
+/* The walk's per-depth scratch. */
+typedef struct {
+    gr_stacks *lv; /* [max_len + 1] */
+    int n;
+    uint32_t *buf;
+} gr_mask_ctx;
+
+static inline void gr_mask_ctx_free(gr_mask_ctx *c) {
+    for (int i = 0; i < c->n; i++) gr_stacks_free(&c->lv[i]);
+    free(c->lv), free(c->buf);
+    memset(c, 0, sizeof *c);
+}
+
+static inline int gr_mask_ctx_init(gr_mask_ctx *c, const gr_vocab *v) {
+    memset(c, 0, sizeof *c);
+    c->n = v->max_len + 1;
+    c->lv = (gr_stacks *)calloc((size_t)c->n, sizeof(gr_stacks));
+    c->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t));
+    return c->lv && c->buf ? 0 : -1;
+}
+
+static inline int gr_mask_walk_(const gr_grammar *g, const gr_vocab *v, gr_mask_ctx *cx, int node, const gr_stacks *st, uint32_t pv, int prem,
+                                int plen, int depth, uint8_t *allowed) {
+    int count = 0;
+    for (int c = v->child[node]; c >= 0; c = v->sib[c]) {
+        uint32_t npv = pv, cp;
+        int nprem = prem, nplen = plen;
+        int r = gr_utf8_(&npv, &nprem, &nplen, v->byte[c], &cp);
+        if (r < 0) continue;
+        const gr_stacks *next = st;
+        if (r == 1) {
+            gr_stacks *out = &cx->lv[depth + 1];
+            gr_step_(g, st, cp, out, cx->buf);
+            if (out->oom || !out->n) continue;
+            next = out;
+        } else {
+            uint32_t lo, hi;
+            if (!gr_partial_range_(npv, nprem, nplen, &lo, &hi) || !gr_admits_range_(g, st, lo, hi)) continue;
+        }
+        for (int t = v->tok[c]; t >= 0; t = v->tok_next[t]) allowed[t] = 1, count++;
+        if (v->child[c] >= 0) count += gr_mask_walk_(g, v, cx, c, next, npv, nprem, nplen, depth + 1, allowed);
+    }
+    return count;
+}
+
+/* Sets allowed[t] = 1 for each token whose bytes can continue the text
+ * (0 for the others, and for tokens left out of the trie); returns how
+ * many are allowed. Whether the grammar may end here is gr_can_end. */
+static inline int gr_mask(const gr_grammar *g, const gr_state *s, const gr_vocab *v, gr_mask_ctx *cx, uint8_t *allowed) {
+    memset(allowed, 0, (size_t)v->n_tokens);
+    return gr_mask_walk_(g, v, cx, 0, &s->st, s->pv, s->prem, s->plen, 0, allowed);
+}
+
+/* ------------------------------------------------------------ JSON schema */
+
+typedef struct {
+    jw out;   /* the grammar text */
+    int n;    /* rules made */
+    char *err;
+    size_t errlen;
+    int failed;
+} gr_js_;
+
+static inline int gr_js_fail_(gr_js_ *c, const char *fmt, const char *what) {
+    if (!c->failed && c->err) snprintf(c->err, c->errlen, fmt, what);
+    c->failed = 1;
+    return -1;
+}
+
+/* A GBNF string literal for s[0..n). */
+static inline void gr_js_lit_(jw *w, const char *s, size_t n) {
+    jw_lit(w, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[8];
+        if (c == '"' || c == '\\') e[0] = '\\', e[1] = (char)c, jw_raw(w, e, 2);
+        else if (c < 0x20 || c == 0x7f) snprintf(e, sizeof e, "\\x%02x", c), jw_lit(w, e);
+        else jw_raw(w, (const char *)&c, 1);
+    }
+    jw_lit(w, "\"");
+}
+
+static const char gr_js_prims_[] =
+    "ws ::= [ \\t\\n]{0,4}\n"
+    "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"
+    "jchar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "jint ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15})\n"
+    "jnumber ::= jint (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n"
+    "jbool ::= \"true\" | \"false\"\n"
+    "jnull ::= \"null\"\n"
+    "jvalue ::= jobject | jarray | jstring | jnumber | jbool | jnull\n"
+    "jobject ::= \"{\" ws (jstring ws \":\" ws jvalue ws (\",\" ws jstring ws \":\" ws jvalue ws)*)? \"}\"\n"
+    "jarray ::= \"[\" ws (jvalue ws (\",\" ws jvalue ws)*)? \"]\"\n";
+
+static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth);
+
+/* A new rule name r<k>; writes "r<k> ::= " and returns k. */
+static inline int gr_js_rule_(gr_js_ *c) {
+    char b[32];
+    int k = ++c->n;
+    snprintf(b, sizeof b, "r%d ::= ", k);
+    jw_lit(&c->out, b);
+    return k;
+}
+
+static inline void gr_js_ref_(jw *w, int k) {
+    char b[32];
+    snprintf(b, sizeof b, "r%d", k);
+    jw_lit(w, b);
+}
+
+static inline int gr_js_int_field_(const js_doc *d, int s, const char *key, int def) {
+    int i = js_get(d, s, key);
+    if (!js_is_int(d, i)) return def;
+    int64_t v = js_int(d, i);
+    return v < 0 ? 0 : v > 1000 ? 1000 : (int)v;
+}
+
+/* The object rule: properties in schema order, the required ones always,
+ * the others optional; commas placed by two rule chains (first property
+ * written / not yet). */
+static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth) {
+    int props = js_get(d, s, "properties"), req = js_get(d, s, "required");
+    int np = js_count(d, props);
+    if (js_typeof(d, props) != JS_OBJ || !np) {
+        int k = gr_js_rule_(c);
+        jw_lit(&c->out, "jobject\n");
+        return k;
+    }
+    int *val = (int *)malloc((size_t)np * sizeof(int)), i = 0;
+    if (!val) return gr_js_fail_(c, "%s", "out of memory");
+    for (int p = js_first(d, props); p >= 0; p = js_next(d, p), i++)
+        if ((val[i] = gr_js_schema_(c, d, p, depth + 1)) < 0) { free(val); return -1; }
+    /* first_i / rest_i for i = 0..np: first_np and rest_np are empty */
+    int base = c->n;
+    c->n += 2 * (np + 1);
+    i = 0;
+    for (int p = js_first(d, props); p >= 0; p = js_next(d, p), i++) {
+        int required = 0;
+        for (int r = js_first(d, req); r >= 0; r = js_next(d, r))
+            if (js_typeof(d, r) == JS_STR && js_str_len(d, r) == js_key_len(d, p) && !memcmp(js_str(d, r), js_key(d, p), js_key_len(d, p)))
+                required = 1;
+        for (int rest = 0; rest < 2; rest++) {
+            char b[96];
+            snprintf(b, sizeof b, "r%d ::= %s", base + 1 + 2 * i + rest, rest ? "\",\" ws " : "");
+            jw_lit(&c->out, b);
+            jw_lit(&c->out, "\"\\\"\" ");
+            /* the key, as JSON writes it, between the quotes */
+            jw kj = {0};
+            jw_strn(&kj, js_key(d, p), js_key_len(d, p));
+            gr_js_lit_(&c->out, kj.s + 1, kj.n - 2);
+            jw_free(&kj);
+            snprintf(b, sizeof b, " \"\\\"\" ws \":\" ws r%d ws r%d", val[i], base + 1 + 2 * (i + 1) + 1);
+            jw_lit(&c->out, b);
+            if (!required) snprintf(b, sizeof b, " | r%d", base + 1 + 2 * (i + 1) + rest), jw_lit(&c->out, b);
+            jw_lit(&c->out, "\n");
+        }
+    }
+    char b[64];
+    snprintf(b, sizeof b, "r%d ::= \"\"\nr%d ::= \"\"\n", base + 1 + 2 * np, base + 2 + 2 * np);
+    jw_lit(&c->out, b);
+    free(val);
+    int k = gr_js_rule_(c);
+    snprintf(b, sizeof b, "\"{\" ws r%d \"}\"\n", base + 1);
+    jw_lit(&c->out, b);
+    return k;
+}
+
+/* Writes the rules of schema node s; returns its rule number. */
+static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth) {
+    if (c->failed) return -1;
+    if (depth > 32) return gr_js_fail_(c, "%s", "the schema nests deeper than 32");
+    if (js_typeof(d, s) == JS_TRUE || (js_typeof(d, s) == JS_OBJ && !js_count(d, s))) {
+        int k = gr_js_rule_(c);
+        jw_lit(&c->out, "jvalue\n");
+        return k;
+    }
+    if (js_typeof(d, s) != JS_OBJ) return gr_js_fail_(c, "%s", "a schema must be an object");
+    static const char *const known[] = {"type", "properties", "required", "items", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
+                                        "additionalProperties", "minLength", "maxLength", "title", "description", "$schema", "default", NULL};
+    for (int f = js_first(d, s); f >= 0; f = js_next(d, f)) {
+        int ok = 0;
+        for (int i = 0; known[i]; i++) ok |= !strcmp(js_key(d, f), known[i]);
+        if (!ok) return gr_js_fail_(c, "the schema keyword \"%s\" is not supported", js_key(d, f));
+    }
+    int ap = js_get(d, s, "additionalProperties");
+    if (ap >= 0 && js_typeof(d, ap) != JS_FALSE) return gr_js_fail_(c, "%s", "additionalProperties other than false is not supported (objects hold their listed properties only)");
+    int e = js_get(d, s, "enum"), cst = js_get(d, s, "const");
+    if (e >= 0 || cst >= 0) {
+        if (e >= 0 && (js_typeof(d, e) != JS_ARR || !js_count(d, e))) return gr_js_fail_(c, "%s", "enum must be a non-empty array");
+        jw alts = {0};
+        int first = 1;
+        for (int v = e >= 0 ? js_first(d, e) : cst; v >= 0; v = e >= 0 ? js_next(d, v) : -1) {
+            jw vj = {0};
+            jw_node(&vj, d, v, 0);
+            if (!first) jw_lit(&alts, " | ");
+            gr_js_lit_(&alts, vj.s, vj.n);
+            jw_free(&vj);
+            first = 0;
+        }
+        int k = gr_js_rule_(c);
+        jw_raw(&c->out, alts.s, alts.n), jw_lit(&c->out, "\n");
+        jw_free(&alts);
+        return k;
+    }
+    int any = js_get(d, s, "anyOf");
+    if (any < 0) any = js_get(d, s, "oneOf");
+    if (any >= 0) {
+        if (js_typeof(d, any) != JS_ARR || !js_count(d, any)) return gr_js_fail_(c, "%s", "anyOf/oneOf must be a non-empty array");
+        int n = js_count(d, any), i = 0;
+        int *sub = (int *)malloc((size_t)n * sizeof(int));
+        if (!sub) return gr_js_fail_(c, "%s", "out of memory");
+        for (int a = js_first(d, any); a >= 0; a = js_next(d, a)) sub[i++] = gr_js_schema_(c, d, a, depth + 1);
+        int k = c->failed ? -1 : gr_js_rule_(c);
+        for (i = 0; i < n && k >= 0; i++) {
+            if (i) jw_lit(&c->out, " | ");
+            gr_js_ref_(&c->out, sub[i]);
+        }
+        if (k >= 0) jw_lit(&c->out, "\n");
+        free(sub);
+        return k;
+    }
+    int t = js_get(d, s, "type");
+    if (js_typeof(d, t) == JS_ARR) { /* one of several types, without their other keywords */
+        jw alts = {0};
+        for (int a = js_first(d, t); a >= 0; a = js_next(d, a)) {
+            const char *ty = js_str(d, a);
+            const char *r = !ty ? NULL : !strcmp(ty, "string") ? "jstring" : !strcmp(ty, "number") ? "jnumber" : !strcmp(ty, "integer") ? "jint"
+                            : !strcmp(ty, "boolean") ? "jbool" : !strcmp(ty, "null") ? "jnull" : !strcmp(ty, "object") ? "jobject"
+                            : !strcmp(ty, "array") ? "jarray" : NULL;
+            if (!r) { jw_free(&alts); return gr_js_fail_(c, "type list entry %s is not a JSON type", ty ? ty : "(not a string)"); }
+            if (alts.n) jw_lit(&alts, " | ");
+            jw_lit(&alts, r);
+        }
+        if (!alts.n) return gr_js_fail_(c, "%s", "an empty type list");
+        int k = gr_js_rule_(c);
+        jw_raw(&c->out, alts.s, alts.n), jw_lit(&c->out, "\n");
+        jw_free(&alts);
+        return k;
+    }
+    const char *ty = js_str(d, t);
+    if (!ty) {
+        int k = gr_js_rule_(c);
+        jw_lit(&c->out, "jvalue\n");
+        return k;
+    }
+    char b[160];
+    if (!strcmp(ty, "string")) {
+        int mn = gr_js_int_field_(d, s, "minLength", 0), mx = gr_js_int_field_(d, s, "maxLength", -1);
+        int k = gr_js_rule_(c);
+        if (mx >= 0) snprintf(b, sizeof b, "\"\\\"\" jchar{%d,%d} \"\\\"\"\n", mn, mx < mn ? mn : mx);
+        else snprintf(b, sizeof b, "\"\\\"\" jchar{%d,} \"\\\"\"\n", mn);
+        jw_lit(&c->out, b);
+        return k;
+    }
+    const char *prim = !strcmp(ty, "number") ? "jnumber" : !strcmp(ty, "integer") ? "jint" : !strcmp(ty, "boolean") ? "jbool" : !strcmp(ty, "null") ? "jnull" : NULL;
+    if (prim) {
+        int k = gr_js_rule_(c);
+        jw_lit(&c->out, prim), jw_lit(&c->out, "\n");
+        return k;
+    }
+    if (!strcmp(ty, "object")) return gr_js_object_(c, d, s, depth);
+    if (!strcmp(ty, "array")) {
+        int items = js_get(d, s, "items");
+        int it = items >= 0 ? gr_js_schema_(c, d, items, depth + 1) : -1;
+        if (c->failed) return -1;
+        int mn = gr_js_int_field_(d, s, "minItems", 0), mx = gr_js_int_field_(d, s, "maxItems", -1);
+        if (mx >= 0 && mx < mn) return gr_js_fail_(c, "%s", "maxItems is below minItems");
+        char item[32];
+        if (it >= 0) snprintf(item, sizeof item, "r%d", it);
+        else snprintf(item, sizeof item, "jvalue");
+        int k = gr_js_rule_(c);
+        if (mx == 0) snprintf(b, sizeof b, "\"[\" ws \"]\"\n");
+        else if (mn == 0 && mx < 0) snprintf(b, sizeof b, "\"[\" ws (%s ws (\",\" ws %s ws)*)? \"]\"\n", item, item);
+        else if (mn == 0) snprintf(b, sizeof b, "\"[\" ws (%s ws (\",\" ws %s ws){0,%d})? \"]\"\n", item, item, mx - 1);
+        else if (mx < 0) snprintf(b, sizeof b, "\"[\" ws %s ws (\",\" ws %s ws){%d,} \"]\"\n", item, item, mn - 1);
+        else snprintf(b, sizeof b, "\"[\" ws %s ws (\",\" ws %s ws){%d,%d} \"]\"\n", item, item, mn - 1, mx - 1);
+        jw_lit(&c->out, b);
+        return k;
+    }
+    return gr_js_fail_(c, "type \"%s\" is not one of string, number, integer, boolean, null, object, array", ty);
+}
+
+/* GBNF text (malloc'd; root ::= the schema) for the JSON-schema subset
+ * documented in docs/grammar.md; NULL with err saying what is not
+ * supported. */
+static inline char *gr_json_schema(const js_doc *d, int schema, char *err, size_t errlen) {
+    gr_js_ c = {{0}, 0, err, errlen, 0};
+    jw_lit(&c.out, gr_js_prims_);
+    int k = gr_js_schema_(&c, d, schema, 0);
+    if (k < 0 || c.failed || c.out.oom) {
+        if (!c.failed && err) snprintf(err, errlen, "out of memory");
+        jw_free(&c.out);
+        return NULL;
+    }
+    char b[48];
+    snprintf(b, sizeof b, "root ::= ws r%d ws\n", k);
+    jw_lit(&c.out, b);
+    if (c.out.oom) { jw_free(&c.out); return NULL; }
+    return c.out.s;
+}
+
+#endif
