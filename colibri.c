@@ -475,6 +475,7 @@ typedef struct {
     const char *kv_load, *kv_save, *session;
     int chat_mode; /* CHAT: turns from stdin */
     const char *grammar, *json_schema; /* GRAMMAR, JSON_SCHEMA files */
+    int grammar_batch;                 /* GRAMMAR_BATCH */
 } coli_gen;
 
 /* Sampling settings: each knob, or generation_config.json's value when the
@@ -490,6 +491,7 @@ static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     g->kv_load = env_v(e, ENV_KV_LOAD)->s, g->kv_save = env_v(e, ENV_KV_SAVE)->s, g->session = env_v(e, ENV_SESSION)->s;
     g->chat_mode = (int)env_i(e, ENV_CHAT);
     g->grammar = env_v(e, ENV_GRAMMAR)->s, g->json_schema = env_v(e, ENV_JSON_SCHEMA)->s;
+    g->grammar_batch = (int)env_i(e, ENV_GRAMMAR_BATCH);
     const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
@@ -587,6 +589,7 @@ typedef struct {
     uint8_t *allowed;
     long g_steps, g_forced, g_saved;
     double g_mask_s;
+    int g_valid, g_n, g_end, g_one; /* the last mask, while the state is unchanged */
 } conv;
 
 /* The vocabulary as a byte trie for grammar masks: every id below the
@@ -626,16 +629,26 @@ static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
  * token is allowed and the grammar may not end (else -1). */
 static int gram_mask(conv *cv, float *logits, int *forced) {
     coli_model *m = cv->m;
-    double t0 = compat_now();
-    int n = gr_mask(cv->gram, &cv->gst, cv->gv, &cv->gcx, cv->allowed), end = gr_can_end(&cv->gst), one = -1;
-    for (int i = 0; i < m->c.vocab; i++) {
-        int stop = smp_is_stop(m->c.eos, m->c.n_eos, i);
-        if (stop ? !end : !cv->allowed[i]) logits[i] = -INFINITY;
-        else if (!stop) one = i;
+    if (!cv->g_valid) { /* the mask of this grammar state (kept until the next token is accepted) */
+        double t0 = compat_now();
+        cv->g_n = gr_mask(cv->gram, &cv->gst, cv->gv, &cv->gcx, cv->allowed), cv->g_end = gr_can_end(&cv->gst), cv->g_one = -1;
+        for (int i = 0; i < m->c.vocab && cv->g_n == 1; i++)
+            if (cv->allowed[i]) cv->g_one = i;
+        cv->g_mask_s += compat_now() - t0, cv->g_steps++, cv->g_valid = 1;
     }
-    *forced = n == 1 && !end ? one : -1;
-    cv->g_mask_s += compat_now() - t0, cv->g_steps++;
-    return n + (end ? m->c.n_eos : 0);
+    for (int i = 0; i < m->c.vocab; i++)
+        if (smp_is_stop(m->c.eos, m->c.n_eos, i) ? !cv->g_end : !cv->allowed[i]) logits[i] = -INFINITY;
+    *forced = cv->g_n == 1 && !cv->g_end ? cv->g_one : -1;
+    return cv->g_n + (cv->g_end ? m->c.n_eos : 0);
+}
+
+/* Accepts token id's bytes into the grammar state. 0, or -1 when they
+ * cannot continue it. */
+static int gram_accept(conv *cv, int id) {
+    size_t len;
+    const char *pc = tok_piece(cv->t, id, &len);
+    cv->g_valid = 0;
+    return gr_accept(cv->gram, &cv->gst, (const uint8_t *)pc, pc ? len : 0);
 }
 
 static void conv_close(conv *cv) {
@@ -771,7 +784,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
     if (cv->gram) {
         gr_state_free(&cv->gst);
         if (gr_init(cv->gram, &cv->gst)) { fprintf(stderr, "colibri: out of memory starting the grammar\n"); goto done; }
-        cv->g_steps = cv->g_forced = cv->g_saved = 0, cv->g_mask_s = 0;
+        cv->g_steps = cv->g_forced = cv->g_saved = 0, cv->g_mask_s = 0, cv->g_valid = 0;
     }
     int *batch = cv->gram ? (int *)malloc((size_t)m->ubatch * sizeof(int)) : NULL;
     if (cv->gram && !batch) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
@@ -795,18 +808,15 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         if (stop) break;
         int k = 0, p0 = n + gs.n - 1; /* the position of next */
         if (cv->gram) {
-            size_t len;
-            const char *pc = tok_piece(cv->t, next, &len);
-            if (gr_accept(cv->gram, &cv->gst, (const uint8_t *)pc, pc ? len : 0)) { gs.why = "grammar (no token can continue it)"; break; }
+            if (gram_accept(cv, next)) { gs.why = "grammar (no token can continue it)"; break; }
             batch[k++] = next;
             /* tokens the grammar forces join this forward: one pass for the run */
-            while (!stop && k < m->ubatch && gs.n < ngen) {
+            while (g->grammar_batch && !stop && k < m->ubatch && gs.n < ngen) {
                 if (!gram_mask(cv, m->sc.logits, &forced) || forced < 0) break;
                 cv->g_forced++;
                 stop = gen_emit(&gs, forced);
                 if (stop) break;
-                pc = tok_piece(cv->t, forced, &len);
-                if (gr_accept(cv->gram, &cv->gst, (const uint8_t *)pc, pc ? len : 0)) { gs.why = "grammar (no token can continue it)"; stop = 1; break; }
+                if (gram_accept(cv, forced)) { gs.why = "grammar (no token can continue it)"; stop = 1; break; }
                 batch[k++] = forced;
             }
         } else

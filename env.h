@@ -66,6 +66,8 @@ typedef struct {
         "A GBNF grammar file (llama.cpp's syntax, start rule root): every answer is a sentence of it; tokens that cannot continue it are masked, forced ones batched.") \
     STR(JSON_SCHEMA, NULL, \
         "A JSON schema file (the subset in docs/grammar.md): every answer is JSON that validates against it (as GRAMMAR, with the grammar written from the schema).") \
+    BOOL(GRAMMAR_BATCH, "1", \
+        "1 = feed the tokens a grammar forces in one forward with the sampled token before them; 0 = one forward per token (the same tokens, for comparison).") \
     BOOL(SERVE, "0", \
         "1 = serve the OpenAI-compatible HTTP API (as --serve) on HOST:PORT until SIGTERM or Ctrl-C.") \
     STR(HOST, "127.0.0.1", \

@@ -343,13 +343,14 @@ static inline void gr_nullable_(const gr_rule_ *r, int n, unsigned char *nul) {
     }
 }
 
-/* 1 when rule i can reach itself before consuming a character. */
+/* A rule that can reach itself from rule i before consuming a character
+ * (left recursion), or -1. */
 static inline int gr_left_rec_(const gr_rule_ *r, const unsigned char *nul, int i, unsigned char *path, unsigned char *done) {
-    if (path[i]) return 1;
-    if (done[i]) return 0;
+    if (path[i]) return i;
+    if (done[i]) return -1;
     path[i] = 1;
-    int at_start = 1, bad = 0;
-    for (int k = 0; k < r[i].n && !bad; k++) {
+    int at_start = 1, bad = -1;
+    for (int k = 0; k < r[i].n && bad < 0; k++) {
         gr_el e = r[i].el[k];
         if (e.type == GR_ALT || e.type == GR_END) at_start = 1;
         else if (!at_start) continue;
@@ -400,12 +401,14 @@ static inline gr_grammar *gr_parse(const char *text, size_t len, const char *roo
         unsigned char *nul = (unsigned char *)calloc((size_t)ps.n * 3 + 1, 1);
         if (!nul) { gr_fail_(&ps, ps.p, "out of memory"); goto out; }
         gr_nullable_(ps.r, ps.n, nul);
-        for (int i = 0; i < ps.n && !ps.failed; i++)
-            if (gr_left_rec_(ps.r, nul, i, nul + ps.n, nul + 2 * ps.n)) {
+        for (int i = 0; i < ps.n && !ps.failed; i++) {
+            int bad = gr_left_rec_(ps.r, nul, i, nul + ps.n, nul + 2 * ps.n);
+            if (bad >= 0) {
                 snprintf(err, errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
-                         ps.r[i].line, ps.r[i].col, ps.r[i].name);
+                         ps.r[bad].line, ps.r[bad].col, ps.r[bad].name);
                 ps.failed = 1;
             }
+        }
         free(nul);
         if (ps.failed) goto out;
     }

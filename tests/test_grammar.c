@@ -1,0 +1,258 @@
+/* test_grammar.c — grammar.h: GBNF parsing (a corpus in the syntax
+ * llama.cpp documents, refusals with positions), the recognizer on
+ * strings in and out of each language (membership decided from the
+ * grammars' definitions), the vocabulary mask against a brute force over
+ * the tiny fixture's tokenizer at every step of random walks, and the
+ * JSON-schema subset. */
+#include "grammar.h"
+#include "tok.h"
+
+#include "check.h"
+
+static const char *G_JSON =
+    "# JSON values\n"
+    "root   ::= ws value ws\n"
+    "value  ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+    "object ::= \"{\" ws ( member ( ws \",\" ws member )* )? ws \"}\"\n"
+    "member ::= string ws \":\" ws value\n"
+    "array  ::=\n"
+    "  \"[\" ws (\n"
+    "    value (ws \",\" ws value)*\n"
+    "  )? ws \"]\"\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
+    "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
+    "ws     ::= [ \\t\\n\\r]*\n";
+
+static const char *G_ARITH =
+    "root   ::= expr\n"
+    "expr   ::= term ((\"+\" | \"-\") term)*\n"
+    "term   ::= factor ((\"*\" | \"/\") factor)*\n"
+    "factor ::= number | \"(\" expr \")\" | \"-\" factor\n"
+    "number ::= [0-9]+\n";
+
+static const char *G_LIST = "root ::= item{1,5}\nitem ::= \"- \" [^\\n]+ \"\\n\"   # one line per item\n";
+
+static const char *G_CHESS =
+    "root    ::= move (\" \" move){0,3}\n"
+    "move    ::= piece? file rank capture? | \"O-O\" \"-O\"?\n"
+    "piece   ::= [KQRBN]\n"
+    "file    ::= [a-h]\n"
+    "rank    ::= [1-8]\n"
+    "capture ::= \"x\" [a-h] [1-8]\n";
+
+static const char *G_C =
+    "root        ::= ws declaration*\n"
+    "declaration ::= type ws ident ws \"(\" ws \")\" ws \"{\" ws statement* \"}\" ws\n"
+    "type        ::= \"int\" | \"void\"\n"
+    "ident       ::= [a-zA-Z_] [a-zA-Z_0-9]*\n"
+    "statement   ::= \"return\" ws [0-9]+ ws \";\" ws\n"
+    "ws          ::= ([ \\t\\n] | \"//\" [^\\n]* \"\\n\")*\n";
+
+static gr_grammar *parse(const char *text) {
+    char err[300];
+    gr_grammar *g = gr_parse(text, strlen(text), "root", err, sizeof err);
+    if (!g) fprintf(stderr, "refused: %s\n", err);
+    return g;
+}
+
+/* 1 when text is a sentence of g. */
+static int in_lang(const gr_grammar *g, const char *text) {
+    gr_state s;
+    if (gr_init(g, &s)) return -1;
+    int ok = gr_accept(g, &s, (const uint8_t *)text, strlen(text)) == 0 && gr_can_end(&s);
+    gr_state_free(&s);
+    return ok;
+}
+
+/* 1 when text is a prefix of some sentence of g. */
+static int prefix_ok(const gr_grammar *g, const char *text, size_t n) {
+    gr_state s;
+    if (gr_init(g, &s)) return -1;
+    int ok = gr_accept(g, &s, (const uint8_t *)text, n) == 0;
+    gr_state_free(&s);
+    return ok;
+}
+
+static int refused(const char *text, const char *want) {
+    char err[300];
+    gr_grammar *g = gr_parse(text, strlen(text), "root", err, sizeof err);
+    if (g) { gr_free(g); fprintf(stderr, "accepted: %s\n", text); return 0; }
+    if (!strstr(err, want)) { fprintf(stderr, "for %s: expected '%s' in '%s'\n", text, want, err); return 0; }
+    return 1;
+}
+
+static void test_languages(void) {
+    gr_grammar *j = parse(G_JSON), *a = parse(G_ARITH), *l = parse(G_LIST), *c = parse(G_CHESS), *cc = parse(G_C);
+    CHECK(j && a && l && c && cc);
+    if (!(j && a && l && c && cc)) return;
+    const char *jin[] = {"{}", " [ ] ", "{\"a\": [1, -2.5e3, true, null, \"x\\u00e9\\n\"], \"b\": {\"c\": 0}}", "\"caf\xc3\xa9 \xf0\x9f\x99\x82\"", "-0.5E+2"};
+    const char *jout[] = {"{\"a\" 1}", "[1,]", "01", "{\"a\":}", "\"\\x\"", "\"tab\there\"", "[1 2]", "nul", "\"\xff\""};
+    for (size_t i = 0; i < sizeof jin / sizeof *jin; i++) CHECK(in_lang(j, jin[i]) == 1);
+    for (size_t i = 0; i < sizeof jout / sizeof *jout; i++) CHECK(in_lang(j, jout[i]) == 0);
+    CHECK(prefix_ok(j, "{\"a\": [1, ", 10) == 1 && in_lang(j, "{\"a\": [1, ") == 0);
+    CHECK(prefix_ok(j, "\"\xc3", 2) == 1);  /* half a character, inside a string: may go on */
+    CHECK(prefix_ok(j, "\"\xe0\x80", 3) == 0); /* an overlong form can never complete */
+    CHECK(prefix_ok(j, "{\xc3", 2) == 0);   /* no class after { takes a non-ASCII character */
+    const char *ain[] = {"1+2*(3-4)", "-(5)", "7", "((1))/2-3"};
+    const char *aout[] = {"1+", "(1", "+1", "1**2", ""};
+    for (size_t i = 0; i < 4; i++) CHECK(in_lang(a, ain[i]) == 1);
+    for (size_t i = 0; i < 5; i++) CHECK(in_lang(a, aout[i]) == 0);
+    CHECK(in_lang(l, "- a\n- b c\n") == 1 && in_lang(l, "") == 0 && in_lang(l, "- \n") == 0);
+    CHECK(in_lang(l, "- 1\n- 2\n- 3\n- 4\n- 5\n") == 1 && in_lang(l, "- 1\n- 2\n- 3\n- 4\n- 5\n- 6\n") == 0);
+    CHECK(in_lang(c, "e4 Nf3 O-O Bb5xc6") == 1 && in_lang(c, "O-O-O") == 1);
+    CHECK(in_lang(c, "e9") == 0 && in_lang(c, "e4 e5 e6 e7 e8") == 0 && in_lang(c, "Ke") == 0);
+    CHECK(in_lang(cc, "int main() { return 0; }\n// done\nvoid f(){}") == 1);
+    CHECK(in_lang(cc, "int 9x() {}") == 0 && in_lang(cc, "int f() { return; }") == 0);
+    gr_free(j), gr_free(a), gr_free(l), gr_free(c), gr_free(cc);
+}
+
+static void test_refusals(void) {
+    CHECK(refused("root ::= \"abc", "line 1, column 10: unterminated string literal"));
+    CHECK(refused("root ::= a\n", "line 1, column 10: rule a is used but not defined"));
+    CHECK(refused("root ::= root \"x\" | \"y\"\n", "left recursive"));
+    CHECK(refused("root ::= a\na ::= b? a \"x\"\nb ::= \"b\"\n", "rule a is left recursive"));
+    CHECK(refused("start ::= \"x\"\n", "no rule named root"));
+    CHECK(refused("root ::= \"\\q\"", "unknown escape \\q"));
+    CHECK(refused("root ::= []", "empty character class"));
+    CHECK(refused("root ::= \"a\"{3,1}", "maximum is below the minimum"));
+    CHECK(refused("root ::= * \"a\"", "without an item"));
+    CHECK(refused("root := \"a\"", "expected ::="));
+    CHECK(refused("root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule root is defined twice"));
+    CHECK(refused("root ::= (\"a\"", "unclosed ("));
+    CHECK(refused("root ::= [a-", "unterminated"));
+    CHECK(refused("root ::= [z-a]", "range end below"));
+    CHECK(refused("root ::= \"\\uD800\"", "not a Unicode scalar value"));
+    CHECK(refused("root ::= \"a\" )", "unexpected ')'"));
+    CHECK(refused("root ::= \"a\"{99999}", "above 10000"));
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next_rand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+/* Random walks through the grammar with the tiny fixture's vocabulary: at
+ * every step the mask equals a brute force (each token's bytes appended
+ * to the text so far, recognized from the start). */
+static void walk(const gr_grammar *g, const tok *t, const gr_vocab *v, int walks, int steps) {
+    gr_mask_ctx cx;
+    CHECK(gr_mask_ctx_init(&cx, v) == 0);
+    uint8_t *allowed = (uint8_t *)malloc((size_t)v->n_tokens);
+    char *text = (char *)malloc(8192);
+    int mism = 0, dead = 0, total = 0;
+    for (int w = 0; w < walks; w++) {
+        gr_state s;
+        CHECK(gr_init(g, &s) == 0);
+        size_t tn = 0;
+        for (int st = 0; st < steps; st++) {
+            int n = gr_mask(g, &s, v, &cx, allowed), brute_n = 0;
+            for (int id = 0; id < v->n_tokens; id++) {
+                size_t len = 0;
+                const char *p = tok_is_special(t, id) ? NULL : tok_piece(t, id, &len);
+                int ok = 0;
+                if (p && len && tn + len < 8192) {
+                    memcpy(text + tn, p, len);
+                    ok = prefix_ok(g, text, tn + len);
+                }
+                brute_n += ok;
+                mism += ok != allowed[id];
+            }
+            total++;
+            mism += brute_n != n;
+            if (!n) { dead += !gr_can_end(&s); break; }
+            if (gr_can_end(&s) && next_rand() % 8 == 0) break;
+            int pick = (int)(next_rand() % (uint32_t)n), id = 0;
+            for (; id < v->n_tokens; id++)
+                if (allowed[id] && pick-- == 0) break;
+            size_t len = 0;
+            const char *p = tok_piece(t, id, &len);
+            if (!p || gr_accept(g, &s, (const uint8_t *)p, len)) { mism++; break; }
+            memcpy(text + tn, p, len), tn += len;
+        }
+        gr_state_free(&s);
+    }
+    CHECK(mism == 0);
+    CHECK(dead == 0); /* a masked walk never reaches a state nothing can continue */
+    CHECK(total > walks);
+    free(allowed), free(text);
+    gr_mask_ctx_free(&cx);
+}
+
+static void test_mask(void) {
+    char err[300];
+    tok *t = tok_load("tests/fixtures/tiny-glm5/tokenizer.json", err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) return;
+    int n = tok_n_ids(t);
+    const char **b = (const char **)calloc((size_t)n, sizeof *b);
+    size_t *l = (size_t *)calloc((size_t)n, sizeof *l);
+    for (int i = 0; i < n; i++)
+        if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
+    gr_vocab v;
+    CHECK(gr_vocab_build(&v, n, b, l) == 0);
+    free(b), free(l);
+    gr_grammar *j = parse(G_JSON), *a = parse(G_ARITH), *c = parse(G_CHESS);
+    if (j) walk(j, t, &v, 12, 30);
+    if (a) walk(a, t, &v, 12, 30);
+    if (c) walk(c, t, &v, 12, 20);
+    gr_free(j), gr_free(a), gr_free(c);
+    gr_vocab_free(&v);
+    tok_free(t);
+}
+
+static void test_schema(void) {
+    const char *schema =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":4},\"age\":{\"type\":\"integer\"},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"minItems\":1,\"maxItems\":2},\"kind\":{\"const\":\"x\"},"
+        "\"n\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}]},\"flag\":{\"type\":[\"boolean\",\"null\"]}},"
+        "\"required\":[\"name\",\"age\"],\"additionalProperties\":false}";
+    char err[300];
+    js_doc *d = js_parse(schema, strlen(schema), err, sizeof err);
+    CHECK(d != NULL);
+    if (!d) return;
+    char *text = gr_json_schema(d, d->root, err, sizeof err);
+    CHECK(text != NULL);
+    gr_grammar *g = text ? parse(text) : NULL;
+    CHECK(g != NULL);
+    if (g) {
+        const char *yes[] = {"{\"name\": \"bob\", \"age\": 3}", "{\"name\":\"b\",\"age\":-4,\"tags\":[\"a\",\"b\"],\"kind\":\"x\",\"n\":2.5,\"flag\":null}",
+                             " {\"name\":\"\\u00e9\",\"age\":0,\"flag\":true} ", "{\"name\":\"abcd\",\"age\":1,\"n\":null}"};
+        const char *no[] = {"{\"age\": 3}", "{\"name\":\"abcde\",\"age\":1}", "{\"name\":\"\",\"age\":1}", "{\"name\":\"b\",\"age\":1.5}",
+                            "{\"name\":\"b\",\"age\":1,\"tags\":[]}", "{\"name\":\"b\",\"age\":1,\"tags\":[\"c\"]}",
+                            "{\"name\":\"b\",\"age\":1,\"other\":1}", "{\"age\":1,\"name\":\"b\"}", "{\"name\":\"b\",\"age\":1,\"kind\":\"y\"}",
+                            "{\"name\":\"b\",\"age\":1,\"tags\":[\"a\",\"b\",\"a\"]}"};
+        for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+            int r = in_lang(g, yes[i]);
+            CHECK(r == 1);
+            if (r != 1) fprintf(stderr, "rejected %s\n", yes[i]);
+        }
+        for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
+            int r = in_lang(g, no[i]);
+            CHECK(r == 0);
+            if (r != 0) fprintf(stderr, "accepted %s\n", no[i]);
+        }
+    }
+    gr_free(g), free(text), js_free(d);
+    const char *bad[][2] = {{"{\"type\":\"string\",\"pattern\":\"a+\"}", "\"pattern\" is not supported"},
+                            {"{\"type\":\"object\",\"additionalProperties\":true}", "additionalProperties"},
+                            {"{\"type\":\"thing\"}", "type \"thing\""},
+                            {"{\"enum\":[]}", "non-empty"},
+                            {"[1]", "must be an object"},
+                            {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", "below minItems"}};
+    for (int i = 0; i < 6; i++) {
+        js_doc *x = js_parse(bad[i][0], strlen(bad[i][0]), NULL, 0);
+        char *gt = x ? gr_json_schema(x, x->root, err, sizeof err) : NULL;
+        CHECK(x && !gt && strstr(err, bad[i][1]));
+        if (gt || !x || !strstr(err, bad[i][1])) fprintf(stderr, "schema %s: %s\n", bad[i][0], gt ? "accepted" : err);
+        free(gt), js_free(x);
+    }
+}
+
+int main(void) {
+    test_languages();
+    test_refusals();
+    test_mask();
+    test_schema();
+    return check_report("test_grammar");
+}
