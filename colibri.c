@@ -1036,6 +1036,7 @@ typedef struct {
     const char *dir;
     uint64_t clock, fp, names;
     char live_file[64]; /* the live conversation's file in dir ("" = none yet) */
+    const gr_vocab *gv; /* the vocabulary trie for response_format grammars */
     int live_prompt;    /* the live conversation's last prompt length: a request diverging before it is another conversation */
 } kv_cache;
 
@@ -1247,6 +1248,12 @@ static int serve_job(conv *cv, kv_cache *kc, srv_job *j, const coli_gen *g0, int
         return 0;
     }
     cv->n_kv = p, cv->started = 1;
+    if (r->gram && conv_grammar(cv, r->gram, kc->gv)) {
+        jw w = {0};
+        oai_error_json(&w, "out of memory", "server_error", NULL);
+        srv_finish(j, 500, &w), jw_free(&w);
+        return 0;
+    }
     serve_req q = {.j = j, .first = 1};
     oai_out_init(&q.o, r);
     q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};
@@ -1254,6 +1261,7 @@ static int serve_job(conv *cv, kv_cache *kc, srv_job *j, const coli_gen *g0, int
     if (ngen_cap && limit > ngen_cap) limit = ngen_cap;
     turn_io io = {.stop = &j->cancel, .sink = serve_sink, .ud = &q, .max_new = limit};
     int rc = conv_generate(cv, (size_t)p, &io);
+    conv_grammar(cv, NULL, NULL);
     jw w = {0};
     if (rc) {
         oai_error_json(&w, m->err[0] ? m->err : "the request failed", "server_error", NULL);
@@ -1322,6 +1330,13 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
         while (b && dir[b - 1] != '/') b--;
         snprintf(name, sizeof name, "%.*s", (int)(l - b), dir + b);
     }
+    gr_vocab gv;
+    if (gram_vocab(t, m->c.vocab, &gv)) {
+        fprintf(stderr, "colibri: out of memory building the vocabulary trie\n");
+        conv_close(&cv);
+        return EXIT_INPUT;
+    }
+    kc.gv = &gv;
     kc.budget = (size_t)(env_f(e, ENV_KV_CACHE_GB) * GB);
     kc.dir = env_v(e, ENV_KV_CACHE_DIR)->s;
     if (kc.dir) kvc_load_dir(&kc, m);
@@ -1336,6 +1351,7 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     if (srv_start(&s, &so, t, err, sizeof err)) {
         fprintf(stderr, "colibri: %s\n", err);
         conv_close(&cv);
+        gr_vocab_free(&gv);
         return EXIT_INPUT;
     }
     fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, queue %d, KV_CACHE_GB %g): POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n",
@@ -1358,6 +1374,7 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     while (kc.n) kvc_drop(&kc, kc.n - 1, 0);
     free(kc.e);
     conv_close(&cv);
+    gr_vocab_free(&gv);
     signal(SIGTERM, SIG_DFL), signal(SIGINT, SIG_DFL);
     return rc;
 }

@@ -596,11 +596,18 @@ static inline void gr_step_(const gr_grammar *g, const gr_stacks *in, uint32_t c
     }
 }
 
-/* 1 when some stack's top admits a code point in [lo, hi]. */
+/* 1 when some stack's top admits a scalar value in [lo, hi] (the
+ * surrogates U+D800..U+DFFF are no characters: a sequence heading there
+ * can never complete). */
 static inline int gr_admits_range_(const gr_grammar *g, const gr_stacks *s, uint32_t lo, uint32_t hi) {
-    for (int i = 0; i < s->n; i++) {
-        int n = s->len[i];
-        if (n && gr_is_char_(g->el[s->d[s->off[i] + n - 1]].type) && gr_match_range_(g, s->d[s->off[i] + n - 1], lo, hi)) return 1;
+    uint32_t part[2][2] = {{lo, hi < 0xD7FF ? hi : 0xD7FF}, {lo > 0xE000 ? lo : 0xE000, hi}};
+    for (int k = 0; k < 2; k++) {
+        if (part[k][0] > part[k][1]) continue;
+        for (int i = 0; i < s->n; i++) {
+            int n = s->len[i];
+            if (n && gr_is_char_(g->el[s->d[s->off[i] + n - 1]].type) && gr_match_range_(g, s->d[s->off[i] + n - 1], part[k][0], part[k][1]))
+                return 1;
+        }
     }
     return 0;
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar.h"
 #include "json.h"
 
 #define OAI_MAX_STOP 4
@@ -53,11 +54,13 @@ typedef struct {
     int tools;     /* the tools array (node), or -1 */
     int parse_tools;
     const char *model;
+    gr_grammar *gram; /* response_format's grammar, or NULL */
 } oai_req;
 
 static inline void oai_req_free(oai_req *r) {
     js_free(r->d);
     free(r->text);
+    gr_free(r->gram);
     memset(r, 0, sizeof *r);
 }
 
@@ -263,6 +266,35 @@ static inline int oai_only_(const js_doc *d, int obj, const char *key, double wa
     return 0;
 }
 
+/* response_format: "text", "json_object" (any JSON object) or
+ * "json_schema" ({"json_schema": {"name", "schema", "strict", ...}}):
+ * the answer's grammar in r->gram. */
+static inline int oai_response_format_(const js_doc *d, int rf, oai_req *r, char *err, size_t errlen) {
+    const char *t = js_str(d, js_get(d, rf, "type"));
+    if (js_typeof(d, rf) != JS_OBJ || !t) return oai_fail_(err, errlen, "response_format must be an object with a type");
+    if (!strcmp(t, "text")) return 0;
+    char *gbnf = NULL, gerr[300];
+    if (!strcmp(t, "json_object")) {
+        size_t n = strlen(gr_js_prims_) + 40;
+        if (!(gbnf = (char *)malloc(n))) return oai_fail_(err, errlen, "out of memory");
+        snprintf(gbnf, n, "%sroot ::= ws jobject ws\n", gr_js_prims_);
+    } else if (!strcmp(t, "json_schema")) {
+        int js = js_get(d, rf, "json_schema"), sc = js_get(d, js, "schema");
+        if (js_typeof(d, js) != JS_OBJ || sc < 0) return oai_fail_(err, errlen, "response_format.json_schema.schema is missing");
+        for (int f = js_first(d, js); f >= 0; f = js_next(d, f)) {
+            const char *k = js_key(d, f);
+            if (strcmp(k, "name") && strcmp(k, "schema") && strcmp(k, "strict") && strcmp(k, "description"))
+                return oai_fail_(err, errlen, "response_format.json_schema: unknown field \"%s\"", k);
+        }
+        if (!(gbnf = gr_json_schema(d, sc, gerr, sizeof gerr))) return oai_fail_(err, errlen, "response_format.json_schema.schema: %s", gerr);
+    } else
+        return oai_fail_(err, errlen, "response_format type \"%s\" is not one of text, json_object, json_schema", t);
+    r->gram = gr_parse(gbnf, strlen(gbnf), "root", gerr, sizeof gerr);
+    free(gbnf);
+    if (!r->gram) return oai_fail_(err, errlen, "response_format: the grammar written for it is refused (%s)", gerr);
+    return 0;
+}
+
 /* Parses and checks a request body; for chat requests renders the prompt.
  * 0, or -1 with err saying why (a 400). */
 static inline int oai_parse(const char *body, size_t len, int chat, const oai_limits *lim, oai_req *r, char *err, size_t errlen) {
@@ -334,11 +366,7 @@ static inline int oai_parse(const char *body, size_t len, int chat, const oai_li
         return 0;
     }
     int rf = js_get(d, o, "response_format");
-    if (rf >= 0 && js_typeof(d, rf) != JS_NULL) {
-        const char *t = js_str(d, js_get(d, rf, "type"));
-        if (!t || strcmp(t, "text"))
-            return oai_fail_(err, errlen, "response_format %s is not supported yet (it needs grammar-constrained sampling)", t ? t : "(no type)");
-    }
+    if (rf >= 0 && js_typeof(d, rf) != JS_NULL && oai_response_format_(d, rf, r, err, errlen)) return -1;
     int kw = js_get(d, o, "chat_template_kwargs");
     r->think = 0;
     if (kw >= 0 && js_typeof(d, kw) != JS_NULL) {

@@ -92,6 +92,8 @@ static void test_languages(void) {
     CHECK(prefix_ok(j, "{\"a\": [1, ", 10) == 1 && in_lang(j, "{\"a\": [1, ") == 0);
     CHECK(prefix_ok(j, "\"\xc3", 2) == 1);  /* half a character, inside a string: may go on */
     CHECK(prefix_ok(j, "\"\xe0\x80", 3) == 0); /* an overlong form can never complete */
+    CHECK(prefix_ok(j, "\"\xed\xa0", 3) == 0 && prefix_ok(j, "\"\xed\x9f", 3) == 1); /* nor a surrogate; U+D7C0.. can */
+    CHECK(prefix_ok(j, "\"\xf4\x90", 3) == 0 && prefix_ok(j, "\"\xf4\x8f", 3) == 1); /* nor past U+10FFFF */
     CHECK(prefix_ok(j, "{\xc3", 2) == 0);   /* no class after { takes a non-ASCII character */
     const char *ain[] = {"1+2*(3-4)", "-(5)", "7", "((1))/2-3"};
     const char *aout[] = {"1+", "(1", "+1", "1**2", ""};

@@ -270,6 +270,29 @@ class Protocol(ServeBase):
         self.assertEqual(st, 200, body)
         self.assertIn(body["choices"][0]["finish_reason"], ("stop", "length", "tool_calls"))
 
+    def test_response_format(self):
+        """json_object and json_schema answers parse, and follow the schema."""
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
+                  "required": ["city", "n"], "additionalProperties": False}
+        done = 0
+        for seed in range(6):
+            st, body = self.srv.chat(self.msgs("JSON please"), max_tokens=200, temperature=1.0, seed=seed,
+                                     response_format={"type": "json_object"})
+            self.assertEqual(st, 200, body)
+            if body["choices"][0]["finish_reason"] == "stop":  # else cut by max_tokens
+                self.assertIsInstance(json.loads(body["choices"][0]["message"]["content"]), dict)
+                done += 1
+            st, body = self.srv.chat(self.msgs("JSON please"), max_tokens=200, temperature=1.0, seed=seed,
+                                     response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": True}})
+            self.assertEqual(st, 200, body)
+            if body["choices"][0]["finish_reason"] == "stop":
+                v = json.loads(body["choices"][0]["message"]["content"])
+                self.assertEqual(sorted(v), ["city", "n"])
+                self.assertIsInstance(v["n"], int)
+                self.assertLessEqual(len(v["city"]), 8)
+                done += 1
+        self.assertGreaterEqual(done, 3)
+
     def test_thinking_split(self):
         st, body = self.srv.chat(self.msgs("Think"), max_tokens=16, temperature=0, chat_template_kwargs={"enable_thinking": True})
         self.assertEqual(st, 200)
@@ -300,7 +323,9 @@ class Refusals(ServeBase):
         self.assertError(s.chat([{"role": "user", "content": "x"}], max_tokens=100000), 400, "max_tokens")
         self.assertError(s.chat([{"role": "user", "content": "x"}], temperature="hot"), 400, "temperature")
         self.assertError(s.chat([{"role": "user", "content": "x"}], n=2), 400, "n = 2")
-        self.assertError(s.chat([{"role": "user", "content": "x"}], response_format={"type": "json_object"}), 400, "grammar")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], response_format={"type": "regex"}), 400, "not one of text, json_object")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "string", "pattern": "a"}}}), 400, "\"pattern\" is not supported")
         self.assertError(s.chat([{"role": "user", "content": "x"}], tool_choice="required"), 400, "grammar")
         self.assertError(s.chat([{"role": "user", "content": "word " * 200}]), 400, "context")
         self.assertError(s.request("GET", "/v1/chat/completions"), 405, "POST")
