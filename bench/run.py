@@ -1239,6 +1239,58 @@ class Bench:
                                         clients, per, ntok, same, len(asks))})
         self.R["serve"] = out
 
+    def grammar(self):
+        """Grammar masks: bench_grammar's cost per mask over a 150k-token
+        vocabulary on a JSON-schema walk and a free JSON-object walk; then a
+        JSON-schema workload on the resident model, forced tokens batched
+        (GRAMMAR_BATCH=1) against one forward each, with the forwards saved."""
+        out, _, _, _, _, lp = self.run("bench_grammar", [os.path.join(ROOT, "build", "rel", "bench_grammar"), os.path.join(ROOT, "tests", "fixtures", "tokenizer", "tokenizer.json"),
+                                                         "150000", "60" if self.a.quick else "200"], timeout=1800)
+        g = {"log": lp}
+        for line in out.splitlines():
+            m = re.match(r"grammar (\S+): ([\d.]+) ms per mask \(median\), ([\d.]+) mean, ([\d.]+) p90 over (\d+) tokens \| (\d+) allowed on average \| ([\d.]+)% of steps forced", line)
+            if m:
+                g[m.group(1)] = {"median_ms": float(m.group(2)), "mean_ms": float(m.group(3)), "p90_ms": float(m.group(4)), "vocab": int(m.group(5)),
+                                 "allowed": int(m.group(6)), "forced_pct": float(m.group(7))}
+                self.R["workloads"].append({"id": "grammar.mask.%s" % m.group(1), "engine": "colibri", "model": None, "unit": "ms/token", "n": 1,
+                                            "value": float(m.group(3)), "what": "grammar mask over %s tokens, mean per step of a random walk (%s)" % (
+                                                m.group(5), m.group(1))})
+                self.say("  grammar %s: %.3f ms per mask (median), %.3f mean over %s tokens; %.1f%% of steps forced" % (
+                    m.group(1), float(m.group(2)), float(m.group(3)), m.group(5), float(m.group(7))))
+        d = self.ensure_model("medium")
+        schema = os.path.join(self.logdir, "bench-schema.json")
+        with open(schema, "w") as f:
+            json.dump({"type": "object", "properties": {"id": {"type": "integer"}, "label": {"type": "string", "maxLength": 12},
+                                                        "flags": {"type": "array", "items": {"enum": ["alpha", "beta"]}, "maxItems": 3},
+                                                        "ok": {"type": "boolean"}}, "required": ["id", "label", "flags", "ok"]}, f)
+        env = {"PIN": self.usage_all(d), "PIN_GB": "all", "JSON_SCHEMA": schema, "TEMP": "0.8"}
+        rows = {}
+        for b in ("1", "0"):
+            rs = [self.crun("grammar-batch%s-%d" % (b, i), d, dict(env, GRAMMAR_BATCH=b, SEED=str(i + 1)), 16, 96) for i in range(max(1, self.a.repeats))]
+            saved, forced, toks = 0, 0, 0
+            for r in rs:
+                try:
+                    with open(r["log"]) as f:
+                        m = re.search(r"(\d+) tokens forced, (\d+) forwards saved", f.read())
+                    if m:
+                        forced += int(m.group(1))
+                        saved += int(m.group(2))
+                except OSError:
+                    pass
+                toks += r.get("gen_tokens") or 0
+            ok = [r for r in rs if not r.get("failed")]
+            rows[b] = {"decode_s": sum(r.get("gen_tokens", 0) / r["decode_tps"] for r in ok if r.get("decode_tps")), "gen_tokens": toks,
+                       "forced": forced, "saved": saved, "runs": len(ok)}
+        g["workload"] = rows
+        if rows["1"]["decode_s"] and rows["0"]["decode_s"]:
+            ratio = rows["0"]["decode_s"] / rows["1"]["decode_s"]
+            self.R["workloads"].append({"id": "grammar.batch", "engine": "colibri", "model": "medium", "unit": "x", "n": rows["1"]["runs"],
+                                        "value": round(ratio, 3), "what": "decode time with forced tokens one forward each / batched, JSON-schema answers "
+                                        "(%d of %d tokens forced, %d forwards saved)" % (rows["1"]["forced"], rows["1"]["gen_tokens"], rows["1"]["saved"])})
+            self.say("  grammar workload: %d of %d tokens forced, %d forwards saved; decode %.2f s batched vs %.2f s one forward each (x%.2f)" % (
+                rows["1"]["forced"], rows["1"]["gen_tokens"], rows["1"]["saved"], rows["1"]["decode_s"], rows["0"]["decode_s"], ratio))
+        self.R["grammar"] = g
+
     def tokenizer(self):
         out, _, _, _, _, _ = self.run("bench_tok", [os.path.join(ROOT, "build", "rel", "bench_tok")], timeout=600)
         tr = [dict(self.others(), label="bench_tok")]
@@ -1476,7 +1528,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("grammar", self.grammar), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):
@@ -2008,7 +2060,7 @@ def main():
         raise SystemExit("bench: --omp-default and --omp-spin exclude each other")
     if a.repeats < 1:
         raise SystemExit("bench: --repeats must be at least 1")
-    for b in ("colibri", "colibri-synth", "build/rel/bench_quant", "build/rel/bench_io", "build/rel/bench_mem", "build/rel/bench_tok"):
+    for b in ("colibri", "colibri-synth", "build/rel/bench_quant", "build/rel/bench_io", "build/rel/bench_mem", "build/rel/bench_tok", "build/rel/bench_grammar"):
         if not os.access(os.path.join(ROOT, b), os.X_OK):
             raise SystemExit("bench: %s is not built (run `make bench`)" % b)
     Bench(a).main()
