@@ -457,7 +457,7 @@ static inline void gr_stacks_free(gr_stacks *s) {
 
 static inline void gr_stacks_add_(gr_stacks *s, const uint32_t *st, int n) {
     for (int i = 0; i < s->n; i++)
-        if (s->len[i] == n && !memcmp(s->d + s->off[i], st, (size_t)n * 4)) return;
+        if (s->len[i] == n && (!n || !memcmp(s->d + s->off[i], st, (size_t)n * 4))) return;
     if (s->n >= GR_MAX_STACKS || n > GR_MAX_DEPTH) { s->oom = 1; return; }
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 8;
@@ -473,7 +473,7 @@ static inline void gr_stacks_add_(gr_stacks *s, const uint32_t *st, int n) {
         if (!nd) { s->oom = 1; return; }
         s->d = nd, s->dcap = cap;
     }
-    memcpy(s->d + s->dn, st, (size_t)n * 4);
+    if (n) memcpy(s->d + s->dn, st, (size_t)n * 4);
     s->off[s->n] = (int)s->dn, s->len[s->n] = n;
     s->dn += (size_t)n, s->n++;
 }

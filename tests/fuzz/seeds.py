@@ -18,7 +18,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(ROOT, "tests", "fixtures")
 SEP = b"\n@@colibri-fuzz-part@@\n"  # fuzz_common.h FUZZ_SEP
-TARGETS = ("json", "safetensors", "tokenizer", "config", "usage", "format", "openai", "kv")
+TARGETS = ("json", "safetensors", "tokenizer", "config", "usage", "format", "openai", "kv", "grammar")
 MAX_SEED = 256 * 1024
 MAX_CORPUS = 2 * 1024 * 1024
 
@@ -510,6 +510,39 @@ def seeds_kv():
     put("kv", "truncated", b"\x00" + kv_state(5, 3)[:-9])
 
 
+# ---------------------------------------------------------------- grammar
+
+def seeds_grammar():
+    gs = {
+        "json": ('root ::= ws value ws\nvalue ::= object | array | string | number | "true" | "false" | "null"\n'
+                 'object ::= "{" ws ( member ( ws "," ws member )* )? ws "}"\nmember ::= string ws ":" ws value\n'
+                 'array ::=\n  "[" ws (\n    value (ws "," ws value)*\n  )? ws "]"\n'
+                 'string ::= "\\"" ( [^"\\\\\\x00-\\x1f] | "\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""\n'
+                 'number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\nws ::= [ \\t\\n\\r]*\n',
+                 '{"a": [1, -2.5e3, true, null, "x\\u00e9"], "b": {}}'),
+        "arith": ('root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= factor (("*" | "/") factor)*\n'
+                  'factor ::= number | "(" expr ")" | "-" factor\nnumber ::= [0-9]+\n', "1+2*(3-4)/-5"),
+        "chess": ('root ::= move (" " move){0,3}\nmove ::= piece? file rank capture? | "O-O" "-O"?\npiece ::= [KQRBN]\n'
+                  'file ::= [a-h]\nrank ::= [1-8]\ncapture ::= "x" [a-h] [1-8]\n', "e4 Nf3 O-O-O Bb5xc6"),
+        "unicode": ('root ::= ([^\\n"] | "\\u00e9" | "\\U0001F642"){1,8} "."  # any\n', "caf\u00e9 \U0001F642."),
+        "any": ('root ::= . . [^a-z]? "x"{2,3}\n', "\u4e2d!Zxx"),
+        "left-rec": ('root ::= root "a" | "b"\n', "baa"),
+        "bad-escape": ('root ::= "\\q"\n', "q"),
+    }
+    for name, (g, text) in gs.items():
+        put("grammar", name, g.encode("utf-8") + SEP + text.encode("utf-8"))
+    schemas = {
+        "schema-object": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 4}, "age": {"type": "integer"},
+                                                           "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+                          "required": ["name"]},
+        "schema-anyof": {"anyOf": [{"type": "number"}, {"type": "null"}, {"const": "x"}]},
+        "schema-types": {"type": ["string", "boolean"]},
+    }
+    texts = {"schema-object": '{"name": "bo", "tags": ["a"]}', "schema-anyof": "-1.5e3", "schema-types": "true"}
+    for name, sc in schemas.items():
+        put("grammar", name, dumps(sc) + SEP + texts[name].encode())
+
+
 def main():
     global out_dir
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "fuzz", "seeds")
@@ -525,6 +558,7 @@ def main():
     seeds_format()
     seeds_openai()
     seeds_kv()
+    seeds_grammar()
     for t in TARGETS:
         files = os.listdir(os.path.join(out_dir, t))
         print("seeds: %-12s %3d files, %7d bytes" % (t, len(files), written.get(t, 0)))
