@@ -476,6 +476,7 @@ typedef struct {
     int chat_mode; /* CHAT: turns from stdin */
     const char *grammar, *json_schema; /* GRAMMAR, JSON_SCHEMA files */
     int grammar_batch;                 /* GRAMMAR_BATCH */
+    int grammar_draft;                 /* GRAMMAR_DRAFT: the grammar drafts, never masks */
 } coli_gen;
 
 /* Sampling settings: each knob, or generation_config.json's value when the
@@ -492,6 +493,7 @@ static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     g->chat_mode = (int)env_i(e, ENV_CHAT);
     g->grammar = env_v(e, ENV_GRAMMAR)->s, g->json_schema = env_v(e, ENV_JSON_SCHEMA)->s;
     g->grammar_batch = (int)env_i(e, ENV_GRAMMAR_BATCH);
+    g->grammar_draft = (int)env_i(e, ENV_GRAMMAR_DRAFT);
     const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
@@ -590,6 +592,9 @@ typedef struct {
     long g_steps, g_forced, g_saved;
     double g_mask_s;
     int g_valid, g_n, g_end, g_one; /* the last mask, while the state is unchanged */
+    int g_alive;                    /* drafting: the text so far is still a prefix of the grammar */
+    gr_state gdraft;                /* drafting: the state the drafts are walked on */
+    long d_proposed, d_accepted, d_verifies;
 } conv;
 
 /* The vocabulary as a byte trie for grammar masks: every id below the
@@ -615,7 +620,7 @@ static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
     free(cv->allowed), cv->allowed = NULL;
     cv->gram = gram, cv->gv = gv;
     if (!gram) return 0;
-    if (cv->spec) { /* drafts would need masking too */
+    if (cv->spec) { /* MTP drafts would need masking too, and grammar drafts take the verifying forward */
         fprintf(stderr, "colibri: grammar-constrained output decodes without MTP drafts\n");
         spec_free(&cv->sc), cv->spec = 0;
     }
@@ -627,14 +632,23 @@ static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
  * to -inf, stop tokens allowed only where the grammar may end. Returns the
  * number allowed; *forced is the one token when exactly one non-stop
  * token is allowed and the grammar may not end (else -1). */
+/* The mask of grammar state st into cv->allowed: the count allowed, *end
+ * whether the grammar may end, *one the token when exactly one is allowed. */
+static int gram_mask_of(conv *cv, const gr_state *st, int *end, int *one) {
+    double t0 = compat_now();
+    int n = gr_mask(cv->gram, st, cv->gv, &cv->gcx, cv->allowed);
+    *end = gr_can_end(st), *one = -1;
+    for (int i = 0; i < cv->gv->n_tokens && n == 1; i++)
+        if (cv->allowed[i]) *one = i;
+    cv->g_mask_s += compat_now() - t0, cv->g_steps++;
+    return n;
+}
+
 static int gram_mask(conv *cv, float *logits, int *forced) {
     coli_model *m = cv->m;
     if (!cv->g_valid) { /* the mask of this grammar state (kept until the next token is accepted) */
-        double t0 = compat_now();
-        cv->g_n = gr_mask(cv->gram, &cv->gst, cv->gv, &cv->gcx, cv->allowed), cv->g_end = gr_can_end(&cv->gst), cv->g_one = -1;
-        for (int i = 0; i < m->c.vocab && cv->g_n == 1; i++)
-            if (cv->allowed[i]) cv->g_one = i;
-        cv->g_mask_s += compat_now() - t0, cv->g_steps++, cv->g_valid = 1;
+        cv->g_n = gram_mask_of(cv, &cv->gst, &cv->g_end, &cv->g_one);
+        cv->g_valid = 1;
     }
     for (int i = 0; i < m->c.vocab; i++)
         if (smp_is_stop(m->c.eos, m->c.n_eos, i) ? !cv->g_end : !cv->allowed[i]) logits[i] = -INFINITY;
@@ -654,6 +668,7 @@ static int gram_accept(conv *cv, int id) {
 static void conv_close(conv *cv) {
     conv_grammar(cv, NULL, NULL);
     gr_state_free(&cv->gst);
+    gr_state_free(&cv->gdraft);
     spec_free(&cv->sc);
     tok_ids_free(&cv->ids);
     smp_work_free(&cv->w);
@@ -781,24 +796,30 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
     double t1 = compat_now();
     xs_stats x0;
     xs_stats_get(&m->xs, &x0);
+    int drafting = cv->gram && g->grammar_draft; /* the grammar drafts; the model's tokens are kept as they are */
     if (cv->gram) {
         gr_state_free(&cv->gst);
         if (gr_init(cv->gram, &cv->gst)) { fprintf(stderr, "colibri: out of memory starting the grammar\n"); goto done; }
-        cv->g_steps = cv->g_forced = cv->g_saved = 0, cv->g_mask_s = 0, cv->g_valid = 0;
+        cv->g_steps = cv->g_forced = cv->g_saved = 0, cv->g_mask_s = 0, cv->g_valid = 0, cv->g_alive = 1;
+        cv->d_proposed = cv->d_accepted = cv->d_verifies = 0;
     }
     int *batch = cv->gram ? (int *)malloc((size_t)m->ubatch * sizeof(int)) : NULL;
-    if (cv->gram && !batch) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
-    for (int stop = 0; !stop;) {
-        int forced = -1;
-        if (cv->gram && !gram_mask(cv, m->sc.logits, &forced)) {
-            gs.why = "grammar"; /* complete: nothing may follow */
-            if (!gr_can_end(&cv->gst)) gs.why = "grammar (no token can continue it)";
-            break;
+    float *rows = drafting ? (float *)malloc((size_t)m->ubatch * c->vocab * sizeof(float)) : NULL;
+    if ((cv->gram && !batch) || (drafting && !rows)) { fprintf(stderr, "colibri: out of memory\n"); free(batch), free(rows); goto done; }
+    for (int stop = 0, pending = -1; !stop;) {
+        int forced = -1, next;
+        if (pending >= 0) next = pending, pending = -1; /* sampled while verifying drafts */
+        else {
+            if (cv->gram && !drafting && !gram_mask(cv, m->sc.logits, &forced)) {
+                gs.why = "grammar"; /* complete: nothing may follow */
+                if (!gr_can_end(&cv->gst)) gs.why = "grammar (no token can continue it)";
+                break;
+            }
+            next = forced >= 0 ? forced : smp_sample(&g->sp, m->sc.logits, c->vocab, &cv->rng, &cv->w);
+            if (forced >= 0) cv->g_forced++;
         }
-        int next = forced >= 0 ? forced : smp_sample(&g->sp, m->sc.logits, c->vocab, &cv->rng, &cv->w);
-        if (forced >= 0) cv->g_forced++;
         if (!gs.n) m->tel.ttft = compat_now() - t0;
-        if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); free(batch); goto done; }
+        if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); free(batch), free(rows); goto done; }
         stop = gen_emit(&gs, next);
         if (!stop && cv->spec) {
             stop = 1;
@@ -807,7 +828,40 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         }
         if (stop) break;
         int k = 0, p0 = n + gs.n - 1; /* the position of next */
-        if (cv->gram) {
+        if (drafting) {
+            batch[k++] = next;
+            if (cv->g_alive && gram_accept(cv, next)) cv->g_alive = 0; /* the model left the grammar: no more drafts */
+            if (cv->g_alive && !gr_state_copy(&cv->gdraft, &cv->gst)) {
+                /* the text the grammar forces next, tokenized as the tokenizer would: the drafts */
+                char text[256];
+                size_t tn = gr_forced_text(cv->gram, &cv->gdraft, text, sizeof text);
+                tok_ids d = {0};
+                if (tn && !tok_encode(cv->t, text, tn, &d)) {
+                    for (size_t i = 0; i < d.n && k < m->ubatch && gs.n + k - 1 < ngen; i++) {
+                        if (d.ids[i] < 0 || d.ids[i] >= c->vocab) break;
+                        batch[k++] = d.ids[i];
+                    }
+                }
+                tok_ids_free(&d);
+            }
+            if (k > 1) { /* one forward over next and its drafts; keep what the model itself samples */
+                cv->d_proposed += k - 1, cv->d_verifies++;
+                if (fwd_tokens(m, batch, k, p0, rows)) { gs.failed = -1; break; }
+                gs.fed++;
+                int i = 0;
+                for (; i < k - 1 && !stop; i++) {
+                    int t = smp_sample(&g->sp, rows + (size_t)i * c->vocab, c->vocab, &cv->rng, &cv->w);
+                    if (t != batch[i + 1]) { pending = t; break; }
+                    cv->d_accepted++;
+                    stop = gen_emit(&gs, t);
+                    if (stop) break;
+                    gs.fed++;
+                    if (cv->g_alive && gram_accept(cv, t)) cv->g_alive = 0;
+                }
+                if (!stop && pending < 0) memcpy(m->sc.logits, rows + (size_t)(k - 1) * c->vocab, (size_t)c->vocab * sizeof(float));
+                continue;
+            }
+        } else if (cv->gram) {
             if (gram_accept(cv, next)) { gs.why = "grammar (no token can continue it)"; break; }
             batch[k++] = next;
             /* tokens the grammar forces join this forward: one pass for the run */
@@ -824,6 +878,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         if (fwd_tokens(m, cv->gram ? batch : &next, k, p0, NULL)) gs.failed = -1, stop = 1;
         else gs.fed += k, cv->g_saved += k - 1;
     }
+    free(rows);
     free(batch);
     if (gs.failed) { fprintf(stderr, "\ncolibri: %s\n", m->err); goto done; }
     gs.out.n = 0;
@@ -842,7 +897,11 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         xs_stats_get(&m->xs, &x1);
         print_spec(&cv->sc, gs.n, x1.bytes_read - x0.bytes_read);
     }
-    if (cv->gram)
+    if (cv->gram && g->grammar_draft)
+        fprintf(stderr, "colibri: grammar drafts: %ld proposed, %ld accepted (%.1f%%) in %ld verifying forwards; %ld masks (%.2f ms each)\n",
+                cv->d_proposed, cv->d_accepted, tel_pct((double)cv->d_accepted, (double)cv->d_proposed), cv->d_verifies, cv->g_steps,
+                cv->g_steps ? 1e3 * cv->g_mask_s / cv->g_steps : 0.0);
+    else if (cv->gram)
         fprintf(stderr, "colibri: grammar: %ld masks (%.2f ms each over %d tokens), %ld tokens forced, %ld forwards saved by batching them\n",
                 cv->g_steps, cv->g_steps ? 1e3 * cv->g_mask_s / cv->g_steps : 0.0, cv->gv->n_tokens, cv->g_forced, cv->g_saved);
     /* the generated ids join the conversation; the cache covers what was fed */

@@ -68,6 +68,8 @@ typedef struct {
         "A JSON schema file (the subset in docs/grammar.md): every answer is JSON that validates against it (as GRAMMAR, with the grammar written from the schema).") \
     BOOL(GRAMMAR_BATCH, "1", \
         "1 = feed the tokens a grammar forces in one forward with the sampled token before them; 0 = one forward per token (the same tokens, for comparison).") \
+    BOOL(GRAMMAR_DRAFT, "0", \
+        "1 = GRAMMAR / JSON_SCHEMA do not constrain: the tokens the grammar would force are drafts the model verifies in one forward; the output is the unconstrained model's, token for token.") \
     BOOL(SERVE, "0", \
         "1 = serve the OpenAI-compatible HTTP API (as --serve) on HOST:PORT until SIGTERM or Ctrl-C.") \
     STR(HOST, "127.0.0.1", \

@@ -564,6 +564,15 @@ static inline void gr_state_free(gr_state *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* dst becomes a copy of src (dst zeroed or a state). 0 or -1 (out of memory). */
+static inline int gr_state_copy(gr_state *dst, const gr_state *src) {
+    if (!dst->buf && !(dst->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t)))) return -1;
+    dst->st.n = 0, dst->st.dn = 0, dst->st.oom = 0;
+    for (int i = 0; i < src->st.n; i++) gr_stacks_add_(&dst->st, src->st.d + src->st.off[i], src->st.len[i]);
+    dst->pv = src->pv, dst->prem = src->prem, dst->plen = src->plen;
+    return dst->st.oom ? -1 : 0;
+}
+
 /* The start state. 0, or -1 (out of memory, or a grammar too ambiguous). */
 static inline int gr_init(const gr_grammar *g, gr_state *s) {
     memset(s, 0, sizeof *s);
@@ -674,6 +683,34 @@ static inline int gr_accept(const gr_grammar *g, gr_state *s, const uint8_t *b, 
     }
     s->pv = pv, s->prem = prem, s->plen = plen;
     return 0;
+}
+
+/* The text the grammar forces from s: while every way to continue takes
+ * one and the same code point next (a single-character class on every
+ * stack, none complete), that code point. Writes at most cap bytes of
+ * UTF-8 to out and returns the length (0: nothing forced). s is advanced
+ * past what is returned. */
+static inline size_t gr_forced_text(const gr_grammar *g, gr_state *s, char *out, size_t cap) {
+    size_t n = 0;
+    while (!s->prem && s->st.n && n + 4 <= cap) {
+        uint32_t cp = 0;
+        int one = 1;
+        for (int i = 0; i < s->st.n && one; i++) {
+            int len = s->st.len[i];
+            if (!len) { one = 0; break; } /* the grammar may end here */
+            uint32_t pos = s->st.d[s->st.off[i] + len - 1];
+            gr_el e = g->el[pos];
+            if (e.type != GR_CHAR || g->el[pos + 1].type == GR_RNG || g->el[pos + 1].type == GR_CHAR_ALT) one = 0;
+            else if (i && e.v != cp) one = 0;
+            else cp = e.v;
+        }
+        if (!one) break;
+        unsigned char b[4];
+        int k = js_utf8_encode_(cp, b);
+        if (gr_accept(g, s, b, (size_t)k)) break;
+        memcpy(out + n, b, (size_t)k), n += (size_t)k;
+    }
+    return n;
 }
 
 /* 1 when the text so far is a complete sentence of the grammar. */

@@ -154,5 +154,72 @@ class Grammar(unittest.TestCase):
         self.assertRegex(err, r"stopped: (stop token|grammar)\n")
 
 
+def byte_decoder(model):
+    """tokenizer.json's byte-level pieces back to bytes (GPT-2's mapping)."""
+    with open(os.path.join(model, "tokenizer.json")) as f:
+        tk = json.load(f)
+    vocab = {i: k for k, i in tk["model"]["vocab"].items()}
+    for a in tk["added_tokens"]:
+        vocab[a["id"]] = a["content"]
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    dec = {chr(c): b for b, c in zip(bs, cs)}
+    return lambda i: bytes(dec[ch] for ch in vocab[i])
+
+
+def lit(text):
+    return "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "\\u%04x" % ord(c) if ord(c) < 0x10000 else "\\U%08x" % ord(c)
+                   for c in text)
+
+
+class Drafts(unittest.TestCase):
+    """GRAMMAR_DRAFT=1: the text a grammar forces is drafted and verified
+    in one forward; the output is the unconstrained model's, token for
+    token, whether the drafts are kept (a grammar spelling the model's own
+    answer) or thrown away (one it does not follow)."""
+
+    def ids(self, env):
+        rc, out, err = run(MODELS[0], env)
+        self.assertEqual(rc, 0, err)
+        line = [l for l in err.splitlines() if l.startswith("colibri: generated tokens:")][0]
+        return [int(x) for x in line.split(":", 2)[2].split()], out, err
+
+    def test_same_tokens_kept_or_not(self):
+        raw = byte_decoder(MODELS[0])
+        d = tempfile.mkdtemp()
+        kept = proposed = 0
+        for prompt in ("Hello", "The", "a b c"):
+            for temp in ("0", "1.0"):
+                base = {"PROMPT": prompt, "TEMP": temp, "SEED": "3", "NGEN": "40", "TOKENS": "1", "CHAT_TEMPLATE": "0", "USAGE_SAVE": "0"}
+                ids, out, _ = self.ids(base)
+                b = b"".join(raw(i) for i in ids)
+                own = ""
+                for cut in range(len(b), 0, -1):  # the model's own answer, as far as it is text
+                    try:
+                        own = b[:cut].decode()
+                        break
+                    except UnicodeDecodeError:
+                        pass
+                first = raw(ids[0]).decode("utf-8", "replace")
+                for k, g in enumerate(('root ::= "%s" .*\n' % lit(own), 'root ::= "%s" "the quick brown fox jumps" .*\n' % lit(first))):
+                    p = os.path.join(d, "g%d.gbnf" % k)
+                    with open(p, "w") as f:
+                        f.write(g)
+                    ids2, out2, err2 = self.ids(dict(base, GRAMMAR=p, GRAMMAR_DRAFT="1"))
+                    self.assertEqual(ids2, ids, (prompt, temp, g))
+                    self.assertEqual(out2, out)
+                    m = re.search(r"grammar drafts: (\d+) proposed, (\d+) accepted", err2)
+                    self.assertIsNotNone(m, err2)
+                    proposed += int(m.group(1))
+                    kept += int(m.group(2))
+        self.assertGreater(proposed, kept)  # drafts thrown away
+        self.assertGreater(kept, 0)         # and drafts kept
+
+
 if __name__ == "__main__":
     unittest.main()
