@@ -568,7 +568,7 @@ static inline void gr_state_free(gr_state *s) {
 static inline int gr_state_copy(gr_state *dst, const gr_state *src) {
     if (!dst->buf && !(dst->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t)))) return -1;
     dst->st.n = 0, dst->st.dn = 0, dst->st.oom = 0;
-    for (int i = 0; i < src->st.n; i++) gr_stacks_add_(&dst->st, src->st.d + src->st.off[i], src->st.len[i]);
+    for (int i = 0; i < src->st.n; i++) gr_stacks_add_(&dst->st, src->st.len[i] ? src->st.d + src->st.off[i] : NULL, src->st.len[i]);
     dst->pv = src->pv, dst->prem = src->prem, dst->plen = src->plen;
     return dst->st.oom ? -1 : 0;
 }
@@ -783,57 +783,160 @@ static inline int gr_vocab_build(gr_vocab *v, int n, const char *const *bytes, c
     return 0;
 }
 
-/* The walk's per-depth scratch. */
+/* The walk's memory: stack sets interned (an id per distinct set) and the
+ * transitions between them by code point, so that a state met at many
+ * trie nodes (inside a JSON string almost every character leads back to
+ * the same set) is stepped once per code point, then looked up. Kept
+ * across masks of the same grammar; cleared when it grows past
+ * GR_CACHE_SETS sets. */
+#define GR_CACHE_SETS 16384
 typedef struct {
-    gr_stacks *lv; /* [max_len + 1] */
-    int n;
+    const gr_grammar *g;
+    gr_stacks *sets;
+    uint64_t *shash;
+    int n, cap;
+    int *sidx; /* open addressing over set hashes: set id + 1, 0 empty */
+    int scap;
+    uint64_t *tkey; /* (set id << 32 | code point) + 1, 0 empty */
+    int *tval;      /* next set id, -1 dead */
+    int tn, tcap;
+    gr_stacks tmp;
     uint32_t *buf;
 } gr_mask_ctx;
 
+static inline void gr_cache_clear_(gr_mask_ctx *c) {
+    for (int i = 0; i < c->n; i++) gr_stacks_free(&c->sets[i]);
+    c->n = 0, c->tn = 0;
+    if (c->sidx) memset(c->sidx, 0, (size_t)c->scap * sizeof(int));
+    if (c->tkey) memset(c->tkey, 0, (size_t)c->tcap * sizeof(uint64_t));
+}
+
 static inline void gr_mask_ctx_free(gr_mask_ctx *c) {
-    for (int i = 0; i < c->n; i++) gr_stacks_free(&c->lv[i]);
-    free(c->lv), free(c->buf);
+    gr_cache_clear_(c);
+    free(c->sets), free(c->shash), free(c->sidx), free(c->tkey), free(c->tval), free(c->buf);
+    gr_stacks_free(&c->tmp);
     memset(c, 0, sizeof *c);
 }
 
 static inline int gr_mask_ctx_init(gr_mask_ctx *c, const gr_vocab *v) {
+    (void)v;
     memset(c, 0, sizeof *c);
-    c->n = v->max_len + 1;
-    c->lv = (gr_stacks *)calloc((size_t)c->n, sizeof(gr_stacks));
+    c->scap = 2 * GR_CACHE_SETS, c->tcap = 1 << 16, c->cap = GR_CACHE_SETS;
+    c->sets = (gr_stacks *)calloc((size_t)c->cap, sizeof(gr_stacks));
+    c->shash = (uint64_t *)malloc((size_t)c->cap * sizeof(uint64_t));
+    c->sidx = (int *)calloc((size_t)c->scap, sizeof(int));
+    c->tkey = (uint64_t *)calloc((size_t)c->tcap, sizeof(uint64_t));
+    c->tval = (int *)malloc((size_t)c->tcap * sizeof(int));
     c->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t));
-    return c->lv && c->buf ? 0 : -1;
+    return c->sets && c->shash && c->sidx && c->tkey && c->tval && c->buf ? 0 : -1;
 }
 
-static inline int gr_mask_walk_(const gr_grammar *g, const gr_vocab *v, gr_mask_ctx *cx, int node, const gr_stacks *st, uint32_t pv, int prem,
-                                int plen, int depth, uint8_t *allowed) {
+static inline uint64_t gr_set_hash_(const gr_stacks *s) {
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)s->n;
+    for (int i = 0; i < s->n; i++) {
+        h = (h ^ (uint64_t)s->len[i]) * 0x100000001b3ull;
+        for (int k = 0; k < s->len[i]; k++) h = (h ^ s->d[s->off[i] + k]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+static inline int gr_set_eq_(const gr_stacks *a, const gr_stacks *b) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->len[i] != b->len[i] || (a->len[i] && memcmp(a->d + a->off[i], b->d + b->off[i], (size_t)a->len[i] * 4))) return 0;
+    return 1;
+}
+
+/* The id of set s (copied in when new), or -1 when the cache is full or
+ * out of memory. */
+static inline int gr_intern_(gr_mask_ctx *c, const gr_stacks *s) {
+    uint64_t h = gr_set_hash_(s);
+    int mask = c->scap - 1;
+    for (int i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask) {
+        int id = c->sidx[i] - 1;
+        if (id < 0) {
+            if (c->n >= c->cap) return -1;
+            gr_stacks *d = &c->sets[c->n];
+            memset(d, 0, sizeof *d);
+            for (int k = 0; k < s->n; k++) gr_stacks_add_(d, s->len[k] ? s->d + s->off[k] : NULL, s->len[k]);
+            if (d->oom) { gr_stacks_free(d); return -1; }
+            c->shash[c->n] = h;
+            c->sidx[i] = c->n + 1;
+            return c->n++;
+        }
+        if (c->shash[id] == h && gr_set_eq_(&c->sets[id], s)) return id;
+    }
+}
+
+/* The set reached from set id by code point cp: its id, -1 when no stack
+ * survives, -2 when the cache cannot hold it (the caller clears it). */
+static inline int gr_next_(gr_mask_ctx *c, int id, uint32_t cp) {
+    uint64_t key = ((uint64_t)id << 32 | cp) + 1;
+    int mask = c->tcap - 1, slot = (int)((key * 0x9E3779B97F4A7C15ull) >> 40) & mask;
+    for (;; slot = (slot + 1) & mask) {
+        if (!c->tkey[slot]) break;
+        if (c->tkey[slot] == key) return c->tval[slot];
+    }
+    gr_step_(c->g, &c->sets[id], cp, &c->tmp, c->buf);
+    int r = c->tmp.oom || !c->tmp.n ? -1 : gr_intern_(c, &c->tmp);
+    if (r == -1 && !(c->tmp.oom || !c->tmp.n)) return -2;
+    if (c->tn * 2 >= c->tcap) { /* grow the transition table */
+        int ncap = c->tcap * 2;
+        uint64_t *nk = (uint64_t *)calloc((size_t)ncap, sizeof(uint64_t));
+        int *nv = nk ? (int *)malloc((size_t)ncap * sizeof(int)) : NULL;
+        if (!nv) { free(nk); return r; } /* not remembered; still correct */
+        for (int i = 0; i < c->tcap; i++)
+            if (c->tkey[i]) {
+                int s2 = (int)((c->tkey[i] * 0x9E3779B97F4A7C15ull) >> 40) & (ncap - 1);
+                while (nk[s2]) s2 = (s2 + 1) & (ncap - 1);
+                nk[s2] = c->tkey[i], nv[s2] = c->tval[i];
+            }
+        free(c->tkey), free(c->tval);
+        c->tkey = nk, c->tval = nv, c->tcap = ncap, mask = ncap - 1;
+        slot = (int)((key * 0x9E3779B97F4A7C15ull) >> 40) & mask;
+        while (c->tkey[slot]) slot = (slot + 1) & mask;
+    }
+    c->tkey[slot] = key, c->tval[slot] = r, c->tn++;
+    return r;
+}
+
+static inline int gr_mask_walk_(const gr_vocab *v, gr_mask_ctx *cx, int node, int sid, uint32_t pv, int prem, int plen, uint8_t *allowed,
+                                int *full) {
     int count = 0;
-    for (int c = v->child[node]; c >= 0; c = v->sib[c]) {
+    for (int c = v->child[node]; c >= 0 && !*full; c = v->sib[c]) {
         uint32_t npv = pv, cp;
         int nprem = prem, nplen = plen;
         int r = gr_utf8_(&npv, &nprem, &nplen, v->byte[c], &cp);
         if (r < 0) continue;
-        const gr_stacks *next = st;
+        int next = sid;
         if (r == 1) {
-            gr_stacks *out = &cx->lv[depth + 1];
-            gr_step_(g, st, cp, out, cx->buf);
-            if (out->oom || !out->n) continue;
-            next = out;
+            next = gr_next_(cx, sid, cp);
+            if (next == -2) { *full = 1; return count; }
+            if (next < 0) continue;
         } else {
             uint32_t lo, hi;
-            if (!gr_partial_range_(npv, nprem, nplen, &lo, &hi) || !gr_admits_range_(g, st, lo, hi)) continue;
+            if (!gr_partial_range_(npv, nprem, nplen, &lo, &hi) || !gr_admits_range_(cx->g, &cx->sets[sid], lo, hi)) continue;
         }
         for (int t = v->tok[c]; t >= 0; t = v->tok_next[t]) allowed[t] = 1, count++;
-        if (v->child[c] >= 0) count += gr_mask_walk_(g, v, cx, c, next, npv, nprem, nplen, depth + 1, allowed);
+        if (v->child[c] >= 0) count += gr_mask_walk_(v, cx, c, next, npv, nprem, nplen, allowed, full);
     }
     return count;
 }
 
 /* Sets allowed[t] = 1 for each token whose bytes can continue the text
  * (0 for the others, and for tokens left out of the trie); returns how
- * many are allowed. Whether the grammar may end here is gr_can_end. */
+ * many are allowed, or -1 (out of memory). Whether the grammar may end
+ * here is gr_can_end. */
 static inline int gr_mask(const gr_grammar *g, const gr_state *s, const gr_vocab *v, gr_mask_ctx *cx, uint8_t *allowed) {
-    memset(allowed, 0, (size_t)v->n_tokens);
-    return gr_mask_walk_(g, v, cx, 0, &s->st, s->pv, s->prem, s->plen, 0, allowed);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (cx->g != g || attempt) gr_cache_clear_(cx), cx->g = g;
+        memset(allowed, 0, (size_t)v->n_tokens);
+        int sid = gr_intern_(cx, &s->st), full = 0;
+        if (sid < 0) continue;
+        int n = gr_mask_walk_(v, cx, 0, sid, s->pv, s->prem, s->plen, allowed, &full);
+        if (!full) return n;
+    }
+    return -1;
 }
 
 /* ------------------------------------------------------------ JSON schema */

@@ -149,6 +149,7 @@ static void walk(const gr_grammar *g, const tok *t, const gr_vocab *v, int walks
         size_t tn = 0;
         for (int st = 0; st < steps; st++) {
             int n = gr_mask(g, &s, v, &cx, allowed), brute_n = 0;
+            CHECK(n >= 0);
             for (int id = 0; id < v->n_tokens; id++) {
                 size_t len = 0;
                 const char *p = tok_is_special(t, id) ? NULL : tok_piece(t, id, &len);
