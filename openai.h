@@ -74,10 +74,6 @@ static inline int oai_fail_(char *err, size_t n, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ rendering */
 
-typedef struct {
-    jw out; /* the prompt text, built with jw_raw (no JSON escaping) */
-} oai_text_;
-
 static inline int oai_is_ws_(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 /* Appends s[0..n) with surrounding whitespace removed (Python's strip()
