@@ -134,7 +134,7 @@ TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/test_io build/portable/colibri
-sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine
+sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine
 
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) test-build

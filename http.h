@@ -66,6 +66,7 @@ typedef struct {
     srv_job *head, *tail;
     int queued;
     atomic_int stopping;
+    atomic_int active; /* requests between the handler's first call and MHD's completion notice */
     atomic_llong served, refused_busy;
     uint64_t seq;
 } srv;
@@ -134,6 +135,13 @@ static inline void srv_finish(srv_job *j, int status, jw *body) {
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
+
+/* On stop, answers already owed are sent for up to 5 s (a client that
+ * stopped reading is not waited for longer); requests that reached the
+ * socket before it closed are given 100 ms to be read. */
+#define SRV_DRAIN_MS 5000
+#define SRV_SETTLE_MS 100
 
 /* Per-connection state while a body arrives. */
 typedef struct {
@@ -325,6 +333,7 @@ static inline enum MHD_Result srv_handle_(void *cls, struct MHD_Connection *c, c
         srv_conn_ *cs = (srv_conn_ *)calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
+        atomic_fetch_add(&s->active, 1);
         if (post && (chat || comp)) {
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
             if (cl && strtoull(cl, NULL, 10) > s->o.max_body) cs->too_big = 1;
@@ -356,9 +365,9 @@ static inline enum MHD_Result srv_handle_(void *cls, struct MHD_Connection *c, c
 }
 
 static inline void srv_done_(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
     srv_conn_ *cs = (srv_conn_ *)*con_cls;
-    if (cs) jw_free(&cs->body), free(cs);
+    if (cs) jw_free(&cs->body), free(cs), atomic_fetch_sub(&((srv *)cls)->active, 1);
     *con_cls = NULL;
 }
 
@@ -375,7 +384,8 @@ static inline int srv_start(srv *s, const srv_opts *o, const tok *t, char *err, 
     snprintf(port, sizeof port, "%d", o->port);
     int g = getaddrinfo(o->host, port, &hints, &ai);
     if (g || !ai) return snprintf(err, errlen, "HOST=%s: %s", o->host, g ? gai_strerror(g) : "no address"), -1;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    /* MHD_USE_ITC: srv_stop quiesces the daemon before stopping it */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, srv_handle_, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -388,8 +398,11 @@ static inline int srv_start(srv *s, const srv_opts *o, const tok *t, char *err, 
     return 0;
 }
 
-/* Stops: queued requests are answered 503, connections closed, threads
- * joined. The compute thread has returned its current request first. */
+/* Stops: queued requests are answered 503, no new connection is accepted,
+ * requests already received get their answers sent (the one the compute
+ * thread cut short, 503s, health checks) for up to SRV_DRAIN_MS, then
+ * connections are closed and threads joined. The compute thread has
+ * returned its current request first. */
 static inline void srv_stop(srv *s) {
     atomic_store(&s->stopping, 1);
     pthread_mutex_lock(&s->mu);
@@ -407,7 +420,18 @@ static inline void srv_stop(srv *s) {
         srv_release(s, j);
         j = next;
     }
-    if (s->daemon) MHD_stop_daemon((struct MHD_Daemon *)s->daemon);
+    if (s->daemon) {
+        struct MHD_Daemon *d = (struct MHD_Daemon *)s->daemon;
+        MHD_socket lfd = MHD_quiesce_daemon(d);
+        /* a request whose bytes were already in the socket is read within
+         * SRV_SETTLE_MS and then counted in active */
+        for (int ms = 0; ms < SRV_DRAIN_MS && (ms < SRV_SETTLE_MS || atomic_load(&s->active) > 0); ms += 10) {
+            struct timespec t = {0, 10000000L};
+            nanosleep(&t, NULL);
+        }
+        MHD_stop_daemon(d);
+        if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    }
     s->daemon = NULL;
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -409,15 +409,36 @@ class Lifecycle(MhdCase):
                 self.assertEqual(body["error"]["type"], "rate_limit_error")
 
     def test_sigterm_during_generation(self):
-        srv = Server(model=synth_model())
-        out = []
-        t = threading.Thread(target=lambda: out.append(srv.chat([{"role": "user", "content": "long"}], max_tokens=4000, temperature=1.0)))
-        t.start()
-        time.sleep(0.3)
-        rc = srv.stop()
-        t.join()
-        self.assertEqual(rc, 0, srv.log())
-        self.assertIn("server stopped", srv.log())
+        """The answer being generated is cut short and still sent: the
+        client gets its 200 (or a 503 had it not been taken yet), never a
+        dropped connection."""
+        for stream in (False, True):
+            srv = Server(model=synth_model())
+            out = []
+            body = {"model": "tiny", "messages": [{"role": "user", "content": "long"}], "max_tokens": 4000, "temperature": 1.0}
+
+            def ask():
+                try:
+                    if stream:
+                        out.append(srv.stream("/v1/chat/completions", dict(body, stream=True)))
+                    else:
+                        out.append(srv.request("POST", "/v1/chat/completions", body))
+                except Exception as e:  # noqa: BLE001 - reported below
+                    out.append(e)
+
+            t = threading.Thread(target=ask)
+            t.start()
+            time.sleep(0.3)
+            rc = srv.stop()
+            t.join()
+            self.assertEqual(rc, 0, srv.log())
+            self.assertIn("server stopped", srv.log())
+            self.assertEqual(len(out), 1)
+            self.assertNotIsInstance(out[0], Exception, "the client got no answer: %r" % (out[0],))
+            if stream:
+                self.assertEqual(out[0][-1], "[DONE]")
+            else:
+                self.assertIn(out[0][0], (200, 503), out[0])
 
     def test_conversation_continues_across_restart(self):
         """KV_CACHE_DIR: a restarted server resumes the conversation's cache
