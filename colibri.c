@@ -349,7 +349,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
 
 static void usage(FILE *f) {
     fprintf(f,
-            "colibri " COLI_VERSION " -- GLM-5 (glm_moe_dsa) inference with routed experts streamed from disk\n\n"
+            "colibri " COLI_VERSION " -- GLM-5 and DeepSeek-V3 / Kimi K2 inference with routed experts streamed from disk\n\n"
             "usage: PROMPT=\"...\" ./colibri MODEL_DIR   generate text (stdout), statistics on stderr\n"
             "       ./colibri MODEL_DIR                oracle self-test against MODEL_DIR/ref.json\n"
             "       ./colibri --chat MODEL_DIR         chat: one user turn per line of stdin, the KV cache kept between turns\n"
@@ -373,9 +373,9 @@ static void print_startup(const coli_model *m, const char *dir) {
         snprintf(ef, sizeof ef, "%s%s%.0d", qt_fmt_name(L0->fmt[0]), L0->gs[0] ? " g" : "", L0->gs[0]);
     }
     fprintf(stderr,
-            "colibri: %s | glm_moe_dsa, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | attention %s, experts %s | "
+            "colibri: %s | %s, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | attention %s, experts %s | "
             "ctx %d | kernel %s, IDOT %s | %d threads\n",
-            dir, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, qt_fmt_name(m->L[0].q_a.fmt), ef, m->kv.ctx,
+            dir, c->model_type, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, qt_fmt_name(m->L[0].q_a.fmt), ef, m->kv.ctx,
             mm_level_name(m->mm.level), m->mm.idot ? "on" : "off", m->team.n);
     char b[8][32];
     fprintf(stderr,
@@ -1500,7 +1500,7 @@ static int usage_history(const coli_model *m, const char *dir, const coli_opts *
     if (o->pin == PIN_OFF) return 0;
     if (o->pin == PIN_FILE) snprintf(path, sizeof path, "%s", o->pin_file);
     else snprintf(path, sizeof path, "%s/.coli_usage", dir);
-    int rc = tel_usage_load(path, c->n_layers, c->n_experts, tel_engine_id("glm_moe_dsa"), rows, err, sizeof err);
+    int rc = tel_usage_load(path, c->n_layers, c->n_experts, tel_engine_id(c->model_type), rows, err, sizeof err);
     if (rc == 0) {
         *have = 1;
         return 0;
@@ -1526,7 +1526,7 @@ static void usage_save(const coli_model *m, const char *dir) {
     for (int k = 0; k < n_moe_layers(c); k++) /* the MTP layer has no row in the history */
         for (int e = 0; e < c->n_experts; e++) rows[(size_t)moe_layer(c, k) * c->n_experts + e] = count[(size_t)k * c->n_experts + e];
     int moved;
-    if (tel_usage_merge(path, c->n_layers, c->n_experts, tel_engine_id("glm_moe_dsa"), rows, &moved, err, sizeof err))
+    if (tel_usage_merge(path, c->n_layers, c->n_experts, tel_engine_id(c->model_type), rows, &moved, err, sizeof err))
         fprintf(stderr, "colibri: warning: could not save expert usage to %s: %s\n", path, err);
     else if (moved) fprintf(stderr, "colibri: %s could not be used; kept as %s.unusable and started afresh\n", path, path);
     free(rows);

@@ -9,13 +9,26 @@
 #define COLI_CONFIG_H
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 
 #include "json.h"
 
 #define MAX_EOS 16
 
+/* The model families one forward pass serves; each difference between them
+ * is a property below, set once here from config.json. */
+typedef enum { ARCH_GLM_MOE_DSA, ARCH_DEEPSEEK_V3 } coli_arch;
+
 typedef struct {
+    coli_arch arch;
+    const char *model_type; /* "glm_moe_dsa" or "deepseek_v3" (static) */
+    int has_indexer;        /* DSA lightning indexer on the layers idx_full marks (glm_moe_dsa) */
+    int rope_interleave;    /* RoPE rotates pairs (2i, 2i+1) (and de-interleaves), else halves (i, i + d/2) */
+    float attn_scale;       /* softmax scale: qk_head^-0.5, times mscale(factor, mscale_all_dim)^2 under YaRN */
+    /* RoPE: rope_theta, and YaRN when rope_yarn (docs/model.md §3) */
+    int rope_yarn, rope_orig_max, rope_truncate;
+    double rope_factor, rope_beta_fast, rope_beta_slow, rope_attn_factor;
     int vocab, dim, n_layers, n_heads;
     int q_lora, kv_lora, qk_nope, qk_rope, qk_head, v_head;
     int inter, moe_inter, n_experts, topk, n_shared, n_group, topk_group, norm_topk;
@@ -119,7 +132,7 @@ static inline int cfg_eos(cfg_reader *r, const js_doc *d, int obj, coli_config *
 }
 
 static inline int cfg_dims(cfg_reader *r, coli_config *c) {
-    const int B = 1 << 20;
+    const int B = 1 << 20, v3 = c->arch == ARCH_DEEPSEEK_V3; /* transformers' defaults differ by family */
     if (cfg_int(r, "vocab_size", 1, 1 << 24, -1, &c->vocab) || cfg_int(r, "hidden_size", 1, B, -1, &c->dim) ||
         cfg_int(r, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
         cfg_int(r, "num_attention_heads", 1, 1024, -1, &c->n_heads) || cfg_int(r, "q_lora_rank", 1, B, -1, &c->q_lora) ||
@@ -129,19 +142,20 @@ static inline int cfg_dims(cfg_reader *r, coli_config *c) {
         cfg_int(r, "moe_intermediate_size", 1, B, -1, &c->moe_inter) ||
         cfg_int(r, "n_routed_experts", 1, 65536, -1, &c->n_experts) ||
         cfg_int(r, "num_experts_per_tok", 1, 1024, -1, &c->topk) ||
-        cfg_int(r, "n_shared_experts", 0, 64, 1, &c->n_shared) || cfg_int(r, "n_group", 1, 65536, 1, &c->n_group) ||
-        cfg_int(r, "topk_group", 1, 65536, 1, &c->topk_group) ||
-        cfg_int(r, "index_topk", 1, 1 << 24, 2048, &c->index_topk) ||
-        cfg_int(r, "index_n_heads", 1, 1024, 32, &c->index_heads) ||
-        cfg_int(r, "index_head_dim", 1, 65536, 128, &c->index_dim) ||
-        cfg_int(r, "max_position_embeddings", 1, 1 << 30, 202752, &c->max_pos))
+        cfg_int(r, "n_shared_experts", 0, 64, 1, &c->n_shared) || cfg_int(r, "n_group", 1, 65536, v3 ? 8 : 1, &c->n_group) ||
+        cfg_int(r, "topk_group", 1, 65536, v3 ? 4 : 1, &c->topk_group) ||
+        cfg_int(r, "max_position_embeddings", 1, 1 << 30, v3 ? 4096 : 202752, &c->max_pos))
+        return -1;
+    if (c->has_indexer &&
+        (cfg_int(r, "index_topk", 1, 1 << 24, 2048, &c->index_topk) || cfg_int(r, "index_n_heads", 1, 1024, 32, &c->index_heads) ||
+         cfg_int(r, "index_head_dim", 1, 65536, 128, &c->index_dim)))
         return -1;
     int kvh;
     if (cfg_int(r, "num_key_value_heads", 1, 1024, c->n_heads, &kvh)) return -1;
     if (kvh != c->n_heads) return cfg_fail(r, "num_key_value_heads=%d must equal num_attention_heads=%d (MLA)", kvh, c->n_heads);
     c->qk_head = c->qk_nope + c->qk_rope;
     if (c->qk_rope % 2) return cfg_fail(r, "qk_rope_head_dim=%d must be even", c->qk_rope);
-    if (c->index_dim < c->qk_rope) return cfg_fail(r, "index_head_dim=%d is smaller than qk_rope_head_dim=%d", c->index_dim, c->qk_rope);
+    if (c->has_indexer && c->index_dim < c->qk_rope) return cfg_fail(r, "index_head_dim=%d is smaller than qk_rope_head_dim=%d", c->index_dim, c->qk_rope);
     if (c->topk > c->n_experts) return cfg_fail(r, "num_experts_per_tok=%d exceeds n_routed_experts=%d", c->topk, c->n_experts);
     if (c->n_experts % c->n_group) return cfg_fail(r, "n_routed_experts=%d is not a multiple of n_group=%d", c->n_experts, c->n_group);
     if (c->topk_group > c->n_group) return cfg_fail(r, "topk_group=%d exceeds n_group=%d", c->topk_group, c->n_group);
@@ -152,26 +166,78 @@ static inline int cfg_dims(cfg_reader *r, coli_config *c) {
     return 0;
 }
 
+/* YaRN's correction dimension for num_rot rotations (transformers'
+ * find_correction_dim, in double as there). */
+static inline double cfg_yarn_dim_(double num_rot, int dim, double base, int orig_max) {
+    return (dim * log(orig_max / (num_rot * 2 * M_PI))) / (2 * log(base));
+}
+
+/* RoPE: rope_parameters {rope_type, rope_theta, ...}, or the older
+ * rope_scaling {type, ...} beside a top-level rope_theta, as transformers
+ * standardizes them. "default" and "yarn" are supported; YaRN reads factor
+ * (required), attention_factor, mscale, mscale_all_dim, beta_fast (0 or
+ * absent: 32), beta_slow (0 or absent: 1), original_max_position_embeddings
+ * (a top-level field wins, else max_position_embeddings) and truncate. */
+static inline int cfg_rope(cfg_reader *r, coli_config *c) {
+    const js_doc *d = r->d;
+    int rp = js_get(d, r->root, "rope_parameters"), legacy = 0;
+    if (rp < 0 || js_typeof(d, rp) == JS_NULL) rp = js_get(d, r->root, "rope_scaling"), legacy = 1;
+    if (rp >= 0 && js_typeof(d, rp) == JS_NULL) rp = -1;
+    if (rp >= 0 && js_typeof(d, rp) != JS_OBJ) return cfg_fail(r, "field '%s' must be an object", legacy ? "rope_scaling" : "rope_parameters");
+    const char *type = "default";
+    if (rp >= 0) {
+        int t = js_get(d, rp, "rope_type");
+        if (t < 0) t = js_get(d, rp, "type");
+        if (t >= 0 && !js_str(d, t)) return cfg_fail(r, "rope_type must be a string");
+        if (t >= 0) type = js_str(d, t);
+    }
+    c->rope_yarn = !strcmp(type, "yarn");
+    if (!c->rope_yarn && strcmp(type, "default")) return cfg_fail(r, "rope_type '%s' is not supported (\"default\" or \"yarn\")", type);
+    int th = rp >= 0 ? js_get(d, rp, "rope_theta") : -1;
+    if (cfg_num(r, d, th >= 0 && js_typeof(d, th) != JS_NULL ? rp : r->root, "rope_theta", 1, 1e12, c->arch == ARCH_DEEPSEEK_V3 ? 10000 : -1,
+                &c->rope_theta))
+        return -1;
+    double prf = 1;
+    if (rp >= 0 && cfg_num(r, d, rp, "partial_rotary_factor", 0, 1, 1, &prf)) return -1;
+    if (rp >= 0 && prf != 1) return cfg_fail(r, "partial_rotary_factor=%g is not supported", prf);
+    double scale = 1.0 / sqrt((double)c->qk_head);
+    c->rope_attn_factor = 1;
+    if (c->rope_yarn) {
+        double ms = 0, msa = 0, om = 0;
+        if (cfg_num(r, d, rp, "factor", 1e-6, 1e6, -1, &c->rope_factor) || cfg_num(r, d, rp, "mscale", 0, 1e6, 0, &ms) ||
+            cfg_num(r, d, rp, "mscale_all_dim", 0, 1e6, 0, &msa) || cfg_num(r, d, rp, "beta_fast", 0, 1e6, 32, &c->rope_beta_fast) ||
+            cfg_num(r, d, rp, "beta_slow", 0, 1e6, 1, &c->rope_beta_slow) ||
+            cfg_num(r, d, rp, "attention_factor", 0, 1e6, 0, &c->rope_attn_factor))
+            return -1;
+        int af = js_get(d, rp, "attention_factor");
+        if (af >= 0 && js_typeof(d, af) != JS_NULL && c->rope_attn_factor <= 0) return cfg_fail(r, "attention_factor must be positive");
+        if (c->rope_beta_fast == 0) c->rope_beta_fast = 32;
+        if (c->rope_beta_slow == 0) c->rope_beta_slow = 1;
+        int top = js_get(d, r->root, "original_max_position_embeddings");
+        if (cfg_num(r, d, top >= 0 && js_typeof(d, top) != JS_NULL ? r->root : rp, "original_max_position_embeddings", 1, 1 << 30, c->max_pos, &om))
+            return -1;
+        c->rope_orig_max = (int)om;
+        int tr = js_get(d, rp, "truncate");
+        if (tr >= 0 && !js_is_bool(d, tr)) return cfg_fail(r, "truncate must be true or false");
+        c->rope_truncate = tr < 0 || js_typeof(d, tr) == JS_TRUE;
+        double f = c->rope_factor;
+#define COLI_MSCALE(m) (f <= 1 ? 1.0 : 0.1 * (m) * log(f) + 1.0)
+        if (c->rope_attn_factor == 0) c->rope_attn_factor = ms != 0 && msa != 0 ? COLI_MSCALE(ms) / COLI_MSCALE(msa) : COLI_MSCALE(1);
+        if (msa != 0) scale *= COLI_MSCALE(msa) * COLI_MSCALE(msa);
+#undef COLI_MSCALE
+    }
+    c->attn_scale = (float)scale;
+    return 0;
+}
+
 static inline int cfg_floats(cfg_reader *r, coli_config *c) {
     double v = 0;
     if (cfg_num(r, r->d, r->root, "routed_scaling_factor", 0, 1e6, 2.5, &v)) return -1;
     c->route_scale = (float)v;
-    if (cfg_num(r, r->d, r->root, "rms_norm_eps", 1e-12, 1, 1e-5, &v)) return -1;
+    if (cfg_num(r, r->d, r->root, "rms_norm_eps", 1e-12, 1, c->arch == ARCH_DEEPSEEK_V3 ? 1e-6 : 1e-5, &v)) return -1;
     c->rms_eps = (float)v;
     if (cfg_bool(r, "norm_topk_prob", 1, &c->norm_topk) || cfg_bool(r, "tie_word_embeddings", 0, &c->tie_embed)) return -1;
-    int rp = js_get(r->d, r->root, "rope_parameters");
-    if (rp >= 0 && js_typeof(r->d, rp) != JS_NULL) {
-        if (js_typeof(r->d, rp) != JS_OBJ) return cfg_fail(r, "field 'rope_parameters' must be an object");
-        int rt = js_get(r->d, rp, "rope_type");
-        if (rt >= 0 && (!js_str(r->d, rt) || strcmp(js_str(r->d, rt), "default")))
-            return cfg_fail(r, "rope_parameters.rope_type '%s' is not supported (only \"default\")", js_str(r->d, rt) ? js_str(r->d, rt) : "?");
-        if (cfg_num(r, r->d, rp, "rope_theta", 1, 1e12, -1, &c->rope_theta)) return -1;
-    } else {
-        int rs = js_get(r->d, r->root, "rope_scaling");
-        if (rs >= 0 && js_typeof(r->d, rs) != JS_NULL) return cfg_fail(r, "rope_scaling is not supported");
-        if (cfg_num(r, r->d, r->root, "rope_theta", 1, 1e12, -1, &c->rope_theta)) return -1;
-    }
-    return 0;
+    return cfg_rope(r, c);
 }
 
 /* 1 if string field `key` is absent or null, or exactly `want` (no embedded
@@ -182,25 +248,53 @@ static inline int cfg_str_is(cfg_reader *r, const char *key, const char *want) {
     return js_str(r->d, n) && js_str_len(r->d, n) == strlen(want) && !strcmp(js_str(r->d, n), want);
 }
 
-/* The string fields: model_type and the choices transformers hard-codes
- * for glm_moe_dsa (hidden_act silu, sigmoid scoring, noaux_tc top-k,
- * interleaved RoPE, no biases); a file asking for anything else describes
- * another model and is refused. */
-static inline int cfg_strings(cfg_reader *r) {
+/* The families by model_type. kimi_k2 is DeepSeek-V3's architecture under
+ * Moonshot's name (its config.json maps to DeepseekV3Config). */
+static inline int cfg_family(cfg_reader *r, coli_config *c) {
+    static const struct {
+        const char *type;
+        coli_arch arch;
+    } fam[] = {{"glm_moe_dsa", ARCH_GLM_MOE_DSA}, {"deepseek_v3", ARCH_DEEPSEEK_V3}, {"kimi_k2", ARCH_DEEPSEEK_V3}};
     int mt = js_get(r->d, r->root, "model_type");
     if (!js_str(r->d, mt)) return cfg_fail(r, "missing field 'model_type'");
-    if (!cfg_str_is(r, "model_type", "glm_moe_dsa"))
-        return cfg_fail(r, "model_type '%s' is not supported (expected glm_moe_dsa)", js_str(r->d, mt));
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++)
+        if (cfg_str_is(r, "model_type", fam[i].type)) {
+            c->arch = fam[i].arch, c->model_type = fam[i].type;
+            c->has_indexer = c->arch == ARCH_GLM_MOE_DSA;
+            return 0;
+        }
+    if (cfg_str_is(r, "model_type", "deepseek_v32"))
+        return cfg_fail(r, "model_type 'deepseek_v32' (DeepSeek-V3.2) is not supported yet: its indexer differs from GLM-5's");
+    return cfg_fail(r, "model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, kimi_k2)",
+                    js_str(r->d, mt));
+}
+
+/* The string and flag fields: the choices transformers hard-codes for the
+ * family (hidden_act silu, sigmoid scoring, noaux_tc top-k, no biases,
+ * every layer from first_k_dense_replace on MoE; glm_moe_dsa always
+ * rotates interleaved pairs, deepseek_v3 as rope_interleave says); a file
+ * asking for anything else describes another model and is refused. */
+static inline int cfg_strings(cfg_reader *r, coli_config *c) {
+    if (cfg_family(r, c)) return -1;
     static const char *const want[][2] = {{"hidden_act", "silu"}, {"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        if (!cfg_str_is(r, want[i][0], want[i][1])) return cfg_fail(r, "field '%s' must be \"%s\" for glm_moe_dsa", want[i][0], want[i][1]);
-    static const char *const off[] = {"attention_bias", "mlp_bias"}, *const on[] = {"rope_interleave", "indexer_rope_interleave"};
+        if (!cfg_str_is(r, want[i][0], want[i][1]))
+            return cfg_fail(r, "field '%s' must be \"%s\" for %s", want[i][0], want[i][1], c->model_type);
+    static const char *const off[] = {"attention_bias", "mlp_bias"};
     for (size_t i = 0; i < 2; i++) {
         int v = 0;
         if (cfg_bool(r, off[i], 0, &v)) return -1;
         if (v) return cfg_fail(r, "%s=true is not supported", off[i]);
-        if (cfg_bool(r, on[i], 1, &v)) return -1;
-        if (!v) return cfg_fail(r, "%s=false is not supported (glm_moe_dsa rotates interleaved pairs)", on[i]);
+    }
+    if (cfg_bool(r, "rope_interleave", 1, &c->rope_interleave)) return -1;
+    if (c->arch == ARCH_GLM_MOE_DSA) {
+        int v = 1;
+        if (!c->rope_interleave) return cfg_fail(r, "rope_interleave=false is not supported (glm_moe_dsa rotates interleaved pairs)");
+        if (cfg_bool(r, "indexer_rope_interleave", 1, &v)) return -1;
+        if (!v) return cfg_fail(r, "indexer_rope_interleave=false is not supported (glm_moe_dsa rotates interleaved pairs)");
+    } else {
+        int f;
+        if (cfg_int(r, "moe_layer_freq", 1, 1, 1, &f)) return -1; /* DeepSeek's own code: MoE iff l % freq == 0 */
     }
     return 0;
 }
@@ -227,6 +321,12 @@ static inline int cfg_layer_kinds(cfg_reader *r, coli_config *c) {
     c->moe = (unsigned char *)calloc((size_t)L + 1, 1); /* + the MTP layer's, set by the loader */
     c->idx_full = (unsigned char *)calloc((size_t)L + 1, 1);
     if (!c->moe || !c->idx_full) return cfg_fail(r, "out of memory");
+    if (!c->has_indexer) { /* every layer from first_k_dense_replace on is MoE */
+        int fk;
+        if (cfg_int(r, "first_k_dense_replace", 0, L, 3 < L ? 3 : L, &fk)) return -1;
+        for (int i = fk; i < L; i++) c->moe[i] = 1;
+        return 0;
+    }
     int mlt = js_get(r->d, r->root, "mlp_layer_types");
     if (mlt >= 0 && js_typeof(r->d, mlt) != JS_NULL) {
         if (cfg_layer_words(r, mlt, "mlp_layer_types", "sparse", "dense", L, c->moe)) return -1;
@@ -289,7 +389,7 @@ static inline int coli_config_load(coli_config *c, const char *dir, char *err, s
     js_doc *d = js_load_object(path, 16u << 20, err, errlen);
     if (!d) return -1;
     cfg_reader r = {d, d->root, path, err, errlen};
-    int rc = cfg_strings(&r);
+    int rc = cfg_strings(&r, c);
     if (!rc) rc = cfg_dims(&r, c);
     if (!rc) rc = cfg_derived(&r, c);
     if (!rc) rc = cfg_floats(&r, c);

@@ -1,5 +1,6 @@
-/* forward.h — the per-token math of GLM-5 (glm_moe_dsa) over a loaded
- * coli_model: RMSNorm, interleaved RoPE, MLA attention on the compressed
+/* forward.h — the per-token math of GLM-5 (glm_moe_dsa) and DeepSeek-V3
+ * (deepseek_v3, kimi_k2) over a loaded coli_model: RMSNorm, RoPE
+ * (interleaved or half-split, YaRN tables), MLA attention on the compressed
  * KV cache (absorbed or reconstructed), the DSA lightning indexer, the
  * sigmoid router with its correction bias and group-limited choice, the
  * MoE with routed experts from the store, dense MLPs, the final norm and
@@ -44,6 +45,22 @@ static void rope_apply(float *v, int d, const float *cs, const float *sn) {
         tmp[h + i] = b * cs[i] + a * sn[i];
     }
     memcpy(v, tmp, (size_t)d * 4);
+}
+
+/* Half-split RoPE (rope_interleave false): pair (i, i + d/2) rotates by
+ * angle i in place, as transformers' apply_rotary_pos_emb with rotate_half. */
+static void rope_apply_half(float *v, int d, const float *cs, const float *sn) {
+    int h = d / 2;
+    for (int i = 0; i < h; i++) {
+        float a = v[i], b = v[h + i];
+        v[i] = a * cs[i] - b * sn[i];
+        v[h + i] = b * cs[i] + a * sn[i];
+    }
+}
+
+/* The attention's RoPE in the layout config.json names. */
+static inline void rope_attn(const coli_config *c, float *v, const float *cs, const float *sn) {
+    (c->rope_interleave ? rope_apply : rope_apply_half)(v, c->qk_rope, cs, sn);
 }
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -223,7 +240,7 @@ static void attn_head_latent(coli_model *m, int l, int s, int pos, int h, float 
     float *score = thr, *qa = thr + m->kv.ctx;
     qt_tensor uk = qt_rows(&L->kv_b, (int64_t)h * kvw, nope);
     mm_matvec_t(&m->mm, &uk, q, qa);
-    float scale = 1.0f / sqrtf((float)c->qk_head);
+    float scale = c->attn_scale;
     for (int i = 0; i < n; i++) {
         int t = sel ? sel[i] : i;
         score[i] = (mm_dot_f32(qa, lat + (size_t)t * kvl, kvl) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
@@ -243,7 +260,7 @@ static void attn_head_rows(coli_model *m, int l, int s, int pos, int h, const fl
     const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
     int Ts = pos + s + 1, n = sc->nsel[s] < 0 ? Ts : sc->nsel[s];
     const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
-    float scale = 1.0f / sqrtf((float)c->qk_head);
+    float scale = c->attn_scale;
     for (int i = 0; i < n; i++) {
         int t = sel ? sel[i] : i;
         score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
@@ -291,12 +308,12 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
         rmsnorm(m->kv.lat + ((size_t)l * m->kv.ctx + p) * kvl, ckv, L->kv_a_norm, kvl, 1e-6f);
         float *kr = m->kv.rope + ((size_t)l * m->kv.ctx + p) * rd;
         memcpy(kr, ckv + kvl, (size_t)rd * 4);
-        rope_apply(kr, rd, cs, sn);
-        for (int h = 0; h < H; h++) rope_apply(sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, rd, cs, sn);
+        rope_attn(c, kr, cs, sn);
+        for (int h = 0; h < H; h++) rope_attn(c, sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, cs, sn);
     }
     fwd_sync(f); /* queries roped, the batch's keys cached */
     if (c->idx_full[l]) fwd_indexer(f, l, S, pos); /* shared layers keep the last full layer's choice */
-    else if (l == c->n_layers) { /* an MTP layer without an indexer keeps every causal key */
+    else if (!c->has_indexer || l == c->n_layers) { /* no indexer (deepseek_v3, an MTP layer without one): every causal key */
         if (f->tid == 0)
             for (int s = 0; s < S; s++) sc->nsel[s] = -1;
         fwd_sync(f);

@@ -554,15 +554,37 @@ static inline size_t scratch_layout(const coli_config *c, int max_s, int ctx, in
     return off;
 }
 
-/* RoPE tables in f32 exactly as transformers builds them. */
+/* The inverse frequency of rotary pair i, in f32 as transformers computes
+ * it: theta^(-2i/d), and under YaRN the blend of that (extrapolation) and
+ * it divided by factor (interpolation) by a linear ramp between the
+ * correction dimensions of beta_fast and beta_slow rotations over
+ * original_max_position_embeddings (floored/ceiled when truncate). */
+static inline float rope_inv_freq(const coli_config *c, int i) {
+    int d = c->qk_rope;
+    float pos = powf((float)c->rope_theta, (float)(2 * i) / (float)d);
+    if (!c->rope_yarn) return 1.0f / pos;
+    double lo = cfg_yarn_dim_(c->rope_beta_fast, d, c->rope_theta, c->rope_orig_max);
+    double hi = cfg_yarn_dim_(c->rope_beta_slow, d, c->rope_theta, c->rope_orig_max);
+    if (c->rope_truncate) lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0 ? lo : 0, hi = hi < d - 1 ? hi : d - 1;
+    if (lo == hi) hi += 0.001;
+    float ramp = ((float)i - (float)lo) / (float)(hi - lo);
+    ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+    float extra = 1.0f - ramp, inter = 1.0f / ((float)c->rope_factor * pos);
+    return inter * (1.0f - extra) + (1.0f / pos) * extra;
+}
+
+/* RoPE tables in f32 exactly as transformers builds them (cos and sin
+ * times YaRN's attention factor, 1 otherwise). */
 static inline void rope_tables(const coli_config *c, int ctx, float *cs, float *sn) {
     int half = c->qk_rope / 2;
+    float af = (float)c->rope_attn_factor;
     for (int i = 0; i < half; i++) {
-        float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->qk_rope);
+        float inv = rope_inv_freq(c, i);
         for (int p = 0; p < ctx; p++) {
             float ang = (float)p * inv;
-            cs[(size_t)p * half + i] = cosf(ang);
-            sn[(size_t)p * half + i] = sinf(ang);
+            cs[(size_t)p * half + i] = c->rope_yarn ? cosf(ang) * af : cosf(ang);
+            sn[(size_t)p * half + i] = c->rope_yarn ? sinf(ang) * af : sinf(ang);
         }
     }
 }

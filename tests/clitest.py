@@ -9,8 +9,12 @@ import subprocess
 
 BIN = os.environ.get("COLIBRI", "./colibri")
 FIXTURES = "tests/fixtures"
-# Fixture directories with an oracle reference.
-ORACLES = sorted(d for d in os.listdir(FIXTURES) if os.path.exists(os.path.join(FIXTURES, d, "ref.json")))
+# Fixture directories with an oracle reference; ORACLES[0] is tiny-glm5,
+# the GLM-5 fixture the single-fixture tests edit and run.
+ORACLES = sorted((d for d in os.listdir(FIXTURES) if os.path.exists(os.path.join(FIXTURES, d, "ref.json"))),
+                 key=lambda d: (d != "tiny-glm5", d))
+# The other families' f32 fixtures (DeepSeek-V3, Kimi K2).
+FAMILY_ORACLES = [d for d in ORACLES if d.startswith(("tiny-dsv3", "tiny-kimi")) and not d.endswith("-q4")]
 
 
 def env_base(extra=None):

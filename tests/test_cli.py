@@ -22,7 +22,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import BIN, FIXTURES, ORACLES, copy_fixture, env_base, load_json, read_st, run, save_json  # noqa: E402
+from clitest import BIN, FAMILY_ORACLES, FIXTURES, ORACLES, copy_fixture, env_base, load_json, read_st, run, save_json  # noqa: E402
 
 
 def write_st(path, header, data):
@@ -79,6 +79,10 @@ class Oracle(unittest.TestCase):
                 continue
             self.assertEqual(rc, 0, level + ": " + err)
             self.assertIn("PASS", out)
+            for name in FAMILY_ORACLES:  # DeepSeek-V3 / Kimi K2: half-split RoPE, YaRN, group routing at this level
+                rc, fout, ferr = run(os.path.join(FIXTURES, name), {"SIMD": level, "USAGE_SAVE": "0"})
+                self.assertEqual(rc, 0, "%s %s: %s" % (level, name, fout + ferr))
+                self.assertIn("PASS", fout, name)
             ran.append(level)
             rc, out, err = run(d, {"SIMD": level, "USAGE_SAVE": "0", "EXPERT_BITS": "4", "GROUP_SIZE": "16", "DENSE_BITS": "8",
                                    "PROMPT": "hello", "TEMP": "0", "NGEN": "12", "TOKENS": "1"})
@@ -149,6 +153,17 @@ class Tiers(unittest.TestCase):
         self.assertIn("COLI_RAM_OVERCOMMIT", err)
 
     def test_invariance_matrix(self):
+        self.invariance_matrix()
+
+    def test_invariance_matrix_deepseek_v3(self):
+        """The same matrix on tiny-dsv3: no indexer, YaRN, group routing, an MTP layer."""
+        self.assertIn("tiny-dsv3", FAMILY_ORACLES)
+        shutil.rmtree(self.dir)
+        self.dir = tempfile.mkdtemp()
+        copy_fixture("tiny-dsv3", self.dir)
+        self.invariance_matrix()
+
+    def invariance_matrix(self):
         rc, base, err = run(self.dir, {"PIN": "0"})  # also writes the first history
         self.assertEqual(rc, 0, err)
         self.assertTrue(os.path.exists(os.path.join(self.dir, ".coli_usage")))
@@ -598,6 +613,17 @@ class Speculation(unittest.TestCase):
         rc, out, err = run(d, e)
         self.assertEqual(rc, 0, "%s: %s" % (env, err))
         return ids_line(err, "generated tokens"), err
+
+    def test_deepseek_v3_mtp_greedy_identical(self):
+        """DeepSeek-V3's MTP layer (tiny-dsv3: no indexer, YaRN) drafts too;
+        greedy output is the same for every draft count."""
+        d = os.path.join(FIXTURES, "tiny-dsv3")
+        base, err = self.gen(d, {"DRAFT": "0"})
+        self.assertEqual(len(base), 40)
+        for env in ({"DRAFT": "1"}, {"DRAFT": "3"}, {"DRAFT": "-1", "THREADS": "1"}, {"DRAFT": "2", "CAP": "1", "PIN": "0"}):
+            ids, err = self.gen(d, env)
+            self.assertEqual(ids, base, env)
+            self.assertRegex(err, r"speculation: \d+ drafted, \d+ accepted", env)
 
     def test_greedy_identical_everywhere(self):
         base, err = self.gen(self.dir, {"DRAFT": "0"})

@@ -1,5 +1,5 @@
-/* convert.c — colibri-convert: a Hugging Face GLM-5 directory (glm_moe_dsa;
- * bf16/f16/f32 safetensors, or the FP8 e4m3 release with 128×128
+/* convert.c — colibri-convert: a Hugging Face GLM-5 or DeepSeek-V3 / Kimi K2 directory (glm_moe_dsa,
+ * deepseek_v3, kimi_k2; bf16/f16/f32 safetensors, or the FP8 e4m3 release with 128×128
  * `weight_scale_inv` blocks) into a colibri container.
  *
  *   colibri-convert SRC DST --expert-bits N --dense-bits N [--group-size G]
@@ -130,7 +130,7 @@ static const char *cv_human(uint64_t b, char *buf, size_t n) {
 
 static void cv_usage(FILE *f) {
     fprintf(f, "usage: colibri-convert SRC DST --expert-bits N --dense-bits N [options]\n"
-               "  SRC  Hugging Face glm_moe_dsa directory (bf16/f16/f32, or FP8 e4m3 + weight_scale_inv)\n"
+               "  SRC  Hugging Face glm_moe_dsa / deepseek_v3 / kimi_k2 directory (bf16/f16/f32, or FP8 e4m3 + weight_scale_inv)\n"
                "  DST  container directory (created; a rerun resumes)\n");
     for (int i = 0; i < F_N; i++) {
         const cv_flag *g = &cv_flags[i];
@@ -297,8 +297,8 @@ static int cv_config_load(const char *src, cv_config *c, char **text, size_t *le
     const int B = 1 << 20;
     if (js_typeof(d, d->root) != JS_OBJ) rc = cv_fail("%s: not a JSON object", path);
     else if (!js_str(d, mt)) rc = cv_fail("%s: missing field 'model_type'", path);
-    else if (strcmp(js_str(d, mt), "glm_moe_dsa"))
-        rc = cv_fail("%s: model_type '%s' is not supported (expected glm_moe_dsa)", path, js_str(d, mt));
+    else if (strcmp(js_str(d, mt), "glm_moe_dsa") && strcmp(js_str(d, mt), "deepseek_v3") && strcmp(js_str(d, mt), "kimi_k2"))
+        rc = cv_fail("%s: model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, kimi_k2)", path, js_str(d, mt));
     if (!rc)
         rc = cv_cfg_int(d, path, "vocab_size", 1, 1 << 24, -1, &c->vocab) || cv_cfg_int(d, path, "hidden_size", 1, B, -1, &c->dim) ||
              cv_cfg_int(d, path, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
@@ -398,7 +398,8 @@ typedef struct {
     int mtp_only;
 } cv_known;
 
-/* Every per-layer tensor name of glm_moe_dsa (after "model.layers.L."). */
+/* Every per-layer tensor name of glm_moe_dsa (after "model.layers.L.");
+ * deepseek_v3 / kimi_k2 use the same names without the indexer's. */
 static const cv_known cv_layer_names[] = {
     {"input_layernorm.weight", CL_KEEP, SZ_D, SZ_0, 0},
     {"post_attention_layernorm.weight", CL_KEEP, SZ_D, SZ_0, 0},
@@ -602,7 +603,7 @@ static int cv_classify(cv_plan *p, const st_tensor *t) {
         if (t->ndim != 1) {
             char got[128];
             cv_shape_str(t, got, sizeof got);
-            return cv_fail("%s: tensor '%s' %s is not a glm_moe_dsa tensor this converter knows; refusing an "
+            return cv_fail("%s: tensor '%s' %s is not a tensor this converter knows; refusing an "
                            "unknown layout", cv_path(p->ix, t), t->name, got);
         }
         it.cls = CL_KEEP;

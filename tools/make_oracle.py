@@ -44,11 +44,31 @@ import torch
 import transformers
 from safetensors.torch import save_file
 from torch import nn
-from transformers import AutoTokenizer, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+from transformers import AutoTokenizer, DeepseekV3Config, DeepseekV3ForCausalLM, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+from transformers.models.deepseek_v3 import modeling_deepseek_v3 as mdl_v3
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mdl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle_tokenizer  # noqa: E402  (tools/ is not a package)
+
+# The model families: transformers' config and model classes, its modeling
+# module and class-name prefix, and the architectures entry of config.json.
+FAMILIES = {
+    "glm_moe_dsa": dict(config=GlmMoeDsaConfig, model=GlmMoeDsaForCausalLM, mdl=mdl, prefix="GlmMoeDsa",
+                        arch="GlmMoeDsaForCausalLM"),
+    "deepseek_v3": dict(config=DeepseekV3Config, model=DeepseekV3ForCausalLM, mdl=mdl_v3, prefix="DeepseekV3",
+                        arch="DeepseekV3ForCausalLM"),
+}
+
+
+def family(spec):
+    return FAMILIES[spec.get("family", "glm_moe_dsa")]
+
+
+def fam_class(spec, name):
+    f = family(spec)
+    return getattr(f["mdl"], f["prefix"] + name)
+
 
 # Margins below which a seed is rejected. Implementations in f32 agree to
 # ~1e-6 on these quantities; the margins leave two orders of magnitude.
@@ -124,6 +144,58 @@ MTP_CONVENTION = (
     "a chained draft feeds the previous step's o (before shared_head.norm) as h")
 
 
+# DeepSeek-V3 layout (deepseek_v3): no indexer, group-limited routing with
+# topk_group < n_group, YaRN in the checkpoint's own form (rope_scaling beside
+# a top-level rope_theta, mscale = mscale_all_dim = 1: the softmax scale grows
+# by mscale(40)^2 = 1.87, cos/sin stay unscaled), a correction range that
+# blends interpolated and extrapolated frequencies (original context 64,
+# rotary dim 16), an MTP layer as in the released checkpoint.
+FIXTURES["tiny-dsv3"] = dict(
+    family="deepseek_v3", tokenizer="tiny-glm5", mtp=True,
+    config=dict(
+        vocab_size=352, hidden_size=64, intermediate_size=96, moe_intermediate_size=24,
+        num_hidden_layers=3, first_k_dense_replace=1, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=40, kv_lora_rank=32, qk_nope_head_dim=20,
+        qk_rope_head_dim=16, v_head_dim=18, n_routed_experts=16, num_experts_per_tok=4,
+        n_shared_experts=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+        norm_topk_prob=True, num_nextn_predict_layers=1,
+        rope_scaling={"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32,
+                      "beta_slow": 1, "original_max_position_embeddings": 64},
+        rope_theta=10000.0, rms_norm_eps=1e-6, max_position_embeddings=2560, tie_word_embeddings=False,
+        hidden_act="silu", attention_bias=False, bos_token_id=0,
+    ),
+    legacy_rope=True,
+    config_eos=["<|endoftext|>", "<|user|>"],
+    generation=dict(eos=["<|endoftext|>", "<|user|>", "<|observation|>"], do_sample=True, temperature=0.6, top_p=0.95),
+    chat=dict(system="You are a terse assistant.", user="Name three prime numbers.", think=False, max_new=20),
+    prompt_len=40, greedy_len=16, seed=6000,
+)
+# Kimi K2 layout (model_type kimi_k2, read as deepseek_v3): one expert group,
+# an expert count that is not a power of two (384 scaled down to 12), Kimi's
+# routed_scaling_factor, YaRN in rope_parameters form with mscale != 
+# mscale_all_dim (cos/sin scaled by attention_factor 0.96...), and
+# rope_interleave false (half-split RoPE, which converted checkpoints use).
+FIXTURES["tiny-kimi-k2"] = dict(
+    family="deepseek_v3", tokenizer="tiny-glm5", model_type="kimi_k2",
+    config=dict(
+        vocab_size=352, hidden_size=72, intermediate_size=80, moe_intermediate_size=20,
+        num_hidden_layers=3, first_k_dense_replace=1, num_attention_heads=3,
+        num_key_value_heads=3, q_lora_rank=36, kv_lora_rank=28, qk_nope_head_dim=16,
+        qk_rope_head_dim=12, v_head_dim=22, n_routed_experts=12, num_experts_per_tok=4,
+        n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=2.827,
+        norm_topk_prob=True, rope_interleave=False, num_nextn_predict_layers=0,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 50000.0, "factor": 32.0, "mscale": 0.707,
+                         "mscale_all_dim": 1.0, "beta_fast": 1, "beta_slow": 1, "original_max_position_embeddings": 48},
+        rms_norm_eps=1e-6, max_position_embeddings=1536, tie_word_embeddings=False,
+        hidden_act="silu", attention_bias=False, bos_token_id=0,
+    ),
+    config_eos="<|endoftext|>",
+    generation=dict(eos=["<|endoftext|>", "<|user|>"], do_sample=False),
+    chat=dict(system=None, user="Write one line about disks.", think=True, max_new=16),
+    prompt_len=36, greedy_len=16, seed=7000,
+)
+
+
 # Quantized fixtures: one tiny model (hidden 80 is not a multiple of the
 # group size 32; moe_intermediate 45 makes the down projections' inner
 # dimension odd) converted by colibri-convert at several formats; each
@@ -146,7 +218,14 @@ QBASE = dict(
     tokenizer="tiny-glm5",
     prompt_len=32, greedy_len=16,
 )
+# DeepSeek-V3 quantized: tiny-dsv3's features (YaRN, group routing) without
+# the MTP layer, hidden 80 as QBASE, two expert groups of which one is kept
+# (four groups rarely leave the group choice 5e-3 clear of a tie).
+QBASE_V3 = copy.deepcopy(FIXTURES["tiny-dsv3"])
+QBASE_V3["config"].update(hidden_size=80, num_nextn_predict_layers=0, n_group=2, topk_group=1)
+QBASE_V3.update(mtp=False, prompt_len=32, greedy_len=16)
 QFIXTURES = {
+    "tiny-dsv3-q4": dict(base=QBASE_V3, dense_bits=8, expert_bits=4, group_size=32, seed=8000),
     "tiny-q8": dict(dense_bits=8, expert_bits=8, group_size=0, seed=3000),
     "tiny-q4": dict(dense_bits=8, expert_bits=4, group_size=0, seed=3100),
     "tiny-q4g32": dict(dense_bits=4, expert_bits=4, group_size=32, seed=3200),
@@ -155,7 +234,8 @@ QFIXTURES = {
 
 
 def check_modeling_file():
-    """Refuses a transformers whose glm_moe_dsa predates the modern math."""
+    """Refuses a transformers whose glm_moe_dsa or deepseek_v3 predates the
+    modern math."""
     idx = inspect.getsource(mdl.GlmMoeDsaIndexer.forward)
     att = inspect.getsource(mdl.GlmMoeDsaAttention.forward)
     problems = []
@@ -165,6 +245,9 @@ def check_modeling_file():
         problems.append("indexer scores are not passed through ReLU")
     if "apply_rotary_pos_emb_interleave" not in att:
         problems.append("MLA attention does not use interleaved RoPE")
+    v3 = inspect.getsource(mdl_v3.DeepseekV3Attention)
+    if "yarn_apply_mscale" not in v3 or "rope_interleave" not in v3:
+        problems.append("deepseek_v3 attention lacks YaRN's mscale or the rope_interleave switch")
     if problems:
         sys.exit("transformers %s is too old for the oracle: %s" % (transformers.__version__, "; ".join(problems)))
 
@@ -183,7 +266,7 @@ def make_config(spec, ids):
     kw = dict(spec["config"])
     kw.update(spec.get("indexer_schedule", {}))
     kw.update(eos_token_id=ids["eos"], pad_token_id=ids["pad"])
-    cfg = GlmMoeDsaConfig(**kw)
+    cfg = family(spec)["config"](**kw)
     cfg._attn_implementation = "eager"
     cfg._experts_implementation = "eager"
     return cfg
@@ -203,7 +286,17 @@ def config_json(spec, cfg):
         d.update(sched)
         again = GlmMoeDsaConfig(**{k: v for k, v in d.items() if k not in ("transformers_version", "model_type", "architectures")})
         assert again.indexer_types == cfg.indexer_types, (again.indexer_types, cfg.indexer_types)
-    d["architectures"] = ["GlmMoeDsaForCausalLM"]
+    if spec.get("legacy_rope"):  # as DeepSeek-V3's config.json: rope_scaling {type} + rope_theta
+        rp = dict(d.pop("rope_parameters"))
+        d["rope_theta"] = rp.pop("rope_theta")
+        rp["type"] = rp.pop("rope_type")
+        d["rope_scaling"] = rp
+        again = family(spec)["config"](rope_scaling=dict(rp), rope_theta=d["rope_theta"],
+                                       max_position_embeddings=d["max_position_embeddings"])
+        assert again.rope_parameters == cfg.rope_parameters, (again.rope_parameters, cfg.rope_parameters)
+    if spec.get("model_type"):
+        d["model_type"] = spec["model_type"]
+    d["architectures"] = [family(spec)["arch"]]
     d.pop("transformers_version", None)
     return d
 
@@ -277,7 +370,7 @@ class Probe:
         for m in model.modules():
             if isinstance(m, mdl.GlmMoeDsaIndexer):
                 self.hooks.append(m.register_forward_hook(self.on_indexer, with_kwargs=True))
-            elif isinstance(m, mdl.GlmMoeDsaTopkRouter):
+            elif isinstance(m, (mdl.GlmMoeDsaTopkRouter, mdl_v3.DeepseekV3TopkRouter)):
                 self.hooks.append(m.register_forward_hook(self.on_router))
 
     def close(self):
@@ -361,30 +454,32 @@ def margins(model, cfg, full_ids, tf, steps):
 
 def mtp_config(spec, ids, cfg):
     """The main config with one more layer: the MTP layer (index
-    num_hidden_layers) is an MoE layer that runs its own indexer."""
+    num_hidden_layers) is an MoE layer that runs its own indexer (if the
+    family has one)."""
     kw = dict(spec["config"])
     kw.update(spec.get("indexer_schedule", {}))
-    kw.update(eos_token_id=ids["eos"], pad_token_id=ids["pad"], num_hidden_layers=cfg.num_hidden_layers + 1,
-              mlp_layer_types=list(cfg.mlp_layer_types) + ["sparse"],
-              indexer_types=list(cfg.indexer_types) + ["full"],
-              layer_types=list(cfg.layer_types) + ["indexed_attention"])
-    mcfg = GlmMoeDsaConfig(**kw)
+    kw.update(eos_token_id=ids["eos"], pad_token_id=ids["pad"], num_hidden_layers=cfg.num_hidden_layers + 1)
+    if family(spec)["config"] is GlmMoeDsaConfig:
+        kw.update(mlp_layer_types=list(cfg.mlp_layer_types) + ["sparse"], indexer_types=list(cfg.indexer_types) + ["full"],
+                  layer_types=list(cfg.layer_types) + ["indexed_attention"])
+    mcfg = family(spec)["config"](**kw)
     mcfg._attn_implementation = "eager"
     mcfg._experts_implementation = "eager"
     return mcfg
 
 
-def make_mtp(mcfg):
+def make_mtp(spec, mcfg):
     """transformers' own decoder layer at index num_hidden_layers, plus the
     MTP parts (enorm, hnorm, eh_proj, shared_head.norm) as attributes, so that
     its state dict carries the checkpoint's names under model.layers.N."""
     n, dim, eps = mcfg.num_hidden_layers - 1, mcfg.hidden_size, mcfg.rms_norm_eps
-    layer = mdl.GlmMoeDsaDecoderLayer(mcfg, n)
-    layer.enorm = mdl.GlmMoeDsaRMSNorm(dim, eps)
-    layer.hnorm = mdl.GlmMoeDsaRMSNorm(dim, eps)
+    norm = fam_class(spec, "RMSNorm")
+    layer = fam_class(spec, "DecoderLayer")(mcfg, n)
+    layer.enorm = norm(dim, eps)
+    layer.hnorm = norm(dim, eps)
     layer.eh_proj = nn.Linear(2 * dim, dim, bias=False)
     layer.shared_head = nn.Module()
-    layer.shared_head.norm = mdl.GlmMoeDsaRMSNorm(dim, eps)
+    layer.shared_head.norm = norm(dim, eps)
     return layer.eval()
 
 
@@ -400,8 +495,11 @@ def mtp_forward(model, mtp, mcfg, hidden, tokens):
         mask = mdl.create_causal_mask(config=mcfg, inputs_embeds=u, attention_mask=None, past_key_values=None,
                                       position_ids=pos, allow_is_causal_skip=False)
         pe = model.model.rotary_emb(u, position_ids=pos)
-        o, _ = mtp(u, attention_mask=mask, position_ids=pos, past_key_values=None, use_cache=False,
-                   position_embeddings=pe, prev_topk_indices=None)
+        if isinstance(mtp, mdl.GlmMoeDsaDecoderLayer):
+            o, _ = mtp(u, attention_mask=mask, position_ids=pos, past_key_values=None, use_cache=False,
+                       position_embeddings=pe, prev_topk_indices=None)
+        else:
+            o = mtp(u, attention_mask=mask, position_ids=pos, past_key_values=None, use_cache=False, position_embeddings=pe)
         logits = model.lm_head(mtp.shared_head.norm(o))
     return o[0], logits[0]
 
@@ -504,10 +602,10 @@ def build(name, spec, outdir):
     for attempt in range(200):
         seed = spec["seed"] + attempt
         torch.manual_seed(seed)
-        model = GlmMoeDsaForCausalLM(cfg).eval()
+        model = family(spec)["model"](cfg).eval()
         gw = randomize(model, seed)
         if mcfg:  # the MTP layer's weights continue the main model's stream
-            mtp = make_mtp(mcfg)
+            mtp = make_mtp(spec, mcfg)
             redraw(mtp, gw, cfg.kv_lora_rank)
         g = torch.Generator().manual_seed(seed)
         prompt = torch.randint(5, vocab, (spec["prompt_len"],), generator=g).tolist()
@@ -614,15 +712,15 @@ def build_quantized(name, q, outdir, converter):
     """Seeds until the quantized model has no near-ties: base f32 model →
     checkpoint → colibri-convert → dequantized into transformers → ref."""
     import subprocess
-    spec = dict(QBASE, seed=q["seed"])
+    spec = dict(q.get("base", QBASE), seed=q["seed"])
     d = os.path.join(outdir, name)
-    tokdir = os.path.join(outdir, QBASE["tokenizer"])
+    tokdir = os.path.join(outdir, spec["tokenizer"])
     ids = special_ids(tokdir, spec)
     cfg = make_config(spec, ids)
     for attempt in range(400):
         seed = q["seed"] + attempt
         torch.manual_seed(seed)
-        model = GlmMoeDsaForCausalLM(cfg).eval()
+        model = family(spec)["model"](cfg).eval()
         randomize(model, seed)
         src = tempfile.mkdtemp()
         try:
@@ -652,7 +750,8 @@ def build_quantized(name, q, outdir, converter):
         prompt = torch.randint(5, cfg.vocab_size, (spec["prompt_len"],), generator=g).tolist()
         tf, steps, greedy = reference(model, cfg, prompt, spec["greedy_len"])
         m = margins(model, cfg, prompt + greedy, tf, steps)
-        ok = m["index"] >= MIN_INDEX_GAP and m["router"] >= MIN_ROUTER_GAP_Q and m["logit"] >= MIN_LOGIT_GAP
+        ok = m["index"] >= MIN_INDEX_GAP and m["router"] >= MIN_ROUTER_GAP_Q and m["group"] >= MIN_ROUTER_GAP_Q \
+            and m["logit"] >= MIN_LOGIT_GAP
         print("%s: seed %d margins %s%s" % (name, seed, {k: "%.2g" % v for k, v in m.items()}, "" if ok else " (rejected)"))
         if ok:
             break
