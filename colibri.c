@@ -586,6 +586,7 @@ typedef struct {
      * each turn's answer is one sentence of gram */
     const gr_grammar *gram;
     const gr_vocab *gv;
+    int g_tools;                    /* gram is tool_choice's: the tool-call tag tokens may be sampled */
     gr_state gst;
     gr_mask_ctx gcx;
     uint8_t *allowed;
@@ -598,16 +599,28 @@ typedef struct {
     long d_proposed, d_accepted, d_verifies;
 } conv;
 
+/* GLM-5's tool-call tags: special tokens (in GLM-5's tokenizer) that a
+ * tool_choice grammar produces and no other grammar may. */
+static int gram_is_tag(const tok *t, int id) {
+    static const char *const tags[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>"};
+    size_t n;
+    const char *p = tok_piece(t, id, &n);
+    for (size_t k = 0; p && k < sizeof tags / sizeof tags[0]; k++)
+        if (n == strlen(tags[k]) && !memcmp(p, tags[k], n)) return 1;
+    return 0;
+}
+
 /* The vocabulary as a byte trie for grammar masks: every id below the
  * model's vocabulary with its tokenizer piece, special tokens left out
- * (a grammar never produces them; stop tokens are allowed separately). */
+ * (a grammar never produces them; stop tokens are allowed separately)
+ * except the tool-call tags (gram_mask_of drops them for other grammars). */
 static int gram_vocab(const tok *t, int vocab, gr_vocab *v) {
     const char **b = (const char **)calloc((size_t)vocab, sizeof *b);
     size_t *l = (size_t *)calloc((size_t)vocab, sizeof *l);
     int rc = -1;
     if (b && l) {
         for (int i = 0; i < vocab && i < tok_n_ids(t); i++)
-            if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
+            if (!tok_is_special(t, i) || gram_is_tag(t, i)) b[i] = tok_piece(t, i, &l[i]);
         rc = gr_vocab_build(v, vocab, b, l);
     }
     free(b), free(l);
@@ -619,7 +632,7 @@ static int gram_vocab(const tok *t, int vocab, gr_vocab *v) {
 static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
     gr_mask_ctx_free(&cv->gcx);
     free(cv->allowed), cv->allowed = NULL;
-    cv->gram = gram, cv->gv = gv;
+    cv->gram = gram, cv->gv = gv, cv->g_tools = 0;
     if (!gram) return 0;
     if (cv->spec) { /* MTP drafts would need masking too, and grammar drafts take the verifying forward */
         fprintf(stderr, "colibri: grammar-constrained output decodes without MTP drafts\n");
@@ -639,6 +652,8 @@ static int gram_mask_of(conv *cv, const gr_state *st, int *end, int *one) {
     double t0 = compat_now();
     int n = gr_mask(cv->gram, st, cv->gv, &cv->gcx, cv->allowed);
     if (n < 0) cv->g_oom = 1, n = 0; /* nothing allowed: the turn ends, saying why */
+    for (int i = 0; i < cv->gv->n_tokens && !cv->g_tools; i++) /* the tags are tool_choice's alone */
+        if (cv->allowed[i] && tok_is_special(cv->t, i)) cv->allowed[i] = 0, n--;
     *end = gr_can_end(st), *one = -1;
     for (int i = 0; i < cv->gv->n_tokens && n == 1; i++)
         if (cv->allowed[i]) *one = i;
@@ -1316,6 +1331,7 @@ static int serve_job(conv *cv, kv_cache *kc, srv_job *j, const coli_gen *g0, int
         srv_finish(j, 500, &w), jw_free(&w);
         return 0;
     }
+    cv->g_tools = r->gram_tools;
     serve_req q = {.j = j, .first = 1};
     oai_out_init(&q.o, r);
     q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};

@@ -1188,4 +1188,123 @@ static inline char *gr_json_schema(const js_doc *d, int schema, char *err, size_
     return c.out.s;
 }
 
+/* ------------------------------------------------------------ tool calls */
+
+/* Raw text inside GLM-5's tags (a string argument, a reasoning block): any
+ * text without "</" or "<<" (so no closing tag can start inside it). */
+static const char gr_tool_prims_[] =
+    "tws ::= [ \\t\\n]{0,2}\n"
+    "tchar ::= [^<] | \"<\" [^/<]\n"
+    "traw ::= tchar*\n";
+
+/* The value rule of one argument: a "string" property is written raw
+ * (its enum as the literal alternatives; with maxLength, at most that many
+ * characters and no '<'), anything else as the JSON its
+ * schema allows — as the tool-call parser reads it back. Returns the rule
+ * number, or -1. */
+static inline int gr_tool_value_(gr_js_ *c, const js_doc *d, int prop) {
+    const char *ty = js_str(d, js_get(d, prop, "type"));
+    if (!ty || strcmp(ty, "string")) return gr_js_schema_(c, d, prop, 1);
+    int en = js_get(d, prop, "enum");
+    int k = gr_js_rule_(c);
+    if (js_typeof(d, en) == JS_ARR && js_count(d, en)) {
+        int first = 1;
+        for (int e = js_first(d, en); e >= 0; e = js_next(d, e)) {
+            if (js_typeof(d, e) != JS_STR) return gr_js_fail_(c, "%s", "a string property's enum lists a value that is not a string");
+            if (!first) jw_lit(&c->out, " | ");
+            gr_js_lit_(&c->out, js_str(d, e), js_str_len(d, e));
+            first = 0;
+        }
+        jw_lit(&c->out, "\n");
+    } else {
+        int mn = gr_js_int_field_(d, prop, "minLength", 0), mx = gr_js_int_field_(d, prop, "maxLength", -1);
+        char b[64];
+        if (mx >= 0 && mx < mn) return gr_js_fail_(c, "%s", "a string property's maxLength is below its minLength");
+        /* bounded: without '<', so that the bounds count characters exactly */
+        if (mx >= 0) snprintf(b, sizeof b, "[^<]{%d,%d}\n", mn, mx);
+        else if (mn) snprintf(b, sizeof b, "[^<]{%d,} traw\n", mn);
+        else snprintf(b, sizeof b, "traw\n");
+        jw_lit(&c->out, b);
+    }
+    return k;
+}
+
+/* The rule of one call to function f ({"name", "parameters"}):
+ * "<tool_call>" name, the properties in schema order as
+ * "<arg_key>" key "</arg_key>" "<arg_value>" value "</arg_value>" (the
+ * required ones always, the others optional), "</tool_call>". */
+static inline int gr_tool_call_(gr_js_ *c, const js_doc *d, int f) {
+    int name = js_get(d, f, "name"), params = js_get(d, f, "parameters");
+    int props = js_get(d, params, "properties"), req = js_get(d, params, "required");
+    int np = js_typeof(d, props) == JS_OBJ ? js_count(d, props) : 0;
+    int *val = (int *)malloc((size_t)(np + 1) * sizeof(int)), i = 0;
+    if (!val) return gr_js_fail_(c, "%s", "out of memory");
+    for (int p = np ? js_first(d, props) : -1; p >= 0; p = js_next(d, p), i++)
+        if ((val[i] = gr_tool_value_(c, d, p)) < 0) { free(val); return -1; }
+    int base = c->n; /* chain rules base+1 .. base+np+1: the arguments from property i on */
+    c->n += np + 1;
+    i = 0;
+    char b[96];
+    for (int p = np ? js_first(d, props) : -1; p >= 0; p = js_next(d, p), i++) {
+        int required = 0;
+        for (int r = js_first(d, req); r >= 0; r = js_next(d, r))
+            if (js_typeof(d, r) == JS_STR && js_str_len(d, r) == js_key_len(d, p) && !memcmp(js_str(d, r), js_key(d, p), js_key_len(d, p)))
+                required = 1;
+        snprintf(b, sizeof b, "r%d ::= tws \"<arg_key>\" ", base + 1 + i);
+        jw_lit(&c->out, b);
+        gr_js_lit_(&c->out, js_key(d, p), js_key_len(d, p));
+        snprintf(b, sizeof b, " \"</arg_key>\" tws \"<arg_value>\" r%d \"</arg_value>\" r%d", val[i], base + 2 + i);
+        jw_lit(&c->out, b);
+        if (!required) snprintf(b, sizeof b, " | r%d", base + 2 + i), jw_lit(&c->out, b);
+        jw_lit(&c->out, "\n");
+    }
+    free(val);
+    snprintf(b, sizeof b, "r%d ::= \"\"\n", base + 1 + np);
+    jw_lit(&c->out, b);
+    int k = gr_js_rule_(c);
+    jw_lit(&c->out, "\"<tool_call>\" ");
+    gr_js_lit_(&c->out, js_str(d, name), js_str_len(d, name));
+    snprintf(b, sizeof b, " r%d tws \"</tool_call>\"\n", base + 1);
+    jw_lit(&c->out, b);
+    return k;
+}
+
+/* GBNF text (malloc'd; root ::= ...) for GLM-5 tool calls to the functions
+ * of an OpenAI `tools` array: one call to the function named `only`, or
+ * (only NULL) one call (`many` 0) or one or more calls to any of them;
+ * with `think`, a reasoning block closed by "</think>" comes first (the
+ * prompt ended with "<think>"). NULL with err saying why. */
+static inline char *gr_tool_calls(const js_doc *d, int tools, const char *only, int many, int think, char *err, size_t errlen) {
+    gr_js_ c = {{0}, 0, err, errlen, 0};
+    jw_lit(&c.out, gr_js_prims_);
+    jw_lit(&c.out, gr_tool_prims_);
+    jw alts = {0};
+    int n = 0;
+    for (int t = js_first(d, tools); t >= 0 && !c.failed; t = js_next(d, t)) {
+        int f = js_get(d, t, "function");
+        const char *nm = js_str(d, js_get(d, f, "name"));
+        if (!nm || (only && strcmp(nm, only))) continue;
+        int k = gr_tool_call_(&c, d, f);
+        if (k < 0) break;
+        if (n++) jw_lit(&alts, " | ");
+        gr_js_ref_(&alts, k);
+    }
+    if (!c.failed && !n) gr_js_fail_(&c, only ? "tool_choice names the function \"%s\", which tools does not list" : "%s",
+                                     only ? only : "tool_choice needs at least one function in tools");
+    if (!c.failed) {
+        jw_lit(&c.out, "tcall ::= ");
+        jw_raw(&c.out, alts.s ? alts.s : "", alts.n);
+        jw_lit(&c.out, think ? "\nroot ::= traw \"</think>\" tws tcall" : "\nroot ::= tws tcall");
+        jw_lit(&c.out, many && !only ? " (tws tcall)* tws\n" : " tws\n");
+    }
+    int oom = alts.oom;
+    jw_free(&alts);
+    if (c.failed || c.out.oom || oom) {
+        if (!c.failed && err) snprintf(err, errlen, "out of memory");
+        jw_free(&c.out);
+        return NULL;
+    }
+    return c.out.s;
+}
+
 #endif

@@ -54,7 +54,8 @@ typedef struct {
     int tools;     /* the tools array (node), or -1 */
     int parse_tools;
     const char *model;
-    gr_grammar *gram; /* response_format's grammar, or NULL */
+    gr_grammar *gram; /* response_format's or tool_choice's grammar, or NULL */
+    int gram_tools;   /* gram is tool_choice's: GLM-5's tool-call tags may be sampled */
 } oai_req;
 
 static inline void oai_req_free(oai_req *r) {
@@ -291,6 +292,39 @@ static inline int oai_response_format_(const js_doc *d, int rf, oai_req *r, char
     return 0;
 }
 
+/* tool_choice: "auto", "none" (no tools rendered), "required" (one or more
+ * calls; one with parallel_tool_calls false) or {"type": "function",
+ * "function": {"name": X}} (one call to X): the last two constrain the
+ * answer to GLM-5's tool-call syntax with arguments their schemas allow
+ * (r->gram, r->gram_tools). */
+static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, char *err, size_t errlen) {
+    const char *tcs = js_str(d, tc), *only = NULL;
+    if (tcs && !strcmp(tcs, "none")) return r->tools = -1, 0;
+    if (tcs && !strcmp(tcs, "auto")) return 0;
+    if (!tcs) {
+        const char *ty = js_str(d, js_get(d, tc, "type"));
+        only = js_str(d, js_get(d, js_get(d, tc, "function"), "name"));
+        if (js_typeof(d, tc) != JS_OBJ || !ty || strcmp(ty, "function") || !only)
+            return oai_fail_(err, errlen, "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (strcmp(tcs, "required"))
+        return oai_fail_(err, errlen, "tool_choice \"%s\" is not one of auto, none, required", tcs);
+    if (r->tools < 0) return oai_fail_(err, errlen, "tool_choice %s needs tools", only ? "names a function, which" : "\"required\"");
+    if (r->gram) return oai_fail_(err, errlen, "tool_choice %s and a JSON response_format cannot both constrain the answer", only ? "naming a function" : "\"required\"");
+    int many = 1, ptc = js_get(d, o, "parallel_tool_calls");
+    if (ptc >= 0 && js_typeof(d, ptc) != JS_NULL) {
+        if (!js_is_bool(d, ptc)) return oai_fail_(err, errlen, "parallel_tool_calls must be true or false");
+        many = js_typeof(d, ptc) == JS_TRUE;
+    }
+    char gerr[300];
+    char *gbnf = gr_tool_calls(d, r->tools, only, many, r->think, gerr, sizeof gerr);
+    if (!gbnf) return oai_fail_(err, errlen, "tool_choice: %s", gerr);
+    r->gram = gr_parse(gbnf, strlen(gbnf), "root", gerr, sizeof gerr);
+    free(gbnf);
+    if (!r->gram) return oai_fail_(err, errlen, "tool_choice: the grammar written for the tools is refused (%s)", gerr);
+    r->gram_tools = 1;
+    return 0;
+}
+
 /* Parses and checks a request body; for chat requests renders the prompt.
  * 0, or -1 with err saying why (a 400). */
 static inline int oai_parse(const char *body, size_t len, int chat, const oai_limits *lim, oai_req *r, char *err, size_t errlen) {
@@ -384,13 +418,7 @@ static inline int oai_parse(const char *body, size_t len, int chat, const oai_li
         if (js_count(d, tools)) r->tools = tools;
     }
     int tc = js_get(d, o, "tool_choice");
-    const char *tcs = js_str(d, tc);
-    if (tc >= 0 && js_typeof(d, tc) != JS_NULL) {
-        if (!tcs || (strcmp(tcs, "auto") && strcmp(tcs, "none")))
-            return oai_fail_(err, errlen, "tool_choice %s is not supported yet (forcing a call needs grammar-constrained sampling); use \"auto\" or \"none\"",
-                             tcs ? tcs : "(an object)");
-        if (!strcmp(tcs, "none")) r->tools = -1;
-    }
+    if (tc >= 0 && js_typeof(d, tc) != JS_NULL && oai_tool_choice_(d, o, tc, r, err, errlen)) return -1;
     r->parse_tools = r->tools >= 0;
     int msgs = js_get(d, o, "messages");
     if (js_typeof(d, msgs) != JS_ARR || !js_count(d, msgs)) return oai_fail_(err, errlen, "messages must be a non-empty array");

@@ -252,10 +252,75 @@ static void test_schema(void) {
     }
 }
 
+/* GLM-5 tool calls under tool_choice: the syntax the tool-call parser
+ * reads back, argument values as their schemas allow. */
+static void test_tools(void) {
+    const char *tools =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"unit\":{\"type\":\"string\",\"enum\":[\"C\",\"F\"]},"
+        "\"tag\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":3}},"
+        "\"required\":[\"city\"]}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"now\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
+    char err[300];
+    js_doc *d = js_parse(tools, strlen(tools), err, sizeof err);
+    CHECK(d != NULL);
+    if (!d) return;
+    static const char W[] = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>";
+    struct {
+        const char *only;
+        int many, think;
+        const char *text;
+        int want;
+    } cases[] = {
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>", 1},
+        {NULL, 1, 0, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a < b</arg_value>\n<arg_key>days</arg_key>"
+                     "<arg_value>3</arg_value><arg_key>unit</arg_key><arg_value>F</arg_value>\n</tool_call>", 1},
+        {NULL, 1, 0, "<tool_call>now</tool_call>\n<tool_call>now</tool_call>", 1},
+        {NULL, 0, 0, "<tool_call>now</tool_call>\n<tool_call>now</tool_call>", 0},  /* parallel_tool_calls false */
+        {NULL, 1, 0, "<tool_call>get_weather</tool_call>", 0},                      /* city is required */
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>", 0},
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>days</arg_key>"
+                     "<arg_value>3.5</arg_value></tool_call>", 0},                  /* days is an integer */
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>unit</arg_key>"
+                     "<arg_value>K</arg_value></tool_call>", 0},                    /* unit's enum */
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>a</b</arg_value></tool_call>", 0},
+        {NULL, 1, 0, "<tool_call>other</tool_call>", 0},
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>abc</arg_value></tool_call>", 1},
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>abcd</arg_value></tool_call>", 0},
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value></arg_value></tool_call>", 0},
+        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>a<b</arg_value></tool_call>", 0},
+        {NULL, 1, 0, "Sure! <tool_call>now</tool_call>", 0},
+        {"now", 1, 0, "<tool_call>now</tool_call>", 1},
+        {"now", 1, 0, "<tool_call>now</tool_call><tool_call>now</tool_call>", 0},
+        {"now", 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value></tool_call>", 0},
+        {NULL, 1, 1, "I should look it up.</think>\n<tool_call>now</tool_call>", 1},
+        {NULL, 1, 1, "<tool_call>now</tool_call>", 0}, /* the reasoning block is closed first */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *text = gr_tool_calls(d, d->root, cases[i].only, cases[i].many, cases[i].think, err, sizeof err);
+        gr_grammar *g = text ? parse(text) : NULL;
+        CHECK(g != NULL);
+        int r = g ? in_lang(g, cases[i].text) : -1;
+        CHECK(r == cases[i].want);
+        if (r != cases[i].want) fprintf(stderr, "tool case %zu (%s): got %d for %s\n", i, text ? "" : err, r, cases[i].text);
+        /* every prefix of an accepted call is a prefix of the grammar: the mask can reach it */
+        if (g && cases[i].want) CHECK(prefix_ok(g, W, strlen(W)) == (cases[i].only == NULL && !cases[i].think));
+        gr_free(g), free(text);
+    }
+    char *t = gr_tool_calls(d, d->root, "missing", 1, 0, err, sizeof err);
+    CHECK(!t && strstr(err, "\"missing\""));
+    free(t);
+    js_doc *e = js_parse("[]", 2, NULL, 0);
+    t = e ? gr_tool_calls(e, e->root, NULL, 1, 0, err, sizeof err) : NULL;
+    CHECK(e && !t && strstr(err, "at least one function"));
+    free(t), js_free(e), js_free(d);
+}
+
 int main(void) {
     test_languages();
     test_refusals();
     test_mask();
     test_schema();
+    test_tools();
     return check_report("test_grammar");
 }

@@ -99,7 +99,15 @@ static void test_requests(void) {
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[1]}", 1, "stop must be"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 1, "logprobs"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"frequency_penalty\":1}", 1, "penalties"));
-    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\"}}", 1, "grammar"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\"}}", 1, "tool_choice must be"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 1, "needs tools"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"any\"}", 1, "not one of auto"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                  "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 1, "\"g\", which tools does not list"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                  "\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}", 1, "cannot both"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                  "\"tool_choice\":\"required\",\"parallel_tool_calls\":1}", 1, "parallel_tool_calls"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"code\"}]}", 1, "tools[0]"));
     CHECK(refused("{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{oops\"}}]}]}", 1,
                   "not valid JSON"));

@@ -270,6 +270,67 @@ class Protocol(ServeBase):
         self.assertEqual(st, 200, body)
         self.assertIn(body["choices"][0]["finish_reason"], ("stop", "length", "tool_calls"))
 
+    def test_tool_choice_forces_valid_calls(self):
+        """tool_choice "required" / named: every answer is a tool call to a
+        listed function whose arguments parse and follow its schema, at
+        several seeds and temperatures, with and without thinking."""
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                     "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"},
+                                                      "unit": {"type": "string", "enum": ["C", "F"]}},
+                     "required": ["city", "days"]}}},
+                 {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
+        srv = Server(model=synth_model())
+        try:
+            # one call (parallel_tool_calls false, or a named function) is bounded (city at most 8
+            # characters, days at most 16 digits): the answer must be that call; several calls, or a
+            # reasoning block first, may run into max_tokens on a random-weight model
+            for i, (choice, think, ptc) in enumerate([("required", False, False), ("required", False, True), ("required", True, False),
+                                                      ({"type": "function", "function": {"name": "get_weather"}}, False, True)]):
+                for seed in range(3):
+                    kw = dict(tools=tools, tool_choice=choice, max_tokens=300, temperature=0.4 + 0.4 * seed, seed=seed,
+                              chat_template_kwargs={"enable_thinking": think}, parallel_tool_calls=ptc)
+                    st, body = srv.chat(self.msgs("Weather in Paris for 3 days?"), **kw)
+                    self.assertEqual(st, 200, body)
+                    ch = body["choices"][0]
+                    if (think or (ptc and choice == "required")) and ch["finish_reason"] == "length":
+                        self.assertNotIn("tool_calls", ch["message"])
+                        if not think:
+                            self.assertTrue(ch["message"]["content"].lstrip().startswith("<tool_call>"), ch)
+                        continue
+                    self.assertEqual(ch["finish_reason"], "tool_calls", (i, seed, ch))
+                    calls = ch["message"]["tool_calls"]
+                    self.assertTrue(calls)
+                    if not ptc or isinstance(choice, dict):
+                        self.assertEqual(len(calls), 1)
+                    for c in calls:
+                        args = json.loads(c["function"]["arguments"])
+                        if isinstance(choice, dict):
+                            self.assertEqual(c["function"]["name"], "get_weather")
+                        if c["function"]["name"] == "now":
+                            self.assertEqual(args, {})
+                            continue
+                        self.assertEqual(c["function"]["name"], "get_weather")
+                        self.assertTrue({"city", "days"} <= set(args) <= {"city", "days", "unit"}, args)
+                        self.assertIsInstance(args["city"], str)
+                        self.assertLessEqual(len(args["city"]), 8)
+                        self.assertIsInstance(args["days"], int)
+                        self.assertIn(args.get("unit", "C"), ("C", "F"))
+                    if think:
+                        self.assertIn("reasoning_content", ch["message"])
+            try:  # the official client reads the forced call back
+                import openai
+            except ImportError:
+                openai = None
+            if openai:
+                c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % srv.port, api_key="none", max_retries=0)
+                r = c.chat.completions.create(model="m", messages=self.msgs("What time is it?"), max_tokens=40, temperature=0,
+                                              tools=tools, tool_choice={"type": "function", "function": {"name": "now"}})
+                self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+                self.assertEqual([(t.function.name, json.loads(t.function.arguments)) for t in r.choices[0].message.tool_calls],
+                                 [("now", {})])
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
     def test_response_format(self):
         """json_object and json_schema answers parse, and follow the schema."""
         schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
@@ -326,7 +387,7 @@ class Refusals(ServeBase):
         self.assertError(s.chat([{"role": "user", "content": "x"}], response_format={"type": "regex"}), 400, "not one of text, json_object")
         self.assertError(s.chat([{"role": "user", "content": "x"}], response_format={"type": "json_schema", "json_schema": {
             "name": "x", "schema": {"type": "string", "pattern": "a"}}}), 400, "\"pattern\" is not supported")
-        self.assertError(s.chat([{"role": "user", "content": "x"}], tool_choice="required"), 400, "grammar")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], tool_choice="required"), 400, "needs tools")
         self.assertError(s.chat([{"role": "user", "content": "word " * 200}]), 400, "context")
         self.assertError(s.request("GET", "/v1/chat/completions"), 405, "POST")
         self.assertError(s.request("GET", "/nope"), 404, "no such endpoint")
@@ -567,7 +628,10 @@ class OpenAIClient(ServeBase):
         self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
         self.assertNotIn("\n", r.choices[0].message.content or "")
         with self.assertRaises(openai.BadRequestError):
-            c.chat.completions.create(model="m", messages=self.msgs("x"), max_tokens=4, tool_choice="required", tools=tools)
+            c.chat.completions.create(model="m", messages=self.msgs("x"), max_tokens=4, tool_choice="required")
+        with self.assertRaises(openai.BadRequestError):  # a function tools does not list
+            c.chat.completions.create(model="m", messages=self.msgs("x"), max_tokens=4, tools=tools,
+                                      tool_choice={"type": "function", "function": {"name": "g"}})
         comp = c.completions.create(model="m", prompt="Once", max_tokens=5, temperature=0)
         self.assertEqual(comp.choices[0].text, one_shot("Once", 5, extra={"CHAT_TEMPLATE": "0", "SYSTEM": ""})[0])
 

@@ -42,6 +42,11 @@ static void fz_request(const uint8_t *p, size_t n, int chat) {
     FUZZ_CHECK(r.n_stop >= 0 && r.n_stop <= OAI_MAX_STOP);
     FUZZ_CHECK(r.max_tokens >= 0 && r.max_tokens <= fz_lim.ctx);
     for (int i = 0; i < r.n_stop; i++) FUZZ_CHECK(r.stop_len[i] > 0 && r.stop_len[i] <= 256);
+    if (r.gram_tools) { /* a forced tool call: its grammar starts */
+        gr_state gs;
+        FUZZ_CHECK(r.gram != NULL && gr_init(r.gram, &gs) == 0);
+        gr_state_free(&gs);
+    }
     if (chat) {
         FUZZ_CHECK(r.text_len >= 12 && !memcmp(r.text, "[gMASK]<sop>", 12));
         const char *gen = r.think ? "<|assistant|><think>" : "<|assistant|></think>";

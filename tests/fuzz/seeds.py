@@ -447,6 +447,12 @@ def seeds_openai():
         "chat-parts": {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "\u00e9"}]}]},
         "chat-history": {"messages": sysu + [{"role": "assistant", "content": "  Hi there \n"}, {"role": "user", "content": "More"}]},
         "chat-refused": {"messages": sysu, "response_format": {"type": "json_object"}, "logprobs": True},
+        "chat-tool-required": {"messages": sysu, "parallel_tool_calls": False, "tool_choice": "required", "tools": tools + [
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["n"], "properties": {
+                "n": {"type": "integer"}, "e": {"type": "string", "enum": ["a", "b"]}, "s": {"type": "string", "maxLength": 4},
+                "o": {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "number"}}}}}}}}]},
+        "chat-tool-named": {"messages": sysu, "tools": tools, "chat_template_kwargs": {"enable_thinking": True},
+                            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
     }
     for name, r in reqs.items():
         put("openai", name, b"\x00" + dumps(r))
