@@ -135,6 +135,12 @@ seeds() {
     fi
 }
 
+# count_crashes PREFIX: how many crash, leak, timeout or oom artifacts start
+# with PREFIX (libFuzzer's slow-unit-* files record slow inputs, not faults)
+count_crashes() {
+    echo $(($(count_files "$1crash-") + $(count_files "$1leak-") + $(count_files "$1timeout-") + $(count_files "$1oom-")))
+}
+
 # count_files PREFIX: how many files match PREFIX*
 count_files() {
     n=0
@@ -149,7 +155,7 @@ run_one() {
     log="$OUT/logs/$t.log" res="$OUT/logs/$t.result"
     crashdir="$OUT/crashes"
     mkdir -p "$crashdir"
-    before=$(count_files "$crashdir/fuzz_$t-")
+    before=$(count_crashes "$crashdir/fuzz_$t-")
     start=$(date +%s)
     if [ "$ENGINE" = libfuzzer ]; then
         if [ "$mode" = smoke ]; then
@@ -188,7 +194,7 @@ run_one() {
         rc=$?
     fi
     secs=$(($(date +%s) - start))
-    after=$(count_files "$crashdir/fuzz_$t-")
+    after=$(count_crashes "$crashdir/fuzz_$t-")
     crashes=$((after - before))
     bad=0
     [ "$rc" -ne 0 ] && bad=1
