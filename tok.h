@@ -1,14 +1,17 @@
-/* tok.h — GLM-5 tokenizer: byte-level BPE read from a Hugging Face
- * tokenizer.json, id-exact against tokenizers 0.23.3 (tests/test_tok.c).
+/* tok.h — GLM-5 and DeepSeek-V3 tokenizers: byte-level BPE read from a
+ * Hugging Face tokenizer.json, id-exact against tokenizers 0.23.3
+ * (tests/test_tok.c).
  *
- * The one pipeline accepted (anything else is refused at load, by field):
+ * The pipelines accepted (anything else is refused at load, by field):
  *   added tokens   cut out first, leftmost-longest, in tokenizers' two passes:
  *                  normalized=false tokens over the whole text, then
  *                  normalized=true tokens inside the gaps; lstrip/rstrip
  *                  honoured; single_word refused
- *   normalizer     none
+ *   normalizer     none (null, or an empty Sequence)
  *   pre-tokenizer  Split with the GLM-4/GLM-5 regex (hand-coded below,
- *                  tok_pretok_next), then ByteLevel without its own regex
+ *                  tok_pretok_next), or DeepSeek-V3's three Splits (digits
+ *                  by threes, CJK runs, then its regex; tok_pretok_ds_),
+ *                  then ByteLevel without its own regex
  *   model          BPE over GPT-2's byte alphabet: lowest merge rank first,
  *                  leftmost on ties (a scan for short pre-tokens, a heap for
  *                  long ones); ignore_merges honoured
@@ -48,6 +51,15 @@
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}" \
     "\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
+/* DeepSeek-V3's (and R1's, V3.1's) three Split regexes, in order. */
+#define TOK_DS_REGEX_DIGITS "\\p{N}{1,3}"
+#define TOK_DS_REGEX_CJK "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+#define TOK_DS_REGEX                                                                                          \
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|" \
+    "\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
+
+enum { TOK_PRE_GLM, TOK_PRE_DEEPSEEK3 };
+
 enum { TOK_F_ADDED = 1, TOK_F_SPECIAL = 2 };
 
 typedef struct { uint64_t key; uint32_t rank, id; } tok_merge_;   /* key = a << 32 | b */
@@ -78,6 +90,7 @@ typedef struct tok {
     uint32_t mmask;
     int byte_id[256];         /* id of the one-byte token                           */
     int ignore_merges;
+    int pre;                  /* TOK_PRE_*: the pre-tokenizer                       */
     tok_added_ *added;        /* [n_added]                                          */
     int n_added;
     tok_trie_ trie[2];        /* [0] normalized=false tokens, [1] normalized=true   */
@@ -377,6 +390,131 @@ static inline size_t tok_pretok_next(const char *text, size_t i, size_t n) {
     return last;
 }
 
+/* ---------------------------------------------- DeepSeek-V3 pre-tokenizer
+ *
+ * tokenizers applies the Sequence's Splits one after another, each to every
+ * piece the previous one left (matches and the text between them alike,
+ * behavior Isolated): \p{N}{1,3} cuts digit runs into threes, the CJK
+ * class then isolates runs of U+4E00..9FA5, U+3040..30FF, and the last
+ * regex splits every piece again — a CJK run too (U+30A0 and U+30FB are
+ * punctuation); a digit piece never matches it and stays whole. The last
+ * regex sees one piece at a time, so its end is the end of the string for
+ * (?!\S). */
+
+/* Where the current pieces end: g1, the digit-free span; g2, the CJK run
+ * or the span without CJK inside it (0: not known yet). Zero it for each
+ * text. */
+typedef struct { size_t g1, g2; } tok_pre_st;
+
+static inline int tok_ds_cjk_(uint32_t cp) { return (cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x3040 && cp <= 0x30FF); }
+
+/* Second class (TOK_UNI2_*) of a character whose first class is c.cls. */
+static inline int tok_ds_cls2_(tok_ch_ c) {
+    if (c.cls != TOK_UNI_OTHER) return TOK_UNI2_NONE;
+    return c.cp < 256 ? tok_uni2_latin1[c.cp] : tok_uni2_class(c.cp);
+}
+
+static inline int tok_ds_lm_(tok_ch_ c) { return c.cls == TOK_UNI_L || tok_ds_cls2_(c) == TOK_UNI2_M; }
+static inline int tok_ds_ps_(tok_ch_ c) {
+    int k = tok_ds_cls2_(c);
+    return k == TOK_UNI2_P || k == TOK_UNI2_SYM;
+}
+static inline int tok_ds_alpha_(unsigned char b) { return (unsigned)((b | 0x20) - 'a') < 26; }
+
+/* End of the run of characters with property f starting at i (< end). */
+static inline size_t tok_ds_run_(const unsigned char *s, size_t i, size_t end, int (*f)(tok_ch_)) {
+    while (i < end) {
+        tok_ch_ c = tok_ch_at_(s + i);
+        if (!f(c)) break;
+        i += (size_t)c.len;
+    }
+    return i;
+}
+
+/* End of TOK_DS_REGEX's match at i within s[0..end), or 0 when none starts
+ * there. Alternatives in order (Oniguruma, leftmost-first):
+ *   1 ASCII punctuation then ASCII letters
+ *   2 [^\r\n\p{L}\p{P}\p{S}]? [\p{L}\p{M}]+
+ *   3 ' '? [\p{P}\p{S}]+ [\r\n]*
+ *   4 \s*[\r\n]+   5 \s+(?!\S)   6 \s+   (as in the GLM regex) */
+static inline size_t tok_ds_match_(const unsigned char *s, size_t i, size_t end) {
+    tok_ch_ c = tok_ch_at_(s + i);
+    size_t j = i + (size_t)c.len;
+    int more = j < end;
+    tok_ch_ d = more ? tok_ch_at_(s + j) : c;
+    if (c.cp < 128 && c.cp > 32 && c.cp != 127 && !tok_ds_alpha_((unsigned char)c.cp) && !(c.cp >= '0' && c.cp <= '9') && more &&
+        d.cp < 128 && tok_ds_alpha_((unsigned char)d.cp)) {
+        while (j < end && tok_ds_alpha_(s[j])) j++;
+        return j;
+    }
+    int cr = c.cp == '\r' || c.cp == '\n';
+    if (!cr && c.cls != TOK_UNI_L && !tok_ds_ps_(c) && more && tok_ds_lm_(d)) return tok_ds_run_(s, j, end, tok_ds_lm_);
+    if (tok_ds_lm_(c)) return tok_ds_run_(s, i, end, tok_ds_lm_);
+    if ((c.cp == ' ' && more && tok_ds_ps_(d)) || tok_ds_ps_(c)) {
+        size_t k = tok_ds_run_(s, tok_ds_ps_(c) ? i : j, end, tok_ds_ps_);
+        while (k < end && (s[k] == '\r' || s[k] == '\n')) k++;
+        return k;
+    }
+    if (c.cls != TOK_UNI_S) return 0;
+    size_t e = i, last = i, nl = 0;
+    int has_nl = 0;
+    while (e < end) {
+        tok_ch_ w = tok_ch_at_(s + e);
+        if (w.cls != TOK_UNI_S) break;
+        if (w.cp == '\r' || w.cp == '\n') nl = e, has_nl = 1;
+        last = e;
+        e += (size_t)w.len;
+    }
+    if (has_nl) return nl + 1;
+    if (e == end || last == i) return e;
+    return last;
+}
+
+/* End of the DeepSeek-V3 pre-token that starts at i (< n). */
+static inline size_t tok_pretok_ds_(const char *text, size_t i, size_t n, tok_pre_st *st) {
+    const unsigned char *s = (const unsigned char *)text;
+    tok_ch_ c = tok_ch_at_(s + i);
+    size_t j = i + (size_t)c.len;
+    if (c.cls == TOK_UNI_N) {
+        for (int k = 1; k < 3 && j < n; k++) {
+            tok_ch_ d = tok_ch_at_(s + j);
+            if (d.cls != TOK_UNI_N) break;
+            j += (size_t)d.len;
+        }
+        return j;
+    }
+    if (st->g1 <= i) { /* the digit-free span from i */
+        size_t e = i;
+        while (e < n) {
+            tok_ch_ d = tok_ch_at_(s + e);
+            if (d.cls == TOK_UNI_N) break;
+            e += (size_t)d.len;
+        }
+        st->g1 = e, st->g2 = 0;
+    }
+    if (st->g2 <= i) { /* the CJK run, or the span without CJK, from i inside the digit-free span */
+        int cjk = tok_ds_cjk_(c.cp);
+        size_t e = j;
+        while (e < st->g1) {
+            tok_ch_ d = tok_ch_at_(s + e);
+            if (tok_ds_cjk_(d.cp) != cjk) break;
+            e += (size_t)d.len;
+        }
+        st->g2 = e;
+    }
+    size_t e = tok_ds_match_(s, i, st->g2);
+    if (e) return e;
+    for (size_t q = j; q < st->g2; q += (size_t)tok_ch_at_(s + q).len) /* text no match starts in: one piece */
+        if (tok_ds_match_(s, q, st->g2)) return q;
+    return st->g2;
+}
+
+/* End of the pre-token of t's pre-tokenizer that starts at i (< n) of the
+ * valid UTF-8 text[0..n); st zeroed before the first call on a text. */
+static inline size_t tok_pretok(const tok *t, const char *text, size_t i, size_t n, tok_pre_st *st) {
+    return t->pre == TOK_PRE_DEEPSEEK3 ? tok_pretok_ds_(text, i, n, st) : tok_pretok_next(text, i, n);
+}
+
 /* ------------------------------------------------------------ lookups */
 
 /* Id of the vocabulary key whose byte-alphabet form is p[0..n), or -1. */
@@ -585,8 +723,9 @@ static inline int tok_bpe_(const tok *t, const unsigned char *p, size_t m, tok_i
 
 /* Pre-tokenizes and BPE-encodes text with no added tokens in it. */
 static inline int tok_encode_plain_(const tok *t, const unsigned char *s, size_t n, tok_ids *o) {
+    tok_pre_st st = {0, 0};
     for (size_t i = 0; i < n;) {
-        size_t e = tok_pretok_next((const char *)s, i, n);
+        size_t e = tok_pretok(t, (const char *)s, i, n, &st);
         if (tok_bpe_(t, s + i, e - i, o)) return -1;
         i = e;
     }
@@ -743,6 +882,10 @@ static const char *const tok_chat_tokens_[] = {"[gMASK]", "<sop>", "<|system|>",
 /* Checks that the tokenizer has the added tokens the chat template uses.
  * Returns 0, or -1 with the missing token named in err. */
 static inline int tok_chat_check(const tok *t, char *err, size_t errlen) {
+    if (t->pre == TOK_PRE_DEEPSEEK3) {
+        tok_errf_(err, errlen, "%s: a DeepSeek-V3 tokenizer: its chat template is not implemented yet", t->name);
+        return -1;
+    }
     for (size_t i = 0; i < sizeof tok_chat_tokens_ / sizeof *tok_chat_tokens_; i++) {
         int id = tok_find(t, tok_chat_tokens_[i]);
         if (id < 0 || !(t->flags[id] & TOK_F_ADDED)) {
@@ -1125,15 +1268,45 @@ static inline const char *tok_type_(const js_doc *d, int obj) {
     return s ? s : "(none)";
 }
 
+/* DeepSeek-V3's pre_tokenizer: Sequence[Split(TOK_DS_REGEX_DIGITS),
+ * Split(TOK_DS_REGEX_CJK), Split(TOK_DS_REGEX), each Isolated without
+ * invert, ByteLevel(add_prefix_space=false, use_regex=false)]. */
+static inline int tok_check_pretok_ds_(const tok *t, const js_doc *d, int seq, char *err, size_t errlen) {
+    static const char *const want[] = {TOK_DS_REGEX_DIGITS, TOK_DS_REGEX_CJK, TOK_DS_REGEX};
+    int sp = js_first(d, seq);
+    for (int k = 0; k < 3; k++, sp = js_next(d, sp)) {
+        const char *re = js_str(d, js_get(d, js_get(d, sp, "pattern"), "Regex")), *beh = js_str(d, js_get(d, sp, "behavior"));
+        if (!re || strcmp(re, want[k])) {
+            char q[200];
+            tok_errf_(err, errlen, "%s: pre_tokenizer.pretokenizers[%d].pattern: split regex \"%s\" is not DeepSeek-V3's", t->name, k,
+                      re ? tok_quote_(re, strlen(re), q, sizeof q) : "(not a Regex)");
+            return -1;
+        }
+        if (!beh || strcmp(beh, "Isolated") || js_typeof(d, js_get(d, sp, "invert")) == JS_TRUE) {
+            tok_errf_(err, errlen, "%s: pre_tokenizer.pretokenizers[%d]: only behavior Isolated without invert is supported", t->name, k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* pre_tokenizer: Sequence[Split(TOK_GLM_REGEX, Isolated | Removed+invert),
- * ByteLevel(add_prefix_space=false, use_regex=false)]. */
-static inline int tok_check_pretok_(const tok *t, const js_doc *d, int pt, char *err, size_t errlen) {
-    int seq = js_get(d, pt, "pretokenizers");
-    int sp = js_first(d, seq), bl = js_next(d, sp);
-    if (!tok_type_is_(d, pt, "Sequence") || js_count(d, seq) != 2 || !tok_type_is_(d, sp, "Split") || !tok_type_is_(d, bl, "ByteLevel")) {
-        tok_errf_(err, errlen, "%s: pre_tokenizer: only Sequence[Split, ByteLevel] with the GLM regex is supported (found %s)",
-                  t->name, tok_type_(d, pt));
+ * ByteLevel(add_prefix_space=false, use_regex=false)], or DeepSeek-V3's
+ * (tok_check_pretok_ds_). Sets t->pre. */
+static inline int tok_check_pretok_(tok *t, const js_doc *d, int pt, char *err, size_t errlen) {
+    int seq = js_get(d, pt, "pretokenizers"), n = js_count(d, seq);
+    int sp = js_first(d, seq), bl = sp;
+    for (int k = 1; k < n; k++) bl = js_next(d, bl);
+    int ds = n == 4 && tok_type_is_(d, js_next(d, sp), "Split") && tok_type_is_(d, js_next(d, js_next(d, sp)), "Split");
+    if (!tok_type_is_(d, pt, "Sequence") || (n != 2 && !ds) || !tok_type_is_(d, sp, "Split") || !tok_type_is_(d, bl, "ByteLevel")) {
+        tok_errf_(err, errlen, "%s: pre_tokenizer: only Sequence[Split, ByteLevel] with the GLM regex or DeepSeek-V3's "
+                  "Sequence[Split x3, ByteLevel] is supported (found %s)", t->name, tok_type_(d, pt));
         return -1;
+    }
+    if (ds) {
+        if (tok_check_pretok_ds_(t, d, seq, err, errlen)) return -1;
+        t->pre = TOK_PRE_DEEPSEEK3;
+        goto bytelevel;
     }
     int pat = js_get(d, sp, "pattern");
     const char *re = js_str(d, js_get(d, pat, "Regex"));
@@ -1150,9 +1323,11 @@ static inline int tok_check_pretok_(const tok *t, const js_doc *d, int pt, char 
                   beh ? beh : "(none)", inv ? "true" : "false");
         return -1;
     }
+    t->pre = TOK_PRE_GLM;
+bytelevel:
     if (js_typeof(d, js_get(d, bl, "add_prefix_space")) != JS_FALSE || js_typeof(d, js_get(d, bl, "use_regex")) != JS_FALSE) {
-        tok_errf_(err, errlen, "%s: pre_tokenizer.pretokenizers[1]: ByteLevel needs add_prefix_space=false, use_regex=false "
-                  "(both default to true)", t->name);
+        tok_errf_(err, errlen, "%s: pre_tokenizer.pretokenizers[%d]: ByteLevel needs add_prefix_space=false, use_regex=false "
+                  "(both default to true)", t->name, n - 1);
         return -1;
     }
     return 0;
@@ -1160,7 +1335,7 @@ static inline int tok_check_pretok_(const tok *t, const js_doc *d, int pt, char 
 
 /* Everything but the model and added tokens: version, truncation, padding,
  * normalizer, pre_tokenizer, post_processor, decoder. */
-static inline int tok_check_pipeline_(const tok *t, const js_doc *d, int root, char *err, size_t errlen) {
+static inline int tok_check_pipeline_(tok *t, const js_doc *d, int root, char *err, size_t errlen) {
     const char *ver = js_str(d, js_get(d, root, "version"));
     if (js_get(d, root, "version") >= 0 && (!ver || strcmp(ver, "1.0"))) {
         tok_errf_(err, errlen, "%s: version: only \"1.0\" is known", t->name);
@@ -1169,6 +1344,9 @@ static inline int tok_check_pipeline_(const tok *t, const js_doc *d, int root, c
     static const char *const nulls[] = {"truncation", "padding", "normalizer"};
     for (int i = 0; i < 3; i++) {
         int v = js_get(d, root, nulls[i]);
+        if (i == 2 && tok_type_is_(d, v, "Sequence") && js_typeof(d, js_get(d, v, "normalizers")) == JS_ARR &&
+            !js_count(d, js_get(d, v, "normalizers")))
+            continue; /* DeepSeek-V3's: a Sequence of no normalizers */
         if (v >= 0 && js_typeof(d, v) != JS_NULL) {
             tok_errf_(err, errlen, "%s: %s: must be null (found %s)", t->name, nulls[i], tok_type_(d, v));
             return -1;

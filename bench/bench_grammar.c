@@ -5,9 +5,10 @@
  * Defaults: tests/fixtures/tokenizer/tokenizer.json (32k ids), 150000, 200, 1.
  * The vocabulary is the tokenizer's pieces plus pieces made by joining two
  * random ones (up to 16 bytes) until it has the size asked for, as a
- * 150k-token BPE vocabulary has. Random walks through two grammars (a JSON
- * schema of an object with a string, a number, an enum array and a
- * boolean; any JSON object) pick a random allowed token per step. Per
+ * 150k-token BPE vocabulary has. Random walks through three grammars (a
+ * JSON schema of an object with a string, a number, an enum array and a
+ * boolean; any JSON object; one GLM-5 tool call with a free string, an
+ * integer and an enum argument) pick a random allowed token per step. Per
  * grammar: milliseconds per mask (median, mean, 90th percentile), tokens
  * allowed on average, and the share of steps with exactly one token
  * allowed (forced, no sampling, batched into the previous forward). */
@@ -115,9 +116,18 @@ int main(int argc, char **argv) {
     snprintf(jo, pl, "%sroot ::= ws jobject ws\n", gr_js_prims_);
     gr_grammar *g2 = gr_parse(jo, strlen(jo), "root", err, sizeof err);
     if (!g2) { fprintf(stderr, "json: %s\n", err); return 1; }
+    const char *tools =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"unit\":{\"type\":\"string\",\"enum\":[\"C\",\"F\"]}},"
+        "\"required\":[\"city\",\"days\"]}}}]";
+    js_doc *td = js_parse(tools, strlen(tools), err, sizeof err);
+    char *ts = td ? gr_tool_calls(td, td->root, NULL, 0, 0, err, sizeof err) : NULL;
+    gr_grammar *g3 = ts ? gr_parse(ts, strlen(ts), "root", err, sizeof err) : NULL;
+    if (!g3) { fprintf(stderr, "tool call: %s\n", err); return 1; }
     run("json-schema", g1, &v, steps);
     run("json-object", g2, &v, steps);
-    gr_free(g1), gr_free(g2), free(gs), free(jo), js_free(d);
+    run("tool-call", g3, &v, steps);
+    gr_free(g1), gr_free(g2), gr_free(g3), free(gs), free(jo), free(ts), js_free(d), js_free(td);
     gr_vocab_free(&v);
     free(bg_bytes), free(bg_lens), free(pool);
     tok_free(t);

@@ -590,6 +590,40 @@ class Generate(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn(b"stdin line 1 is not a JSON string", p.stderr)
 
+    def test_deepseek_tokenizer_end_to_end(self):
+        """A model directory with DeepSeek-V3's tokenizer pipeline: --tokenize
+        equals tokenizers on the corpus' last 600 lines (DeepSeek's own cases
+        among them); a raw prompt generates; the chat template is refused,
+        saying so."""
+        vec = load_json(os.path.join(FIXTURES, "tokenizer", "vectors.json"))
+        d = tempfile.mkdtemp()
+        try:
+            synth = os.path.join(os.path.dirname(BIN) or ".", "colibri-synth")
+            p = subprocess.run([synth, d, "--layers", "2", "--dense-layers", "1", "--experts", "8", "--topk", "2", "--hidden", "128",
+                                "--moe-inter", "64", "--heads", "2", "--vocab", "4000", "--group-size", "32", "--tokenizer",
+                                os.path.join(FIXTURES, "tokenizer", "deepseek.json")], capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            lines = []
+            with open(os.path.join(FIXTURES, "tokenizer", "corpus.jsonl")) as f:
+                for i, l in enumerate(f):
+                    raw = bytes.fromhex(json.loads(l))
+                    lines.append(bytes.fromhex(vec["texts"][str(i)]).decode() if str(i) in vec["texts"] else raw.decode("utf-8"))
+            first = len(lines) - 600
+            stdin = "".join(json.dumps(t) + "\n" for t in lines[first:])
+            p = subprocess.run([BIN, "--tokenize", "--jsonl", d], input=stdin.encode(), capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = [[int(x) for x in l.split()] for l in p.stdout.decode().splitlines()]
+            self.assertEqual(got, vec["tokenizers"]["deepseek-v3"]["ids"][first:])
+            rc, out, err = run(d, {"PROMPT": "Price 12345\u5186, www.example.com", "CHAT_TEMPLATE": "0", "NGEN": "4", "TEMP": "0",
+                                   "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 0, err)
+            rc, out, err = run(d, {"PROMPT": "hi", "NGEN": "2", "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 2, err)
+            self.assertIn("DeepSeek-V3 tokenizer: its chat template is not implemented yet", err)
+            self.assertIn("CHAT_TEMPLATE=0", err)
+        finally:
+            shutil.rmtree(d)
+
 
 class Speculation(unittest.TestCase):
     """Speculative decoding with the MTP head (tiny-glm5-mtp): greedy output

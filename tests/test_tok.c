@@ -144,33 +144,41 @@ static void parity_one(const js_doc *v, int tv, const char *name, const bytes *c
     tok_free(t);
 }
 
-/* The pre-tokenizer's cuts equal the Split regex's pieces (byte lengths). */
-static size_t pretok_parity(const js_doc *v, const bytes *corpus, const bytes *texts, size_t n) {
+/* The pre-tokenizer's cuts equal the Split regexes' pieces (byte lengths):
+ * vectors' `key` against tokenizer file `path`'s pre-tokenizer. */
+static size_t pretok_parity(const js_doc *v, const char *key, const char *path, const bytes *corpus, const bytes *texts, size_t n) {
+    char err[512];
+    tok *t = tok_load(path, err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) { fprintf(stderr, "%s\n", err); return 0; }
     size_t good = 0, i = 0;
-    for (int l = js_first(v, js_get(v, v->root, "pretokens")); l >= 0 && i < n; l = js_next(v, l), i++) {
+    for (int l = js_first(v, js_get(v, v->root, key)); l >= 0 && i < n; l = js_next(v, l), i++) {
         const bytes *x = texts[i].p ? &texts[i] : &corpus[i];
         int c = js_first(v, l), ok = 1;
+        tok_pre_st st = {0, 0};
         for (size_t p = 0; p < x->n && ok; c = js_next(v, c)) {
-            size_t e = tok_pretok_next((const char *)x->p, p, x->n);
+            size_t e = tok_pretok(t, (const char *)x->p, p, x->n, &st);
             ok = c >= 0 && (int64_t)(e - p) == js_int(v, c);
             p = e;
         }
         ok = ok && c < 0;
-        if (!ok && i - good < MAX_SHOWN) fprintf(stderr, "pre-tokens of line %zu differ from the Split regex\n", i + 1);
+        if (!ok && i - good < MAX_SHOWN) fprintf(stderr, "%s: pre-tokens of line %zu differ from the Split regexes\n", key, i + 1);
         good += (size_t)ok;
     }
     CHECK(i == n);
     CHECK(good == n);
+    tok_free(t);
     return good;
 }
 
 /* tok_unicode.h against the classes dumped from tokenizers' regex engine. */
 static size_t unicode_parity(const js_doc *v) {
-    static const char *const names[] = {"L", "N", "S"};
-    static const int cls[] = {TOK_UNI_L, TOK_UNI_N, TOK_UNI_S};
+    /* first table classes 1..3, second table classes as 4 + TOK_UNI2_* */
+    static const char *const names[] = {"L", "N", "S", "M", "P", "Sym"};
+    static const int cls[] = {TOK_UNI_L, TOK_UNI_N, TOK_UNI_S, 4 + TOK_UNI2_M, 4 + TOK_UNI2_P, 4 + TOK_UNI2_SYM};
     uint8_t *want = calloc(0x110000, 1);
     int u = js_get(v, v->root, "unicode");
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 6; k++)
         for (int r = js_first(v, js_get(v, u, names[k])); r >= 0; r = js_next(v, r)) {
             int64_t a = js_int(v, js_first(v, r)), b = js_int(v, js_next(v, js_first(v, r)));
             for (int64_t cp = a; cp <= b && cp < 0x110000; cp++) want[cp] = (uint8_t)cls[k];
@@ -178,8 +186,10 @@ static size_t unicode_parity(const js_doc *v) {
     size_t good = 0, bad = 0;
     for (uint32_t cp = 0; cp < 0x110000; cp++) {
         if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-        int got = tok_uni_class(cp);
-        if (cp < 256 && tok_uni_latin1[cp] != got) got = -1;
+        int got = tok_uni_class(cp), got2 = tok_uni2_class(cp);
+        if (cp < 256 && (tok_uni_latin1[cp] != got || tok_uni2_latin1[cp] != got2)) got = -1;
+        if (got == TOK_UNI_OTHER && got2 != TOK_UNI2_NONE) got = 4 + got2;
+        else if (got2 != TOK_UNI2_NONE) got = -2; /* M, P and S are OTHER in the first table */
         if (got == want[cp]) good++;
         else if (bad++ < MAX_SHOWN) fprintf(stderr, "U+%04X: class %d, tokenizers' regex says %d\n", cp, got, want[cp]);
     }
@@ -428,7 +438,7 @@ static size_t hostile_checks(size_t *total) {
         {"{\"version\":\"1.0\",", "{\"version\":\"1.0\",\"truncation\":{\"max_length\":8},", "truncation: must be null"},
         {"{\"version\":\"1.0\",", "{\"version\":\"1.0\",\"padding\":{},", "padding: must be null"},
         {"\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}", "normalizer: must be null (found NFC)"},
-        {"\"type\":\"Sequence\"", "\"type\":\"Seq\"", "pre_tokenizer: only Sequence[Split, ByteLevel] with the GLM regex is supported (found Seq)"},
+        {"\"type\":\"Sequence\"", "\"type\":\"Seq\"", "pre_tokenizer: only Sequence[Split, ByteLevel] with the GLM regex or DeepSeek-V3"},
         {"\\\\p{N}{1,3}", "\\\\p{N}", "pre_tokenizer.pretokenizers[0].pattern: unknown split regex"},
         {"\"behavior\":\"Isolated\"", "\"behavior\":\"MergedWithPrevious\"", "pretokenizers[0]: behavior MergedWithPrevious"},
         {"\"behavior\":\"Isolated\"", "\"behavior\":\"Removed\"", "pretokenizers[0]: behavior Removed with invert=false"},
@@ -538,6 +548,34 @@ static size_t hostile_checks(size_t *total) {
     return good_n;
 }
 
+/* DeepSeek-V3's pipeline refused when any part differs, naming the field. */
+static void deepseek_refusals(void) {
+    size_t len;
+    char *good = compat_read_file(FX "deepseek.json", (size_t)1 << 28, &len), err[512];
+    CHECK(good != NULL);
+    if (!good) return;
+    static const struct { const char *from, *to, *field; } sub[] = {
+        {"\u9fa5", "\u9fa6", "pretokenizers[1].pattern: split regex"},
+        {"[A-Za-z]+", "[A-Z]+", "pretokenizers[2].pattern: split regex"},
+        {"\"normalizers\":[]", "\"normalizers\":[{\"type\":\"NFC\"}]", "normalizer: must be null (found Sequence)"},
+        {"\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\"", "\"behavior\":\"Removed\",\"invert\":false},{\"type\":\"ByteLevel\"",
+         "pretokenizers[2]: only behavior Isolated"},
+    };
+    for (size_t k = 0; k < sizeof sub / sizeof *sub; k++) {
+        const char *at = strstr(good, sub[k].from);
+        CHECK(at != NULL);
+        if (!at) { fprintf(stderr, "deepseek.json has no %s\n", sub[k].from); continue; }
+        size_t a = (size_t)(at - good), fl = strlen(sub[k].from), tl = strlen(sub[k].to);
+        char *bad = malloc(len - fl + tl + 1);
+        memcpy(bad, good, a), memcpy(bad + a, sub[k].to, tl), memcpy(bad + a + tl, at + fl, len - a - fl + 1);
+        tok *t = tok_load_mem(bad, len - fl + tl, "deepseek.json", err, sizeof err);
+        CHECK(t == NULL && strstr(err, sub[k].field));
+        if (t || !strstr(err, sub[k].field)) fprintf(stderr, "deepseek case %zu: %s\n", k, t ? "accepted" : err);
+        tok_free(t), free(bad);
+    }
+    free(good);
+}
+
 int main(void) {
     size_t n;
     bytes *corpus = read_corpus(&n);
@@ -551,20 +589,22 @@ int main(void) {
     int ntok = 0;
     for (int tv = js_first(v, js_get(v, v->root, "tokenizers")); tv >= 0; tv = js_next(v, tv), ntok++)
         parity_one(v, tv, js_key(v, tv), corpus, texts, n, &p);
-    CHECK(ntok == 4);
-    size_t pre = pretok_parity(v, corpus, texts, n);
+    CHECK(ntok == 5);
+    size_t pre = pretok_parity(v, "pretokens", "tests/fixtures/tiny-glm5/tokenizer.json", corpus, texts, n);
+    size_t pre_ds = pretok_parity(v, "pretokens_deepseek", FX "deepseek.json", corpus, texts, n);
     size_t uni = unicode_parity(v);
     size_t chat = chat_parity(v);
     lookup_checks();
+    deepseek_refusals();
     utf8_checks(corpus, texts, n);
     stream_checks();
     size_t hostile_total, hostile = hostile_checks(&hostile_total);
 
     char summary[512];
     snprintf(summary, sizeof summary,
-             "%zu corpus lines x %d tokenizers: ids %zu/%zu, decode %zu/%zu, stream %zu/%zu; pre-tokens %zu/%zu; "
+             "%zu corpus lines x %d tokenizers: ids %zu/%zu, decode %zu/%zu, stream %zu/%zu; pre-tokens GLM %zu/%zu, DeepSeek %zu/%zu; "
              "unicode %zu code points; chat %zu/12; hostile %zu/%zu refused",
-             n, ntok, p.ids, p.lines, p.decode, p.lines, p.stream, p.lines, pre, n, uni, chat, hostile, hostile_total);
+             n, ntok, p.ids, p.lines, p.decode, p.lines, p.stream, p.lines, pre, n, pre_ds, n, uni, chat, hostile, hostile_total);
     free_lines(texts, n);
     free_lines(corpus, n);
     js_free(v);

@@ -37,6 +37,23 @@ import tempfile
 GLM_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
+# DeepSeek-V3's three Split regexes (deepseek-ai/DeepSeek-V3 tokenizer.json; the same in R1
+# and V3.1): digits by threes, CJK runs, then the rest. CR and LF are literal characters in
+# the third, as in the file.
+DS_PATTERNS = [
+    r"\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+    "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+]
+# DeepSeek-V3's added special tokens (a subset, in its id order after the BPE ids).
+DS_SPECIALS = [
+    "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "<\uff5c\u2581pad\u2581\uff5c>",
+    "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>", "<think>", "</think>",
+    "<\uff5ctool\u2581calls\u2581begin\uff5c>", "<\uff5ctool\u2581call\u2581begin\uff5c>", "<\uff5ctool\u2581sep\uff5c>",
+    "<\uff5ctool\u2581call\u2581end\uff5c>", "<\uff5ctool\u2581calls\u2581end\uff5c>",
+]
+
 # GLM-5's added special tokens in id order (zai-org/GLM-5 tokenizer_config / tokenizer.json).
 GLM_SPECIALS = [
     "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>",
@@ -286,13 +303,23 @@ def synthetic_text(seed, n_bytes):
 
 # ---------------------------------------------------------------- tokenizers
 
-def _train(vocab_size, specials, texts):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+def ds_pre_tokenizer(byte_level=True):
+    from tokenizers import Regex, pre_tokenizers
+    splits = [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in DS_PATTERNS]
+    return pre_tokenizers.Sequence(splits + ([pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)] if byte_level else []))
+
+
+def _train(vocab_size, specials, texts, deepseek=False):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(GLM_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    if deepseek:  # as DeepSeek-V3's file: an empty normalizer Sequence, three Splits
+        tok.normalizer = normalizers.Sequence([])
+        tok.pre_tokenizer = ds_pre_tokenizer()
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(GLM_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(specials), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
@@ -327,14 +354,14 @@ def write_tokenizer_config(directory):
 
 
 def build_tokenizer(vocab_size, path, specials=SMALL_SPECIALS, texts=None, merges_form="pairs",
-                    ignore_merges=False, config=True):
+                    ignore_merges=False, config=True, deepseek=False):
     """Trains a GLM-style byte-level BPE with exactly vocab_size ids and writes it to path
     (compact JSON), plus tokenizer_config.json beside it when config is true. merges_form
     "pairs" writes [["a","b"],...], "strings" the legacy ["a b",...]. Returns the path."""
     if texts is None:
         with open(TRAIN_TEXT, encoding="utf-8") as f:
             texts = f.read().split("\n")
-    tok = _train(vocab_size, specials, texts)
+    tok = _train(vocab_size, specials, texts, deepseek)
     obj = json.loads(tok.to_str())
     obj["model"]["ignore_merges"] = bool(ignore_merges)
     if merges_form == "strings":
@@ -550,7 +577,27 @@ def make_corpus():
     for _ in range(40):
         lines.append(code_line(lex).encode("utf-8"))
     lines += long_lines(lex)
+    lines += deepseek_lines(Rng(4242))  # appended: the lines above keep their numbers
     return lines
+
+
+def deepseek_lines(rng):
+    """What DeepSeek-V3's three Splits treat differently from GLM's one: digit runs inside words
+    and CJK, CJK and kana runs (the class stops at U+9FA5; U+30A0 and U+30FB are punctuation
+    inside it), ASCII punctuation glued to letters, marks, symbols, pieces ending in spaces."""
+    L = ["www.example.com/path?q=1&x=abc", "a.b,c;d:e!f?g", "x'ye's 'quoted' \"dq\"", "(foo)bar[baz]{qux}<tag>",
+         "\u4ef7\u683c\u662f12345\u5186\u3067\u3059", "\u30ab\u30bf\u30ab\u30ca\u30a0\u30fb\u30fc\u3099\u309b",
+         "\u9fa5\u9fa6\u9fff\u3400\u4e00", "e\u0301t\u0301e \u0301 \u0301a", "$$ +100 -5% ~x ^y `z`",
+         "\U0001f642\U0001f642 \u2014 dash \u2026", "A1B2C3 123456789 1,234.56", "a\u200bb \u00a0x \u3000y",
+         "line  \n\n  next\r\n\t end  ", "  \u4e2d\u6587  12  ab  ", "\u0663\u0664\u0665\u0666 \u2167\u2168 \u00bd",
+         "\x00\x01 abc \x7f", "\u0915\u093f\u0924\u093e\u092c", "\u05e9\u05b8\u05c1\u05dc\u05d5\u05b9\u05dd",
+         ".\u00e9t\u00e9 ,Stra\u00dfe -\u0430\u0431\u0432", " ...!!! ??\n\n", "@user #tag $var %mod", "\u00ab\u00bbx\u201cy\u201d"]
+    out = [x.encode("utf-8") for x in L]
+    pool = ["a", "Z", "1", "23", "\u4e00", "\u30a2", "\u3042", ".", ",", "!", "$", "+", " ", "  ", "\n", "\r\n", "\t",
+            "\u0301", "\u00e9", "\U0001f600", "\u2014", "\u00a0", "\u200b", "x", "'", "(", "]", "\u0663"]
+    for _ in range(120):
+        out.append("".join(rng.pick(pool) for _ in range(1 + rng.n(14))).encode("utf-8"))
+    return out
 
 
 def hf_text(raw):
@@ -561,12 +608,13 @@ def hf_text(raw):
 # ---------------------------------------------------------------- vectors
 
 def unicode_classes():
-    """Members of \\p{L}, \\p{N}, \\s as the tokenizers regex engine sees them, as [first, last] ranges."""
+    """Members of \\p{L}, \\p{N}, \\s (GLM's regex) and \\p{M}, \\p{P}, \\p{S} (DeepSeek-V3's) as the
+    tokenizers regex engine sees them, as [first, last] ranges."""
     from tokenizers import Regex, pre_tokenizers
     cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
     s = "".join(map(chr, cps))
     out = {}
-    for name, pat in (("L", r"\p{L}"), ("N", r"\p{N}"), ("S", r"\s")):
+    for name, pat in (("L", r"\p{L}"), ("N", r"\p{N}"), ("S", r"\s"), ("M", r"\p{M}"), ("P", r"\p{P}"), ("Sym", r"\p{S}")):
         keep = bytearray(len(s))
         for _, (a, b) in pre_tokenizers.Split(Regex(pat), "removed").pre_tokenize_str(s):
             keep[a:b] = b"\x01" * (b - a)
@@ -588,6 +636,15 @@ def pretokens(text):
     lens = [len(p.encode("utf-8")) for p, _ in pieces]
     if sum(lens) != len(text.encode("utf-8")):
         sys.exit("pre-tokens do not cover the text")
+    return lens
+
+
+def pretokens_ds(text):
+    """Byte lengths of DeepSeek-V3's pre-tokens (the three Splits, before ByteLevel)."""
+    pieces = ds_pre_tokenizer(byte_level=False).pre_tokenize_str(text)
+    lens = [len(p.encode("utf-8")) for p, _ in pieces]
+    if sum(lens) != len(text.encode("utf-8")):
+        sys.exit("DeepSeek pre-tokens do not cover the text")
     return lens
 
 
@@ -649,7 +706,7 @@ def _write_vectors(path, doc):
                     f.write(",\n".join(json.dumps(x, separators=(",", ":")) for x in v["ids"]))
                     f.write("]}%s\n" % ("," if j + 1 < len(names) else ""))
                 f.write("}")
-            elif key == "pretokens":
+            elif key in ("pretokens", "pretokens_deepseek"):
                 f.write("[\n" + ",\n".join(json.dumps(x, separators=(",", ":")) for x in val) + "]")
             else:
                 f.write(json.dumps(val, ensure_ascii=False, separators=(",", ":")))
@@ -671,6 +728,8 @@ def write_all(root):
     build_tokenizer(32000, os.path.join(tdir, "tokenizer.json"), specials=GLM_SPECIALS, texts=big_text,
                     ignore_merges=True)
     build_flags_tokenizer(small, os.path.join(tdir, "flags.json"))
+    build_tokenizer(4000, os.path.join(tdir, "deepseek.json"), specials=DS_SPECIALS, texts=big_text, config=False,
+                    deepseek=True)
 
     corpus = make_corpus()
     with open(os.path.join(tdir, "corpus.jsonl"), "w", encoding="ascii", newline="\n") as f:
@@ -682,6 +741,7 @@ def write_all(root):
         "tiny-glm52": "tests/fixtures/tiny-glm52/tokenizer.json",
         "glm-32k": "tests/fixtures/tokenizer/tokenizer.json",
         "flags": "tests/fixtures/tokenizer/flags.json",
+        "deepseek-v3": "tests/fixtures/tokenizer/deepseek.json",
     }
     vec = {}
     for name, rel in toks.items():
@@ -698,6 +758,7 @@ def write_all(root):
         "unicode": unicode_classes(),
         "tokenizers": vec,
         "pretokens": [pretokens(t) for t in texts],
+        "pretokens_deepseek": [pretokens_ds(t) for t in texts],
     }
     _write_vectors(os.path.join(tdir, "vectors.json"), doc)
 
@@ -705,7 +766,8 @@ def write_all(root):
 OUTPUTS = ["tests/fixtures/tiny-glm5/tokenizer.json", "tests/fixtures/tiny-glm5/tokenizer_config.json",
            "tests/fixtures/tiny-glm52/tokenizer.json", "tests/fixtures/tiny-glm52/tokenizer_config.json",
            "tests/fixtures/tokenizer/tokenizer.json", "tests/fixtures/tokenizer/tokenizer_config.json",
-           "tests/fixtures/tokenizer/flags.json", "tests/fixtures/tokenizer/corpus.jsonl",
+           "tests/fixtures/tokenizer/flags.json", "tests/fixtures/tokenizer/deepseek.json",
+           "tests/fixtures/tokenizer/corpus.jsonl",
            "tests/fixtures/tokenizer/vectors.json"]
 
 

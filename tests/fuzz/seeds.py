@@ -296,6 +296,12 @@ def seeds_tokenizer():
     put("tokenizer", "glm5-trimmed", dumps(small))
     for i, t in enumerate(tx[6:10]):
         put("tokenizer", "glm5-trimmed-text%d" % i, dumps(small) + SEP + t)
+    # DeepSeek-V3's pipeline (three Splits, an empty normalizer Sequence)
+    ds = dumps(trim_tokenizer(json.loads(read("tokenizer", "deepseek.json")), 600))
+    mixed = "Price 12345\u5186 \u30ab\u30bf\u30a0\u30fb www.x.com e\u0301 $+100 \U0001f642\n\n  end  ".encode("utf-8")
+    put("tokenizer", "deepseek", ds + SEP + mixed)
+    for i, t in enumerate(tx[:3]):
+        put("tokenizer", "deepseek-text%d" % i, ds + SEP + t)
 
 
 # ---------------------------------------------------------------- config
