@@ -1587,8 +1587,8 @@ static int coli_main(int argc, char **argv) {
     if (serve && (chat || env_v(&e, ENV_PROMPT)->s)) { fprintf(stderr, "colibri: SERVE takes its prompts over HTTP; unset PROMPT and CHAT\n"); return EXIT_INPUT; }
     if (env_v(&e, ENV_PROMPT)->s || chat || serve) { /* the tokenizer, and the chat template's tokens, before any weight is read */
         if (!(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail;
-        if (env_i(&e, ENV_CHAT_TEMPLATE) && tok_chat_check(t, err, sizeof err)) {
-            fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err);
+        if ((env_i(&e, ENV_CHAT_TEMPLATE) || serve) && tok_chat_check(t, err, sizeof err)) {
+            fprintf(stderr, "colibri: %s (%s)\n", err, serve ? "serve mode renders every request with it" : "set CHAT_TEMPLATE=0 to send the prompt raw");
             goto out;
         }
     }

@@ -621,6 +621,9 @@ class Generate(unittest.TestCase):
             self.assertEqual(rc, 2, err)
             self.assertIn("DeepSeek-V3 tokenizer: its chat template is not implemented yet", err)
             self.assertIn("CHAT_TEMPLATE=0", err)
+            rc, out, err = run(d, {"SERVE": "1", "PORT": "0", "CHAT_TEMPLATE": "0", "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 2, err)
+            self.assertIn("serve mode renders every request with it", err)
         finally:
             shutil.rmtree(d)
 
