@@ -270,6 +270,44 @@ class Protocol(ServeBase):
         self.assertEqual(st, 200, body)
         self.assertIn(body["choices"][0]["finish_reason"], ("stop", "length", "tool_calls"))
 
+    def test_response_format(self):
+        """json_object and json_schema answers parse, and follow the schema."""
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
+                  "required": ["city", "n"], "additionalProperties": False}
+        done = 0
+        for seed in range(6):
+            st, body = self.srv.chat(self.msgs("JSON please"), max_tokens=200, temperature=1.0, seed=seed,
+                                     response_format={"type": "json_object"})
+            self.assertEqual(st, 200, body)
+            if body["choices"][0]["finish_reason"] == "stop":  # else cut by max_tokens
+                self.assertIsInstance(json.loads(body["choices"][0]["message"]["content"]), dict)
+                done += 1
+            st, body = self.srv.chat(self.msgs("JSON please"), max_tokens=200, temperature=1.0, seed=seed,
+                                     response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": True}})
+            self.assertEqual(st, 200, body)
+            if body["choices"][0]["finish_reason"] == "stop":
+                v = json.loads(body["choices"][0]["message"]["content"])
+                self.assertEqual(sorted(v), ["city", "n"])
+                self.assertIsInstance(v["n"], int)
+                self.assertLessEqual(len(v["city"]), 8)
+                done += 1
+        self.assertGreaterEqual(done, 3)
+
+    def test_thinking_split(self):
+        st, body = self.srv.chat(self.msgs("Think"), max_tokens=16, temperature=0, chat_template_kwargs={"enable_thinking": True})
+        self.assertEqual(st, 200)
+        m = body["choices"][0]["message"]
+        # the generation prompt opened <think>: whatever came before a </think> is reasoning
+        self.assertNotIn("</think>", m.get("content") or "")
+
+
+class ToolChoice(MhdCase):
+    """Forced tool calls on the synthetic model (not in the TSan run: it
+    adds no thread interplay, only long prompts)."""
+
+    def msgs(self, user, system=SYSTEM):
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
     def test_tool_choice_forces_valid_calls(self):
         """tool_choice "required" / named: every answer is a tool call to a
         listed function whose arguments parse and follow its schema, at
@@ -284,10 +322,11 @@ class Protocol(ServeBase):
             # one call (parallel_tool_calls false, or a named function) is bounded (city at most 8
             # characters, days at most 16 digits): the answer must be that call; several calls, or a
             # reasoning block first, may run into max_tokens on a random-weight model
-            for i, (choice, think, ptc) in enumerate([("required", False, False), ("required", False, True), ("required", True, False),
-                                                      ({"type": "function", "function": {"name": "get_weather"}}, False, True)]):
-                for seed in range(3):
-                    kw = dict(tools=tools, tool_choice=choice, max_tokens=300, temperature=0.4 + 0.4 * seed, seed=seed,
+            cases = [("required", False, False, 3, 300), ("required", False, True, 2, 80), ("required", True, False, 2, 80),
+                     ({"type": "function", "function": {"name": "get_weather"}}, False, True, 2, 300)]
+            for i, (choice, think, ptc, seeds, limit) in enumerate(cases):
+                for seed in range(seeds):
+                    kw = dict(tools=tools, tool_choice=choice, max_tokens=limit, temperature=0.4 + 0.4 * seed, seed=seed,
                               chat_template_kwargs={"enable_thinking": think}, parallel_tool_calls=ptc)
                     st, body = srv.chat(self.msgs("Weather in Paris for 3 days?"), **kw)
                     self.assertEqual(st, 200, body)
@@ -331,35 +370,6 @@ class Protocol(ServeBase):
         finally:
             self.assertEqual(srv.stop(), 0)
 
-    def test_response_format(self):
-        """json_object and json_schema answers parse, and follow the schema."""
-        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
-                  "required": ["city", "n"], "additionalProperties": False}
-        done = 0
-        for seed in range(6):
-            st, body = self.srv.chat(self.msgs("JSON please"), max_tokens=200, temperature=1.0, seed=seed,
-                                     response_format={"type": "json_object"})
-            self.assertEqual(st, 200, body)
-            if body["choices"][0]["finish_reason"] == "stop":  # else cut by max_tokens
-                self.assertIsInstance(json.loads(body["choices"][0]["message"]["content"]), dict)
-                done += 1
-            st, body = self.srv.chat(self.msgs("JSON please"), max_tokens=200, temperature=1.0, seed=seed,
-                                     response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": True}})
-            self.assertEqual(st, 200, body)
-            if body["choices"][0]["finish_reason"] == "stop":
-                v = json.loads(body["choices"][0]["message"]["content"])
-                self.assertEqual(sorted(v), ["city", "n"])
-                self.assertIsInstance(v["n"], int)
-                self.assertLessEqual(len(v["city"]), 8)
-                done += 1
-        self.assertGreaterEqual(done, 3)
-
-    def test_thinking_split(self):
-        st, body = self.srv.chat(self.msgs("Think"), max_tokens=16, temperature=0, chat_template_kwargs={"enable_thinking": True})
-        self.assertEqual(st, 200)
-        m = body["choices"][0]["message"]
-        # the generation prompt opened <think>: whatever came before a </think> is reasoning
-        self.assertNotIn("</think>", m.get("content") or "")
 
 
 class Refusals(ServeBase):
