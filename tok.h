@@ -338,6 +338,35 @@ static inline int tok_lower_(unsigned char c) {
     return (c < 0x80 && (unsigned)((c | 0x20) - 'a') < 26) ? (c | 0x20) : 0;
 }
 
+/* End of \p{N}{1,3} after a digit that ends at j: up to two more digits. */
+static inline size_t tok_digits3_(const unsigned char *s, size_t j, size_t n) {
+    for (int k = 1; k < 3 && j < n; k++) {
+        tok_ch_ d = tok_ch_at_(s + j);
+        if (d.cls != TOK_UNI_N) break;
+        j += (size_t)d.len;
+    }
+    return j;
+}
+
+/* The whitespace alternatives \s*[\r\n]+ | \s+(?!\S) | \s+ at i (< n, a
+ * whitespace character), s[0..n) being the whole string: through the run's
+ * last CR/LF; else the run, less its last character unless the run ends
+ * the string or is one character long. */
+static inline size_t tok_ws_alts_(const unsigned char *s, size_t i, size_t n) {
+    size_t e = i, last = i, nl = 0;
+    int has_nl = 0;
+    while (e < n) {
+        tok_ch_ d = tok_ch_at_(s + e);
+        if (d.cls != TOK_UNI_S) break;
+        if (d.cp == '\r' || d.cp == '\n') { nl = e; has_nl = 1; }
+        last = e;
+        e += (size_t)d.len;
+    }
+    if (has_nl) return nl + 1;
+    if (e == n || last == i) return e;
+    return last;
+}
+
 /* End of the pre-token that starts at i (< n) of the valid UTF-8 text
  * s[0..n): the match of TOK_GLM_REGEX at i with Oniguruma's leftmost-first
  * alternation. The regex matches at every position, so pre-tokens tile the
@@ -362,32 +391,13 @@ static inline size_t tok_pretok_next(const char *text, size_t i, size_t n) {
     if (c.cls == TOK_UNI_L) return tok_run_(s, j, n, TOK_UNI_L);
     if (c.cls != TOK_UNI_N && c.cp != '\r' && c.cp != '\n' && j < n && tok_ch_at_(s + j).cls == TOK_UNI_L)
         return tok_run_(s, j, n, TOK_UNI_L);
-    if (c.cls == TOK_UNI_N) {
-        for (int k = 1; k < 3 && j < n; k++) {
-            tok_ch_ d = tok_ch_at_(s + j);
-            if (d.cls != TOK_UNI_N) break;
-            j += (size_t)d.len;
-        }
-        return j;
-    }
+    if (c.cls == TOK_UNI_N) return tok_digits3_(s, j, n);
     if (c.cls == TOK_UNI_OTHER || (c.cp == ' ' && j < n && tok_ch_at_(s + j).cls == TOK_UNI_OTHER)) {
         size_t k = tok_run_(s, c.cls == TOK_UNI_OTHER ? i : j, n, TOK_UNI_OTHER);
         while (k < n && (s[k] == '\r' || s[k] == '\n')) k++;
         return k;
     }
-    /* whitespace: alternatives 5, 6, 7 */
-    size_t e = i, last = i, nl = 0;
-    int has_nl = 0;
-    while (e < n) {
-        tok_ch_ d = tok_ch_at_(s + e);
-        if (d.cls != TOK_UNI_S) break;
-        if (d.cp == '\r' || d.cp == '\n') { nl = e; has_nl = 1; }
-        last = e;
-        e += (size_t)d.len;
-    }
-    if (has_nl) return nl + 1;
-    if (e == n || last == i) return e;
-    return last;
+    return tok_ws_alts_(s, i, n); /* whitespace: alternatives 5, 6, 7 */
 }
 
 /* ---------------------------------------------- DeepSeek-V3 pre-tokenizer
@@ -455,19 +465,7 @@ static inline size_t tok_ds_match_(const unsigned char *s, size_t i, size_t end)
         while (k < end && (s[k] == '\r' || s[k] == '\n')) k++;
         return k;
     }
-    if (c.cls != TOK_UNI_S) return 0;
-    size_t e = i, last = i, nl = 0;
-    int has_nl = 0;
-    while (e < end) {
-        tok_ch_ w = tok_ch_at_(s + e);
-        if (w.cls != TOK_UNI_S) break;
-        if (w.cp == '\r' || w.cp == '\n') nl = e, has_nl = 1;
-        last = e;
-        e += (size_t)w.len;
-    }
-    if (has_nl) return nl + 1;
-    if (e == end || last == i) return e;
-    return last;
+    return c.cls == TOK_UNI_S ? tok_ws_alts_(s, i, end) : 0;
 }
 
 /* End of the DeepSeek-V3 pre-token that starts at i (< n). */
@@ -475,14 +473,7 @@ static inline size_t tok_pretok_ds_(const char *text, size_t i, size_t n, tok_pr
     const unsigned char *s = (const unsigned char *)text;
     tok_ch_ c = tok_ch_at_(s + i);
     size_t j = i + (size_t)c.len;
-    if (c.cls == TOK_UNI_N) {
-        for (int k = 1; k < 3 && j < n; k++) {
-            tok_ch_ d = tok_ch_at_(s + j);
-            if (d.cls != TOK_UNI_N) break;
-            j += (size_t)d.len;
-        }
-        return j;
-    }
+    if (c.cls == TOK_UNI_N) return tok_digits3_(s, j, n);
     if (st->g1 <= i) { /* the digit-free span from i */
         size_t e = i;
         while (e < n) {
