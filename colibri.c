@@ -587,6 +587,7 @@ typedef struct {
     const gr_grammar *gram;
     const gr_vocab *gv;
     int g_tools;                    /* gram is tool_choice's: the tool-call tag tokens may be sampled */
+    int g_tag[8], g_ntag;           /* the tag tokens in gv (special tokens), dropped from other grammars' masks */
     gr_state gst;
     gr_mask_ctx gcx;
     uint8_t *allowed;
@@ -599,15 +600,17 @@ typedef struct {
     long d_proposed, d_accepted, d_verifies;
 } conv;
 
-/* GLM-5's tool-call tags: special tokens (in GLM-5's tokenizer) that a
- * tool_choice grammar produces and no other grammar may. */
-static int gram_is_tag(const tok *t, int id) {
+/* The ids (below vocab) of GLM-5's tool-call tags that are special tokens
+ * of t: a tool_choice grammar produces them and no other grammar may.
+ * Writes at most 8 to ids; returns the count. */
+static int gram_tag_ids(const tok *t, int vocab, int *ids) {
     static const char *const tags[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>"};
-    size_t n;
-    const char *p = tok_piece(t, id, &n);
-    for (size_t k = 0; p && k < sizeof tags / sizeof tags[0]; k++)
-        if (n == strlen(tags[k]) && !memcmp(p, tags[k], n)) return 1;
-    return 0;
+    int n = 0;
+    for (size_t k = 0; k < sizeof tags / sizeof tags[0]; k++) {
+        int id = tok_find(t, tags[k]);
+        if (id >= 0 && id < vocab && tok_is_special(t, id)) ids[n++] = id;
+    }
+    return n;
 }
 
 /* The vocabulary as a byte trie for grammar masks: every id below the
@@ -619,8 +622,10 @@ static int gram_vocab(const tok *t, int vocab, gr_vocab *v) {
     size_t *l = (size_t *)calloc((size_t)vocab, sizeof *l);
     int rc = -1;
     if (b && l) {
+        int tag[8], nt = gram_tag_ids(t, vocab, tag);
         for (int i = 0; i < vocab && i < tok_n_ids(t); i++)
-            if (!tok_is_special(t, i) || gram_is_tag(t, i)) b[i] = tok_piece(t, i, &l[i]);
+            if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
+        for (int k = 0; k < nt; k++) b[tag[k]] = tok_piece(t, tag[k], &l[tag[k]]);
         rc = gr_vocab_build(v, vocab, b, l);
     }
     free(b), free(l);
@@ -634,6 +639,7 @@ static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
     free(cv->allowed), cv->allowed = NULL;
     cv->gram = gram, cv->gv = gv, cv->g_tools = 0;
     if (!gram) return 0;
+    cv->g_ntag = gram_tag_ids(cv->t, gv->n_tokens, cv->g_tag);
     if (cv->spec) { /* MTP drafts would need masking too, and grammar drafts take the verifying forward */
         fprintf(stderr, "colibri: grammar-constrained output decodes without MTP drafts\n");
         spec_free(&cv->sc), cv->spec = 0;
@@ -642,18 +648,14 @@ static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
     return 0;
 }
 
-/* Masks logits by the grammar: tokens that cannot continue a valid parse
- * to -inf, stop tokens allowed only where the grammar may end. Returns the
- * number allowed; *forced is the one token when exactly one non-stop
- * token is allowed and the grammar may not end (else -1). */
 /* The mask of grammar state st into cv->allowed: the count allowed, *end
  * whether the grammar may end, *one the token when exactly one is allowed. */
 static int gram_mask_of(conv *cv, const gr_state *st, int *end, int *one) {
     double t0 = compat_now();
     int n = gr_mask(cv->gram, st, cv->gv, &cv->gcx, cv->allowed);
     if (n < 0) cv->g_oom = 1, n = 0; /* nothing allowed: the turn ends, saying why */
-    for (int i = 0; i < cv->gv->n_tokens && !cv->g_tools; i++) /* the tags are tool_choice's alone */
-        if (cv->allowed[i] && tok_is_special(cv->t, i)) cv->allowed[i] = 0, n--;
+    for (int k = 0; k < cv->g_ntag && !cv->g_tools; k++) /* the tags are tool_choice's alone */
+        if (cv->allowed[cv->g_tag[k]]) cv->allowed[cv->g_tag[k]] = 0, n--;
     *end = gr_can_end(st), *one = -1;
     for (int i = 0; i < cv->gv->n_tokens && n == 1; i++)
         if (cv->allowed[i]) *one = i;
@@ -661,6 +663,10 @@ static int gram_mask_of(conv *cv, const gr_state *st, int *end, int *one) {
     return n;
 }
 
+/* Masks logits by the grammar: tokens that cannot continue a valid parse
+ * to -inf, stop tokens allowed only where the grammar may end. Returns the
+ * number allowed; *forced is the one token when exactly one non-stop
+ * token is allowed and the grammar may not end (else -1). */
 static int gram_mask(conv *cv, float *logits, int *forced) {
     coli_model *m = cv->m;
     if (!cv->g_valid) { /* the mask of this grammar state (kept until the next token is accepted) */

@@ -1004,6 +1004,14 @@ static inline int gr_js_int_field_(const js_doc *d, int s, const char *key, int 
     return v < 0 ? 0 : v > 1000 ? 1000 : (int)v;
 }
 
+/* 1 when property p's key is listed in the `required` array req. */
+static inline int gr_js_required_(const js_doc *d, int req, int p) {
+    for (int r = js_first(d, req); r >= 0; r = js_next(d, r))
+        if (js_typeof(d, r) == JS_STR && js_str_len(d, r) == js_key_len(d, p) && !memcmp(js_str(d, r), js_key(d, p), js_key_len(d, p)))
+            return 1;
+    return 0;
+}
+
 /* The object rule: properties in schema order, the required ones always,
  * the others optional; commas placed by two rule chains (first property
  * written / not yet). */
@@ -1024,10 +1032,7 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth) {
     c->n += 2 * (np + 1);
     i = 0;
     for (int p = js_first(d, props); p >= 0; p = js_next(d, p), i++) {
-        int required = 0;
-        for (int r = js_first(d, req); r >= 0; r = js_next(d, r))
-            if (js_typeof(d, r) == JS_STR && js_str_len(d, r) == js_key_len(d, p) && !memcmp(js_str(d, r), js_key(d, p), js_key_len(d, p)))
-                required = 1;
+        int required = gr_js_required_(d, req, p);
         for (int rest = 0; rest < 2; rest++) {
             char b[96];
             snprintf(b, sizeof b, "r%d ::= %s", base + 1 + 2 * i + rest, rest ? "\",\" ws " : "");
@@ -1246,10 +1251,7 @@ static inline int gr_tool_call_(gr_js_ *c, const js_doc *d, int f) {
     i = 0;
     char b[96];
     for (int p = np ? js_first(d, props) : -1; p >= 0; p = js_next(d, p), i++) {
-        int required = 0;
-        for (int r = js_first(d, req); r >= 0; r = js_next(d, r))
-            if (js_typeof(d, r) == JS_STR && js_str_len(d, r) == js_key_len(d, p) && !memcmp(js_str(d, r), js_key(d, p), js_key_len(d, p)))
-                required = 1;
+        int required = gr_js_required_(d, req, p);
         snprintf(b, sizeof b, "r%d ::= tws \"<arg_key>\" ", base + 1 + i);
         jw_lit(&c->out, b);
         gr_js_lit_(&c->out, js_key(d, p), js_key_len(d, p));
