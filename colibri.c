@@ -595,7 +595,7 @@ typedef struct {
     double g_mask_s;
     int g_valid, g_n, g_end, g_one; /* the last mask, while the state is unchanged */
     int g_alive;                    /* drafting: the text so far is still a prefix of the grammar */
-    int g_oom;                      /* a mask ran out of memory */
+    int g_oom;                      /* a mask failed: 1 out of memory, 2 too ambiguous (gr_mask's -2) */
     gr_state gdraft;                /* drafting: the state the drafts are walked on */
     long d_proposed, d_accepted, d_verifies;
 } conv;
@@ -653,7 +653,7 @@ static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
 static int gram_mask_of(conv *cv, const gr_state *st, int *end, int *one) {
     double t0 = compat_now();
     int n = gr_mask(cv->gram, st, cv->gv, &cv->gcx, cv->allowed);
-    if (n < 0) cv->g_oom = 1, n = 0; /* nothing allowed: the turn ends, saying why */
+    if (n < 0) cv->g_oom = n == -2 ? 2 : 1, n = 0; /* nothing allowed: the turn ends, saying why */
     for (int k = 0; k < cv->g_ntag && !cv->g_tools; k++) /* the tags are tool_choice's alone */
         if (cv->allowed[cv->g_tag[k]]) cv->allowed[cv->g_tag[k]] = 0, n--;
     *end = gr_can_end(st), *one = -1;
@@ -822,7 +822,12 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
     int drafting = cv->gram && g->grammar_draft; /* the grammar drafts; the model's tokens are kept as they are */
     if (cv->gram) {
         gr_state_free(&cv->gst);
-        if (gr_init(cv->gram, &cv->gst)) { fprintf(stderr, "colibri: out of memory starting the grammar\n"); goto done; }
+        int gi = gr_init(cv->gram, &cv->gst);
+        if (gi) {
+            if (gi == -2) fprintf(stderr, "colibri: the grammar is too ambiguous to follow: it can start in more than %d ways\n", GR_MAX_STACKS);
+            else fprintf(stderr, "colibri: out of memory starting the grammar\n");
+            goto done;
+        }
         cv->g_steps = cv->g_forced = cv->g_saved = 0, cv->g_mask_s = 0, cv->g_valid = 0, cv->g_alive = 1, cv->g_oom = 0;
         cv->d_proposed = cv->d_accepted = cv->d_verifies = 0;
     }
@@ -836,7 +841,9 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
             if (cv->gram && !drafting && !gram_mask(cv, m->sc.logits, &forced)) {
                 gs.why = "grammar"; /* complete: nothing may follow */
                 if (!gr_can_end(&cv->gst)) gs.why = "grammar (no token can continue it)";
-                if (cv->g_oom) gs.failed = model_fail(m, "out of memory computing the grammar's mask");
+                if (cv->g_oom)
+                    gs.failed = model_fail(m, cv->g_oom == 2 ? "the grammar is too ambiguous to follow: the text can continue in more than %d ways"
+                                                             : "out of memory computing the grammar's mask", GR_MAX_STACKS);
                 break;
             }
             next = forced >= 0 ? forced : smp_sample(&g->sp, m->sc.logits, c->vocab, &cv->rng, &cv->w);

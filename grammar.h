@@ -12,6 +12,10 @@
  * parentheses across lines; otherwise a newline ends it. Refused with line
  * and column: syntax errors, undefined rules, a missing root, left
  * recursion (a rule that can reach itself before consuming a character).
+ * A repeated item that can match the empty string is repeated without its
+ * empty match (the same language, one way per text, see gr_finish_reps_).
+ * The recognizer follows at most GR_MAX_STACKS ways; more is reported
+ * (-2), never taken for a dead end.
  *
  * Prefix: gr_. Pure: no I/O, no model, no environment. */
 #ifndef COLI_GRAMMAR_H
@@ -55,6 +59,14 @@ static inline void gr_free(gr_grammar *g) {
 
 /* ------------------------------------------------------------ parsing */
 
+/* A repetition of a rule, desugared after parsing, when it is known
+ * whether the rule can match the empty string. */
+typedef struct {
+    int rule, item, min, max; /* rule ::= item{min,max} (max < 0: unbounded) */
+} gr_rep_;
+
+#define GR_MAX_ELEMENTS (1 << 22) /* a grammar's size after desugaring (16 MiB of elements) */
+
 typedef struct {
     const char *s, *p, *end;
     gr_rule_ *r;
@@ -62,6 +74,9 @@ typedef struct {
     char *err;
     size_t errlen;
     int failed, gen; /* gen: generated rule counter */
+    gr_rep_ *rep;
+    int nrep, caprep;
+    long total; /* elements put so far, against GR_MAX_ELEMENTS */
 } gr_parser_;
 
 static inline int gr_fail_(gr_parser_ *ps, const char *at, const char *fmt, ...) {
@@ -104,6 +119,7 @@ static inline int gr_rule_id_(gr_parser_ *ps, const char *name, size_t n, const 
 }
 
 static inline int gr_put_(gr_parser_ *ps, int rule, int type, uint32_t v) {
+    if (++ps->total > GR_MAX_ELEMENTS) return gr_fail_(ps, ps->p, "grammar too large: more than %d elements once repetitions are expanded", GR_MAX_ELEMENTS);
     gr_rule_ *r = &ps->r[rule];
     if (r->n == r->cap) {
         int cap = r->cap ? r->cap * 2 : 16;
@@ -183,17 +199,13 @@ static inline int gr_gen_rule_(gr_parser_ *ps, int base) {
     return id;
 }
 
-/* Appends the elements of last_sym..end of rule `rule` repeated per
- * {min, max} (max < 0: unbounded), as llama.cpp desugars repetition:
- * copies for the minimum, then nested optional rules or one recursive
- * rule. */
-static inline int gr_repeat_(gr_parser_ *ps, int rule, int last, int min, int max) {
-    gr_rule_ *r = &ps->r[rule];
-    int len = r->n - last;
-    gr_el *item = (gr_el *)malloc((size_t)len * sizeof *item);
-    if (!item) return gr_fail_(ps, ps->p, "out of memory");
-    memcpy(item, r->el + last, (size_t)len * sizeof *item);
-    r->n = last;
+/* Appends item[0..len) repeated per {min, max} (max < 0: unbounded) to
+ * rule `rule`, as llama.cpp desugars repetition: copies for the minimum,
+ * then nested optional rules or one recursive rule. The item must not
+ * match the empty string: `rest ::= item rest | ε` would be left recursive
+ * and nested optionals of a nullable item ambiguous in as many ways as
+ * there are copies. */
+static inline int gr_repeat_into_(gr_parser_ *ps, int rule, const gr_el *item, int len, int min, int max) {
     int rc = 0;
     for (int i = 0; i < min && !rc; i++)
         for (int j = 0; j < len && !rc; j++) rc = gr_put_(ps, rule, item[j].type, item[j].v);
@@ -212,6 +224,37 @@ static inline int gr_repeat_(gr_parser_ *ps, int rule, int last, int min, int ma
         if (!rc && max >= 0 && prev >= 0) rc = gr_put_(ps, prev, GR_ALT, 0) || gr_put_(ps, prev, GR_END, 0);
         if (!rc) rc = gr_put_(ps, rule, GR_REF, (uint32_t)first);
     }
+    return rc;
+}
+
+/* The repetition {min, max} of the item that starts at element `last` of
+ * rule `rule` and runs to its end. A literal or a class never matches the
+ * empty string and is desugared in place; a rule reference becomes a
+ * reference to a new rule whose body, until gr_finish_reps_, is `item` or
+ * `item | ε` (what nullability and the left-recursion check need). */
+static inline int gr_repeat_(gr_parser_ *ps, int rule, int last, int min, int max) {
+    gr_rule_ *r = &ps->r[rule];
+    int len = r->n - last;
+    if (len == 1 && r->el[last].type == GR_REF) {
+        int item = (int)r->el[last].v, id = gr_gen_rule_(ps, rule);
+        if (id < 0) return -1;
+        if (ps->nrep == ps->caprep) {
+            int cap = ps->caprep ? ps->caprep * 2 : 8;
+            gr_rep_ *nr = (gr_rep_ *)realloc(ps->rep, (size_t)cap * sizeof *nr);
+            if (!nr) return gr_fail_(ps, ps->p, "out of memory");
+            ps->rep = nr, ps->caprep = cap;
+        }
+        ps->rep[ps->nrep++] = (gr_rep_){id, item, min, max};
+        ps->r[rule].el[last].v = (uint32_t)id;
+        if (max != 0 && gr_put_(ps, id, GR_REF, (uint32_t)item)) return -1;
+        if (min == 0 && max != 0 && gr_put_(ps, id, GR_ALT, 0)) return -1;
+        return gr_put_(ps, id, GR_END, 0);
+    }
+    gr_el *item = (gr_el *)malloc((size_t)len * sizeof *item);
+    if (!item) return gr_fail_(ps, ps->p, "out of memory");
+    memcpy(item, r->el + last, (size_t)len * sizeof *item);
+    r->n = last;
+    int rc = gr_repeat_into_(ps, rule, item, len, min, max);
     free(item);
     return rc;
 }
@@ -364,10 +407,115 @@ static inline int gr_left_rec_(const gr_rule_ *r, const unsigned char *nul, int 
     return bad;
 }
 
+/* Refuses left recursion over rules 0..n of ps. 0 or -1 (err set). */
+static inline int gr_check_left_(gr_parser_ *ps) {
+    unsigned char *nul = (unsigned char *)calloc((size_t)ps->n * 3 + 1, 1);
+    if (!nul) return gr_fail_(ps, ps->p, "out of memory");
+    gr_nullable_(ps->r, ps->n, nul);
+    for (int i = 0; i < ps->n && !ps->failed; i++) {
+        int bad = gr_left_rec_(ps->r, nul, i, nul + ps->n, nul + 2 * ps->n);
+        if (bad >= 0) {
+            snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
+                     ps->r[bad].line, ps->r[bad].col, ps->r[bad].name);
+            ps->failed = 1;
+        }
+    }
+    free(nul);
+    return ps->failed ? -1 : 0;
+}
+
+/* The rule matching what rule x matches except the empty string: x itself
+ * when x is not nullable, else a new rule (ne[x], its body written later
+ * by gr_fill_nonempty_; queued in q). -1 on failure. */
+static inline int gr_nonempty_id_(gr_parser_ *ps, const unsigned char *nul, int *ne, int *q, int *qn, int x) {
+    if (!nul[x]) return x;
+    if (ne[x] < 0) {
+        if ((ne[x] = gr_gen_rule_(ps, x)) < 0) return -1;
+        q[(*qn)++] = x;
+    }
+    return ne[x];
+}
+
+/* Writes the body of ne[x] (x nullable): for each alternative e1..ek of x
+ * and each i whose e1..e(i-1) can all be empty, nonempty(ei) e(i+1)..ek.
+ * The union is x's language less the empty string. A rule that matches
+ * only the empty string gets a class that admits nothing. */
+static inline int gr_fill_nonempty_(gr_parser_ *ps, const unsigned char *nul, int *ne, int *q, int *qn, int x) {
+    int dst = ne[x], a = 0;
+    while (a < ps->r[x].n) {
+        int b = a;
+        while (ps->r[x].el[b].type != GR_ALT && ps->r[x].el[b].type != GR_END) b++;
+        for (int k = a; k < b;) {
+            gr_el e = ps->r[x].el[k];
+            int kend = k + 1, skip = e.type == GR_REF && nul[e.v];
+            while (kend < b && (ps->r[x].el[kend].type == GR_RNG || ps->r[x].el[kend].type == GR_CHAR_ALT)) kend++;
+            if (ps->r[dst].n && gr_put_(ps, dst, GR_ALT, 0)) return -1;
+            if (skip) {
+                int id = gr_nonempty_id_(ps, nul, ne, q, qn, (int)e.v);
+                if (id < 0 || gr_put_(ps, dst, GR_REF, (uint32_t)id)) return -1;
+            } else
+                for (int j = k; j < kend; j++)
+                    if (gr_put_(ps, dst, ps->r[x].el[j].type, ps->r[x].el[j].v)) return -1;
+            for (int j = kend; j < b; j++)
+                if (gr_put_(ps, dst, ps->r[x].el[j].type, ps->r[x].el[j].v)) return -1;
+            if (!skip) break;
+            k = kend;
+        }
+        a = b + 1;
+    }
+    if (!ps->r[dst].n && (gr_put_(ps, dst, GR_CHAR_NOT, 0) || gr_put_(ps, dst, GR_RNG, 0x10FFFF))) return -1;
+    return gr_put_(ps, dst, GR_END, 0);
+}
+
+/* Gives each repetition of a rule its body. X{m,n} of an X that cannot
+ * match the empty string is desugared as literals are; of a nullable X it
+ * is X'{0,n} with X' = X less the empty string (the same language: the
+ * empty copies can be dropped, or added back up to m), which keeps the
+ * recognizer to one way per text instead of one per copy, and X* from
+ * being left recursive. */
+static inline int gr_finish_reps_(gr_parser_ *ps) {
+    if (!ps->nrep) return 0;
+    int n0 = ps->n, qn = 0, rc = -1;
+    unsigned char *nul = (unsigned char *)malloc((size_t)n0);
+    int *ne = (int *)malloc((size_t)n0 * sizeof(int)), *q = (int *)malloc((size_t)n0 * sizeof(int));
+    if (!nul || !ne || !q) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
+    gr_nullable_(ps->r, n0, nul);
+    for (int i = 0; i < n0; i++) ne[i] = -1;
+    for (int k = 0; k < ps->nrep; k++) {
+        gr_rep_ rp = ps->rep[k];
+        int min = nul[rp.item] ? 0 : rp.min, item = gr_nonempty_id_(ps, nul, ne, q, &qn, rp.item);
+        if (item < 0) goto out;
+        gr_el el = {GR_REF, (uint32_t)item};
+        ps->r[rp.rule].n = 0;
+        if (gr_repeat_into_(ps, rp.rule, &el, 1, min, rp.max) || gr_put_(ps, rp.rule, GR_END, 0)) goto out;
+    }
+    { /* nullability again over every rule: the repetitions' new rules are
+       * read now (the nonempty rules made so far have no body yet: not
+       * nullable, which they are not); rules made from here on are
+       * nonempty rules, never read nor queued */
+        int n1 = ps->n;
+        unsigned char *nn = (unsigned char *)realloc(nul, (size_t)n1);
+        if (nn) nul = nn;
+        int *ne2 = nn ? (int *)realloc(ne, (size_t)n1 * sizeof(int)) : NULL;
+        if (ne2) ne = ne2;
+        int *q2 = ne2 ? (int *)realloc(q, (size_t)n1 * sizeof(int)) : NULL;
+        if (!q2) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
+        q = q2;
+        gr_nullable_(ps->r, n1, nul);
+        for (int i = n0; i < n1; i++) ne[i] = -1;
+    }
+    for (int i = 0; i < qn; i++)
+        if (gr_fill_nonempty_(ps, nul, ne, q, &qn, q[i])) goto out;
+    rc = 0;
+out:
+    free(nul), free(ne), free(q);
+    return rc;
+}
+
 /* Parses GBNF text; root names the start rule ("root"). NULL with err as
  * "line L, column C: why". */
 static inline gr_grammar *gr_parse(const char *text, size_t len, const char *root, char *err, size_t errlen) {
-    gr_parser_ ps = {text, text, text + len, NULL, 0, 0, err, errlen, 0, 0};
+    gr_parser_ ps = {text, text, text + len, NULL, 0, 0, err, errlen, 0, 0, NULL, 0, 0, 0};
     if (err && errlen) err[0] = 0;
     gr_grammar *g = NULL;
     for (;;) {
@@ -397,21 +545,9 @@ static inline gr_grammar *gr_parse(const char *text, size_t len, const char *roo
         if (!strcmp(ps.r[i].name, root)) rid = i;
     }
     if (rid < 0) { gr_fail_(&ps, ps.end, "no rule named %s", root); goto out; }
-    {
-        unsigned char *nul = (unsigned char *)calloc((size_t)ps.n * 3 + 1, 1);
-        if (!nul) { gr_fail_(&ps, ps.p, "out of memory"); goto out; }
-        gr_nullable_(ps.r, ps.n, nul);
-        for (int i = 0; i < ps.n && !ps.failed; i++) {
-            int bad = gr_left_rec_(ps.r, nul, i, nul + ps.n, nul + 2 * ps.n);
-            if (bad >= 0) {
-                snprintf(err, errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
-                         ps.r[bad].line, ps.r[bad].col, ps.r[bad].name);
-                ps.failed = 1;
-            }
-        }
-        free(nul);
-        if (ps.failed) goto out;
-    }
+    /* left recursion in the grammar as written (named in its own rules),
+     * then, as a check of the desugaring, in what is recognized */
+    if (gr_check_left_(&ps) || gr_finish_reps_(&ps) || gr_check_left_(&ps)) goto out;
     g = (gr_grammar *)calloc(1, sizeof *g);
     int total = 0;
     for (int i = 0; i < ps.n; i++) total += ps.r[i].n;
@@ -431,34 +567,74 @@ static inline gr_grammar *gr_parse(const char *text, size_t len, const char *roo
     g->n_rules = ps.n, g->root = rid;
 out:
     for (int i = 0; i < ps.n; i++) free(ps.r[i].name), free(ps.r[i].el);
-    free(ps.r);
+    free(ps.r), free(ps.rep);
     return g;
 }
 
 /* ------------------------------------------------------------ recognizing */
 
 /* A set of stacks of element positions (the top is the last), stored one
- * after another. */
+ * after another; past GR_HASHED_FROM stacks, a hash index finds the
+ * duplicates (a scan would make each step quadratic in the ways). */
 typedef struct {
     uint32_t *d;
     size_t dn, dcap;
     int *off, *len;
     int n, cap;
-    int oom;
+    int oom;      /* a stack was lost: out of memory, or the limit below */
+    int limit;    /* ... and it was GR_MAX_STACKS or GR_MAX_DEPTH */
+    int *hidx;    /* [GR_HASH_SLOTS] stack index + 1, 0 empty */
+    int hashed;   /* hidx indexes this set */
 } gr_stacks;
-
-static inline void gr_stacks_free(gr_stacks *s) {
-    free(s->d), free(s->off), free(s->len);
-    memset(s, 0, sizeof *s);
-}
 
 #define GR_MAX_STACKS 4096 /* ways the text may continue; beyond it the grammar is too ambiguous to follow */
 #define GR_MAX_DEPTH 4096
+#define GR_HASHED_FROM 32
+#define GR_HASH_SLOTS (2 * GR_MAX_STACKS)
+
+static inline void gr_stacks_free(gr_stacks *s) {
+    free(s->d), free(s->off), free(s->len), free(s->hidx);
+    memset(s, 0, sizeof *s);
+}
+
+static inline void gr_stacks_clear_(gr_stacks *s) { s->n = 0, s->dn = 0, s->oom = 0, s->limit = 0, s->hashed = 0; }
+
+static inline uint32_t gr_stack_hash_(const uint32_t *st, int n) {
+    uint32_t h = 2166136261u ^ (uint32_t)n;
+    for (int i = 0; i < n; i++) h = (h ^ st[i]) * 16777619u;
+    return h;
+}
+
+static inline int gr_stack_is_(const gr_stacks *s, int i, const uint32_t *st, int n) {
+    return s->len[i] == n && (!n || !memcmp(s->d + s->off[i], st, (size_t)n * 4));
+}
+
+static inline void gr_hash_put_(gr_stacks *s, int i) {
+    uint32_t slot = gr_stack_hash_(s->d + s->off[i], s->len[i]) & (GR_HASH_SLOTS - 1);
+    while (s->hidx[slot]) slot = (slot + 1) & (GR_HASH_SLOTS - 1);
+    s->hidx[slot] = i + 1;
+}
+
+/* 1 when stack st is in s. */
+static inline int gr_stacks_has_(gr_stacks *s, const uint32_t *st, int n) {
+    if (s->hashed) {
+        for (uint32_t slot = gr_stack_hash_(st, n) & (GR_HASH_SLOTS - 1); s->hidx[slot]; slot = (slot + 1) & (GR_HASH_SLOTS - 1))
+            if (gr_stack_is_(s, s->hidx[slot] - 1, st, n)) return 1;
+        return 0;
+    }
+    for (int i = 0; i < s->n; i++)
+        if (gr_stack_is_(s, i, st, n)) return 1;
+    if (s->n >= GR_HASHED_FROM && (s->hidx || (s->hidx = (int *)malloc(GR_HASH_SLOTS * sizeof(int))))) { /* without it, scans go on */
+        memset(s->hidx, 0, GR_HASH_SLOTS * sizeof(int));
+        for (int i = 0; i < s->n; i++) gr_hash_put_(s, i);
+        s->hashed = 1;
+    }
+    return 0;
+}
 
 static inline void gr_stacks_add_(gr_stacks *s, const uint32_t *st, int n) {
-    for (int i = 0; i < s->n; i++)
-        if (s->len[i] == n && (!n || !memcmp(s->d + s->off[i], st, (size_t)n * 4))) return;
-    if (s->n >= GR_MAX_STACKS || n > GR_MAX_DEPTH) { s->oom = 1; return; }
+    if (gr_stacks_has_(s, st, n)) return;
+    if (s->n >= GR_MAX_STACKS || n > GR_MAX_DEPTH) { s->oom = s->limit = 1; return; }
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 8;
         int *no = (int *)realloc(s->off, (size_t)cap * sizeof(int)), *nl = no ? (int *)realloc(s->len, (size_t)cap * sizeof(int)) : NULL;
@@ -476,6 +652,7 @@ static inline void gr_stacks_add_(gr_stacks *s, const uint32_t *st, int n) {
     if (n) memcpy(s->d + s->dn, st, (size_t)n * 4);
     s->off[s->n] = (int)s->dn, s->len[s->n] = n;
     s->dn += (size_t)n, s->n++;
+    if (s->hashed) gr_hash_put_(s, s->n - 1);
 }
 
 static inline int gr_is_char_(int t) { return t == GR_CHAR || t == GR_CHAR_NOT || t == GR_ANY; }
@@ -496,7 +673,7 @@ static inline void gr_expand_(const gr_grammar *g, uint32_t *buf, int n, gr_stac
     uint32_t pos = buf[n - 1];
     gr_el e = g->el[pos];
     if (e.type != GR_REF) { gr_stacks_add_(out, buf, n); return; }
-    if (depth > GR_MAX_DEPTH || n > GR_MAX_DEPTH) { out->oom = 1; return; }
+    if (depth > GR_MAX_DEPTH || n > GR_MAX_DEPTH) { out->oom = out->limit = 1; return; }
     uint32_t next = pos + 1;
     int keep_next = g->el[next].type != GR_END && g->el[next].type != GR_ALT;
     for (uint32_t a = (uint32_t)g->start[e.v];;) {
@@ -567,13 +744,14 @@ static inline void gr_state_free(gr_state *s) {
 /* dst becomes a copy of src (dst zeroed or a state). 0 or -1 (out of memory). */
 static inline int gr_state_copy(gr_state *dst, const gr_state *src) {
     if (!dst->buf && !(dst->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t)))) return -1;
-    dst->st.n = 0, dst->st.dn = 0, dst->st.oom = 0;
+    gr_stacks_clear_(&dst->st);
     for (int i = 0; i < src->st.n; i++) gr_stacks_add_(&dst->st, src->st.len[i] ? src->st.d + src->st.off[i] : NULL, src->st.len[i]);
     dst->pv = src->pv, dst->prem = src->prem, dst->plen = src->plen;
     return dst->st.oom ? -1 : 0;
 }
 
-/* The start state. 0, or -1 (out of memory, or a grammar too ambiguous). */
+/* The start state. 0, -1 (out of memory) or -2 (more ways to start than
+ * GR_MAX_STACKS, or deeper than GR_MAX_DEPTH: too ambiguous to follow). */
 static inline int gr_init(const gr_grammar *g, gr_state *s) {
     memset(s, 0, sizeof *s);
     if (!(s->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t)))) return -1;
@@ -585,12 +763,12 @@ static inline int gr_init(const gr_grammar *g, gr_state *s) {
         if (g->el[a].type == GR_END) break;
         a++;
     }
-    return s->st.oom ? -1 : 0;
+    return s->st.limit ? -2 : s->st.oom ? -1 : 0;
 }
 
 /* Advances stacks `in` by code point cp into `out` (cleared first). */
 static inline void gr_step_(const gr_grammar *g, const gr_stacks *in, uint32_t cp, gr_stacks *out, uint32_t *buf) {
-    out->n = 0, out->dn = 0, out->oom = 0;
+    gr_stacks_clear_(out);
     for (int i = 0; i < in->n; i++) {
         int n = in->len[i];
         if (!n) continue;
@@ -655,8 +833,9 @@ static inline int gr_partial_range_(uint32_t pv, int prem, int plen, uint32_t *l
     return *lo <= *hi;
 }
 
-/* Feeds bytes. 0, or -1 when the grammar cannot continue with them (the
- * state is then unchanged). */
+/* Feeds bytes. 0, or -1 when the grammar cannot continue with them, -2
+ * when following them takes more than GR_MAX_STACKS ways (the state is
+ * then unchanged). */
 static inline int gr_accept(const gr_grammar *g, gr_state *s, const uint8_t *b, size_t n) {
     const gr_stacks *cur = &s->st;
     int which = 0; /* the alt set the next step writes */
@@ -668,7 +847,7 @@ static inline int gr_accept(const gr_grammar *g, gr_state *s, const uint8_t *b, 
         if (r < 0) return -1;
         if (r == 0) continue;
         gr_step_(g, cur, cp, &s->alt[which], s->buf);
-        if (s->alt[which].oom || !s->alt[which].n) return -1;
+        if (s->alt[which].oom || !s->alt[which].n) return s->alt[which].limit ? -2 : -1;
         cur = &s->alt[which];
         which ^= 1;
     }
@@ -802,6 +981,7 @@ typedef struct {
     int tn, tcap;
     gr_stacks tmp;
     uint32_t *buf;
+    int limit; /* a step of this mask hit GR_MAX_STACKS or GR_MAX_DEPTH */
 } gr_mask_ctx;
 
 static inline void gr_cache_clear_(gr_mask_ctx *c) {
@@ -869,7 +1049,8 @@ static inline int gr_intern_(gr_mask_ctx *c, const gr_stacks *s) {
 }
 
 /* The set reached from set id by code point cp: its id, -1 when no stack
- * survives, -2 when the cache cannot hold it (the caller clears it). */
+ * survives, -2 when the cache cannot hold it (the caller clears it) or a
+ * stack was lost (out of memory; c->limit set when to the limits). */
 static inline int gr_next_(gr_mask_ctx *c, int id, uint32_t cp) {
     uint64_t key = ((uint64_t)id << 32 | cp) + 1;
     int mask = c->tcap - 1, slot = (int)((key * 0x9E3779B97F4A7C15ull) >> 40) & mask;
@@ -878,8 +1059,9 @@ static inline int gr_next_(gr_mask_ctx *c, int id, uint32_t cp) {
         if (c->tkey[slot] == key) return c->tval[slot];
     }
     gr_step_(c->g, &c->sets[id], cp, &c->tmp, c->buf);
-    int r = c->tmp.oom || !c->tmp.n ? -1 : gr_intern_(c, &c->tmp);
-    if (r == -1 && !(c->tmp.oom || !c->tmp.n)) return -2;
+    if (c->tmp.oom) { c->limit |= c->tmp.limit; return -2; }
+    int r = !c->tmp.n ? -1 : gr_intern_(c, &c->tmp);
+    if (r == -1 && c->tmp.n) return -2;
     if (c->tn * 2 >= c->tcap) { /* grow the transition table */
         int ncap = c->tcap * 2;
         uint64_t *nk = (uint64_t *)calloc((size_t)ncap, sizeof(uint64_t));
@@ -925,15 +1107,18 @@ static inline int gr_mask_walk_(const gr_vocab *v, gr_mask_ctx *cx, int node, in
 
 /* Sets allowed[t] = 1 for each token whose bytes can continue the text
  * (0 for the others, and for tokens left out of the trie); returns how
- * many are allowed, or -1 (out of memory). Whether the grammar may end
- * here is gr_can_end. */
+ * many are allowed, -1 (out of memory) or -2 (some token's bytes take
+ * more than GR_MAX_STACKS ways to follow: too ambiguous to decide).
+ * Whether the grammar may end here is gr_can_end. */
 static inline int gr_mask(const gr_grammar *g, const gr_state *s, const gr_vocab *v, gr_mask_ctx *cx, uint8_t *allowed) {
     for (int attempt = 0; attempt < 2; attempt++) {
         if (cx->g != g || attempt) gr_cache_clear_(cx), cx->g = g;
         memset(allowed, 0, (size_t)v->n_tokens);
+        cx->limit = 0;
         int sid = gr_intern_(cx, &s->st), full = 0;
         if (sid < 0) continue;
         int n = gr_mask_walk_(v, cx, 0, sid, s->pv, s->prem, s->plen, allowed, &full);
+        if (cx->limit) return -2;
         if (!full) return n;
     }
     return -1;

@@ -134,6 +134,102 @@ static uint32_t next_rand(void) {
     return (uint32_t)(rng >> 11);
 }
 
+/* 1 when s splits into j pieces of the set P (which may hold "") for some
+ * j in [min, max] (max < 0: any): the definition of P{min,max}, decided by
+ * dynamic programming over (length read, pieces used). */
+static int in_pieces(const char *s, const char *const *p, int np, int min, int max) {
+    enum { L = 16, J = 24 };
+    size_t n = strlen(s);
+    unsigned char reach[L + 1][J + 1] = {{0}};
+    reach[0][0] = 1;
+    int cap = max < 0 ? J : max;
+    for (int j = 0; j < cap; j++)
+        for (size_t i = 0; i <= n; i++) {
+            if (!reach[i][j]) continue;
+            for (int k = 0; k < np; k++) {
+                size_t m = strlen(p[k]);
+                if (i + m <= n && !memcmp(s + i, p[k], m)) reach[i + m][j + 1] = 1;
+            }
+        }
+    for (int j = min; j <= cap; j++)
+        if (reach[n][j]) return 1;
+    return 0;
+}
+
+/* Repetitions of items that can match the empty string: each grammar's
+ * language equals its definition on every string over {a, b} up to length
+ * 8, and the recognizer keeps a bounded number of ways per text (one per
+ * copy would be hundreds for {0,500}, and `x*` of a nullable x was refused
+ * as left recursive). */
+static void test_nullable_repeats(void) {
+    static const char *const pool[] = {"", "a", "b", "ab", "ba", "aa", "bab"};
+    int mism = 0, grammars = 0;
+    for (int trial = 0; trial < 60; trial++) {
+        const char *p[4];
+        int np = 1 + (int)(next_rand() % 4), min = (int)(next_rand() % 4), max = next_rand() % 3 ? min + (int)(next_rand() % 4) : -1;
+        /* the pieces as a group, or as a named rule (every third) */
+        char text[300], *w = text, alts[200], *a = alts;
+        for (int k = 0; k < np; k++) {
+            p[k] = pool[next_rand() % 7];
+            a += sprintf(a, "%s\"%s\" ", k ? "| " : "", p[k]);
+        }
+        w += trial % 3 ? sprintf(w, "root ::= (%s)", alts) : sprintf(w, "root ::= x");
+        w += max < 0 ? sprintf(w, "{%d,}\n", min) : sprintf(w, "{%d,%d}\n", min, max);
+        if (trial % 3 == 0) sprintf(w, "x ::= %s\n", alts);
+        gr_grammar *g = parse(text);
+        CHECK(g != NULL);
+        if (!g) continue;
+        grammars++;
+        for (int len = 0; len <= 8; len++)
+            for (int bits = 0; bits < 1 << len; bits++) {
+                char s[16];
+                for (int i = 0; i < len; i++) s[i] = bits >> i & 1 ? 'b' : 'a';
+                s[len] = 0;
+                if (in_lang(g, s) != in_pieces(s, p, np, min, max)) {
+                    if (mism++ < 5) fprintf(stderr, "%s: \"%s\" recognized %d, by definition %d\n", text, s, in_lang(g, s), in_pieces(s, p, np, min, max));
+                }
+            }
+        gr_free(g);
+    }
+    CHECK(grammars == 60 && mism == 0);
+
+    /* named rules, nesting, a rule matching only "" */
+    struct { const char *g, *in[4], *out[3]; } fixed[] = {
+        {"root ::= (\"a\"?)*\n", {"", "a", "aaaaaa", NULL}, {"b", "ab", NULL}},
+        {"root ::= x* \"c\"\nx ::= y | \"bb\"\ny ::= \"a\"?\n", {"c", "abbac", "bbbbc", NULL}, {"bc", "", "ca"}},
+        {"root ::= ((\"a\"?)* \"b\"?){2,}\n", {"", "ab", "bab", "bbbb"}, {"c", NULL, NULL}},
+        {"root ::= (\"\" | )* \"x\"\n", {"x", NULL, NULL, NULL}, {"", "xx", NULL}},
+        {"root ::= x{1,3}\nx ::= \"a\" x | \"b\"\n", {"b", "abb", "aabbab", NULL}, {"", "bbbb", "a"}},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
+        gr_grammar *g = parse(fixed[i].g);
+        CHECK(g != NULL);
+        if (!g) continue;
+        for (int k = 0; k < 4 && fixed[i].in[k]; k++) CHECK(in_lang(g, fixed[i].in[k]) == 1);
+        for (int k = 0; k < 3 && fixed[i].out[k]; k++) CHECK(in_lang(g, fixed[i].out[k]) == 0);
+        gr_free(g);
+    }
+    CHECK(refused("root ::= root* \"a\"\n", "rule root is left recursive"));
+
+    /* a few ways at each point, not one per copy */
+    const char *wide[] = {"root ::= (\"a\"?){0,500}\n", "root ::= ([^\\n\"] | | \"ab\"){138}\n"};
+    for (int i = 0; i < 2; i++) {
+        gr_grammar *g = parse(wide[i]);
+        CHECK(g != NULL);
+        if (!g) continue;
+        gr_state s;
+        CHECK(gr_init(g, &s) == 0);
+        int most = s.st.n, ok = 1;
+        for (int k = 0; k < 120 && ok; k++) {
+            ok = gr_accept(g, &s, (const uint8_t *)"a", 1) == 0;
+            if (s.st.n > most) most = s.st.n;
+        }
+        CHECK(ok && gr_can_end(&s) && most <= 4);
+        gr_state_free(&s);
+        gr_free(g);
+    }
+}
+
 /* Random walks through the grammar with the tiny fixture's vocabulary: at
  * every step the mask equals a brute force (each token's bytes appended
  * to the text so far, recognized from the start). */
@@ -182,6 +278,41 @@ static void walk(const gr_grammar *g, const tok *t, const gr_vocab *v, int walks
     gr_mask_ctx_free(&cx);
 }
 
+/* A grammar with more ways to continue than GR_MAX_STACKS is reported as
+ * such (-2) by gr_init, gr_accept and gr_mask, never taken as a dead end. */
+static void test_too_ambiguous(const tok *t, const gr_vocab *v) {
+    enum { N = GR_MAX_STACKS + 8 };
+    char *text = (char *)malloc(16 + 3 * N + 64);
+    CHECK(text != NULL);
+    if (!text) return;
+    for (int lead = 0; lead < 2; lead++) {
+        char *w = text + sprintf(text, "root ::= %s", lead ? "\"b\" " : "");
+        for (int i = 0; i < N; i++) w += sprintf(w, "x ");
+        sprintf(w, "\nx ::= \"a\" | \"\"\n");
+        gr_grammar *g = parse(text);
+        CHECK(g != NULL);
+        if (!g) continue;
+        gr_state s;
+        int r = gr_init(g, &s);
+        CHECK(r == (lead ? 0 : -2));
+        if (lead && !r) {
+            CHECK(gr_accept(g, &s, (const uint8_t *)"b", 1) == -2);
+            CHECK(s.st.n == 1); /* unchanged */
+            if (t && v) {
+                gr_mask_ctx cx;
+                uint8_t *allowed = (uint8_t *)malloc((size_t)v->n_tokens);
+                CHECK(allowed && !gr_mask_ctx_init(&cx, v));
+                if (allowed) CHECK(gr_mask(g, &s, v, &cx, allowed) == -2);
+                gr_mask_ctx_free(&cx);
+                free(allowed);
+            }
+        }
+        gr_state_free(&s);
+        gr_free(g);
+    }
+    free(text);
+}
+
 static void test_mask(void) {
     char err[300];
     tok *t = tok_load("tests/fixtures/tiny-glm5/tokenizer.json", err, sizeof err);
@@ -200,6 +331,7 @@ static void test_mask(void) {
     if (a) walk(a, t, &v, 12, 30);
     if (c) walk(c, t, &v, 12, 20);
     gr_free(j), gr_free(a), gr_free(c);
+    test_too_ambiguous(t, &v);
     gr_vocab_free(&v);
     tok_free(t);
 }
@@ -319,6 +451,7 @@ static void test_tools(void) {
 int main(void) {
     test_languages();
     test_refusals();
+    test_nullable_repeats();
     test_mask();
     test_schema();
     test_tools();
