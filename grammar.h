@@ -583,14 +583,14 @@ typedef struct {
     int n, cap;
     int oom;      /* a stack was lost: out of memory, or the limit below */
     int limit;    /* ... and it was GR_MAX_STACKS or GR_MAX_DEPTH */
-    int *hidx;    /* [GR_HASH_SLOTS] stack index + 1, 0 empty */
+    int *hidx;    /* [hcap] stack index + 1, 0 empty; at most half full */
+    int hcap;
     int hashed;   /* hidx indexes this set */
 } gr_stacks;
 
 #define GR_MAX_STACKS 4096 /* ways the text may continue; beyond it the grammar is too ambiguous to follow */
 #define GR_MAX_DEPTH 4096
 #define GR_HASHED_FROM 32
-#define GR_HASH_SLOTS (2 * GR_MAX_STACKS)
 
 static inline void gr_stacks_free(gr_stacks *s) {
     free(s->d), free(s->off), free(s->len), free(s->hidx);
@@ -610,25 +610,39 @@ static inline int gr_stack_is_(const gr_stacks *s, int i, const uint32_t *st, in
 }
 
 static inline void gr_hash_put_(gr_stacks *s, int i) {
-    uint32_t slot = gr_stack_hash_(s->d + s->off[i], s->len[i]) & (GR_HASH_SLOTS - 1);
-    while (s->hidx[slot]) slot = (slot + 1) & (GR_HASH_SLOTS - 1);
+    uint32_t mask = (uint32_t)s->hcap - 1, slot = gr_stack_hash_(s->d + s->off[i], s->len[i]) & mask;
+    while (s->hidx[slot]) slot = (slot + 1) & mask;
     s->hidx[slot] = i + 1;
+}
+
+/* Indexes the set's stacks in a table of at least 4 slots per stack (so
+ * clearing it costs what the set does); 0, or -1 without memory (the
+ * scans go on). */
+static inline int gr_hash_build_(gr_stacks *s) {
+    int cap = 64;
+    while (cap < 4 * s->n) cap *= 2;
+    if (cap > s->hcap) {
+        int *h = (int *)realloc(s->hidx, (size_t)cap * sizeof(int));
+        if (!h) return s->hashed = 0, -1;
+        s->hidx = h, s->hcap = cap;
+    }
+    memset(s->hidx, 0, (size_t)s->hcap * sizeof(int));
+    for (int i = 0; i < s->n; i++) gr_hash_put_(s, i);
+    s->hashed = 1;
+    return 0;
 }
 
 /* 1 when stack st is in s. */
 static inline int gr_stacks_has_(gr_stacks *s, const uint32_t *st, int n) {
     if (s->hashed) {
-        for (uint32_t slot = gr_stack_hash_(st, n) & (GR_HASH_SLOTS - 1); s->hidx[slot]; slot = (slot + 1) & (GR_HASH_SLOTS - 1))
+        uint32_t mask = (uint32_t)s->hcap - 1;
+        for (uint32_t slot = gr_stack_hash_(st, n) & mask; s->hidx[slot]; slot = (slot + 1) & mask)
             if (gr_stack_is_(s, s->hidx[slot] - 1, st, n)) return 1;
         return 0;
     }
     for (int i = 0; i < s->n; i++)
         if (gr_stack_is_(s, i, st, n)) return 1;
-    if (s->n >= GR_HASHED_FROM && (s->hidx || (s->hidx = (int *)malloc(GR_HASH_SLOTS * sizeof(int))))) { /* without it, scans go on */
-        memset(s->hidx, 0, GR_HASH_SLOTS * sizeof(int));
-        for (int i = 0; i < s->n; i++) gr_hash_put_(s, i);
-        s->hashed = 1;
-    }
+    if (s->n >= GR_HASHED_FROM) gr_hash_build_(s);
     return 0;
 }
 
@@ -652,7 +666,7 @@ static inline void gr_stacks_add_(gr_stacks *s, const uint32_t *st, int n) {
     if (n) memcpy(s->d + s->dn, st, (size_t)n * 4);
     s->off[s->n] = (int)s->dn, s->len[s->n] = n;
     s->dn += (size_t)n, s->n++;
-    if (s->hashed) gr_hash_put_(s, s->n - 1);
+    if (s->hashed && (2 * s->n <= s->hcap ? (gr_hash_put_(s, s->n - 1), 0) : gr_hash_build_(s))) s->hashed = 0;
 }
 
 static inline int gr_is_char_(int t) { return t == GR_CHAR || t == GR_CHAR_NOT || t == GR_ANY; }
