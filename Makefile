@@ -1,5 +1,6 @@
 # colibri — build, test, sanitize.
 #   make                 ./colibri for this CPU (ARCH=native), colibri-convert, colibri-synth
+#   make CUDA=1          ./colibri with the CUDA backend (nvcc; runs on the CPU without a GPU)
 #   make ARCH=portable   a generic x86-64 / armv8-a binary (kernels still
 #                        dispatch at startup on what the CPU offers)
 #   make test            every test, warnings as errors, no network/GPU/pip
@@ -51,6 +52,25 @@ ifneq ($(MHD),0)
     OPTLIBS += -lmicrohttpd
   endif
 endif
+
+# CUDA (backend_cuda.cu, behind backend_cuda.h's C ABI): make CUDA=1 builds
+# ./colibri with it (build/rel-cuda); make test builds build/cuda (colibri
+# and test_cuda) wherever nvcc is found, so the CUDA code compiles warning
+# free on every build machine and runs where a GPU is. The runtime is linked
+# statically: without a driver or GPU the binary runs on the CPU and says so.
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS ?= 75 80 86 89 90 100 120
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+NVCCFLAGS := -O2 -std=c++17 -I. -DCOLI_HAVE_CUDA -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror $(CUDA_GENCODE)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+build/%/backend_cuda.o: backend_cuda.cu backend_cuda.h Makefile
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+build/%/libcolicuda.a: build/%/backend_cuda.o
+	@rm -f $@
+	$(AR) rcs $@ $^
 
 # The matmul kernels: one translation unit per instruction-set family,
 # compiled once per flavour into an archive every multiplying program links.
@@ -117,10 +137,23 @@ $(eval $(call flavour,build/nolibs,$(BASEFLAGS) $(ARCHFLAGS) -Werror,$(LIBS),bui
 # ARCH=portable (no -march): kernels still dispatch at run time.
 $(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(OPTLIBS),build/portable))
 
+# The CUDA builds: make test's (test flags) and make CUDA=1's.
+$(eval $(call flavour,build/cuda,$(TESTFLAGS) -DCOLI_HAVE_CUDA,build/cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/test))
+$(eval $(call flavour,build/rel-cuda,$(RELFLAGS) -DCOLI_HAVE_CUDA,build/rel-cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/rel))
+build/cuda/colibri build/cuda/test_cuda: build/cuda/libcolicuda.a
+build/rel-cuda/colibri build/rel-cuda/bench_cuda: build/rel-cuda/libcolicuda.a
+
 all: colibri colibri-synth colibri-convert
 
+ifeq ($(CUDA),1)
+colibri: build/rel-cuda/colibri
+	cp $< $@
+colibri-synth colibri-convert: %: build/rel/%
+	cp $< $@
+else
 colibri colibri-synth colibri-convert: %: build/rel/%
 	cp $< $@
+endif
 
 # ---- tests --------------------------------------------------------------
 # Each tests/test_*.c is one program: it includes the header(s) it tests (or
@@ -133,7 +166,8 @@ TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-
             $(1)/colibri-fault $(1)/colibri-convert-fault
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/test_io build/portable/colibri
+CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri build/cuda/test_cuda))
+test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/test_io build/portable/colibri $(CUDA_TEST_BINS)
 sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine
 
 test:
@@ -152,7 +186,7 @@ sanitize:
 # options, e.g. make bench BENCH_ARGS="--quick" or "--only iopaths".
 BENCH_BINS := $(addprefix build/rel/,$(BENCH_C))
 
-bench: colibri colibri-synth $(BENCH_BINS)
+bench: colibri colibri-synth $(BENCH_BINS) $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/rel-cuda/colibri build/rel-cuda/bench_cuda))
 	$(PYTHON) bench/run.py $(BENCH_ARGS)
 
 llamacpp:

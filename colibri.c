@@ -311,6 +311,8 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     if (o->group_size && (o->group_size % 16 || o->group_size < 16))
         return snprintf(err, errlen, "GROUP_SIZE=%d is invalid: expected 0 (per row) or a multiple of 16 in [16, 256]", o->group_size), -1;
     o->idot = (int)env_i(e, ENV_IDOT);
+    static const int cuda[] = {-1, 0, 1}; /* auto|0|1 */
+    o->cuda = cuda[env_i(e, ENV_CUDA)], o->cuda_device = (int)env_i(e, ENV_CUDA_DEVICE);
     const char *simd = env_v(e, ENV_SIMD)->s;
     o->simd = strcmp(simd, "auto") ? mm_level_parse(simd) : -1;
     if (o->simd >= 0 && !mm_level_ok(o->simd))
@@ -411,6 +413,17 @@ static void print_end(coli_model *m) {
     t->io_busy = x.read_s + x.busy_wall; /* wall time with reads in flight, not a sum over parallel reads */
     tel_end_line(stderr, t);
     if (t->prof) tel_prof_line(stderr, t);
+    if (m->gpu.n) { /* what went through the GPU since the previous end line */
+        cu_stats g;
+        cu_stats_get(&g);
+        uint64_t calls = g.calls - m->gpu.last.calls, cpu = m->gpu.cpu_calls - m->gpu.last_cpu;
+        int toks = t->prompt_tokens + t->gen_tokens;
+        fprintf(stderr, "colibri: GPU: %llu dense matmuls (%.0f%% of them), %.3f s in GPU calls, %.2f MB/tok up and %.2f MB/tok down%s\n",
+                (unsigned long long)calls, tel_pct((double)calls, (double)(calls + cpu)), g.seconds - m->gpu.last.seconds,
+                toks ? (g.bytes_in - m->gpu.last.bytes_in) / 1e6 / toks : 0.0, toks ? (g.bytes_out - m->gpu.last.bytes_out) / 1e6 / toks : 0.0,
+                m->gpu.failed ? "; a GPU call failed, the CPU took over" : "");
+        m->gpu.last = g, m->gpu.last_cpu = m->gpu.cpu_calls;
+    }
     if (x.repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", x.repinned);
     if (m->pilot)
         fprintf(stderr, "colibri: prefetch: recall %.1f%% (%llu of %llu routed experts were predicted; %llu predictions), %llu read ahead, %.1f MB of them evicted unused\n",

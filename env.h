@@ -116,6 +116,10 @@ typedef struct {
         "Matmul kernel level; auto = the best this CPU supports (named on the startup line). A level the CPU lacks is refused.") \
     BOOL(IDOT, "1", \
         "1 = int8/int4 weights multiply activations quantized to int8 with integer dot products; 0 = exact float accumulation.") \
+    CHOICE(CUDA, "auto", "auto|0|1", \
+        "GPU for the dense matmuls (a build with CUDA: make CUDA=1): auto = use device CUDA_DEVICE when there is one, else the CPU, saying so; 1 = required (exit 2 without it); 0 = CPU only. Tokens are the same either way.") \
+    INT(CUDA_DEVICE, "0", 0, 64, \
+        "Which GPU CUDA uses (0 = the first).") \
     CHOICE(DENSE_BITS, "16", "2|4|8|16", \
         "Quantize full-precision dense weights at load time (8 = int8, 4 = int4, 2 = int2; 16 = keep them f32). Changes the model.") \
     CHOICE(EXPERT_BITS, "16", "2|4|8|16", \

@@ -132,8 +132,34 @@ static inline void fwd_share(const fwd_t *f, int64_t n, int64_t *a, int64_t *b) 
     *b = *a + per < n ? *a + per : n;
 }
 
+/* y = x·Wᵀ on the GPU (thread 0, the others wait): activations quantized
+ * as the CPU's integer path does, in chunks of the scratch's rows. 0, or
+ * -1 with m->gpu.err set. */
+static int fwd_matmul_gpu(coli_model *m, const cu_mat *d, const qt_tensor *W, const float *x, int S, float *y) {
+    mm_ctx *c = &m->mm;
+    for (int s0 = 0; s0 < S; s0 += c->max_rows) {
+        int n = S - s0 < c->max_rows ? S - s0 : c->max_rows;
+        for (int r = 0; r < n; r++)
+            mm_act_quant(x + (size_t)(s0 + r) * W->I, W->I, W->fmt, W->gs, 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
+        if (cu_mat_idot(d, c->qx, c->ldq, c->xs, n, y + (size_t)s0 * W->O, m->gpu.err, sizeof m->gpu.err)) return -1;
+    }
+    return 0;
+}
+
 static inline void fwd_matmul(const fwd_t *f, const qt_tensor *W, const float *x, int S, float *y) {
-    mm_matmul_team(&f->m->mm, W, x, S, y, f->tid, f->nth, fwd_sync_cb, &f->m->team);
+    coli_model *m = f->m;
+    const cu_mat *d = model_gpu_find(m, W);
+    if (d) {
+        fwd_sync(f); /* x complete */
+        if (f->tid == 0 && fwd_matmul_gpu(m, d, W, x, S, y)) {
+            fprintf(stderr, "colibri: %s; the CPU computes everything from here on\n", m->gpu.err);
+            m->gpu.failed = 1;
+        }
+        fwd_sync(f);
+        if (!m->gpu.failed) return;
+    } else if (f->tid == 0 && m->gpu.n)
+        m->gpu.cpu_calls++;
+    mm_matmul_team(&m->mm, W, x, S, y, f->tid, f->nth, fwd_sync_cb, &m->team);
 }
 
 /* RMSNorm of this thread's rows of x[S][n] into y. */

@@ -17,6 +17,7 @@
 #include <omp.h>
 #endif
 
+#include "backend_cuda.h"
 #include "compat.h"
 #include "config.h"
 #include "io.h"
@@ -107,6 +108,7 @@ typedef struct {
     int threads;            /* compute threads (0 = coli_nthreads()) */
     int dense_bits, expert_bits, group_size; /* load-time quantization (0 = keep) */
     int mtp;                /* load the MTP layer when the checkpoint has one */
+    int cuda, cuda_device;  /* GPU: -1 auto, 0 off, 1 required; which device */
 } coli_opts;
 
 /* Resident bytes by part (model_measure). */
@@ -117,6 +119,22 @@ typedef struct {
 } model_mem;
 
 struct w_spec;
+
+/* The dense matrices the GPU holds (backend_cuda.h), found by the address
+ * of the model's qt_tensor (open addressing); what went through it. */
+typedef struct {
+    int on;
+    cu_info info;
+    const qt_tensor **key;
+    cu_mat **val;
+    int cap, n;
+    int failed;             /* a GPU call failed: the CPU from then on */
+    uint64_t bytes;         /* weights and scales uploaded */
+    uint64_t cpu_calls;     /* dense matmuls that stayed on the CPU */
+    cu_stats last;          /* cu_stats at the previous end line */
+    uint64_t last_cpu;
+    char err[300];
+} model_gpu;
 
 typedef struct {
     coli_config c;
@@ -152,8 +170,12 @@ typedef struct {
     uint64_t budget;            /* resolved RAM budget */
     int repin;                  /* re-pin every N generated tokens (0 = off) */
     uint64_t rss_limit;         /* RSS guard (0 = off) */
+    model_gpu gpu;              /* dense matrices on the GPU (CUDA) */
     char err[1024];
 } coli_model;
+
+_Static_assert((int)CU_I8 == (int)QT_I8 && (int)CU_I4 == (int)QT_I4 && (int)CU_I2 == (int)QT_I2 && (int)CU_I4G == (int)QT_I4G,
+               "backend_cuda.h's formats are quant.h's");
 
 static inline int model_fail(coli_model *m, const char *fmt, ...) {
     va_list ap;
@@ -818,6 +840,75 @@ static inline void model_find_mtp(coli_model *m, const coli_opts *o) {
     c->idx_full[NL] = st_find(&m->st, n) != NULL;
 }
 
+/* The GPU's copy of W, or NULL (not uploaded, or the GPU is off). */
+static inline cu_mat *model_gpu_find(const coli_model *m, const qt_tensor *W) {
+    const model_gpu *g = &m->gpu;
+    if (!g->n || g->failed) return NULL;
+    for (uint32_t i = (uint32_t)(((uintptr_t)W >> 4) * 0x9E3779B1u) & (uint32_t)(g->cap - 1);; i = (i + 1) & (uint32_t)(g->cap - 1)) {
+        if (!g->key[i]) return NULL;
+        if (g->key[i] == W) return g->val[i];
+    }
+}
+
+/* Puts the dense matrices the integer path multiplies (every quantized
+ * one but the embedding, which is looked up, not multiplied) in GPU
+ * memory while they fit beside a 1 GiB reserve, in the model's order.
+ * With CUDA auto, a missing GPU or driver is said once and the CPU runs
+ * everything; with CUDA=1 it is an error. The float path (f32 weights,
+ * IDOT=0) stays on the CPU: the GPU only takes what it computes bit for
+ * bit as the CPU does. */
+static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
+    model_gpu *g = &m->gpu;
+    if (!o->cuda) return 0;
+    char err[300];
+    if (cu_init(o->cuda_device, &g->info, err, sizeof err)) {
+        if (o->cuda == 1) return model_fail(m, "CUDA=1: %s", err);
+#ifdef COLI_HAVE_CUDA
+        fprintf(stderr, "colibri: CUDA: %s; running on the CPU\n", err);
+#endif
+        return 0;
+    }
+    g->on = 1;
+    if (!m->mm.idot) {
+        fprintf(stderr, "colibri: CUDA: %s is open but IDOT=0: the GPU computes only the integer path, so every matmul stays on the CPU\n", g->info.name);
+        return 0;
+    }
+    g->cap = 16;
+    while (g->cap < 2 * m->nspecs) g->cap *= 2;
+    g->key = (const qt_tensor **)calloc((size_t)g->cap, sizeof *g->key);
+    g->val = (cu_mat **)calloc((size_t)g->cap, sizeof *g->val);
+    if (!g->key || !g->val) return model_fail(m, "out of memory");
+    uint64_t room = g->info.mem_free > ((uint64_t)1 << 30) ? g->info.mem_free - ((uint64_t)1 << 30) : 0;
+    int left = 0;
+    for (int i = 0; i < m->nspecs; i++) {
+        const w_spec *sp = &m->specs[i];
+        const qt_tensor *W = sp->kind == W_ARR ? NULL : sp->mat;
+        if (!W || W == &m->embed || W->fmt == QT_F32 || W->I > m->mm.max_cols || W->I > MM_IDOT_MAX_I) continue;
+        uint64_t need = qt_weight_bytes(W->fmt, W->O, W->I, W->gs) + 4 * qt_scale_count(W->fmt, W->O, W->I, W->gs);
+        cu_mat *d = need <= room ? cu_mat_upload((int)W->fmt, W->O, W->I, W->gs, (int64_t)qt_row_bytes(W), W->w, W->s, err, sizeof err) : NULL;
+        if (!d) {
+            left++;
+            continue;
+        }
+        room -= need, g->bytes += need;
+        uint32_t k = (uint32_t)(((uintptr_t)W >> 4) * 0x9E3779B1u) & (uint32_t)(g->cap - 1);
+        while (g->key[k]) k = (k + 1) & (uint32_t)(g->cap - 1);
+        g->key[k] = W, g->val[k] = d, g->n++;
+    }
+    cu_stats_get(&g->last);
+    fprintf(stderr, "colibri: CUDA: %s (compute %d.%d, %.1f GB): %d dense matrices (%.2f GB) in GPU memory%s; routed experts and attention on the CPU\n",
+            g->info.name, g->info.cc_major, g->info.cc_minor, g->info.mem_total / GB, g->n, g->bytes / GB, left ? ", the rest did not fit" : "");
+    return 0;
+}
+
+static inline void model_gpu_free(coli_model *m) {
+    model_gpu *g = &m->gpu;
+    for (int i = 0; g->val && i < g->cap; i++) cu_mat_free(g->val[i]);
+    free(g->key), free(g->val);
+    if (g->on) cu_shutdown();
+    memset(g, 0, sizeof *g);
+}
+
 /* After model_open: measure (headers only), plan against the budget, then
  * load the dense weights, the KV cache, the scratch, the expert store and
  * the pinned set. `hist` is the usage history rows ([n_layers][n_experts])
@@ -847,7 +938,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
     if (mm_init(&m->mm, o->simd, o->idot, o->ubatch, cols, m->nth, err, sizeof err)) return model_fail(m, "SIMD: %s", err);
     if (team_start(&m->team, m->nth)) fprintf(stderr, "colibri: could only start %d of %d compute threads\n", m->team.n, m->nth);
     uint64_t loaded;
-    if (model_weights(m, 1, &loaded, NULL) || model_alloc_state(m, o) || model_io_open(m, o)) return -1;
+    if (model_weights(m, 1, &loaded, NULL) || model_alloc_state(m, o) || model_io_open(m, o) || model_gpu_setup(m, o)) return -1;
     if (m->mtp && (m->mtp_eh.fmt == QT_I4 || m->mtp_eh.fmt == QT_I2))
         fprintf(stderr, "colibri: WARNING: the MTP layer's eh_proj is stored at %d bits with one scale per row: its embedding half is 20-30x "
                         "smaller than its hidden half and rounds to zero, so drafts will rarely be accepted (convert with --mtp-bits 8, or 4 "
@@ -865,6 +956,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
 }
 
 static inline void model_free(coli_model *m) {
+    model_gpu_free(m);
     team_stop(&m->team);
     model_weights_free(m);
     free(m->L);

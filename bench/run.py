@@ -5,7 +5,8 @@
                        [--out bench/results.json] [--no-peer] [--omp-default | --omp-spin]
 
 Sections, in order: limits (memory and O_DIRECT disk bandwidth), kernels
-(bench_quant), resident, streaming, history, iopaths, spec, tokenizer, convert,
+(bench_quant), resident, streaming, history, iopaths, spec, serve, grammar,
+cuda (GPU; skipped without one), tokenizer, convert,
 llamacpp; the limits are probed again at the end. Every figure is paired with
 the limit it is judged against, measured in the same run; llama.cpp runs are
 interleaved run by run with the colibri runs they are compared with (inside
@@ -1291,6 +1292,58 @@ class Bench:
                 rows["1"]["forced"], rows["1"]["gen_tokens"], rows["1"]["saved"], rows["1"]["decode_s"], rows["0"]["decode_s"], ratio))
         self.R["grammar"] = g
 
+    def cuda(self):
+        """The GPU (CUDA builds, build/rel-cuda): bench_cuda's decode matmul
+        at GLM-5 dense shapes against the device's copy bandwidth; then
+        decode on the resident model with the dense matmuls on the GPU
+        (CUDA=1) against the CPU alone (CUDA=0), tokens compared. Skipped
+        with the reason without nvcc or a GPU."""
+        bc, cb = os.path.join(ROOT, "build", "rel-cuda", "bench_cuda"), os.path.join(ROOT, "build", "rel-cuda", "colibri")
+        if not (os.path.exists(bc) and os.path.exists(cb)):
+            self.skip("GPU rows", "no CUDA build (make bench builds build/rel-cuda where nvcc is installed)")
+            return
+        out, _, _, _, _, lp = self.run("bench_cuda", [bc, "--json"], timeout=900)
+        j = json.loads((out.strip().splitlines() or ["{}"])[-1])
+        if "rows" not in j:
+            self.skip("GPU rows", "no usable GPU (%s)" % j.get("skipped", "bench_cuda said nothing"))
+            return
+        g = {"device": j["device"], "copy_gbps": j["copy_gbps"], "rows": j["rows"], "log": lp}
+        self.say("  GPU: %s, device-to-device copy %.0f GB/s (read + write)" % (j["device"], j["copy_gbps"]))
+        for r in j["rows"]:
+            self.R["workloads"].append({"id": "cuda.matmul.%s.%s.S%d" % (r["shape"], r["format"], r["rows"]), "engine": "colibri", "model": None,
+                                        "unit": "GB/s", "n": 1, "value": r["kernel_gbps"], "limit_name": "device copy bandwidth", "limit": j["copy_gbps"],
+                                        "ratio": r["kernel_vs_copy"], "what": "GPU matmul kernel, %dx%d %s, %d row(s); per call with transfers %.0f GB/s" % (
+                                            r["O"], r["I"], r["format"], r["rows"], r["call_gbps"])})
+            self.say("  GPU %s %dx%d %s S=%d: kernel %.0f GB/s (%.0f%% of copy), per call %.0f GB/s (%.1f us)" % (
+                r["shape"], r["O"], r["I"], r["format"], r["rows"], r["kernel_gbps"], 100 * r["kernel_vs_copy"], r["call_gbps"], r["call_us"]))
+        d = self.ensure_model("medium")
+        env = {"PIN": self.usage_all(d), "PIN_GB": "all", "TOKENS": "1"}
+        keep, self.colibri = self.colibri, cb
+        try:
+            rows = {c: [self.crun("cuda%s-%d" % (c, i), d, dict(env, CUDA=c), 64, 64) for i in range(max(1, self.a.repeats))] for c in ("0", "1")}
+        finally:
+            self.colibri = keep
+        toks = set()
+        for c in rows:
+            for r in rows[c]:
+                try:
+                    with open(r["log"]) as f:
+                        m = re.search(r"colibri: generated tokens:([\d ]+)", f.read())
+                    toks.add(m.group(1) if m else None)
+                except OSError:
+                    toks.add(None)
+        a = median([r["decode_tps"] for r in rows["1"] if not r.get("failed")])
+        b = median([r["decode_tps"] for r in rows["0"] if not r.get("failed")])
+        g["decode"] = {"model": "medium", "gpu_tps": a, "cpu_tps": b, "tokens_identical": len(toks) == 1 and None not in toks}
+        if a and b:
+            self.R["workloads"].append({"id": "cuda.decode", "engine": "colibri", "model": "medium", "unit": "tok/s", "n": len(rows["1"]), "value": a,
+                                        "limit_name": "the same decode on the CPU alone", "limit": b, "ratio": round(a / b, 3),
+                                        "what": "decode with the dense matmuls on the GPU, routed experts on the CPU; tokens %s" % (
+                                            "identical" if g["decode"]["tokens_identical"] else "DIFFERENT")})
+            self.say("  GPU decode (medium, dense on the GPU): %.2f tok/s vs %.2f on the CPU alone (x%.2f); tokens %s" % (
+                a, b, a / b, "identical" if g["decode"]["tokens_identical"] else "DIFFERENT"))
+        self.R["cuda"] = g
+
     def tokenizer(self):
         out, _, _, _, _, _ = self.run("bench_tok", [os.path.join(ROOT, "build", "rel", "bench_tok")], timeout=600)
         tr = [dict(self.others(), label="bench_tok")]
@@ -1528,7 +1581,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("grammar", self.grammar), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("grammar", self.grammar), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):

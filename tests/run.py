@@ -6,7 +6,8 @@
 Parts: each C test program BUILD_DIR/test_*, each Python test with
 COLIBRI=BUILD_DIR/colibri, and (not with --sanitize) the portable build's
 oracle at every kernel level, the build without liburing and libnuma, and
-the aarch64 run under qemu (tests/run_arm.sh). --tsan runs the threaded
+the aarch64 run under qemu (tests/run_arm.sh), and the CUDA build's
+backend test and GPU engine tests (build/cuda, skipped without a GPU). --tsan runs the threaded
 paths only (the I/O engine, the store, the engine, the invariance matrix
 and the I/O tests of the CLI). Each part's output is shown
 as it runs; at the end a table gives per part the checks passed and the
@@ -99,6 +100,12 @@ def parts_for(build, sanitize, tsan):
     out.append(Part("build/nolibs/colibri (without liburing and libnuma)", [sys.executable, "tests/test_cli.py", "-v", "NoLibs"],
                     {"COLIBRI": "build/nolibs/colibri"}))
     out.append(Part("aarch64 under qemu (NEON, dotprod, i8mm)", ["sh", "tests/run_arm.sh"]))
+    if os.path.exists(os.path.join(ROOT, "build/cuda/test_cuda")):
+        out.append(Part("build/cuda/test_cuda (the GPU's integer matmul against the CPU reference)", ["build/cuda/test_cuda"]))
+        out.append(Part("build/cuda/colibri (CUDA build: oracle and tokens with the GPU on)", [sys.executable, "tests/test_cli.py", "-v", "Cuda"],
+                        {"COLIBRI": "build/cuda/colibri"}))
+    else:
+        out.append(Part("CUDA build", [sys.executable, "-c", "print('SKIP cuda-build: nvcc not found (make test builds build/cuda where it is)')"]))
     return out
 
 

@@ -471,6 +471,69 @@ class NoLibs(unittest.TestCase):
             self.assertTrue("built without libmicrohttpd" in err or "HOST=256.0.0.1" in err, err)
 
 
+class Cuda(unittest.TestCase):
+    """The GPU (backend_cuda.h; tests/run.py runs this against build/cuda,
+    the CUDA build). With a GPU: every fixture's oracle passes with the
+    dense matmuls on it, and the tokens equal the CPU's (CUDA=0), greedy and
+    sampled, prefill and decode, for every dense format (int8, int4, int2,
+    grouped int4 through DENSE_BITS). Without one, or on a build without
+    CUDA: CUDA=auto runs on the CPU (a CUDA build says so once), CUDA=1
+    exits 2 with the reason."""
+
+    @classmethod
+    def setUpClass(cls):
+        rc, out, err = run(os.path.join(FIXTURES, "tiny-q4"), {"CUDA": "1", "PROMPT": "x", "NGEN": "1", "USAGE_SAVE": "0"})
+        cls.gpu = rc == 0
+        cls.why = (err.strip().splitlines() or ["?"])[-1]
+
+    def need_gpu(self):
+        if not self.gpu:
+            self.skipTest("cuda: no GPU for this build: " + self.why)
+
+    def test_without_a_gpu(self):
+        if self.gpu:
+            self.skipTest("gpu-absent: this machine has a GPU (the CPU fallback is tested where there is none)")
+        d = os.path.join(FIXTURES, "tiny-q4")
+        rc, out, err = run(d, {"CUDA": "1", "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 2, err)
+        self.assertRegex(err, r"colibri: CUDA=1: (this colibri was built without CUDA|no usable NVIDIA GPU or driver|no NVIDIA GPU)")
+        rc, base, err0 = run(d, {"CUDA": "0", "USAGE_SAVE": "0"})
+        rc2, out, err = run(d, {"USAGE_SAVE": "0"})
+        self.assertEqual((rc, rc2), (0, 0), err)
+        self.assertEqual(out, base)
+        self.assertNotIn("CUDA", err0)
+        self.assertLessEqual(err.count("colibri: CUDA:"), 1)
+        if "built without CUDA" not in self.why:
+            self.assertIn("colibri: CUDA: no usable NVIDIA GPU or driver", err)
+            self.assertIn("running on the CPU", err)
+
+    def test_every_fixture_passes_on_the_gpu(self):
+        self.need_gpu()
+        for name in ORACLES:
+            rc, out, err = run(os.path.join(FIXTURES, name), {"CUDA": "1", "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 0, name + ": " + out + err)
+            self.assertIn("-- PASS", out, name)
+            self.assertRegex(err, r"colibri: CUDA: .*: \d+ dense matrices \(")
+            if name.startswith("tiny-q"):  # quantized dense weights: they went through the GPU
+                self.assertRegex(err, r"colibri: GPU: [1-9]\d* dense matmuls", name)
+
+    def test_tokens_equal_the_cpu(self):
+        self.need_gpu()
+        d = os.path.join(FIXTURES, "tiny-glm5")
+        for fx, extra in (("tiny-q4", {}), ("tiny-q4g32", {}), ("tiny-q8", {}), ("tiny-q2", {}), ("tiny-glm5", {"DENSE_BITS": "8"}),
+                          ("tiny-glm5", {"DENSE_BITS": "4", "GROUP_SIZE": "16"}), ("tiny-glm5", {"DENSE_BITS": "2"}),
+                          ("tiny-glm5-mtp", {"DENSE_BITS": "8"}), ("tiny-dsv3-q4", {})):
+            d = os.path.join(FIXTURES, fx)
+            for samp in ({"TEMP": "0"}, {"TEMP": "0.9", "SEED": "11"}):
+                env = dict(PROMPT="The GPU and the CPU agree on", NGEN="24", TOKENS="1", USAGE_SAVE="0", UBATCH="5", **samp, **extra)
+                runs = [run(d, dict(env, CUDA=c)) for c in ("0", "1")]
+                for rc, out, err in runs:
+                    self.assertEqual(rc, 0, err)
+                self.assertEqual(ids_line(runs[0][2], "generated tokens"), ids_line(runs[1][2], "generated tokens"), (fx, extra, samp))
+                self.assertEqual(runs[0][1], runs[1][1])
+                self.assertRegex(runs[1][2], r"colibri: GPU: [1-9]\d* dense matmuls")
+
+
 def level_ok(level):
     """Whether this CPU (and build) runs kernel level `level`."""
     rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"SIMD": level, "PROMPT": "x", "NGEN": "1", "USAGE_SAVE": "0"})

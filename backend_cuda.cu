@@ -1,0 +1,358 @@
+/* backend_cuda.cu — the CUDA side of backend_cuda.h: device setup, matrices
+ * in device memory, and kernels.h's integer path on the GPU, bit for bit
+ * the CPU reference (mm_irows_ref):
+ *   per-row formats  y = ((float)D · s[o]) · xs,  D = Σ (code − off)·q exact
+ *   grouped int4     L[g mod 16] += (float)D_g · s[o,g] in increasing g,
+ *                    then L[j]+=L[j+8], +=L[j+4], +=L[j+2], L0+L1; y = T·xs
+ * Integer sums are exact in any order (|D| < 2^31 for I ≤ 2^17); every
+ * float step is an explicitly rounded __fmul_rn / __fadd_rn, which nvcc
+ * never fuses into an FMA, in the reference's order.
+ *
+ * One warp per output row; its lanes split the row's bytes (per-row
+ * formats) or its groups (grouped int4: a lane per group, the 16 running
+ * sums on lanes 0..15, the two halves of each 32 groups added in order),
+ * in 16-byte loads where rows (and groups) are 16-byte aligned, else
+ * 4-byte words, else bytes, through __dp4a; each load serves up to 8
+ * activation rows. */
+#include "backend_cuda.h"
+
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct cu_mat {
+    int fmt, gs;
+    int64_t O, I, rb, ng; /* rows, inputs, bytes per row, scales per row */
+    uint8_t *w;
+    float *s;
+    uint64_t bytes;
+};
+
+static struct {
+    int on;
+    cudaStream_t st;
+    int8_t *q;
+    float *xs, *y;
+    size_t qcap, xcap, ycap; /* bytes */
+    cudaEvent_t ev[2];
+    cu_stats stats;
+} G;
+
+static int cu_fail(char *err, size_t n, const char *what, cudaError_t e) {
+    if (err && n) snprintf(err, n, "CUDA: %s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+static double cu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+#define FULL 0xffffffffu
+
+__device__ __forceinline__ int32_t warp_sum(int32_t v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+/* Σ (code − off)·q over the elements of weight word k (4 bytes); q is
+ * zero past I, so padding codes add nothing. */
+template <int F>
+__device__ __forceinline__ int32_t dot_word(uint32_t ww, const int8_t *__restrict__ qs, int64_t k) {
+    const int ones = 0x01010101;
+    if (F == CU_I8) return __dp4a((int)ww, *(const int *)(qs + 4 * k), 0);
+    if (F == CU_I2) {
+        int4 qq = *(const int4 *)(qs + 16 * k); /* element 4b+j: byte j of component b */
+        int32_t d = 0, sum = __dp4a(ones, qq.x, 0) + __dp4a(ones, qq.y, 0) + __dp4a(ones, qq.z, 0) + __dp4a(ones, qq.w, 0);
+        for (int j = 0; j < 4; j++) {
+            unsigned sel = (unsigned)j | (unsigned)(4 + j) << 4;
+            int lo = (int)__byte_perm(qq.x, qq.y, sel), hi = (int)__byte_perm(qq.z, qq.w, sel);
+            d = __dp4a((int)((ww >> (2 * j)) & 0x03030303u), (int)__byte_perm(lo, hi, 0x5410), d);
+        }
+        return d - 2 * sum;
+    }
+    int2 qq = *(const int2 *)(qs + 8 * k); /* int4: element 2b low nibble, 2b+1 high */
+    int even = (int)__byte_perm(qq.x, qq.y, 0x6420), odd = (int)__byte_perm(qq.x, qq.y, 0x7531);
+    int32_t d = __dp4a((int)(ww & 0x0F0F0F0Fu), even, 0);
+    d = __dp4a((int)((ww >> 4) & 0x0F0F0F0Fu), odd, d);
+    return d - 8 * (__dp4a(ones, qq.x, 0) + __dp4a(ones, qq.y, 0));
+}
+
+template <int F>
+__device__ __forceinline__ int32_t dot_byte(uint32_t b, const int8_t *__restrict__ qs, int64_t k) {
+    if (F == CU_I8) return (int32_t)(int8_t)b * qs[k];
+    if (F == CU_I2) {
+        int32_t d = 0;
+        for (int j = 0; j < 4; j++) d += ((int32_t)(b >> (2 * j) & 3u) - 2) * qs[4 * k + j];
+        return d;
+    }
+    return ((int32_t)(b & 15u) - 8) * qs[2 * k] + ((int32_t)(b >> 4) - 8) * qs[2 * k + 1];
+}
+
+#define SB 8 /* activation rows per pass over the weights */
+
+/* Σ (code − off)·q of row s over the weight bytes [b, b + V) held in u
+ * (V = 16: four words; 4: one word; 1: one byte). */
+template <int F, int V>
+__device__ __forceinline__ int32_t dot_chunk(const uint4 &u, const int8_t *__restrict__ qs, int64_t b) {
+    if (V == 16)
+        return dot_word<F>(u.x, qs, b >> 2) + dot_word<F>(u.y, qs, (b >> 2) + 1) + dot_word<F>(u.z, qs, (b >> 2) + 2) +
+               dot_word<F>(u.w, qs, (b >> 2) + 3);
+    if (V == 4) return dot_word<F>(u.x, qs, b >> 2);
+    return dot_byte<F>(u.x, qs, b);
+}
+
+template <int V>
+__device__ __forceinline__ uint4 load_chunk(const uint8_t *__restrict__ w, int64_t b) {
+    if (V == 16) return *(const uint4 *)(w + b);
+    uint4 u = {0, 0, 0, 0};
+    u.x = V == 4 ? *(const uint32_t *)(w + b) : (uint32_t)w[b];
+    return u;
+}
+
+/* Per-row formats: a warp per output row, lanes over V-byte chunks, each
+ * chunk loaded once for up to SB activation rows. */
+template <int F, int V>
+__global__ void k_rows(const uint8_t *__restrict__ W, const float *__restrict__ Sc, int64_t O, int64_t rb, const int8_t *__restrict__ q,
+                       int64_t ldq, const float *__restrict__ xs, int S, float *__restrict__ y) {
+    const int64_t o = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (o >= O) return; /* a whole warp */
+    const uint8_t *w = W + o * rb;
+    for (int s0 = 0; s0 < S; s0 += SB) {
+        const int ns = S - s0 < SB ? S - s0 : SB;
+        int32_t d[SB];
+#pragma unroll
+        for (int j = 0; j < SB; j++) d[j] = 0;
+        for (int64_t b = (int64_t)lane * V; b < rb; b += 32 * V) {
+            const uint4 u = load_chunk<V>(w, b);
+#pragma unroll
+            for (int j = 0; j < SB; j++)
+                if (j < ns) d[j] += dot_chunk<F, V>(u, q + (int64_t)(s0 + j) * ldq, b);
+        }
+#pragma unroll
+        for (int j = 0; j < SB; j++) {
+            if (j >= ns) break;
+            const int32_t t = warp_sum(d[j]);
+            if (lane == 0) y[(int64_t)(s0 + j) * O + o] = __fmul_rn(__fmul_rn((float)t, Sc[o]), xs[s0 + j]);
+        }
+    }
+}
+
+/* Grouped int4: a warp per output row, a lane per group (32 groups a
+ * pass), lanes 0..15 the running sums of groups ≡ lane mod 16, for up to
+ * SB activation rows per pass over the weights. */
+template <int V>
+__global__ void k_groups(const uint8_t *__restrict__ W, const float *__restrict__ Sc, int64_t O, int64_t rb, int gs, int64_t ng,
+                         const int8_t *__restrict__ q, int64_t ldq, const float *__restrict__ xs, int S, float *__restrict__ y) {
+    const int64_t o = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (o >= O) return;
+    const uint8_t *w = W + o * rb;
+    const float *sr = Sc + o * ng;
+    const int64_t gb = gs / 2; /* bytes per group */
+    for (int s0 = 0; s0 < S; s0 += SB) {
+        const int ns = S - s0 < SB ? S - s0 : SB;
+        float L[SB];
+#pragma unroll
+        for (int j = 0; j < SB; j++) L[j] = 0.0f;
+        for (int64_t g0 = 0; g0 < ng; g0 += 32) {
+            const int64_t g = g0 + lane;
+            int32_t d[SB];
+#pragma unroll
+            for (int j = 0; j < SB; j++) d[j] = 0;
+            if (g < ng) {
+                const int64_t b0 = g * gb, b1 = b0 + gb < rb ? b0 + gb : rb;
+                for (int64_t b = b0; b < b1; b += V) {
+                    const uint4 u = load_chunk<V>(w, b);
+#pragma unroll
+                    for (int j = 0; j < SB; j++)
+                        if (j < ns) d[j] += dot_chunk<CU_I4, V>(u, q + (int64_t)(s0 + j) * ldq, b);
+                }
+            }
+            const float sg = g < ng ? sr[g] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < SB; j++) {
+                if (j >= ns) break;
+                const float P = __fmul_rn((float)d[j], sg), P2 = __shfl_down_sync(FULL, P, 16);
+                if (lane < 16) {
+                    if (g < ng) L[j] = __fadd_rn(L[j], P);
+                    if (g + 16 < ng) L[j] = __fadd_rn(L[j], P2);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < SB; j++) {
+            if (j >= ns) break;
+            float t = L[j];
+            t = __fadd_rn(t, __shfl_down_sync(FULL, t, 8));
+            t = __fadd_rn(t, __shfl_down_sync(FULL, t, 4));
+            t = __fadd_rn(t, __shfl_down_sync(FULL, t, 2));
+            t = __fadd_rn(t, __shfl_down_sync(FULL, t, 1));
+            if (lane == 0) y[(int64_t)(s0 + j) * O + o] = __fmul_rn(t, xs[s0 + j]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ the ABI */
+
+extern "C" int cu_init(int device, cu_info *info, char *err, size_t n) {
+    if (G.on) cu_shutdown();
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return snprintf(err, n, "no usable NVIDIA GPU or driver (%s)", cudaGetErrorString(e)), -1;
+    if (count < 1) return snprintf(err, n, "no NVIDIA GPU found"), -1;
+    if (device < 0 || device >= count) return snprintf(err, n, "device %d asked for, but %d found (0..%d)", device, count, count - 1), -1;
+    cudaDeviceProp p;
+    if ((e = cudaGetDeviceProperties(&p, device)) != cudaSuccess) return cu_fail(err, n, "reading the device's properties", e);
+    if (p.major * 10 + p.minor < 75)
+        return snprintf(err, n, "%s has compute capability %d.%d; colibri's kernels need 7.5 or newer", p.name, p.major, p.minor), -1;
+    if ((e = cudaSetDevice(device)) != cudaSuccess) return cu_fail(err, n, "selecting the device", e);
+    if ((e = cudaStreamCreateWithFlags(&G.st, cudaStreamNonBlocking)) != cudaSuccess) return cu_fail(err, n, "creating a stream", e);
+    size_t fr = 0, tot = 0;
+    if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess) return cudaStreamDestroy(G.st), cu_fail(err, n, "reading free memory", e);
+    if ((e = cudaEventCreate(&G.ev[0])) != cudaSuccess || (e = cudaEventCreate(&G.ev[1])) != cudaSuccess)
+        return cudaStreamDestroy(G.st), cu_fail(err, n, "creating events", e);
+    memset(&G.stats, 0, sizeof G.stats);
+    G.on = 1;
+    if (info) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->name, sizeof info->name, "%.127s", p.name);
+        info->device = device, info->cc_major = p.major, info->cc_minor = p.minor, info->sms = p.multiProcessorCount;
+        info->mem_total = tot, info->mem_free = fr;
+    }
+    return 0;
+}
+
+extern "C" void cu_shutdown(void) {
+    if (!G.on) return;
+    cudaFree(G.q), cudaFree(G.xs), cudaFree(G.y);
+    cudaEventDestroy(G.ev[0]), cudaEventDestroy(G.ev[1]);
+    cudaStreamDestroy(G.st);
+    memset(&G, 0, sizeof G);
+}
+
+extern "C" cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err,
+                                 size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), (cu_mat *)NULL;
+    const int64_t epb = fmt == CU_I8 ? 1 : fmt == CU_I2 ? 4 : 2; /* elements per byte */
+    if (fmt < CU_I8 || fmt > CU_I4G || O < 1 || I < 1 || I > (INT64_C(1) << 17) || row_bytes != (I + epb - 1) / epb ||
+        (fmt == CU_I4G && (gs < 16 || gs > 256 || gs % 16)) || !w || !s)
+        return snprintf(err, n, "CUDA: cannot hold a matrix of format %d, %lld x %lld, group size %d", fmt, (long long)O, (long long)I, gs),
+               (cu_mat *)NULL;
+    cu_mat *m = (cu_mat *)calloc(1, sizeof *m);
+    if (!m) return snprintf(err, n, "out of memory"), (cu_mat *)NULL;
+    m->fmt = fmt, m->gs = gs, m->O = O, m->I = I, m->rb = row_bytes, m->ng = fmt == CU_I4G ? (I + gs - 1) / gs : 1;
+    size_t wb = (size_t)(O * row_bytes), sb = (size_t)(O * m->ng) * sizeof(float);
+    cudaError_t e;
+    if ((e = cudaMalloc((void **)&m->w, wb + 16)) != cudaSuccess || (e = cudaMalloc((void **)&m->s, sb)) != cudaSuccess ||
+        (e = cudaMemcpy(m->w, w, wb, cudaMemcpyHostToDevice)) != cudaSuccess || (e = cudaMemcpy(m->s, s, sb, cudaMemcpyHostToDevice)) != cudaSuccess) {
+        cu_fail(err, n, "uploading a matrix", e);
+        cudaFree(m->w), cudaFree(m->s), free(m);
+        return NULL;
+    }
+    m->bytes = wb + sb;
+    G.stats.weight_bytes += m->bytes;
+    return m;
+}
+
+extern "C" void cu_mat_free(cu_mat *m) {
+    if (!m) return;
+    if (G.on) {
+        cudaFree(m->w), cudaFree(m->s);
+        G.stats.weight_bytes -= m->bytes;
+    }
+    free(m);
+}
+
+/* Grows device buffer *p to at least need bytes. */
+static cudaError_t cu_grow(void **p, size_t *cap, size_t need) {
+    if (need <= *cap) return cudaSuccess;
+    cudaFree(*p);
+    *p = NULL, *cap = 0;
+    cudaError_t e = cudaMalloc(p, need);
+    if (e == cudaSuccess) *cap = need;
+    return e;
+}
+
+extern "C" int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (S < 1) return 0;
+    double t0 = cu_now();
+    const int64_t epb = m->fmt == CU_I8 ? 1 : m->fmt == CU_I2 ? 4 : 2;
+    const int64_t ldd = (m->rb * epb + 63) / 64 * 64; /* ≥ I, zero past I */
+    cudaError_t e;
+    if ((e = cu_grow((void **)&G.q, &G.qcap, (size_t)(S * ldd))) != cudaSuccess || (e = cu_grow((void **)&G.xs, &G.xcap, (size_t)S * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.y, &G.ycap, (size_t)(S * m->O) * 4)) != cudaSuccess)
+        return cu_fail(err, n, "allocating activations", e);
+    if ((e = cudaMemsetAsync(G.q, 0, (size_t)(S * ldd), G.st)) != cudaSuccess ||
+        (e = cudaMemcpy2DAsync(G.q, (size_t)ldd, q, (size_t)ldq, (size_t)m->I, (size_t)S, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(G.xs, xs, (size_t)S * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
+        return cu_fail(err, n, "copying activations", e);
+    cudaEventRecord(G.ev[0], G.st);
+    const int warps = 8;
+    const unsigned blocks = (unsigned)((m->O + warps - 1) / warps);
+    /* widest loads the row (and, grouped, the group) alignment allows */
+    const int64_t gb = m->fmt == CU_I4G ? m->gs / 2 : 16;
+    const int v = m->rb % 16 == 0 && gb % 16 == 0 ? 16 : m->rb % 4 == 0 ? 4 : 1;
+#define LAUNCH(K, ...)                                                                                                  \
+    do {                                                                                                               \
+        if (v == 16) K<__VA_ARGS__ 16><<<blocks, 32 * warps, 0, G.st>>>(ARGS);                                         \
+        else if (v == 4) K<__VA_ARGS__ 4><<<blocks, 32 * warps, 0, G.st>>>(ARGS);                                      \
+        else K<__VA_ARGS__ 1><<<blocks, 32 * warps, 0, G.st>>>(ARGS);                                                  \
+    } while (0)
+#define ARGS m->w, m->s, m->O, m->rb, G.q, ldd, G.xs, S, G.y
+    switch (m->fmt) {
+    case CU_I8: LAUNCH(k_rows, CU_I8,); break;
+    case CU_I4: LAUNCH(k_rows, CU_I4,); break;
+    case CU_I2: LAUNCH(k_rows, CU_I2,); break;
+    default:
+#undef ARGS
+#define ARGS m->w, m->s, m->O, m->rb, m->gs, m->ng, G.q, ldd, G.xs, S, G.y
+        LAUNCH(k_groups, );
+    }
+#undef ARGS
+#undef LAUNCH
+    if ((e = cudaGetLastError()) != cudaSuccess) return cu_fail(err, n, "launching the matmul", e);
+    cudaEventRecord(G.ev[1], G.st);
+    if ((e = cudaMemcpyAsync(y, G.y, (size_t)(S * m->O) * 4, cudaMemcpyDeviceToHost, G.st)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(G.st)) != cudaSuccess)
+        return cu_fail(err, n, "running the matmul", e);
+    G.stats.calls++, G.stats.rows += (uint64_t)S;
+    G.stats.bytes_in += (uint64_t)(S * m->I) + (uint64_t)S * 4, G.stats.bytes_out += (uint64_t)(S * m->O) * 4;
+    G.stats.seconds += cu_now() - t0;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+    return 0;
+}
+
+extern "C" int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    void *a = NULL, *b = NULL;
+    cudaError_t e;
+    if ((e = cudaMalloc(&a, bytes)) != cudaSuccess || (e = cudaMalloc(&b, bytes)) != cudaSuccess || (e = cudaMemset(a, 1, bytes)) != cudaSuccess) {
+        cudaFree(a), cudaFree(b);
+        return cu_fail(err, n, "allocating the copy buffers", e);
+    }
+    float best = 0;
+    for (int r = 0; r <= reps && e == cudaSuccess; r++) { /* the first is a warm-up */
+        float ms = 0;
+        cudaEventRecord(G.ev[0], G.st);
+        e = cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, G.st);
+        cudaEventRecord(G.ev[1], G.st);
+        if (e == cudaSuccess) e = cudaEventSynchronize(G.ev[1]);
+        if (e == cudaSuccess && r && cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess && (best == 0 || ms < best)) best = ms;
+    }
+    cudaFree(a), cudaFree(b);
+    if (e != cudaSuccess) return cu_fail(err, n, "copying", e);
+    *bytes_per_s = best > 0 ? 2.0 * (double)bytes / (1e-3 * best) : 0;
+    return 0;
+}
+
+extern "C" void cu_stats_get(cu_stats *st) {
+    if (st) *st = G.stats;
+}

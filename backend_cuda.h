@@ -1,0 +1,106 @@
+/* backend_cuda.h — the CUDA backend's C ABI (backend_cuda.cu): plain C
+ * values only, no CUDA types, so the engine calls it without #ifdef. Built
+ * with COLI_HAVE_CUDA (make CUDA=1; make test builds it where nvcc is);
+ * otherwise every call below is a stub that fails with the reason and the
+ * engine stays on the CPU.
+ *
+ * What runs on the GPU: kernels.h's integer (IDOT) path, y[S][O] = x·Wᵀ
+ * for weights in int8, int4, int2 and grouped int4, from activations the
+ * caller quantized with mm_act_quant (natural order). The GPU forms the
+ * same exact int32 sums and the same float steps in the same order as
+ * mm_irows_ref (mul and add rounded separately, never fused), so its y is
+ * bit for bit the CPU's: placement never changes the tokens.
+ *
+ * One process, one device, one stream; calls are synchronous and not
+ * reentrant (the engine makes them from one thread). Every call returns 0
+ * or -1 with err set; after a failure the caller takes the CPU path.
+ *
+ * Prefix: cu_. Must not: know about models, files or the environment. */
+#ifndef COLI_BACKEND_CUDA_H
+#define COLI_BACKEND_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The device cu_init chose. */
+typedef struct {
+    char name[128];
+    int device, cc_major, cc_minor, sms;
+    uint64_t mem_total, mem_free; /* bytes, at cu_init */
+} cu_info;
+
+typedef struct cu_mat cu_mat; /* a matrix in device memory */
+
+/* The formats cu_mat_upload takes: quant.h's qt_fmt values (model.h checks
+ * that they agree). */
+enum { CU_I8 = 1, CU_I4 = 2, CU_I2 = 3, CU_I4G = 4 };
+
+/* Byte and call counts since cu_init (cu_stats). */
+typedef struct {
+    uint64_t calls, rows;      /* matmuls, activation rows through them */
+    uint64_t bytes_in, bytes_out; /* host to device (activations), device to host (y) */
+    uint64_t weight_bytes;     /* weights and scales resident now */
+    double seconds;            /* wall time inside cu_mat_idot */
+    double kernel_seconds;     /* of it, in the matmul kernels (CUDA events) */
+} cu_stats;
+
+#ifdef COLI_HAVE_CUDA
+
+/* Opens device `device` (0 first). 0 and *info, or -1: no driver, no
+ * device of that number, or a device older than compute capability 7.5. */
+int cu_init(int device, cu_info *info, char *err, size_t n);
+/* Frees every matrix and releases the device; cu_init may follow. */
+void cu_shutdown(void);
+/* A copy in device memory of a packed matrix in quant.h's layout: fmt a
+ * qt_fmt other than QT_F32, O rows of I inputs, group size gs (grouped
+ * int4), row_bytes per row, scales [O] or [O][ceil(I/gs)]. NULL with err
+ * (format, sizes, device memory). */
+cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err, size_t n);
+void cu_mat_free(cu_mat *m);
+/* y[S][O] (row stride O) from activation rows q[S][ldq] (int8, natural
+ * order, as mm_act_quant with vb 0) and their scales xs[S]. I ≤ 2^17. */
+int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n);
+void cu_stats_get(cu_stats *st);
+/* Device memory bandwidth: a device-to-device copy of `bytes`, best of
+ * `reps`, as bytes read plus written per second. */
+int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n);
+
+#else
+
+static inline int cu_fail_(char *err, size_t n) {
+    if (err && n) snprintf(err, n, "this colibri was built without CUDA (make CUDA=1 where nvcc is installed)");
+    return -1;
+}
+static inline int cu_init(int device, cu_info *info, char *err, size_t n) { (void)device, (void)info; return cu_fail_(err, n); }
+static inline void cu_shutdown(void) {}
+static inline cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err,
+                                    size_t n) {
+    (void)fmt, (void)O, (void)I, (void)gs, (void)row_bytes, (void)w, (void)s;
+    cu_fail_(err, n);
+    return NULL;
+}
+static inline void cu_mat_free(cu_mat *m) { (void)m; }
+static inline int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {
+    (void)m, (void)q, (void)ldq, (void)xs, (void)S, (void)y;
+    return cu_fail_(err, n);
+}
+static inline void cu_stats_get(cu_stats *st) {
+    if (st) *st = (cu_stats){0};
+}
+static inline int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n) {
+    (void)bytes, (void)reps, (void)bytes_per_s;
+    return cu_fail_(err, n);
+}
+
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,110 @@
+/* test_cuda.c — backend_cuda.h: the GPU's integer matmul against the CPU
+ * reference (kernels.h's scalar level, IDOT), bit for bit, for every
+ * quantized format, group sizes 16..256 with a partial last group, rows
+ * whose bytes are and are not a multiple of 4 (the word and byte paths),
+ * 1..9 activation rows, zero and non-finite rows, and I up to 2^17. Without
+ * a CUDA build or a GPU, one SKIP line says which. */
+#include "backend_cuda.h"
+#include "kernels.h"
+#include "quant.h"
+
+#include "check.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* One shape: W [O][I] quantized to f (group size gs), S activation rows.
+ * 1 when the GPU's y equals the scalar reference's bit for bit. */
+static int same_as_cpu(mm_ctx *ref, qt_fmt f, int64_t O, int64_t I, int gs, int S, int special) {
+    float *src = (float *)malloc((size_t)(O * I) * 4), *x = (float *)malloc((size_t)(S * I) * 4);
+    uint8_t *w = (uint8_t *)malloc(qt_weight_bytes(f, O, I, gs) + 1);
+    float *s = (float *)malloc(qt_scale_count(f, O, I, gs) * 4 + 4), *y0 = (float *)malloc((size_t)(S * O) * 4),
+          *y1 = (float *)malloc((size_t)(S * O) * 4), *xs = (float *)malloc((size_t)S * 4);
+    int64_t ng = f == QT_I4G ? (I + gs - 1) / gs : 1, ldq = (I + 63) / 64 * 64;
+    int8_t *q = (int8_t *)malloc((size_t)(S * ldq));
+    int32_t *xg = (int32_t *)malloc((size_t)(ng + 16) * 4);
+    int ok = 0;
+    if (!src || !x || !w || !s || !y0 || !y1 || !xs || !q || !xg) goto out;
+    for (int64_t i = 0; i < O * I; i++) src[i] = frand() * (1.0f + (float)(i % 7));
+    for (int64_t i = 0; i < S * I; i++) x[i] = frand() * 3.0f;
+    if (special && S > 2) {
+        for (int64_t i = 0; i < I; i++) x[I + i] = 0.0f; /* row 1 all zero */
+        x[2 * I + I / 2] = NAN;                          /* row 2 not finite */
+    }
+    qt_quantize(src, O, I, f, gs, w, s);
+    qt_tensor W = {f, O, I, w, s, gs};
+    mm_matmul(ref, &W, x, S, y0);
+    for (int r = 0; r < S; r++) mm_act_quant(x + r * I, I, f, gs, 0, q + r * ldq, xs + r, xg);
+    char err[300];
+    cu_mat *d = cu_mat_upload((int)f, O, I, gs, (int64_t)qt_row_bytes(&W), w, s, err, sizeof err);
+    if (!d) {
+        fprintf(stderr, "upload: %s\n", err);
+        goto out;
+    }
+    if (cu_mat_idot(d, q, ldq, xs, S, y1, err, sizeof err)) fprintf(stderr, "matmul: %s\n", err);
+    else {
+        ok = 1;
+        for (int64_t i = 0; i < S * O && ok; i++)
+            if (memcmp(y0 + i, y1 + i, 4) && !(isnan(y0[i]) && isnan(y1[i]))) { /* NaN payloads differ (the GPU's is canonical) */
+                ok = 0;
+                fprintf(stderr, "%s O=%lld I=%lld gs=%d S=%d: y[%lld] GPU %.9g, CPU %.9g\n", qt_fmt_name(f), (long long)O, (long long)I, gs, S,
+                        (long long)i, y1[i], y0[i]);
+            }
+    }
+    cu_mat_free(d);
+out:
+    free(src), free(x), free(w), free(s), free(y0), free(y1), free(xs), free(q), free(xg);
+    return ok;
+}
+
+int main(void) {
+    char err[300];
+    cu_info info;
+    if (cu_init(0, &info, err, sizeof err)) {
+        SKIP("cuda", "%s", err);
+        return check_report("test_cuda");
+    }
+    printf("device: %s (compute capability %d.%d, %d SMs, %.1f GB)\n", info.name, info.cc_major, info.cc_minor, info.sms,
+           info.mem_total / 1e9);
+    mm_ctx ref;
+    if (mm_init(&ref, MM_SCALAR, 1, 16, INT64_C(1) << 17, 1, err, sizeof err)) {
+        fprintf(stderr, "mm_init: %s\n", err);
+        return 1;
+    }
+    static const int64_t Is[] = {1, 3, 17, 48, 64, 100, 255, 1000, 4097};
+    static const int64_t Os[] = {1, 7, 33, 130};
+    static const int Ss[] = {1, 3, 9};
+    int shapes = 0, bad = 0;
+    for (qt_fmt f = QT_I8; f <= QT_I2; f++)
+        for (size_t a = 0; a < sizeof Is / sizeof *Is; a++)
+            for (size_t b = 0; b < sizeof Os / sizeof *Os; b++) {
+                int S = Ss[(a + b) % 3];
+                shapes++, bad += !same_as_cpu(&ref, f, Os[b], Is[a], 0, S, (a + b) % 2);
+            }
+    static const int gss[] = {16, 32, 64, 128, 256};
+    for (size_t g = 0; g < sizeof gss / sizeof *gss; g++)
+        for (size_t a = 0; a < sizeof Is / sizeof *Is; a++) {
+            int64_t I = Is[a] < gss[g] ? Is[a] + gss[g] + 6 : Is[a]; /* at least one whole group, a partial last */
+            shapes++, bad += !same_as_cpu(&ref, QT_I4G, 33, I, gss[g], Ss[a % 3], a % 2);
+            shapes++, bad += !same_as_cpu(&ref, QT_I4G, 5, 37 * gss[g], gss[g], 3, 0); /* 37 groups: two passes of 32 lanes */
+        }
+    /* the largest I the integer path takes, and a wide output */
+    shapes++, bad += !same_as_cpu(&ref, QT_I4G, 3, INT64_C(1) << 17, 64, 2, 1);
+    shapes++, bad += !same_as_cpu(&ref, QT_I8, 2, INT64_C(1) << 17, 0, 1, 0);
+    shapes++, bad += !same_as_cpu(&ref, QT_I4, 5000, 96, 0, 4, 0);
+    CHECK(bad == 0);
+    printf("%d shapes, %d differ from the CPU reference\n", shapes, bad);
+    cu_stats st;
+    cu_stats_get(&st);
+    CHECK(st.calls == (uint64_t)(shapes - bad) || bad);
+    CHECK(st.weight_bytes == 0); /* every matrix freed */
+    mm_free(&ref);
+    cu_shutdown();
+    return check_report("test_cuda");
+}
