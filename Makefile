@@ -140,8 +140,8 @@ $(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(O
 # The CUDA builds: make test's (test flags) and make CUDA=1's.
 $(eval $(call flavour,build/cuda,$(TESTFLAGS) -DCOLI_HAVE_CUDA,build/cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/test))
 $(eval $(call flavour,build/rel-cuda,$(RELFLAGS) -DCOLI_HAVE_CUDA,build/rel-cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/rel))
-build/cuda/colibri build/cuda/test_cuda: build/cuda/libcolicuda.a
-build/rel-cuda/colibri build/rel-cuda/bench_cuda: build/rel-cuda/libcolicuda.a
+build/cuda/colibri build/cuda/test_cuda build/cuda/colibri-convert build/cuda/colibri-synth: build/cuda/libcolicuda.a
+build/rel-cuda/colibri build/rel-cuda/bench_cuda build/rel-cuda/colibri-convert build/rel-cuda/colibri-synth: build/rel-cuda/libcolicuda.a
 
 all: colibri colibri-synth colibri-convert
 

@@ -313,6 +313,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     o->idot = (int)env_i(e, ENV_IDOT);
     static const int cuda[] = {-1, 0, 1}; /* auto|0|1 */
     o->cuda = cuda[env_i(e, ENV_CUDA)], o->cuda_device = (int)env_i(e, ENV_CUDA_DEVICE);
+    o->cuda_expert_gb = env_v(e, ENV_CUDA_EXPERT_GB)->s ? env_v(e, ENV_CUDA_EXPERT_GB)->f : -1;
     const char *simd = env_v(e, ENV_SIMD)->s;
     o->simd = strcmp(simd, "auto") ? mm_level_parse(simd) : -1;
     if (o->simd >= 0 && !mm_level_ok(o->simd))
@@ -418,11 +419,14 @@ static void print_end(coli_model *m) {
         cu_stats_get(&g);
         uint64_t calls = g.calls - m->gpu.last.calls, cpu = m->gpu.cpu_calls - m->gpu.last_cpu;
         int toks = t->prompt_tokens + t->gen_tokens;
-        fprintf(stderr, "colibri: GPU: %llu dense matmuls (%.0f%% of them), %.3f s in GPU calls, %.2f MB/tok up and %.2f MB/tok down%s\n",
-                (unsigned long long)calls, tel_pct((double)calls, (double)(calls + cpu)), g.seconds - m->gpu.last.seconds,
-                toks ? (g.bytes_in - m->gpu.last.bytes_in) / 1e6 / toks : 0.0, toks ? (g.bytes_out - m->gpu.last.bytes_out) / 1e6 / toks : 0.0,
-                m->gpu.failed ? "; a GPU call failed, the CPU took over" : "");
-        m->gpu.last = g, m->gpu.last_cpu = m->gpu.cpu_calls;
+        uint64_t jobs = m->gpu.jobs - m->gpu.last_jobs, xjobs = m->gpu.xjobs - m->gpu.last_xjobs;
+        fprintf(stderr, "colibri: GPU: %llu matmuls (%.0f%% of the dense ones; routed experts %.1f%% from GPU memory), %.3f s in GPU calls, "
+                        "%.2f MB/tok up and %.2f MB/tok down%s\n",
+                (unsigned long long)calls, tel_pct((double)(calls - 3 * xjobs), (double)(calls - 3 * xjobs + cpu - 3 * (jobs - xjobs))),
+                tel_pct((double)xjobs, (double)jobs),
+                g.seconds - m->gpu.last.seconds, toks ? (g.bytes_in - m->gpu.last.bytes_in) / 1e6 / toks : 0.0,
+                toks ? (g.bytes_out - m->gpu.last.bytes_out) / 1e6 / toks : 0.0, m->gpu.failed ? "; a GPU call failed, the CPU took over" : "");
+        m->gpu.last = g, m->gpu.last_cpu = m->gpu.cpu_calls, m->gpu.last_jobs = m->gpu.jobs, m->gpu.last_xjobs = m->gpu.xjobs;
     }
     if (x.repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", x.repinned);
     if (m->pilot)

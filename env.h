@@ -120,6 +120,8 @@ typedef struct {
         "GPU for the dense matmuls (a build with CUDA: make CUDA=1): auto = use device CUDA_DEVICE when there is one, else the CPU, saying so; 1 = required (exit 2 without it); 0 = CPU only. Tokens are the same either way.") \
     INT(CUDA_DEVICE, "0", 0, 64, \
         "Which GPU CUDA uses (0 = the first).") \
+    FLOAT(CUDA_EXPERT_GB, NULL, 0, 1e6, \
+        "GPU memory for routed experts (copies of the most used pinned ones, computed there); unset = what the GPU holds after the dense matrices and a 1 GiB reserve; 0 = none.") \
     CHOICE(DENSE_BITS, "16", "2|4|8|16", \
         "Quantize full-precision dense weights at load time (8 = int8, 4 = int4, 2 = int2; 16 = keep them f32). Changes the model.") \
     CHOICE(EXPERT_BITS, "16", "2|4|8|16", \

@@ -146,10 +146,10 @@ static int fwd_matmul_gpu(coli_model *m, const cu_mat *d, const qt_tensor *W, co
     return 0;
 }
 
-static inline void fwd_matmul(const fwd_t *f, const qt_tensor *W, const float *x, int S, float *y) {
+/* y = x·Wᵀ, on the GPU when d (the GPU's copy of W) is given. */
+static inline void fwd_matmul_on(const fwd_t *f, const qt_tensor *W, const cu_mat *d, const float *x, int S, float *y) {
     coli_model *m = f->m;
-    const cu_mat *d = model_gpu_find(m, W);
-    if (d) {
+    if (d && !m->gpu.failed) {
         fwd_sync(f); /* x complete */
         if (f->tid == 0 && fwd_matmul_gpu(m, d, W, x, S, y)) {
             fprintf(stderr, "colibri: %s; the CPU computes everything from here on\n", m->gpu.err);
@@ -160,6 +160,10 @@ static inline void fwd_matmul(const fwd_t *f, const qt_tensor *W, const float *x
     } else if (f->tid == 0 && m->gpu.n)
         m->gpu.cpu_calls++;
     mm_matmul_team(&m->mm, W, x, S, y, f->tid, f->nth, fwd_sync_cb, &m->team);
+}
+
+static inline void fwd_matmul(const fwd_t *f, const qt_tensor *W, const float *x, int S, float *y) {
+    fwd_matmul_on(f, W, model_gpu_find(f->m, W), x, S, y);
 }
 
 /* RMSNorm of this thread's rows of x[S][n] into y. */
@@ -369,16 +373,18 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
     fwd_matmul(f, &L->o, sc->attn, S, sc->tmp);
 }
 
-/* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down. */
-static void fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, const float *x, int S, float *g, float *u,
-                    float *y) {
+/* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down; dev: the
+ * GPU's copies of the three (a routed expert's), or NULL (looked up). */
+static void fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, cu_mat *const *dev, const float *x, int S,
+                    float *g, float *u, float *y) {
     int64_t I = gate->O, a, b;
-    fwd_matmul(f, gate, x, S, g);
-    fwd_matmul(f, up, x, S, u);
+    coli_model *m = f->m;
+    fwd_matmul_on(f, gate, dev ? dev[0] : model_gpu_find(m, gate), x, S, g);
+    fwd_matmul_on(f, up, dev ? dev[1] : model_gpu_find(m, up), x, S, u);
     fwd_share(f, (int64_t)S * I, &a, &b);
     for (int64_t i = a; i < b; i++) g[i] = silu(g[i]) * u[i];
     fwd_sync(f);
-    fwd_matmul(f, down, g, S, y);
+    fwd_matmul_on(f, down, dev ? dev[2] : model_gpu_find(m, down), g, S, y);
 }
 
 /* Router for one row (docs/model.md §6): sigmoid scores, correction bias for the choice only,
@@ -503,7 +509,9 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         fwd_share(f, n, &a, &b);
         for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
         fwd_sync(f);
-        fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], sc->xs, n, sc->eg, sc->eu, sc->ys);
+        cu_mat *const *dev = model_gpu_expert(m, mk, jb->e);
+        if (f->tid == 0 && m->gpu.n) m->gpu.jobs++, m->gpu.xjobs += dev != NULL; /* three matmuls each, on one side */
+        fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], dev, sc->xs, n, sc->eg, sc->eu, sc->ys);
         for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
         fwd_sync(f); /* the scatter read sc->rows, which tid 0 refills next */
         if (f->tid == 0) {
@@ -524,7 +532,7 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
             }
     }
     if (c->n_shared) {
-        fwd_mlp(f, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        fwd_mlp(f, &L->gate, &L->up, &L->down, NULL, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
         for (size_t i = (size_t)a * D; i < (size_t)b * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
     } else
         for (size_t i = (size_t)a * D; i < (size_t)b * D; i++) sc->tmp[i] = sc->moe_acc[i];
@@ -589,7 +597,7 @@ static int fwd_layer(const fwd_t *f, fwd_shared *sh, int l) {
     if (c->moe[l]) {
         if (fwd_moe(f, sh, l, S)) return -1;
     } else {
-        fwd_mlp(f, &L->gate, &L->up, &L->down, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        fwd_mlp(f, &L->gate, &L->up, &L->down, NULL, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
         if (f->tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
     }
     fwd_add_rows(f, sc->x, sc->tmp, S, D);

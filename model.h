@@ -109,6 +109,7 @@ typedef struct {
     int dense_bits, expert_bits, group_size; /* load-time quantization (0 = keep) */
     int mtp;                /* load the MTP layer when the checkpoint has one */
     int cuda, cuda_device;  /* GPU: -1 auto, 0 off, 1 required; which device */
+    double cuda_expert_gb;  /* GPU memory for routed experts; < 0: what is left */
 } coli_opts;
 
 /* Resident bytes by part (model_measure). */
@@ -133,6 +134,11 @@ typedef struct {
     uint64_t cpu_calls;     /* dense matmuls that stayed on the CPU */
     cu_stats last;          /* cu_stats at the previous end line */
     uint64_t last_cpu;
+    cu_mat **xmat;          /* [xs layers][experts][3] copies of routed experts, or NULL */
+    int nx;                 /* experts held */
+    uint64_t xbytes;
+    uint64_t jobs, xjobs;   /* expert computations, of them from GPU memory */
+    uint64_t last_jobs, last_xjobs;
     char err[300];
 } model_gpu;
 
@@ -901,10 +907,69 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
     return 0;
 }
 
+/* The GPU's copies of expert e of MoE layer k (gate, up, down), or NULL. */
+static inline cu_mat *const *model_gpu_expert(const coli_model *m, int k, int e) {
+    const model_gpu *g = &m->gpu;
+    if (!g->nx || g->failed) return NULL;
+    cu_mat *const *d = g->xmat + ((size_t)k * m->xs.n_experts + e) * 3;
+    return d[0] ? d : NULL;
+}
+
+/* Copies the most used pinned experts (usage history hist, as model_pin)
+ * to the GPU, within CUDA_EXPERT_GB (unset: what is free after the dense
+ * matrices, less 1 GiB); their matmuls then run there (fwd_moe). A tier
+ * above the pinned set: the RAM copies stay, so re-pinning and a GPU
+ * failure lose nothing. Only integer-path experts (not f32). */
+static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uint64_t *hist) {
+    model_gpu *g = &m->gpu;
+    xs_store *x = &m->xs;
+    const coli_config *c = &m->c;
+    int L = x->n_layers, E = x->n_experts;
+    if (!g->key || g->failed || !o->cuda_expert_gb || !L || !hist || !xs_pinned_count(x)) return 0;
+    uint64_t reserve = (uint64_t)1 << 30, free_now = g->info.mem_free > g->bytes + reserve ? g->info.mem_free - g->bytes - reserve : 0;
+    uint64_t budget = o->cuda_expert_gb > 0 ? (uint64_t)(o->cuda_expert_gb * GB) : free_now;
+    if (budget > free_now) budget = free_now;
+    uint64_t *counts = (uint64_t *)calloc((size_t)L * E + 1, 8), *bytes = (uint64_t *)calloc((size_t)L + 1, 8);
+    uint8_t *sel = (uint8_t *)malloc((size_t)L * E + 1);
+    tier_rank *order = (tier_rank *)malloc(((size_t)L * E + 1) * sizeof *order);
+    g->xmat = (cu_mat **)calloc((size_t)L * E * 3 + 1, sizeof *g->xmat);
+    int rc = 0;
+    if (!counts || !bytes || !sel || !order || !g->xmat) rc = model_fail(m, "out of memory");
+    else {
+        usage_to_moe(c, hist, counts);
+        for (int k = 0; k < L; k++) bytes[k] = xs_expert_bytes(x, k);
+        tier_pick_vram(counts, x->pinned, L, E, bytes, budget, sel, order);
+        char err[300];
+        int left = 0;
+        for (int i = 0; i < L * E; i++) {
+            if (!sel[i]) continue;
+            const qt_tensor *v = x->pin_view + (size_t)i * 3;
+            cu_mat **d = g->xmat + (size_t)i * 3;
+            int ok = 1;
+            for (int t = 0; t < 3 && ok; t++) {
+                ok = v[t].fmt != QT_F32 && v[t].I <= m->mm.max_cols && v[t].I <= MM_IDOT_MAX_I &&
+                     (d[t] = cu_mat_upload((int)v[t].fmt, v[t].O, v[t].I, v[t].gs, (int64_t)qt_row_bytes(&v[t]), v[t].w, v[t].s, err, sizeof err));
+                if (ok) g->xbytes += qt_weight_bytes(v[t].fmt, v[t].O, v[t].I, v[t].gs) + 4 * qt_scale_count(v[t].fmt, v[t].O, v[t].I, v[t].gs);
+            }
+            if (!ok) {
+                for (int t = 0; t < 3; t++) cu_mat_free(d[t]), d[t] = NULL;
+                left++;
+                continue;
+            }
+            g->nx++;
+        }
+        fprintf(stderr, "colibri: CUDA: %d routed experts (%.2f GB, the most used of the %d pinned) in GPU memory%s\n", g->nx, g->xbytes / GB,
+                xs_pinned_count(x), left ? "; some did not fit or are f32" : "");
+    }
+    free(counts), free(bytes), free(sel), free(order);
+    return rc;
+}
+
 static inline void model_gpu_free(coli_model *m) {
     model_gpu *g = &m->gpu;
     for (int i = 0; g->val && i < g->cap; i++) cu_mat_free(g->val[i]);
-    free(g->key), free(g->val);
+    for (size_t i = 0; g->xmat && i < (size_t)m->xs.n_layers * m->xs.n_experts * 3; i++) cu_mat_free(g->xmat[i]);
+    free(g->key), free(g->val), free(g->xmat);
     if (g->on) cu_shutdown();
     memset(g, 0, sizeof *g);
 }
@@ -944,7 +1009,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
                         "smaller than its hidden half and rounds to zero, so drafts will rarely be accepted (convert with --mtp-bits 8, or 4 "
                         "with --group-size)\n", m->mtp_eh.fmt == QT_I4 ? 4 : 2);
     if (xs_open_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
-    if (model_pin(m, hist, o->quiet)) return -1;
+    if (model_pin(m, hist, o->quiet) || model_gpu_experts(m, o, hist)) return -1;
     int pinned = xs_pinned_count(&m->xs);
     if (o->mlock && !pinned) fprintf(stderr, "colibri: MLOCK=1: no pinned experts to lock\n");
     else if (o->mlock) {

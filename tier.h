@@ -135,6 +135,28 @@ static inline uint64_t tier_pick_pins(const uint64_t *count, int L, int E, const
     return used;
 }
 
+/* Chooses the experts to copy to the GPU (a tier above the pinned set):
+ * among the pinned ones (pinned[L][E]), most used first by count[L][E]
+ * (ties: lower layer, then lower expert), while they fit in budget bytes;
+ * layer_bytes is each layer's expert size in GPU memory. Sets sel[L][E];
+ * returns the bytes chosen. `order` is scratch of L×E entries. */
+static inline uint64_t tier_pick_vram(const uint64_t *count, const uint8_t *pinned, int L, int E, const uint64_t *layer_bytes, uint64_t budget,
+                                      uint8_t *sel, tier_rank *order) {
+    int n = 0;
+    memset(sel, 0, (size_t)L * E);
+    for (int i = 0; i < L * E; i++)
+        if (pinned[i] && layer_bytes[i / E]) order[n].count = count[i], order[n++].idx = i;
+    qsort(order, (size_t)n, sizeof *order, tier_rank_cmp_);
+    uint64_t used = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t sz = layer_bytes[order[i].idx / E];
+        if (used + sz > budget) continue;
+        used += sz;
+        sel[order[i].idx] = 1;
+    }
+    return used;
+}
+
 /* ------------------------------------------------------ LFRU and re-pin */
 
 /* Score of an expert: frequency first, recency only as a tie-break (one

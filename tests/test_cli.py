@@ -476,7 +476,8 @@ class Cuda(unittest.TestCase):
     the CUDA build). With a GPU: every fixture's oracle passes with the
     dense matmuls on it, and the tokens equal the CPU's (CUDA=0), greedy and
     sampled, prefill and decode, for every dense format (int8, int4, int2,
-    grouped int4 through DENSE_BITS). Without one, or on a build without
+    grouped int4 through DENSE_BITS), with copies of the pinned experts on
+    the GPU (CUDA_EXPERT_GB unset) and without (0). Without one, or on a build without
     CUDA: CUDA=auto runs on the CPU (a CUDA build says so once), CUDA=1
     exits 2 with the reason."""
 
@@ -515,23 +516,44 @@ class Cuda(unittest.TestCase):
             self.assertIn("-- PASS", out, name)
             self.assertRegex(err, r"colibri: CUDA: .*: \d+ dense matrices \(")
             if name.startswith("tiny-q"):  # quantized dense weights: they went through the GPU
-                self.assertRegex(err, r"colibri: GPU: [1-9]\d* dense matmuls", name)
+                self.assertRegex(err, r"colibri: GPU: [1-9]\d* matmuls \([1-9]\d*% of the dense ones", name)
 
     def test_tokens_equal_the_cpu(self):
         self.need_gpu()
         d = os.path.join(FIXTURES, "tiny-glm5")
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
         for fx, extra in (("tiny-q4", {}), ("tiny-q4g32", {}), ("tiny-q8", {}), ("tiny-q2", {}), ("tiny-glm5", {"DENSE_BITS": "8"}),
                           ("tiny-glm5", {"DENSE_BITS": "4", "GROUP_SIZE": "16"}), ("tiny-glm5", {"DENSE_BITS": "2"}),
                           ("tiny-glm5-mtp", {"DENSE_BITS": "8"}), ("tiny-dsv3-q4", {})):
             d = os.path.join(FIXTURES, fx)
+            pins = usage_all(d, os.path.join(tmp, fx + "-" + "-".join(extra.values()) + ".usage"))  # every expert pinned, so the GPU tier holds them
             for samp in ({"TEMP": "0"}, {"TEMP": "0.9", "SEED": "11"}):
-                env = dict(PROMPT="The GPU and the CPU agree on", NGEN="24", TOKENS="1", USAGE_SAVE="0", UBATCH="5", **samp, **extra)
-                runs = [run(d, dict(env, CUDA=c)) for c in ("0", "1")]
+                env = dict(PROMPT="The GPU and the CPU agree on", NGEN="24", TOKENS="1", USAGE_SAVE="0", UBATCH="5", PIN=pins, PIN_GB="all", **samp, **extra)
+                runs = [run(d, dict(env, **c)) for c in ({"CUDA": "0"}, {"CUDA": "1"}, {"CUDA": "1", "CUDA_EXPERT_GB": "0"})]
                 for rc, out, err in runs:
                     self.assertEqual(rc, 0, err)
-                self.assertEqual(ids_line(runs[0][2], "generated tokens"), ids_line(runs[1][2], "generated tokens"), (fx, extra, samp))
-                self.assertEqual(runs[0][1], runs[1][1])
-                self.assertRegex(runs[1][2], r"colibri: GPU: [1-9]\d* dense matmuls")
+                for r in runs[1:]:
+                    self.assertEqual(ids_line(runs[0][2], "generated tokens"), ids_line(r[2], "generated tokens"), (fx, extra, samp))
+                    self.assertEqual(runs[0][1], r[1])
+                    self.assertRegex(r[2], r"colibri: GPU: [1-9]\d* matmuls")
+                self.assertIn("routed experts 0.0% from GPU memory", runs[2][2])
+                if not extra.get("DENSE_BITS") and fx != "tiny-glm5-mtp":  # integer experts: all of them computed on the GPU
+                    self.assertRegex(runs[1][2], r"colibri: CUDA: [1-9]\d* routed experts \(")
+                    self.assertRegex(runs[1][2], r"routed experts [1-9][\d.]*% from GPU memory")
+
+
+def usage_all(model, path):
+    """A usage file naming every routed expert of model once (PIN=path PIN_GB=all pins them all)."""
+    c = load_json(os.path.join(model, "config.json"))
+    L, E, nd = c["num_hidden_layers"], c["n_routed_experts"], c.get("first_k_dense_replace", 0)
+    h = 2166136261
+    for ch in c["model_type"].encode():  # the engine id: FNV-1a of the model type
+        h = ((h ^ ch) * 16777619) & 0xFFFFFFFF
+    rows = ["%d %d 1" % (l, e) for l in range(nd, L) for e in range(E)]
+    with open(path, "w") as f:
+        f.write("# colibri expert usage\n-1 %d %d\n-2 1 %d\n%s\n-3 %d %d\n" % (L, E, h, "\n".join(rows), len(rows), len(rows)))
+    return path
 
 
 def level_ok(level):

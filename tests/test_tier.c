@@ -50,6 +50,14 @@ static void test_pins(void) {
     used = tier_pick_pins(count, L, E, bytes, 1000, pinned, order);
     CHECK(used == 10 * 3 + 20 * 4 && !pinned[1 * E + 2]); /* unused experts never pinned */
     CHECK(tier_pick_pins(count, L, E, bytes, 0, pinned, order) == 0);
+    /* the GPU tier: only pinned experts, hottest first, while they fit */
+    uint8_t pin2[L * E] = {0}, sel[L * E];
+    pin2[1 * E + 0] = pin2[1 * E + 1] = pin2[2 * E + 1] = pin2[2 * E + 2] = 1; /* counts 5, 9, 1, 9 */
+    used = tier_pick_vram(count, pin2, L, E, bytes, 25, sel, order);
+    CHECK(used == 25 - 5 && sel[1 * E + 1] && !sel[2 * E + 2] && sel[1 * E + 0] && !sel[2 * E + 1]); /* (2,2) does not fit after (1,1) */
+    used = tier_pick_vram(count, pin2, L, E, bytes, 1000, sel, order);
+    CHECK(used == 10 + 10 + 20 + 20 && !sel[2 * E + 0] && !sel[1 * E + 3]); /* never an unpinned one, however hot */
+    CHECK(tier_pick_vram(count, pin2, L, E, bytes, 9, sel, order) == 0);
 }
 
 static void test_lfru(void) {
