@@ -902,7 +902,7 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
         g->key[k] = W, g->val[k] = d, g->n++;
     }
     cu_stats_get(&g->last);
-    fprintf(stderr, "colibri: CUDA: %s (compute %d.%d, %.1f GB): %d dense matrices (%.2f GB) in GPU memory%s; routed experts and attention on the CPU\n",
+    fprintf(stderr, "colibri: CUDA: %s (compute %d.%d, %.1f GB): %d dense matrices (%.2f GB) in GPU memory%s; attention, norms and the router on the CPU\n",
             g->info.name, g->info.cc_major, g->info.cc_minor, g->info.mem_total / GB, g->n, g->bytes / GB, left ? ", the rest did not fit" : "");
     return 0;
 }
