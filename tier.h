@@ -113,39 +113,18 @@ static inline int tier_rank_cmp_(const void *a, const void *b) {
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
-/* Chooses the experts to pin from usage counts count[L][E] (row-major, a
- * row per layer) given each layer's expert size (0 = no experts) and a byte
- * budget: most used first (ties: lower layer, then lower expert), only
- * experts used at least once, while they fit. Sets pinned[L][E]; returns
- * the bytes used. `order` is scratch of L×E entries. */
-static inline uint64_t tier_pick_pins(const uint64_t *count, int L, int E, const uint64_t *layer_bytes, uint64_t budget,
-                                      uint8_t *pinned, tier_rank *order) {
-    int n = 0;
-    memset(pinned, 0, (size_t)L * E);
-    for (int i = 0; i < L * E; i++)
-        if (count[i] && layer_bytes[i / E]) order[n].count = count[i], order[n++].idx = i;
-    qsort(order, (size_t)n, sizeof *order, tier_rank_cmp_);
-    uint64_t used = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t sz = layer_bytes[order[i].idx / E];
-        if (used + sz > budget) continue;
-        used += sz;
-        pinned[order[i].idx] = 1;
-    }
-    return used;
-}
-
-/* Chooses the experts to copy to the GPU (a tier above the pinned set):
- * among the pinned ones (pinned[L][E]), most used first by count[L][E]
- * (ties: lower layer, then lower expert), while they fit in budget bytes;
- * layer_bytes is each layer's expert size in GPU memory. Sets sel[L][E];
- * returns the bytes chosen. `order` is scratch of L×E entries. */
-static inline uint64_t tier_pick_vram(const uint64_t *count, const uint8_t *pinned, int L, int E, const uint64_t *layer_bytes, uint64_t budget,
-                                      uint8_t *sel, tier_rank *order) {
+/* The experts a tier takes, by usage counts count[L][E] (row-major, a row
+ * per layer): the candidates (those in `among`, or with NULL those used at
+ * least once) most used first (ties: lower layer, then lower expert),
+ * while they fit in budget bytes given each layer's expert size (0 = no
+ * experts). Sets sel[L][E]; returns the bytes chosen. `order` is scratch
+ * of L×E entries. */
+static inline uint64_t tier_pick_(const uint64_t *count, const uint8_t *among, int L, int E, const uint64_t *layer_bytes, uint64_t budget,
+                                  uint8_t *sel, tier_rank *order) {
     int n = 0;
     memset(sel, 0, (size_t)L * E);
     for (int i = 0; i < L * E; i++)
-        if (pinned[i] && layer_bytes[i / E]) order[n].count = count[i], order[n++].idx = i;
+        if ((among ? among[i] : count[i] != 0) && layer_bytes[i / E]) order[n].count = count[i], order[n++].idx = i;
     qsort(order, (size_t)n, sizeof *order, tier_rank_cmp_);
     uint64_t used = 0;
     for (int i = 0; i < n; i++) {
@@ -155,6 +134,21 @@ static inline uint64_t tier_pick_vram(const uint64_t *count, const uint8_t *pinn
         sel[order[i].idx] = 1;
     }
     return used;
+}
+
+/* The pinned hot set: experts used at least once, most used first, within
+ * the pin budget (tier_pick_). */
+static inline uint64_t tier_pick_pins(const uint64_t *count, int L, int E, const uint64_t *layer_bytes, uint64_t budget, uint8_t *pinned,
+                                      tier_rank *order) {
+    return tier_pick_(count, NULL, L, E, layer_bytes, budget, pinned, order);
+}
+
+/* The experts copied to the GPU (a tier above the pinned set): pinned
+ * ones only (pinned[L][E]), most used first, within budget, layer_bytes
+ * being each layer's expert size in GPU memory (tier_pick_). */
+static inline uint64_t tier_pick_vram(const uint64_t *count, const uint8_t *pinned, int L, int E, const uint64_t *layer_bytes, uint64_t budget,
+                                      uint8_t *sel, tier_rank *order) {
+    return tier_pick_(count, pinned, L, E, layer_bytes, budget, sel, order);
 }
 
 /* ------------------------------------------------------ LFRU and re-pin */
