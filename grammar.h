@@ -204,8 +204,10 @@ static inline int gr_gen_rule_(gr_parser_ *ps, int base) {
  * then nested optional rules or one recursive rule. The item must not
  * match the empty string: `rest ::= item rest | ε` would be left recursive
  * and nested optionals of a nullable item ambiguous in as many ways as
- * there are copies. */
-static inline int gr_repeat_into_(gr_parser_ *ps, int rule, const gr_el *item, int len, int min, int max) {
+ * there are copies. whole: `rule` is the repetition alone (empty so far),
+ * so with min 0 it becomes the first optional (or the recursive) rule
+ * itself, a level less for the recognizer to expand. */
+static inline int gr_repeat_into_(gr_parser_ *ps, int rule, const gr_el *item, int len, int min, int max, int whole) {
     int rc = 0;
     for (int i = 0; i < min && !rc; i++)
         for (int j = 0; j < len && !rc; j++) rc = gr_put_(ps, rule, item[j].type, item[j].v);
@@ -213,7 +215,7 @@ static inline int gr_repeat_into_(gr_parser_ *ps, int rule, const gr_el *item, i
         /* rest ::= item rest | ε (unbounded), or opt_k ::= item opt_{k+1} | ε */
         int opt = max < 0 ? 1 : max - min, first = -1, prev = -1;
         for (int k = 0; k < opt && !rc; k++) {
-            int id = gr_gen_rule_(ps, rule);
+            int id = k == 0 && whole && min == 0 ? rule : gr_gen_rule_(ps, rule);
             if (id < 0) { rc = -1; break; }
             if (first < 0) first = id;
             if (prev >= 0) rc = gr_put_(ps, prev, GR_REF, (uint32_t)id) || gr_put_(ps, prev, GR_ALT, 0) || gr_put_(ps, prev, GR_END, 0);
@@ -222,7 +224,7 @@ static inline int gr_repeat_into_(gr_parser_ *ps, int rule, const gr_el *item, i
             prev = id;
         }
         if (!rc && max >= 0 && prev >= 0) rc = gr_put_(ps, prev, GR_ALT, 0) || gr_put_(ps, prev, GR_END, 0);
-        if (!rc) rc = gr_put_(ps, rule, GR_REF, (uint32_t)first);
+        if (!rc && first != rule) rc = gr_put_(ps, rule, GR_REF, (uint32_t)first);
     }
     return rc;
 }
@@ -254,7 +256,7 @@ static inline int gr_repeat_(gr_parser_ *ps, int rule, int last, int min, int ma
     if (!item) return gr_fail_(ps, ps->p, "out of memory");
     memcpy(item, r->el + last, (size_t)len * sizeof *item);
     r->n = last;
-    int rc = gr_repeat_into_(ps, rule, item, len, min, max);
+    int rc = gr_repeat_into_(ps, rule, item, len, min, max, 0);
     free(item);
     return rc;
 }
@@ -487,7 +489,9 @@ static inline int gr_finish_reps_(gr_parser_ *ps) {
         if (item < 0) goto out;
         gr_el el = {GR_REF, (uint32_t)item};
         ps->r[rp.rule].n = 0;
-        if (gr_repeat_into_(ps, rp.rule, &el, 1, min, rp.max) || gr_put_(ps, rp.rule, GR_END, 0)) goto out;
+        if (gr_repeat_into_(ps, rp.rule, &el, 1, min, rp.max, 1)) goto out;
+        gr_rule_ *r = &ps->r[rp.rule];
+        if ((!r->n || r->el[r->n - 1].type != GR_END) && gr_put_(ps, rp.rule, GR_END, 0)) goto out; /* not closed as its own first rule */
     }
     { /* nullability again over every rule: the repetitions' new rules are
        * read now (the nonempty rules made so far have no body yet: not
