@@ -59,6 +59,9 @@ endif
 # free on every build machine and runs where a GPU is. The runtime is linked
 # statically: without a driver or GPU the binary runs on the CPU and says so.
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(CUDA)$(NVCC),1)
+  $(error CUDA=1: nvcc was not found on PATH or in /usr/local/cuda/bin (set NVCC=/path/to/nvcc))
+endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCHS ?= 75 80 86 89 90 100 120
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
