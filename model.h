@@ -121,8 +121,9 @@ typedef struct {
 
 struct w_spec;
 
-/* The dense matrices the GPU holds (backend_cuda.h), found by the address
- * of the model's qt_tensor (open addressing); what went through it. */
+/* The matrices the GPU holds (backend_cuda.h): dense ones found by the
+ * address of the model's qt_tensor (open addressing), copies of routed
+ * experts by (MoE layer, expert); and what went through it. */
 typedef struct {
     int on;
     cu_info info;
@@ -176,7 +177,7 @@ typedef struct {
     uint64_t budget;            /* resolved RAM budget */
     int repin;                  /* re-pin every N generated tokens (0 = off) */
     uint64_t rss_limit;         /* RSS guard (0 = off) */
-    model_gpu gpu;              /* dense matrices on the GPU (CUDA) */
+    model_gpu gpu;              /* matrices on the GPU (CUDA) */
     char err[1024];
 } coli_model;
 
