@@ -157,13 +157,16 @@ static inline void fwd_matmul_on(const fwd_t *f, const qt_tensor *W, const cu_ma
         }
         fwd_sync(f);
         if (!m->gpu.failed) return;
-    } else if (f->tid == 0 && m->gpu.n)
-        m->gpu.cpu_calls++;
+    }
     mm_matmul_team(&m->mm, W, x, S, y, f->tid, f->nth, fwd_sync_cb, &m->team);
 }
 
+/* A dense matmul: on the GPU when it holds W. */
 static inline void fwd_matmul(const fwd_t *f, const qt_tensor *W, const float *x, int S, float *y) {
-    fwd_matmul_on(f, W, model_gpu_find(f->m, W), x, S, y);
+    coli_model *m = f->m;
+    const cu_mat *d = model_gpu_find(m, W);
+    if (f->tid == 0 && m->gpu.n) d ? m->gpu.cnt.dense_gpu++ : m->gpu.cnt.dense_cpu++;
+    fwd_matmul_on(f, W, d, x, S, y);
 }
 
 /* RMSNorm of this thread's rows of x[S][n] into y. */
@@ -373,18 +376,19 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
     fwd_matmul(f, &L->o, sc->attn, S, sc->tmp);
 }
 
-/* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down; dev: the
- * GPU's copies of the three (a routed expert's), or NULL (looked up). */
+/* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down; dev: a
+ * routed expert's GPU copies of the three (entries NULL: on the CPU), or
+ * NULL for dense weights (fwd_matmul looks them up). */
 static void fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, cu_mat *const *dev, const float *x, int S,
                     float *g, float *u, float *y) {
     int64_t I = gate->O, a, b;
-    coli_model *m = f->m;
-    fwd_matmul_on(f, gate, dev ? dev[0] : model_gpu_find(m, gate), x, S, g);
-    fwd_matmul_on(f, up, dev ? dev[1] : model_gpu_find(m, up), x, S, u);
+    if (dev) fwd_matmul_on(f, gate, dev[0], x, S, g), fwd_matmul_on(f, up, dev[1], x, S, u);
+    else fwd_matmul(f, gate, x, S, g), fwd_matmul(f, up, x, S, u);
     fwd_share(f, (int64_t)S * I, &a, &b);
     for (int64_t i = a; i < b; i++) g[i] = silu(g[i]) * u[i];
     fwd_sync(f);
-    fwd_matmul_on(f, down, dev ? dev[2] : model_gpu_find(m, down), g, S, y);
+    if (dev) fwd_matmul_on(f, down, dev[2], g, S, y);
+    else fwd_matmul(f, down, g, S, y);
 }
 
 /* Router for one row (docs/model.md §6): sigmoid scores, correction bias for the choice only,
@@ -509,9 +513,10 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         fwd_share(f, n, &a, &b);
         for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
         fwd_sync(f);
+        static cu_mat *const cpu_only[3] = {NULL, NULL, NULL};
         cu_mat *const *dev = model_gpu_expert(m, mk, jb->e);
-        if (f->tid == 0 && m->gpu.n) m->gpu.jobs++, m->gpu.xjobs += dev != NULL; /* three matmuls each, on one side */
-        fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], dev, sc->xs, n, sc->eg, sc->eu, sc->ys);
+        if (f->tid == 0 && m->gpu.n) m->gpu.cnt.jobs++, m->gpu.cnt.xjobs += dev != NULL;
+        fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], dev ? dev : cpu_only, sc->xs, n, sc->eg, sc->eu, sc->ys);
         for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
         fwd_sync(f); /* the scatter read sc->rows, which tid 0 refills next */
         if (f->tid == 0) {

@@ -132,14 +132,14 @@ typedef struct {
     int cap, n;
     int failed;             /* a GPU call failed: the CPU from then on */
     uint64_t bytes;         /* weights and scales uploaded */
-    uint64_t cpu_calls;     /* dense matmuls that stayed on the CPU */
-    cu_stats last;          /* cu_stats at the previous end line */
-    uint64_t last_cpu;
     cu_mat **xmat;          /* [xs layers][experts][3] copies of routed experts, or NULL */
     int nx;                 /* experts held */
     uint64_t xbytes;
-    uint64_t jobs, xjobs;   /* expert computations, of them from GPU memory */
-    uint64_t last_jobs, last_xjobs;
+    struct {
+        uint64_t dense_gpu, dense_cpu; /* dense matmuls on either side */
+        uint64_t jobs, xjobs;          /* expert computations, of them from GPU memory */
+    } cnt, cnt_last;        /* counted by thread 0; cnt_last and last: at the previous end line */
+    cu_stats last;
     char err[300];
 } model_gpu;
 
@@ -847,11 +847,16 @@ static inline void model_find_mtp(coli_model *m, const coli_opts *o) {
     c->idx_full[NL] = st_find(&m->st, n) != NULL;
 }
 
+/* W's first slot in the table of dense matrices. */
+static inline uint32_t model_gpu_slot_(const model_gpu *g, const qt_tensor *W) {
+    return (uint32_t)(((uintptr_t)W >> 4) * 0x9E3779B1u) & (uint32_t)(g->cap - 1);
+}
+
 /* The GPU's copy of W, or NULL (not uploaded, or the GPU is off). */
 static inline cu_mat *model_gpu_find(const coli_model *m, const qt_tensor *W) {
     const model_gpu *g = &m->gpu;
     if (!g->n || g->failed) return NULL;
-    for (uint32_t i = (uint32_t)(((uintptr_t)W >> 4) * 0x9E3779B1u) & (uint32_t)(g->cap - 1);; i = (i + 1) & (uint32_t)(g->cap - 1)) {
+    for (uint32_t i = model_gpu_slot_(g, W);; i = (i + 1) & (uint32_t)(g->cap - 1)) {
         if (!g->key[i]) return NULL;
         if (g->key[i] == W) return g->val[i];
     }
@@ -898,7 +903,7 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
             continue;
         }
         room -= need, g->bytes += need;
-        uint32_t k = (uint32_t)(((uintptr_t)W >> 4) * 0x9E3779B1u) & (uint32_t)(g->cap - 1);
+        uint32_t k = model_gpu_slot_(g, W);
         while (g->key[k]) k = (k + 1) & (uint32_t)(g->cap - 1);
         g->key[k] = W, g->val[k] = d, g->n++;
     }
