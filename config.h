@@ -18,13 +18,14 @@
 
 /* The model families one forward pass serves; each difference between them
  * is a property below, set once here from config.json. */
-typedef enum { ARCH_GLM_MOE_DSA, ARCH_DEEPSEEK_V3 } coli_arch;
+typedef enum { ARCH_GLM_MOE_DSA, ARCH_DEEPSEEK_V3, ARCH_DEEPSEEK_V32 } coli_arch;
 
 typedef struct {
     coli_arch arch;
-    const char *model_type; /* "glm_moe_dsa" or "deepseek_v3" (static) */
-    int has_indexer;        /* DSA lightning indexer on the layers idx_full marks (glm_moe_dsa) */
+    const char *model_type; /* config.json's model_type (static) */
+    int has_indexer;        /* DSA lightning indexer on the layers idx_full marks (glm_moe_dsa, deepseek_v32) */
     int rope_interleave;    /* RoPE rotates pairs (2i, 2i+1) (and de-interleaves), else halves (i, i + d/2) */
+    int index_rope_interleave; /* the indexer's RoPE: pairs (glm_moe_dsa) or halves (deepseek_v32) */
     float attn_scale;       /* softmax scale: qk_head^-0.5, times mscale(factor, mscale_all_dim)^2 under YaRN */
     /* RoPE: rope_theta, and YaRN when rope_yarn (docs/model.md §3) */
     int rope_yarn, rope_orig_max, rope_truncate;
@@ -132,7 +133,8 @@ static inline int cfg_eos(cfg_reader *r, const js_doc *d, int obj, coli_config *
 }
 
 static inline int cfg_dims(cfg_reader *r, coli_config *c) {
-    const int B = 1 << 20, v3 = c->arch == ARCH_DEEPSEEK_V3; /* transformers' defaults differ by family */
+    const int B = 1 << 20, ds = c->arch != ARCH_GLM_MOE_DSA; /* transformers' defaults differ by family */
+    const int max_pos = c->arch == ARCH_DEEPSEEK_V3 ? 4096 : c->arch == ARCH_DEEPSEEK_V32 ? 163840 : 202752;
     if (cfg_int(r, "vocab_size", 1, 1 << 24, -1, &c->vocab) || cfg_int(r, "hidden_size", 1, B, -1, &c->dim) ||
         cfg_int(r, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
         cfg_int(r, "num_attention_heads", 1, 1024, -1, &c->n_heads) || cfg_int(r, "q_lora_rank", 1, B, -1, &c->q_lora) ||
@@ -142,12 +144,12 @@ static inline int cfg_dims(cfg_reader *r, coli_config *c) {
         cfg_int(r, "moe_intermediate_size", 1, B, -1, &c->moe_inter) ||
         cfg_int(r, "n_routed_experts", 1, 65536, -1, &c->n_experts) ||
         cfg_int(r, "num_experts_per_tok", 1, 1024, -1, &c->topk) ||
-        cfg_int(r, "n_shared_experts", 0, 64, 1, &c->n_shared) || cfg_int(r, "n_group", 1, 65536, v3 ? 8 : 1, &c->n_group) ||
-        cfg_int(r, "topk_group", 1, 65536, v3 ? 4 : 1, &c->topk_group) ||
-        cfg_int(r, "max_position_embeddings", 1, 1 << 30, v3 ? 4096 : 202752, &c->max_pos))
+        cfg_int(r, "n_shared_experts", 0, 64, 1, &c->n_shared) || cfg_int(r, "n_group", 1, 65536, ds ? 8 : 1, &c->n_group) ||
+        cfg_int(r, "topk_group", 1, 65536, ds ? 4 : 1, &c->topk_group) ||
+        cfg_int(r, "max_position_embeddings", 1, 1 << 30, max_pos, &c->max_pos))
         return -1;
     if (c->has_indexer &&
-        (cfg_int(r, "index_topk", 1, 1 << 24, 2048, &c->index_topk) || cfg_int(r, "index_n_heads", 1, 1024, 32, &c->index_heads) ||
+        (cfg_int(r, "index_topk", 1, 1 << 24, 2048, &c->index_topk) || cfg_int(r, "index_n_heads", 1, 1024, ds ? 64 : 32, &c->index_heads) ||
          cfg_int(r, "index_head_dim", 1, 65536, 128, &c->index_dim)))
         return -1;
     int kvh;
@@ -194,7 +196,7 @@ static inline int cfg_rope(cfg_reader *r, coli_config *c) {
     c->rope_yarn = !strcmp(type, "yarn");
     if (!c->rope_yarn && strcmp(type, "default")) return cfg_fail(r, "rope_type '%s' is not supported (\"default\" or \"yarn\")", type);
     int th = rp >= 0 ? js_get(d, rp, "rope_theta") : -1;
-    if (cfg_num(r, d, th >= 0 && js_typeof(d, th) != JS_NULL ? rp : r->root, "rope_theta", 1, 1e12, c->arch == ARCH_DEEPSEEK_V3 ? 10000 : -1,
+    if (cfg_num(r, d, th >= 0 && js_typeof(d, th) != JS_NULL ? rp : r->root, "rope_theta", 1, 1e12, c->arch != ARCH_GLM_MOE_DSA ? 10000 : -1,
                 &c->rope_theta))
         return -1;
     double prf = 1;
@@ -234,7 +236,7 @@ static inline int cfg_floats(cfg_reader *r, coli_config *c) {
     double v = 0;
     if (cfg_num(r, r->d, r->root, "routed_scaling_factor", 0, 1e6, 2.5, &v)) return -1;
     c->route_scale = (float)v;
-    if (cfg_num(r, r->d, r->root, "rms_norm_eps", 1e-12, 1, c->arch == ARCH_DEEPSEEK_V3 ? 1e-6 : 1e-5, &v)) return -1;
+    if (cfg_num(r, r->d, r->root, "rms_norm_eps", 1e-12, 1, c->arch != ARCH_GLM_MOE_DSA ? 1e-6 : 1e-5, &v)) return -1;
     c->rms_eps = (float)v;
     if (cfg_bool(r, "norm_topk_prob", 1, &c->norm_topk) || cfg_bool(r, "tie_word_embeddings", 0, &c->tie_embed)) return -1;
     return cfg_rope(r, c);
@@ -249,31 +251,32 @@ static inline int cfg_str_is(cfg_reader *r, const char *key, const char *want) {
 }
 
 /* The families by model_type. kimi_k2 is DeepSeek-V3's architecture under
- * Moonshot's name (its config.json maps to DeepseekV3Config). */
+ * Moonshot's name (its config.json maps to DeepseekV3Config); deepseek_v32
+ * is GLM-5's layout with an indexer on every layer that rotates halves. */
 static inline int cfg_family(cfg_reader *r, coli_config *c) {
     static const struct {
         const char *type;
         coli_arch arch;
-    } fam[] = {{"glm_moe_dsa", ARCH_GLM_MOE_DSA}, {"deepseek_v3", ARCH_DEEPSEEK_V3}, {"kimi_k2", ARCH_DEEPSEEK_V3}};
+    } fam[] = {{"glm_moe_dsa", ARCH_GLM_MOE_DSA}, {"deepseek_v3", ARCH_DEEPSEEK_V3}, {"kimi_k2", ARCH_DEEPSEEK_V3}, {"deepseek_v32", ARCH_DEEPSEEK_V32}};
     int mt = js_get(r->d, r->root, "model_type");
     if (!js_str(r->d, mt)) return cfg_fail(r, "missing field 'model_type'");
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++)
         if (cfg_str_is(r, "model_type", fam[i].type)) {
             c->arch = fam[i].arch, c->model_type = fam[i].type;
-            c->has_indexer = c->arch == ARCH_GLM_MOE_DSA;
+            c->has_indexer = c->arch != ARCH_DEEPSEEK_V3;
+            c->index_rope_interleave = c->arch == ARCH_GLM_MOE_DSA;
             return 0;
         }
-    if (cfg_str_is(r, "model_type", "deepseek_v32"))
-        return cfg_fail(r, "model_type 'deepseek_v32' (DeepSeek-V3.2) is not supported yet: its indexer differs from GLM-5's");
-    return cfg_fail(r, "model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, kimi_k2)",
+    return cfg_fail(r, "model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, deepseek_v32, kimi_k2)",
                     js_str(r->d, mt));
 }
 
 /* The string and flag fields: the choices transformers hard-codes for the
  * family (hidden_act silu, sigmoid scoring, noaux_tc top-k, no biases,
- * every layer from first_k_dense_replace on MoE; glm_moe_dsa always
- * rotates interleaved pairs, deepseek_v3 as rope_interleave says); a file
- * asking for anything else describes another model and is refused. */
+ * every layer from first_k_dense_replace on MoE; glm_moe_dsa and
+ * deepseek_v32 always rotate interleaved pairs in the attention,
+ * deepseek_v3 as rope_interleave says); a file asking for anything else
+ * describes another model and is refused. */
 static inline int cfg_strings(cfg_reader *r, coli_config *c) {
     if (cfg_family(r, c)) return -1;
     static const char *const want[][2] = {{"hidden_act", "silu"}, {"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"}};
@@ -287,11 +290,13 @@ static inline int cfg_strings(cfg_reader *r, coli_config *c) {
         if (v) return cfg_fail(r, "%s=true is not supported", off[i]);
     }
     if (cfg_bool(r, "rope_interleave", 1, &c->rope_interleave)) return -1;
-    if (c->arch == ARCH_GLM_MOE_DSA) {
-        int v = 1;
-        if (!c->rope_interleave) return cfg_fail(r, "rope_interleave=false is not supported (glm_moe_dsa rotates interleaved pairs)");
-        if (cfg_bool(r, "indexer_rope_interleave", 1, &v)) return -1;
-        if (!v) return cfg_fail(r, "indexer_rope_interleave=false is not supported (glm_moe_dsa rotates interleaved pairs)");
+    if (c->arch != ARCH_DEEPSEEK_V3) {
+        int v = c->index_rope_interleave;
+        if (!c->rope_interleave) return cfg_fail(r, "rope_interleave=false is not supported (%s rotates interleaved pairs)", c->model_type);
+        if (cfg_bool(r, "indexer_rope_interleave", v, &v)) return -1;
+        if (v != c->index_rope_interleave)
+            return cfg_fail(r, "indexer_rope_interleave=%s is not supported (%s's indexer rotates %s)", v ? "true" : "false",
+                            c->model_type, c->index_rope_interleave ? "interleaved pairs" : "halves");
     } else {
         int f;
         if (cfg_int(r, "moe_layer_freq", 1, 1, 1, &f)) return -1; /* DeepSeek's own code: MoE iff l % freq == 0 */
@@ -313,8 +318,8 @@ static inline int cfg_derived(cfg_reader *r, coli_config *c) {
 }
 
 /* Per-layer MLP kind and indexer kind, as transformers derives them:
- * mlp_layer_types or first_k_dense_replace; indexer_types, or
- * index_topk_pattern, or the index_topk_freq / index_skip_topk_offset rule
+ * mlp_layer_types or first_k_dense_replace; every layer (deepseek_v32), or
+ * indexer_types, or index_topk_pattern, or the index_topk_freq / index_skip_topk_offset rule
  * (layer i is full iff max(i - offset + 1, 0) % freq == 0). */
 static inline int cfg_layer_kinds(cfg_reader *r, coli_config *c) {
     int L = c->n_layers;
@@ -334,6 +339,10 @@ static inline int cfg_layer_kinds(cfg_reader *r, coli_config *c) {
         int fk;
         if (cfg_int(r, "first_k_dense_replace", 0, L, 3 < L ? 3 : L, &fk)) return -1;
         for (int i = fk; i < L; i++) c->moe[i] = 1;
+    }
+    if (c->arch == ARCH_DEEPSEEK_V32) { /* every layer runs its own indexer; transformers reads no schedule */
+        memset(c->idx_full, 1, (size_t)L);
+        return 0;
     }
     int it = js_get(r->d, r->root, "indexer_types"), pat = js_get(r->d, r->root, "index_topk_pattern");
     if (it >= 0 && js_typeof(r->d, it) != JS_NULL) {

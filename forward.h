@@ -223,8 +223,9 @@ static void fwd_indexer(const fwd_t *f, int l, int S, int pos) {
         const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
         float *key = kc + (size_t)p * id;
         layernorm(key, sc->tmp + (size_t)s * id, L->ik_norm_w, L->ik_norm_b, id, 1e-6f);
-        rope_apply(key, c->qk_rope, cs, sn);
-        for (int h = 0; h < ih; h++) rope_apply(sc->qi + ((size_t)s * ih + h) * id, c->qk_rope, cs, sn);
+        void (*rope)(float *, int, const float *, const float *) = c->index_rope_interleave ? rope_apply : rope_apply_half;
+        rope(key, c->qk_rope, cs, sn);
+        for (int h = 0; h < ih; h++) rope(sc->qi + ((size_t)s * ih + h) * id, c->qk_rope, cs, sn);
         for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
     }
     fwd_sync(f); /* every key of the batch is cached */

@@ -13,7 +13,7 @@ FIXTURES = "tests/fixtures"
 # the GLM-5 fixture the single-fixture tests edit and run.
 ORACLES = sorted((d for d in os.listdir(FIXTURES) if os.path.exists(os.path.join(FIXTURES, d, "ref.json"))),
                  key=lambda d: (d != "tiny-glm5", d))
-# The other families' f32 fixtures (DeepSeek-V3, Kimi K2).
+# The other families' f32 fixtures (DeepSeek-V3, DeepSeek-V3.2, Kimi K2).
 FAMILY_ORACLES = [d for d in ORACLES if d.startswith(("tiny-dsv3", "tiny-kimi")) and not d.endswith("-q4")]
 
 

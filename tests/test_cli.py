@@ -163,6 +163,14 @@ class Tiers(unittest.TestCase):
         copy_fixture("tiny-dsv3", self.dir)
         self.invariance_matrix()
 
+    def test_invariance_matrix_deepseek_v32(self):
+        """The same matrix on tiny-dsv32: an indexer rotating halves on every layer, YaRN, group routing, MTP."""
+        self.assertIn("tiny-dsv32", FAMILY_ORACLES)
+        shutil.rmtree(self.dir)
+        self.dir = tempfile.mkdtemp()
+        copy_fixture("tiny-dsv32", self.dir)
+        self.invariance_matrix()
+
     def invariance_matrix(self):
         rc, base, err = run(self.dir, {"PIN": "0"})  # also writes the first history
         self.assertEqual(rc, 0, err)
@@ -743,6 +751,17 @@ class Speculation(unittest.TestCase):
         base, err = self.gen(d, {"DRAFT": "0"})
         self.assertEqual(len(base), 40)
         for env in ({"DRAFT": "1"}, {"DRAFT": "3"}, {"DRAFT": "-1", "THREADS": "1"}, {"DRAFT": "2", "CAP": "1", "PIN": "0"}):
+            ids, err = self.gen(d, env)
+            self.assertEqual(ids, base, env)
+            self.assertRegex(err, r"speculation: \d+ drafted, \d+ accepted", env)
+
+    def test_deepseek_v32_mtp_greedy_identical(self):
+        """DeepSeek-V3.2's MTP layer runs its own indexer (tiny-dsv32); greedy
+        output is the same for every draft count."""
+        d = os.path.join(FIXTURES, "tiny-dsv32")
+        base, err = self.gen(d, {"DRAFT": "0"})
+        self.assertGreaterEqual(len(base), 16)  # this random model reaches a stop token after 20
+        for env in ({"DRAFT": "1"}, {"DRAFT": "3", "THREADS": "1"}, {"DRAFT": "2", "CAP": "1", "PIN": "0"}):
             ids, err = self.gen(d, env)
             self.assertEqual(ids, base, env)
             self.assertRegex(err, r"speculation: \d+ drafted, \d+ accepted", env)

@@ -755,10 +755,10 @@ class Refusals(unittest.TestCase):
     def test_config(self):
         cfg_path = os.path.join(self.src, "config.json")
         cfg = load_json(cfg_path)
-        cfg["model_type"] = "deepseek_v32"
+        cfg["model_type"] = "deepseek_v2"
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
-        self.refused("config.json", "model_type 'deepseek_v32'")
+        self.refused("config.json", "model_type 'deepseek_v2'")
         os.remove(cfg_path)
         self.refused("config.json", "No such file")
 

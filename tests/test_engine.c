@@ -233,7 +233,11 @@ static void test_config(void) {
     config_refused("\"rope_type\": \"default\"", "\"rope_type\": \"linear\"", "rope_type 'linear' is not supported");
     config_refused("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", "missing field 'factor'");
     config_refused("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\", \"factor\": 4, \"truncate\": 1", "truncate must be true or false");
-    config_refused("\"model_type\": \"glm_moe_dsa\"", "\"model_type\": \"deepseek_v32\"", "DeepSeek-V3.2");
+    config_refused("\"model_type\": \"glm_moe_dsa\"", "\"model_type\": \"deepseek_v2\"", "model_type 'deepseek_v2' is not supported");
+    config_refused("\"model_type\": \"glm_moe_dsa\"", "\"model_type\": \"deepseek_v32\", \"indexer_rope_interleave\": true",
+                   "indexer_rope_interleave=true is not supported (deepseek_v32's indexer rotates halves)");
+    config_refused("\"model_type\": \"glm_moe_dsa\"", "\"model_type\": \"deepseek_v32\", \"rope_interleave\": false",
+                   "rope_interleave=false is not supported (deepseek_v32 rotates interleaved pairs)");
     config_refused("\"model_type\": \"glm_moe_dsa\"", "\"model_type\": \"deepseek_v3\", \"moe_layer_freq\": 2", "moe_layer_freq");
     config_refused("\"rope_theta\": 1000000.0,", "", "rope_theta");
     config_refused("\"hidden_size\": 64", "\"hidden_size\": -64", "hidden_size");

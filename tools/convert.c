@@ -1,5 +1,5 @@
 /* convert.c — colibri-convert: a Hugging Face GLM-5 or DeepSeek-V3 / Kimi K2 directory (glm_moe_dsa,
- * deepseek_v3, kimi_k2; bf16/f16/f32 safetensors, or the FP8 e4m3 release with 128×128
+ * deepseek_v3, deepseek_v32, kimi_k2; bf16/f16/f32 safetensors, or the FP8 e4m3 release with 128×128
  * `weight_scale_inv` blocks) into a colibri container.
  *
  *   colibri-convert SRC DST --expert-bits N --dense-bits N [--group-size G]
@@ -130,7 +130,7 @@ static const char *cv_human(uint64_t b, char *buf, size_t n) {
 
 static void cv_usage(FILE *f) {
     fprintf(f, "usage: colibri-convert SRC DST --expert-bits N --dense-bits N [options]\n"
-               "  SRC  Hugging Face glm_moe_dsa / deepseek_v3 / kimi_k2 directory (bf16/f16/f32, or FP8 e4m3 + weight_scale_inv)\n"
+               "  SRC  Hugging Face glm_moe_dsa / deepseek_v3 / deepseek_v32 / kimi_k2 directory (bf16/f16/f32, or FP8 e4m3 + weight_scale_inv)\n"
                "  DST  container directory (created; a rerun resumes)\n");
     for (int i = 0; i < F_N; i++) {
         const cv_flag *g = &cv_flags[i];
@@ -297,8 +297,10 @@ static int cv_config_load(const char *src, cv_config *c, char **text, size_t *le
     const int B = 1 << 20;
     if (js_typeof(d, d->root) != JS_OBJ) rc = cv_fail("%s: not a JSON object", path);
     else if (!js_str(d, mt)) rc = cv_fail("%s: missing field 'model_type'", path);
-    else if (strcmp(js_str(d, mt), "glm_moe_dsa") && strcmp(js_str(d, mt), "deepseek_v3") && strcmp(js_str(d, mt), "kimi_k2"))
-        rc = cv_fail("%s: model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, kimi_k2)", path, js_str(d, mt));
+    else if (strcmp(js_str(d, mt), "glm_moe_dsa") && strcmp(js_str(d, mt), "deepseek_v3") && strcmp(js_str(d, mt), "deepseek_v32") &&
+             strcmp(js_str(d, mt), "kimi_k2"))
+        rc = cv_fail("%s: model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, deepseek_v32, kimi_k2)", path, js_str(d, mt));
+    int ih_def = !rc && !strcmp(js_str(d, mt), "deepseek_v32") ? 64 : 32; /* transformers' index_n_heads default by family */
     if (!rc)
         rc = cv_cfg_int(d, path, "vocab_size", 1, 1 << 24, -1, &c->vocab) || cv_cfg_int(d, path, "hidden_size", 1, B, -1, &c->dim) ||
              cv_cfg_int(d, path, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
@@ -311,7 +313,7 @@ static int cv_config_load(const char *src, cv_config *c, char **text, size_t *le
              cv_cfg_int(d, path, "moe_intermediate_size", 1, B, -1, &c->moe_inter) ||
              cv_cfg_int(d, path, "n_routed_experts", 1, 65536, -1, &c->n_experts) ||
              cv_cfg_int(d, path, "n_shared_experts", 0, 64, 1, &c->n_shared) ||
-             cv_cfg_int(d, path, "index_n_heads", 1, 1024, 32, &c->index_heads) ||
+             cv_cfg_int(d, path, "index_n_heads", 1, 1024, ih_def, &c->index_heads) ||
              cv_cfg_int(d, path, "index_head_dim", 1, 65536, 128, &c->index_dim) ? -1 : 0;
     js_free(d);
     return rc;

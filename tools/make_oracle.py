@@ -44,8 +44,10 @@ import torch
 import transformers
 from safetensors.torch import save_file
 from torch import nn
-from transformers import AutoTokenizer, DeepseekV3Config, DeepseekV3ForCausalLM, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+from transformers import (AutoTokenizer, DeepseekV32Config, DeepseekV32ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
+                          GlmMoeDsaConfig, GlmMoeDsaForCausalLM)
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as mdl_v3
+from transformers.models.deepseek_v32 import modeling_deepseek_v32 as mdl_v32
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mdl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,6 +60,8 @@ FAMILIES = {
                         arch="GlmMoeDsaForCausalLM"),
     "deepseek_v3": dict(config=DeepseekV3Config, model=DeepseekV3ForCausalLM, mdl=mdl_v3, prefix="DeepseekV3",
                         arch="DeepseekV3ForCausalLM"),
+    "deepseek_v32": dict(config=DeepseekV32Config, model=DeepseekV32ForCausalLM, mdl=mdl_v32, prefix="DeepseekV32",
+                         arch="DeepseekV32ForCausalLM"),
 }
 
 
@@ -195,6 +199,31 @@ FIXTURES["tiny-kimi-k2"] = dict(
     prompt_len=36, greedy_len=16, seed=7000,
 )
 
+# DeepSeek-V3.2 layout (deepseek_v32): GLM-5's indexer on every layer but
+# rotating halves (i, i + d/2) where the attention rotates interleaved
+# pairs, index_topk far below the prompt length, group-limited routing,
+# YaRN with mscale = mscale_all_dim as in the release, an MTP layer with its
+# own indexer.
+FIXTURES["tiny-dsv32"] = dict(
+    family="deepseek_v32", tokenizer="tiny-glm5", mtp=True,
+    config=dict(
+        vocab_size=352, hidden_size=64, intermediate_size=92, moe_intermediate_size=26,
+        num_hidden_layers=3, first_k_dense_replace=1, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=44, kv_lora_rank=36, qk_nope_head_dim=22,
+        qk_rope_head_dim=12, v_head_dim=18, n_routed_experts=12, num_experts_per_tok=3,
+        n_shared_experts=1, n_group=3, topk_group=2, routed_scaling_factor=2.5,
+        norm_topk_prob=True, num_nextn_predict_layers=1, index_n_heads=10, index_head_dim=20, index_topk=6,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.0,
+                         "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1, "original_max_position_embeddings": 64},
+        rms_norm_eps=1e-6, max_position_embeddings=2560, tie_word_embeddings=False,
+        hidden_act="silu", attention_bias=False, bos_token_id=0,
+    ),
+    config_eos=["<|endoftext|>", "<|user|>"],
+    generation=dict(eos=["<|endoftext|>", "<|user|>", "<|observation|>"], do_sample=True, temperature=0.6, top_p=0.95),
+    chat=dict(system=None, user="Name three prime numbers.", think=True, max_new=20),
+    prompt_len=40, greedy_len=16, seed=9000,
+)
+
 
 # Quantized fixtures: one tiny model (hidden 80 is not a multiple of the
 # group size 32; moe_intermediate 45 makes the down projections' inner
@@ -248,6 +277,9 @@ def check_modeling_file():
     v3 = inspect.getsource(mdl_v3.DeepseekV3Attention)
     if "yarn_apply_mscale" not in v3 or "rope_interleave" not in v3:
         problems.append("deepseek_v3 attention lacks YaRN's mscale or the rope_interleave switch")
+    v32 = inspect.getsource(mdl_v32.DeepseekV32Indexer.forward)
+    if "apply_rotary_pos_emb(" not in v32 or "F.relu" not in v32:
+        problems.append("deepseek_v32's indexer does not rotate halves or lacks the ReLU")
     if problems:
         sys.exit("transformers %s is too old for the oracle: %s" % (transformers.__version__, "; ".join(problems)))
 
@@ -368,9 +400,9 @@ class Probe:
         self.group_gap = float("inf")
         self.hooks = []
         for m in model.modules():
-            if isinstance(m, mdl.GlmMoeDsaIndexer):
+            if isinstance(m, (mdl.GlmMoeDsaIndexer, mdl_v32.DeepseekV32Indexer)):
                 self.hooks.append(m.register_forward_hook(self.on_indexer, with_kwargs=True))
-            elif isinstance(m, (mdl.GlmMoeDsaTopkRouter, mdl_v3.DeepseekV3TopkRouter)):
+            elif isinstance(m, (mdl.GlmMoeDsaTopkRouter, mdl_v3.DeepseekV3TopkRouter, mdl_v32.DeepseekV32TopkRouter)):
                 self.hooks.append(m.register_forward_hook(self.on_router))
 
     def close(self):
@@ -384,7 +416,8 @@ class Probe:
         q_rot, q_pass = torch.split(q, [m.qk_rope_head_dim, m.head_dim - m.qk_rope_head_dim], dim=-1)
         k = m.k_norm(m.wk(hs)).unsqueeze(2)
         k_rot, k_pass = torch.split(k, [m.qk_rope_head_dim, m.head_dim - m.qk_rope_head_dim], dim=-1)
-        q_rot, k_rot = mdl.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        rope = mdl.apply_rotary_pos_emb_interleave if isinstance(m, mdl.GlmMoeDsaIndexer) else mdl_v32.apply_rotary_pos_emb
+        q_rot, k_rot = rope(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
         q = torch.cat([q_rot, q_pass], dim=-1)
         k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
         sc = torch.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * m.softmax_scale)
@@ -462,6 +495,8 @@ def mtp_config(spec, ids, cfg):
     if family(spec)["config"] is GlmMoeDsaConfig:
         kw.update(mlp_layer_types=list(cfg.mlp_layer_types) + ["sparse"], indexer_types=list(cfg.indexer_types) + ["full"],
                   layer_types=list(cfg.layer_types) + ["indexed_attention"])
+    elif family(spec)["config"] is DeepseekV32Config:
+        kw.update(mlp_layer_types=list(cfg.mlp_layer_types) + ["sparse"])
     mcfg = family(spec)["config"](**kw)
     mcfg._attn_implementation = "eager"
     mcfg._experts_implementation = "eager"

@@ -50,8 +50,9 @@ static void fz_check_config(const coli_config *c) {
     FUZZ_CHECK(c->n_layers >= 1 && c->n_layers <= 1024 && c->n_heads >= 1 && c->n_heads <= 1024);
     FUZZ_CHECK(c->qk_rope >= 2 && c->qk_rope % 2 == 0 && c->qk_head == c->qk_nope + c->qk_rope);
     FUZZ_CHECK(c->topk >= 1 && c->topk <= c->n_experts && c->n_experts % c->n_group == 0 && c->topk_group <= c->n_group);
-    /* an indexer (glm_moe_dsa) has its dimensions and runs on layer 0; without one (deepseek_v3) none is read */
-    FUZZ_CHECK(c->has_indexer == (c->arch == ARCH_GLM_MOE_DSA) && c->max_pos >= 1);
+    /* an indexer (glm_moe_dsa, deepseek_v32) has its dimensions and runs on layer 0; without one (deepseek_v3) none is read */
+    FUZZ_CHECK(c->has_indexer == (c->arch != ARCH_DEEPSEEK_V3) && c->max_pos >= 1);
+    FUZZ_CHECK(c->index_rope_interleave == (c->arch == ARCH_GLM_MOE_DSA));
     FUZZ_CHECK(c->has_indexer ? c->index_dim >= c->qk_rope && c->index_topk >= 1 : !c->index_dim && !c->index_heads && !c->index_topk);
     FUZZ_CHECK(c->n_mtp >= 0 && c->n_mtp <= 16);
     FUZZ_CHECK(c->rms_eps > 0 && c->rope_theta >= 1 && c->route_scale >= 0);
@@ -59,7 +60,8 @@ static void fz_check_config(const coli_config *c) {
     FUZZ_CHECK(!c->rope_yarn || (c->rope_factor > 0 && c->rope_orig_max >= 1 && c->rope_beta_fast > 0 && c->rope_beta_slow > 0));
     FUZZ_CHECK(c->rope_interleave || c->arch == ARCH_DEEPSEEK_V3);
     FUZZ_CHECK(c->moe && c->idx_full && c->idx_full[0] == c->has_indexer);
-    for (int l = 0; l < c->n_layers; l++) FUZZ_CHECK(c->moe[l] <= 1 && c->idx_full[l] <= (c->has_indexer ? 1 : 0));
+    for (int l = 0; l < c->n_layers; l++)
+        FUZZ_CHECK(c->moe[l] <= 1 && c->idx_full[l] <= (c->has_indexer ? 1 : 0) && (c->arch != ARCH_DEEPSEEK_V32 || c->idx_full[l]));
     FUZZ_CHECK(c->n_eos >= 0 && c->n_eos <= MAX_EOS);
     for (int i = 0; i < c->n_eos; i++) {
         FUZZ_CHECK(c->eos[i] >= 0 && c->eos[i] < c->vocab);
