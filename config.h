@@ -37,6 +37,7 @@ typedef struct {
     double rope_theta;
     int index_topk, index_heads, index_dim;
     int max_pos, tie_embed;
+    const char *wprefix;     /* tensor names' prefix in the checkpoint (static): "" or kimi_k25's "language_model." */
     int n_mtp;               /* num_nextn_predict_layers: MTP layers after the last one */
     unsigned char *moe;      /* [n_layers + 1] 1 = MoE MLP, 0 = dense MLP; [n_layers]: the MTP layer */
     unsigned char *idx_full; /* [n_layers + 1] 1 = own indexer, 0 = shared   */
@@ -52,6 +53,7 @@ typedef struct {
     const char *path;
     char *err;
     size_t errlen;
+    const char *wrapper; /* the multimodal model_type whose text_config root is (static), or NULL */
 } cfg_reader;
 
 static inline int cfg_fail(cfg_reader *r, const char *fmt, ...) {
@@ -60,7 +62,7 @@ static inline int cfg_fail(cfg_reader *r, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(r->err, r->errlen, "%s: %s", r->path, msg);
+    snprintf(r->err, r->errlen, "%s: %s%s", r->path, r->wrapper ? "text_config: " : "", msg);
     return -1;
 }
 
@@ -259,15 +261,21 @@ static inline int cfg_family(cfg_reader *r, coli_config *c) {
         coli_arch arch;
     } fam[] = {{"glm_moe_dsa", ARCH_GLM_MOE_DSA}, {"deepseek_v3", ARCH_DEEPSEEK_V3}, {"kimi_k2", ARCH_DEEPSEEK_V3}, {"deepseek_v32", ARCH_DEEPSEEK_V32}};
     int mt = js_get(r->d, r->root, "model_type");
+    size_t nf = sizeof fam / sizeof fam[0];
+    if (r->wrapper && (mt < 0 || js_typeof(r->d, mt) == JS_NULL)) { /* transformers' default text model */
+        c->arch = ARCH_DEEPSEEK_V3, c->model_type = r->wrapper;
+        return 0;
+    }
     if (!js_str(r->d, mt)) return cfg_fail(r, "missing field 'model_type'");
-    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++)
-        if (cfg_str_is(r, "model_type", fam[i].type)) {
-            c->arch = fam[i].arch, c->model_type = fam[i].type;
+    for (size_t i = 0; i < nf; i++)
+        if (cfg_str_is(r, "model_type", fam[i].type) && (!r->wrapper || fam[i].arch == ARCH_DEEPSEEK_V3)) {
+            c->arch = fam[i].arch, c->model_type = r->wrapper ? r->wrapper : fam[i].type;
             c->has_indexer = c->arch != ARCH_DEEPSEEK_V3;
             c->index_rope_interleave = c->arch == ARCH_GLM_MOE_DSA;
             return 0;
         }
-    return cfg_fail(r, "model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, deepseek_v32, kimi_k2)",
+    if (r->wrapper) return cfg_fail(r, "model_type '%s' is not supported here (deepseek_v3, kimi_k2)", js_str(r->d, mt));
+    return cfg_fail(r, "model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, deepseek_v32, kimi_k2, kimi_k25)",
                     js_str(r->d, mt));
 }
 
@@ -375,6 +383,21 @@ static inline void coli_config_free(coli_config *c) {
     c->moe = c->idx_full = NULL;
 }
 
+/* kimi_k25 (Kimi K2.5) wraps its text model: config.json's text_config
+ * (a deepseek_v3 / kimi_k2 config) is the root the other readers see, the
+ * tensors sit under "language_model.", and the top-level
+ * tie_word_embeddings (default true) decides the output layer, as
+ * transformers 5.23's Kimi_K25Config and its weight renaming have it. The
+ * vision tower is not read. */
+static inline int cfg_wrapper(cfg_reader *r, coli_config *c) {
+    if (!cfg_str_is(r, "model_type", "kimi_k25") || js_get(r->d, r->root, "model_type") < 0) return 0;
+    int tc = js_get(r->d, r->root, "text_config");
+    if (js_typeof(r->d, tc) != JS_OBJ) return cfg_fail(r, "kimi_k25: missing object 'text_config'");
+    r->root = tc, r->wrapper = "kimi_k25";
+    c->wprefix = "language_model.";
+    return 0;
+}
+
 /* Sampling defaults of generation_config.json: do_sample, temperature,
  * top_p, top_k, min_p (transformers' defaults when absent). */
 static inline int cfg_sampling(cfg_reader *r, coli_config *c) {
@@ -397,18 +420,23 @@ static inline int coli_config_load(coli_config *c, const char *dir, char *err, s
     snprintf(path, sizeof path, "%s/config.json", dir);
     js_doc *d = js_load_object(path, 16u << 20, err, errlen);
     if (!d) return -1;
-    cfg_reader r = {d, d->root, path, err, errlen};
-    int rc = cfg_strings(&r, c);
+    cfg_reader r = {d, d->root, path, err, errlen, NULL};
+    c->wprefix = "";
+    cfg_reader top = r; /* the wrapper's own fields */
+    int rc = cfg_wrapper(&r, c), tie = -1;
+    if (!rc && r.wrapper && cfg_bool(&top, "tie_word_embeddings", 1, &tie)) rc = -1;
+    if (!rc) rc = cfg_strings(&r, c);
     if (!rc) rc = cfg_dims(&r, c);
     if (!rc) rc = cfg_derived(&r, c);
     if (!rc) rc = cfg_floats(&r, c);
     if (!rc) rc = cfg_layer_kinds(&r, c);
-    if (!rc) rc = cfg_eos(&r, d, d->root, c);
+    if (!rc) rc = cfg_eos(&r, d, r.root, c);
+    if (!rc && r.wrapper) rc = cfg_eos(&top, d, d->root, c), c->tie_embed = tie;
     js_free(d);
     if (rc) return rc;
     snprintf(gpath, sizeof gpath, "%s/generation_config.json", dir);
     if (!(d = js_load_object(gpath, 1u << 20, err, errlen))) return errno == ENOENT ? 0 : -1;
-    cfg_reader g = {d, d->root, gpath, err, errlen};
+    cfg_reader g = {d, d->root, gpath, err, errlen, NULL};
     rc = cfg_eos(&g, d, d->root, c);
     if (!rc) rc = cfg_sampling(&g, c);
     js_free(d);

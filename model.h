@@ -494,7 +494,7 @@ static inline int model_check_tensors(coli_model *m) {
             }
         }
     const char *first_other = NULL;
-    int n_mtp = c->n_mtp > 0 ? c->n_mtp : 1;
+    int n_mtp = c->n_mtp > 0 ? c->n_mtp : 1, modal = 0;
     for (int i = 0; !rc && i < m->st.nt; i++) {
         if (used[i]) continue;
         if (m->mtp && model_name_layer(m->st.t[i].name) == c->n_layers && !strstr(m->st.t[i].name, ".embed_tokens."))
@@ -515,12 +515,15 @@ static inline int model_check_tensors(coli_model *m) {
         else if (!strcmp(t->name, "lm_head.weight") || !strcmp(t->name, "lm_head.weight.qs"))
             rc = model_fail(m, "%s: tensor '%s' exists but config.json sets tie_word_embeddings=true (the output layer would be the embedding)",
                             tensor_path(m, t), t->name);
+        else if (*c->wprefix && strncmp(t->name, "model.", 6) && strncmp(t->name, "lm_head.", 8)) modal++; /* outside the language model */
         else if (!other++) first_other = t->name;
     }
     free(used);
     if (rc) return -1;
     if (mtp) fprintf(stderr, "colibri: the checkpoint's MTP layer (model.layers.%d, %d tensors) is not loaded (%s)\n", c->n_layers, mtp,
                      c->n_mtp ? "MTP=0" : "config.json sets no num_nextn_predict_layers");
+    if (modal) fprintf(stderr, "colibri: %s: the %d tensors outside %s (the vision tower) are not loaded: colibri runs the text model\n",
+                       c->model_type, modal, c->wprefix);
     if (other) fprintf(stderr, "colibri: warning: %d tensor%s not used by the model, e.g. '%s'\n", other, other > 1 ? "s are" : " is", first_other);
     return 0;
 }
@@ -734,7 +737,7 @@ static inline int model_check_counts(coli_model *m);
 static inline int model_open(coli_model *m, const char *dir) {
     memset(m, 0, sizeof *m);
     if (coli_config_load(&m->c, dir, m->err, sizeof m->err)) return -1;
-    if (st_open_dir(&m->st, dir, m->err, sizeof m->err)) return -1;
+    if (st_open_dir_as(&m->st, dir, *m->c.wprefix ? m->c.wprefix : NULL, m->err, sizeof m->err)) return -1;
     return model_check_counts(m);
 }
 

@@ -58,7 +58,14 @@ typedef struct {
     int nt, tcap;
     int *hash;                   /* open addressing, -1 = empty */
     uint32_t hcap;
+    const char *strip;           /* a name prefix indexed without it (static), or NULL */
 } st_index;
+
+/* The name `name` is indexed under: without ix->strip when it starts so. */
+static inline const char *st_key_(const st_index *ix, const char *name) {
+    size_t n = ix->strip ? strlen(ix->strip) : 0;
+    return n && !strncmp(name, ix->strip, n) ? name + n : name;
+}
 
 static inline int st_err_(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
@@ -174,9 +181,12 @@ static inline int st_add_entry_(st_index *ix, int fi, const js_doc *d, int node,
     t.numel = numel;
     t.off = data_start + b;
     t.nbytes = e - b;
+    const char *key = st_key_(ix, name);
+    if (!*key) return st_err_(err, errlen, "%s: tensor name '%s' is only the prefix %s", path, name, ix->strip);
+    nl = (uint32_t)strlen(key);
     char *nm = (char *)malloc(nl + 1);
     if (!nm) return st_err_(err, errlen, "out of memory");
-    memcpy(nm, name, nl + 1);
+    memcpy(nm, key, nl + 1);
     t.name = nm;
     if (st_find(ix, nm)) {
         int other = st_find(ix, nm)->file;
@@ -290,7 +300,7 @@ static inline int st_check_index_json_(st_index *ix, const char *dir, char *err,
             rc = st_err_(err, errlen, "%s: weight_map['%s'] is not a file name inside the model directory", path, name);
             break;
         }
-        const st_tensor *t = st_find(ix, name);
+        const st_tensor *t = st_find(ix, st_key_(ix, name));
         const char *base = t ? strrchr(ix->files[t->file].path, '/') : NULL;
         base = base ? base + 1 : (t ? ix->files[t->file].path : NULL);
         if (!t) rc = st_err_(err, errlen, "%s: tensor '%s' listed in weight_map is in no shard", path, name);
@@ -312,10 +322,13 @@ static inline void st_close(st_index *ix) {
     memset(ix, 0, sizeof *ix);
 }
 
-/* Indexes every *.safetensors file of `dir` (sorted by name). Returns 0, or
- * -1 with err set and the index emptied. */
-static inline int st_open_dir(st_index *ix, const char *dir, char *err, size_t errlen) {
+/* Indexes every *.safetensors file of `dir` (sorted by name), names that
+ * start with `strip` (a static string, or NULL) under the rest of the name:
+ * a multimodal checkpoint's language model ("language_model.") reads as a
+ * text model's. Returns 0, or -1 with err set and the index emptied. */
+static inline int st_open_dir_as(st_index *ix, const char *dir, const char *strip, char *err, size_t errlen) {
     memset(ix, 0, sizeof *ix);
+    ix->strip = strip;
     DIR *dp = opendir(dir);
     if (!dp) return st_err_(err, errlen, "%s: %s", dir, strerror(errno));
     char **names = NULL;
@@ -345,6 +358,8 @@ static inline int st_open_dir(st_index *ix, const char *dir, char *err, size_t e
     if (rc) st_close(ix);
     return rc;
 }
+
+static inline int st_open_dir(st_index *ix, const char *dir, char *err, size_t errlen) { return st_open_dir_as(ix, dir, NULL, err, errlen); }
 
 /* ---- element conversion ---- */
 

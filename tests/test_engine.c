@@ -209,6 +209,47 @@ static void config_refused(const char *from, const char *to, const char *needle)
     free(cfg);
 }
 
+/* Loads tiny-kimi-k25's config.json with `from` replaced by `to` (the
+ * first occurrence; `from` NULL: as is). 0 or -1 as coli_config_load. */
+static int k25_load(coli_config *c, const char *from, const char *to, char *err, size_t errlen) {
+    size_t len;
+    char *cfg = compat_read_file("tests/fixtures/tiny-kimi-k25/config.json", 1 << 20, &len), *at = from && cfg ? strstr(cfg, from) : NULL;
+    CHECK(cfg && (!from || at));
+    if (!cfg || (from && !at)) { free(cfg); return -2; }
+    size_t n = strlen(cfg) + (to ? strlen(to) : 0) + 1;
+    char *out = (char *)malloc(n);
+    if (at) snprintf(out, n, "%.*s%s%s", (int)(at - cfg), cfg, to, at + strlen(from));
+    else snprintf(out, n, "%s", cfg);
+    write_file("config.json", out);
+    free(out);
+    free(cfg);
+    return coli_config_load(c, tmpdir, err, errlen);
+}
+
+/* kimi_k25 wraps a deepseek_v3 text_config: its fields, the language
+ * model's tensor prefix, the top-level tie_word_embeddings (default true in
+ * transformers 5.23, whatever text_config says). */
+static void test_config_kimi_k25(void) {
+    coli_config c;
+    char err[512] = "";
+    CHECK(k25_load(&c, NULL, NULL, err, sizeof err) == 0);
+    CHECK(c.arch == ARCH_DEEPSEEK_V3 && !strcmp(c.model_type, "kimi_k25") && !strcmp(c.wprefix, "language_model."));
+    CHECK(c.dim == 64 && c.n_experts == 12 && !c.tie_embed && !c.has_indexer && c.rope_yarn);
+    coli_config_free(&c);
+    CHECK(k25_load(&c, "  \"tie_word_embeddings\": false,\n  \"video_token_id\"", "  \"video_token_id\"", err, sizeof err) == 0);
+    CHECK(c.tie_embed == 1);
+    coli_config_free(&c);
+    CHECK(k25_load(&c, "\"model_type\": \"deepseek_v3\"", "\"model_type\": \"glm_moe_dsa\"", err, sizeof err) == -1);
+    CHECK_HAS(err, "text_config: model_type 'glm_moe_dsa' is not supported here");
+    coli_config_free(&c);
+    CHECK(k25_load(&c, "\"hidden_size\": 64", "\"hidden_size\": -64", err, sizeof err) == -1);
+    CHECK_HAS(err, "text_config: field 'hidden_size'=-64");
+    coli_config_free(&c);
+    CHECK(k25_load(&c, "\"text_config\"", "\"text_config_\"", err, sizeof err) == -1);
+    CHECK_HAS(err, "kimi_k25: missing object 'text_config'");
+    coli_config_free(&c);
+}
+
 static void test_config(void) {
     coli_config c;
     char err[512] = "";
@@ -320,6 +361,7 @@ int main(void) {
     test_topk_select();
     test_router();
     test_config();
+    test_config_kimi_k25();
     test_paths_agree(FIX5);
     test_paths_agree(FIX52);
     test_bit_invariance(FIX5);

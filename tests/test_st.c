@@ -231,12 +231,51 @@ static void test_writer(void) {
     CHECK(access(tmp, F_OK) != 0);
 }
 
+/* st_open_dir_as: names under the prefix are indexed without it (also in
+ * model.safetensors.index.json), others as they are; a stripped name that
+ * collides with another is refused, and so is a name that is only the prefix. */
+static void test_strip(void) {
+    float v[3] = {1, 2, 3};
+    write_st("m.safetensors",
+             "{\"language_model.model.norm.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"vision_tower.w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+             "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+             v, sizeof v, -1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"weight_map\":{\"language_model.model.norm.weight\":\"m.safetensors\",\"vision_tower.w\":\"m.safetensors\","
+          "\"lm_head.weight\":\"m.safetensors\"}}", f);
+    fclose(f);
+    st_index ix;
+    char err[512] = "";
+    CHECK(st_open_dir_as(&ix, dir, "language_model.", err, sizeof err) == 0);
+    if (err[0]) fprintf(stderr, "%s\n", err);
+    const st_tensor *n = st_find(&ix, "model.norm.weight");
+    CHECK(n && n->off == 8 + strlen("{\"language_model.model.norm.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                     "\"vision_tower.w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+                                     "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}"));
+    CHECK(st_find(&ix, "vision_tower.w") && st_find(&ix, "lm_head.weight") && !st_find(&ix, "language_model.model.norm.weight"));
+    st_close(&ix);
+    unlink(path);
+    write_st("m.safetensors",
+             "{\"language_model.x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", v, 8, -1);
+    CHECK(st_open_dir_as(&ix, dir, "language_model.", err, sizeof err) == -1);
+    CHECK_HAS(err, "also defined in");
+    write_st("m.safetensors", "{\"language_model.\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", v, 4, -1);
+    CHECK(st_open_dir_as(&ix, dir, "language_model.", err, sizeof err) == -1);
+    CHECK_HAS(err, "is only the prefix");
+    clean_dir();
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/colibri-test-st-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_valid();
     test_hostile();
     test_writer();
+    test_strip();
     rmdir(dir);
     return check_report("test_st");
 }

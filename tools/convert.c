@@ -267,6 +267,7 @@ static int cv_parse_args(int argc, char **argv, cv_opts *o) {
 typedef struct {
     int vocab, dim, n_layers, n_mtp, n_heads, q_lora, kv_lora, qk_nope, qk_rope, v_head;
     int inter, moe_inter, n_experts, n_shared, index_heads, index_dim;
+    const char *strip; /* kimi_k25: its language model's name prefix, read without it (static), else NULL */
 } cv_config;
 
 /* Reads integer field key of the config into [lo, hi]; def < lo = required. */
@@ -283,6 +284,21 @@ static int cv_cfg_int(const js_doc *d, const char *path, const char *key, int lo
     return 0;
 }
 
+/* Kimi K2.5 (kimi_k25): the text model's config is text_config (a
+ * deepseek_v3 / kimi_k2 one; deepseek_v3 when it names none), read as the
+ * root from here on; its tensors are named under "language_model.". *mt
+ * becomes text_config's model_type node, or -1. 0 or -1. */
+static int cv_config_unwrap(js_doc *d, const char *path, cv_config *c, int *mt) {
+    int tc = js_get(d, d->root, "text_config");
+    if (js_typeof(d, tc) != JS_OBJ) return cv_fail("%s: kimi_k25: missing object 'text_config'", path);
+    d->root = tc, c->strip = "language_model.";
+    *mt = js_get(d, tc, "model_type");
+    if (*mt >= 0 && js_typeof(d, *mt) == JS_NULL) *mt = -1;
+    if (*mt >= 0 && (!js_str(d, *mt) || (strcmp(js_str(d, *mt), "deepseek_v3") && strcmp(js_str(d, *mt), "kimi_k2"))))
+        return cv_fail("%s: text_config: model_type must be deepseek_v3 or kimi_k2", path);
+    return 0;
+}
+
 /* Loads the dimensions that fix every tensor's expected shape from
  * SRC/config.json (the text is kept in *text for the copy). 0 or -1. */
 static int cv_config_load(const char *src, cv_config *c, char **text, size_t *len) {
@@ -296,11 +312,13 @@ static int cv_config_load(const char *src, cv_config *c, char **text, size_t *le
     int rc = 0, mt = js_get(d, d->root, "model_type");
     const int B = 1 << 20;
     if (js_typeof(d, d->root) != JS_OBJ) rc = cv_fail("%s: not a JSON object", path);
+    else if (js_str(d, mt) && !strcmp(js_str(d, mt), "kimi_k25")) rc = cv_config_unwrap(d, path, c, &mt);
     else if (!js_str(d, mt)) rc = cv_fail("%s: missing field 'model_type'", path);
     else if (strcmp(js_str(d, mt), "glm_moe_dsa") && strcmp(js_str(d, mt), "deepseek_v3") && strcmp(js_str(d, mt), "deepseek_v32") &&
              strcmp(js_str(d, mt), "kimi_k2"))
-        rc = cv_fail("%s: model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, deepseek_v32, kimi_k2)", path, js_str(d, mt));
-    int ih_def = !rc && !strcmp(js_str(d, mt), "deepseek_v32") ? 64 : 32; /* transformers' index_n_heads default by family */
+        rc = cv_fail("%s: model_type '%s' is not supported (glm_moe_dsa, deepseek_v3, deepseek_v32, kimi_k2, kimi_k25)", path,
+                     js_str(d, mt));
+    int ih_def = !rc && mt >= 0 && !strcmp(js_str(d, mt), "deepseek_v32") ? 64 : 32; /* transformers' index_n_heads default by family */
     if (!rc)
         rc = cv_cfg_int(d, path, "vocab_size", 1, 1 << 24, -1, &c->vocab) || cv_cfg_int(d, path, "hidden_size", 1, B, -1, &c->dim) ||
              cv_cfg_int(d, path, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
@@ -354,6 +372,7 @@ typedef struct {
     const st_index *ix;
     cv_shard *sh;    /* [0] globals, [1 + l] layer l (MTP layers last) */
     int nsh;
+    int n_other;     /* kimi_k25's tensors outside its language model: not converted */
 } cv_plan;
 
 static const char *cv_path(const st_index *ix, const st_tensor *t) { return ix->files[t->file].path; }
@@ -569,6 +588,10 @@ static int cv_classify(cv_plan *p, const st_tensor *t) {
     int mtp = 0, shard = 0;
     const cv_known *k = NULL;
     int64_t d0 = 0, d1 = 0;
+    if (c->strip && strncmp(rest, "model.", 6) && strncmp(rest, "lm_head.", 8)) { /* the vision tower: colibri runs text */
+        p->n_other++;
+        return 0;
+    }
     if (!strncmp(rest, "model.layers.", 13)) {
         rest += 13;
         int l = cv_index(&rest);
@@ -1768,9 +1791,12 @@ static void cv_state_free(cv_state *s) {
 static int cv_prepare(cv_state *s) {
     char err[600];
     if (cv_config_load(s->o.src, &s->c, &s->cfg, &s->cfg_len)) return -1;
-    if (st_open_dir(&s->ix, s->o.src, err, sizeof err)) return cv_fail("%s", err);
+    if (st_open_dir_as(&s->ix, s->o.src, s->c.strip, err, sizeof err)) return cv_fail("%s", err);
     if (cv_extra_load(s->o.src, s->extra, s->extra_len)) return -1;
     if (cv_plan_build(&s->p, &s->c, &s->o, &s->ix) || cv_source_id(&s->ix, s->cfg, s->cfg_len, &s->src)) return -1;
+    if (s->p.n_other)
+        fprintf(stderr, "colibri-convert: kimi_k25: the %d tensors outside %s (the vision tower) are not converted: colibri runs the text model\n",
+                s->p.n_other, s->c.strip);
     cv_params(&s->o, &s->c, s->pr);
     if (!(s->done = (uint8_t *)calloc((size_t)s->p.nsh, 1))) return cv_fail("out of memory");
     if (cv_dst_prepare(&s->o, &s->p, &s->lock) || cv_dst_orphans(&s->o, &s->p)) return -1;

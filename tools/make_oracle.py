@@ -45,7 +45,7 @@ import transformers
 from safetensors.torch import save_file
 from torch import nn
 from transformers import (AutoTokenizer, DeepseekV32Config, DeepseekV32ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
-                          GlmMoeDsaConfig, GlmMoeDsaForCausalLM)
+                          GlmMoeDsaConfig, GlmMoeDsaForCausalLM, Kimi_K25Config, Kimi_K25ForConditionalGeneration)
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as mdl_v3
 from transformers.models.deepseek_v32 import modeling_deepseek_v32 as mdl_v32
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mdl
@@ -62,7 +62,17 @@ FAMILIES = {
                         arch="DeepseekV3ForCausalLM"),
     "deepseek_v32": dict(config=DeepseekV32Config, model=DeepseekV32ForCausalLM, mdl=mdl_v32, prefix="DeepseekV32",
                          arch="DeepseekV32ForCausalLM"),
+    # Kimi K2.5: a deepseek_v3 text model under text_config beside a vision tower.
+    "kimi_k25": dict(config=Kimi_K25Config, model=Kimi_K25ForConditionalGeneration, mdl=mdl_v3, prefix="DeepseekV3",
+                     arch="KimiK25ForConditionalGeneration"),
 }
+
+# Kimi K2.5's tensors as its checkpoint names them (transformers 5.23's
+# conversion mapping for kimi_k25, reversed): the language model under
+# "language_model.", the vision tower and projector at the top level.
+K25_NAMES = [("model.language_model.", "language_model.model."), ("lm_head.", "language_model.lm_head."),
+             ("model.vision_tower.", "vision_tower."), ("model.mm_projector.", "mm_projector.")]
+K25_VISION = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48)
 
 
 def family(spec):
@@ -224,6 +234,30 @@ FIXTURES["tiny-dsv32"] = dict(
     prompt_len=40, greedy_len=16, seed=9000,
 )
 
+# Kimi K2.5 layout (kimi_k25): the text model under text_config (written as
+# deepseek_v3, as transformers normalizes kimi_k2) beside a one-layer vision
+# tower; tensors under "language_model." as in the release; the top-level
+# tie_word_embeddings (false here, true by default) decides the output layer.
+FIXTURES["tiny-kimi-k25"] = dict(
+    family="kimi_k25", tokenizer="tiny-glm5",
+    config=dict(
+        vocab_size=352, hidden_size=64, intermediate_size=84, moe_intermediate_size=22,
+        num_hidden_layers=3, first_k_dense_replace=1, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=40, kv_lora_rank=30, qk_nope_head_dim=18,
+        qk_rope_head_dim=10, v_head_dim=20, n_routed_experts=12, num_experts_per_tok=4,
+        n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=2.827,
+        norm_topk_prob=True, num_nextn_predict_layers=0,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 50000.0, "factor": 64.0, "mscale": 1.0,
+                         "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1, "original_max_position_embeddings": 64},
+        rms_norm_eps=1e-5, max_position_embeddings=4096, tie_word_embeddings=False,
+        hidden_act="silu", attention_bias=False, bos_token_id=0,
+    ),
+    config_eos="<|endoftext|>",
+    generation=dict(eos=["<|endoftext|>", "<|user|>"], do_sample=True, temperature=1.0, top_p=0.95),
+    chat=dict(system="You are Kimi.", user="Write one line about disks.", think=False, max_new=16),
+    prompt_len=36, greedy_len=16, seed=9500,
+)
+
 
 # Quantized fixtures: one tiny model (hidden 80 is not a multiple of the
 # group size 32; moe_intermediate 45 makes the down projections' inner
@@ -298,10 +332,20 @@ def make_config(spec, ids):
     kw = dict(spec["config"])
     kw.update(spec.get("indexer_schedule", {}))
     kw.update(eos_token_id=ids["eos"], pad_token_id=ids["pad"])
+    if family(spec)["config"] is Kimi_K25Config:  # the text model's fields go under text_config
+        tie = kw.pop("tie_word_embeddings")
+        kw = dict(text_config=dict(kw, model_type="kimi_k2", tie_word_embeddings=tie), vision_config=dict(K25_VISION),
+                  tie_word_embeddings=tie, eos_token_id=ids["eos"], pad_token_id=ids["pad"])
     cfg = family(spec)["config"](**kw)
-    cfg._attn_implementation = "eager"
-    cfg._experts_implementation = "eager"
+    for c in (cfg, getattr(cfg, "text_config", None)):
+        if c is not None:
+            c._attn_implementation = "eager"
+            c._experts_implementation = "eager"
     return cfg
+
+
+def text_config(cfg):
+    return getattr(cfg, "text_config", cfg)
 
 
 def config_json(spec, cfg):
@@ -340,7 +384,7 @@ def randomize(model, seed):
     kv_a_proj_with_mqa are then scaled by LATENT_SCALE. Returns the generator,
     which goes on to draw an MTP layer."""
     g = torch.Generator().manual_seed(seed)
-    redraw(model, g, model.config.kv_lora_rank)
+    redraw(model, g, text_config(model.config).kv_lora_rank)
     return g
 
 
@@ -371,8 +415,12 @@ def checkpoint_tensors(model, cfg, prefix=""):
     """The state dict with experts un-fused into the per-expert names of the
     real checkpoints (gate = first I rows of gate_up_proj, up = the rest)."""
     out = {}
-    inter = cfg.moe_intermediate_size
+    inter = text_config(cfg).moe_intermediate_size
     for k, v in model.state_dict(prefix=prefix).items():
+        for a, b in (K25_NAMES if isinstance(cfg, Kimi_K25Config) else []):
+            if k.startswith(a):
+                k = b + k[len(a):]
+                break
         v = v.detach().to(torch.float32).contiguous()
         if k.endswith("mlp.experts.gate_up_proj"):
             base = k[: -len("gate_up_proj")]
@@ -632,7 +680,7 @@ def build(name, spec, outdir):
     ids = special_ids(d, spec)
     cfg = make_config(spec, ids)
     mcfg = mtp_config(spec, ids, cfg) if spec.get("mtp") else None
-    vocab = cfg.vocab_size
+    vocab = text_config(cfg).vocab_size
     mtp = mref = None
     for attempt in range(200):
         seed = spec["seed"] + attempt
@@ -674,6 +722,13 @@ def build(name, spec, outdir):
         tensors.update(extra)
         mref["convention"] = MTP_CONVENTION.replace("{N}", str(cfg.num_hidden_layers))
     save_file(tensors, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    if isinstance(cfg, Kimi_K25Config):  # transformers reads the release's names back into the same model
+        again, info = family(spec)["model"].from_pretrained(d, output_loading_info=True, dtype=torch.float32,
+                                                            attn_implementation="eager", experts_implementation="eager")
+        assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+        with torch.no_grad():
+            diff = float((again(input_ids=torch.tensor([prompt])).logits[0] - tf).abs().max())
+        assert diff < 1e-4, "reloaded kimi_k25 differs by %g" % diff
     stop = sorted(set(([ids["eos"]] if isinstance(ids["eos"], int) else ids["eos"]) + ids["gen_eos"]))
     chat = chat_reference(model, d, spec["chat"], stop)
     write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat, mref)
