@@ -666,6 +666,86 @@ class FP8(unittest.TestCase):
 
 # ---- hostile input and bad flags --------------------------------------------
 
+class PackedInt4(unittest.TestCase):
+    """Kimi K2.5's routed experts in compressed-tensors' pack-quantized int4
+    (sources/kimi-k25-int4, packed by compressed_tensors; its ref.json is
+    transformers on the exact dequantized weights): converted at 4 bits with
+    the source's group size, the nibbles and scales are the source's and the
+    container passes the oracle; at 32 bits it is decoded exactly."""
+    SRC = os.path.join(FIXTURES, "sources", "kimi-k25-int4")
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.dst = os.path.join(self.tmp, "dst")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def oracle(self, *flags):
+        rc, err = convert(self.SRC, self.dst, "--dense-bits", "32", *flags)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("the 27 tensors outside language_model. (the vision tower) are not converted", err)
+        shutil.copy(os.path.join(self.SRC, "ref.json"), self.dst)
+        rc, out, err = engine(self.dst, {"IDOT": "0"})
+        self.assertEqual(rc, 0, out + err)
+        self.assertRegex(out, r"teacher-forced (\d+)/\1 argmax.*greedy (\d+)/\2, .* -- PASS\n$")
+
+    def test_int4_kept_exactly(self):
+        self.oracle("--expert-bits", "4", "--group-size", "32")
+        h, data = read_st(os.path.join(self.SRC, "model.safetensors"))
+        c = container(self.dst)
+        n = 0
+        for k, v in h.items():
+            if not k.endswith(".weight_packed"):
+                continue
+            base = k[len("language_model."):-len("_packed")]
+            rows, words = v["shape"]
+            src = data[v["data_offsets"][0]:v["data_offsets"][1]]
+            out = c[base][1]
+            self.assertEqual(len(out), rows * words * 4, base)  # I is a multiple of 8 here: the same bytes
+            self.assertEqual(out, src, base)
+            sv = h[k[:-len("packed")] + "scale"]
+            self.assertEqual(floats(*c[base + ".qs"][:2]), floats(sv, data[sv["data_offsets"][0]:sv["data_offsets"][1]]), base)
+            n += 1
+        self.assertEqual(n, 2 * 12 * 3)
+
+    def test_int4_decoded_to_f32(self):
+        self.oracle("--expert-bits", "32")
+
+    def edited(self, fn):
+        """A copy of the source with fn applied to its [(name, dtype, shape, bytes)]."""
+        src = os.path.join(tempfile.mkdtemp(dir=self.tmp), "src")
+        shutil.copytree(self.SRC, src)
+        st = os.path.join(src, "model.safetensors")
+        h, data = read_st(st)
+        ts = [(k, v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in h.items() if k != "__metadata__"]
+        write_st(st, fn(ts))
+        return src
+
+    def refused(self, fn, *needles):
+        rc, err = convert(self.edited(fn), os.path.join(tempfile.mkdtemp(dir=self.tmp), "dst"), "--expert-bits", "4", "--group-size", "32",
+                          "--dense-bits", "8")
+        self.assertEqual(rc, 2, err)
+        for n in needles:
+            self.assertIn(n, err)
+
+    def test_hostile(self):
+        e = "language_model.model.layers.1.mlp.experts.3.up_proj."
+        m = e[len("language_model."):]  # messages name the tensors as the language model's
+        self.refused(lambda ts: ts + [(e + "weight_zero_point", "I32", [4, 32], b"\0" * 512)], m + "weight_zero_point", "asymmetric")
+        self.refused(lambda ts: [t for t in ts if t[0] != e + "weight_scale"], "packed tensor '%sweight_packed' has no '%sweight_scale'" % (m, m))
+        self.refused(lambda ts: [t if t[0] != e + "weight_shape" else (t[0], "I32", [2], struct.pack("<2i", 32, 96)) for t in ts],
+                     m + "weight_shape' says [32, 96], config.json implies [32, 64]")
+        self.refused(lambda ts: [t if t[0] != e + "weight_shape" else (t[0], "I64", [2], struct.pack("<2q", 32, 64)) for t in ts],
+                     m + "weight_shape' must be I32 [2]")
+        self.refused(lambda ts: [t if t[0] != e + "weight_packed" else (t[0], "I32", [32, 16], t[3] * 2) for t in ts],
+                     "expected I32 [32, 8] (int4, eight to a word")
+        self.refused(lambda ts: [t if t[0] != e + "weight_scale" else (t[0], "BF16", [32, 3], t[3] + b"\0" * 64) for t in ts],
+                     m + "weight_scale' is BF16 [32, 3], expected a float [32, I/group size] with I = 64")
+        self.refused(lambda ts: [t if t[0] != e + "weight_scale" else (t[0], "BF16", t[2], b"\x80\x7f" + t[3][2:]) for t in ts],
+                     "non-finite")
+
+
 class Refusals(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()

@@ -1,6 +1,6 @@
 /* convert.c — colibri-convert: a Hugging Face GLM-5 or DeepSeek-V3 / Kimi K2 directory (glm_moe_dsa,
- * deepseek_v3, deepseek_v32, kimi_k2; bf16/f16/f32 safetensors, or the FP8 e4m3 release with 128×128
- * `weight_scale_inv` blocks) into a colibri container.
+ * deepseek_v3, deepseek_v32, kimi_k2, kimi_k25; bf16/f16/f32 safetensors, the FP8 e4m3 release with
+ * 128×128 `weight_scale_inv` blocks, or compressed-tensors' int4 pack) into a colibri container.
  *
  *   colibri-convert SRC DST --expert-bits N --dense-bits N [--group-size G]
  *                   [--gate-bits N] [--up-bits N] [--down-bits N]
@@ -25,6 +25,11 @@
  *                   other 1-D tensor
  * Anything else (fused experts, unknown 2-D names) is refused by name.
  * FP8: w = e4m3(q) · scale_inv[i/128][j/128] in f32, then as above.
+ * Pack-quantized int4 (compressed-tensors, Kimi K2.5's experts):
+ * <base>.weight_packed / _scale / _shape, w = q · scale[i][j/gs]; written
+ * as they are (nibbles and scales) when the output is int4 with the same
+ * group size, else decoded to f32 and quantized as above. kimi_k25's
+ * vision tower is left out.
  *
  * Output: out-00000.safetensors holds the globals, out-{l+1} model layer l
  * (the MTP layer too); each expert's gate, up, down weights are declared
@@ -130,7 +135,8 @@ static const char *cv_human(uint64_t b, char *buf, size_t n) {
 
 static void cv_usage(FILE *f) {
     fprintf(f, "usage: colibri-convert SRC DST --expert-bits N --dense-bits N [options]\n"
-               "  SRC  Hugging Face glm_moe_dsa / deepseek_v3 / deepseek_v32 / kimi_k2 directory (bf16/f16/f32, or FP8 e4m3 + weight_scale_inv)\n"
+               "  SRC  Hugging Face glm_moe_dsa / deepseek_v3 / deepseek_v32 / kimi_k2 / kimi_k25 directory (bf16/f16/f32, FP8 e4m3 +\n"
+               "       weight_scale_inv, or compressed-tensors pack-quantized int4)\n"
                "  DST  container directory (created; a rerun resumes)\n");
     for (int i = 0; i < F_N; i++) {
         const cv_flag *g = &cv_flags[i];
@@ -344,7 +350,10 @@ typedef enum { OUT_F32, OUT_BF16, OUT_COPY, OUT_QUANT } cv_out;
 
 /* One source tensor and what it becomes. */
 typedef struct {
-    const st_tensor *t, *scale; /* source; FP8 block scales or NULL          */
+    const st_tensor *t, *scale; /* source; FP8 block scales, int4 group scales or NULL */
+    char *pname;                /* a pack-quantized weight's output name (<base>.weight), else NULL */
+    int pgs;                    /* its group size along the input          */
+    int copy4;                  /* its nibbles and scales are the output's as they are */
     cv_class cls;
     int layer, expert, proj;    /* -1 outside a layer / not a routed expert  */
     int bits;                   /* 2/4/8 quantized, 16, 32; 0 = source dtype */
@@ -376,6 +385,15 @@ typedef struct {
 } cv_plan;
 
 static const char *cv_path(const st_index *ix, const st_tensor *t) { return ix->files[t->file].path; }
+
+/* The name a source item is written under. */
+static const char *cv_name(const cv_item *it) { return it->pname ? it->pname : it->t->name; }
+
+/* 1 if `name` ends with `suffix`. */
+static int cv_ends(const char *name, const char *suffix) {
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && !strcmp(name + n - k, suffix);
+}
 
 /* Parses a decimal index without sign or leading zeros at *s, advancing
  * past it and a following '.'. Returns the index or -1. */
@@ -511,24 +529,38 @@ static int cv_check_resolve(const cv_plan *p, const cv_item *it) {
     int gs;
     char why[300];
     uint64_t wb = qt_weight_bytes(it->fmt, it->O, it->I, it->gs), sb = 4 * qt_scale_count(it->fmt, it->O, it->I, it->gs);
-    if (!wb || !sb) return cv_fail("tensor '%s': shape [%lld, %lld] too large", it->t->name, (long long)it->O, (long long)it->I);
+    if (!wb || !sb) return cv_fail("tensor '%s': shape [%lld, %lld] too large", cv_name(it), (long long)it->O, (long long)it->I);
     if (qt_resolve(it->O, it->I, wb, sb, &f, &gs, why, sizeof why))
         return cv_fail("%s: tensor '%s' at %d bits: the engine could not read it back: %s", cv_path(p->ix, it->t),
-                       it->t->name, it->bits, why);
+                       cv_name(it), it->bits, why);
     int single = it->fmt == QT_I4G && (it->I + it->gs - 1) / it->gs == 1; /* one group = per row */
     if ((f == it->fmt && gs == it->gs) || (single && f == QT_I4)) return 0;
     if (it->fmt == QT_I4G)
         return cv_fail("%s: tensor '%s' [%lld, %lld]: with --group-size %d its %lld scales per row would be read back "
-                       "as group size %d; choose another --group-size", cv_path(p->ix, it->t), it->t->name, (long long)it->O,
+                       "as group size %d; choose another --group-size", cv_path(p->ix, it->t), cv_name(it), (long long)it->O,
                        (long long)it->I, it->gs, (long long)((it->I + it->gs - 1) / it->gs), gs);
     return cv_fail("%s: tensor '%s' [%lld, %lld] at %d bits would be read back as %s", cv_path(p->ix, it->t),
-                   it->t->name, (long long)it->O, (long long)it->I, it->bits, qt_fmt_name(f));
+                   cv_name(it), (long long)it->O, (long long)it->I, it->bits, qt_fmt_name(f));
 }
 
 /* Fixes an item's output format from its class and the options, and checks
  * its source dtype and FP8 scales. 0 or -1 with a message. */
 static int cv_item_finish(cv_plan *p, cv_item *it, int mtp) {
     const st_tensor *t = it->t;
+    if (it->pname) { /* pack-quantized int4: no source dtype to copy; its own int4 groups are kept when the output has them */
+        it->bits = cv_bits_for(p->o, it, mtp);
+        it->fmt = QT_F32, it->gs = 0;
+        if (it->bits == 32 || it->bits == 0) it->out = OUT_F32, it->odt = ST_F32;
+        else if (it->bits == 16) it->out = OUT_BF16, it->odt = ST_BF16;
+        else {
+            it->out = OUT_QUANT, it->odt = ST_U8;
+            it->fmt = it->bits == 8 ? QT_I8 : it->bits == 2 ? QT_I2 : p->o->gs ? QT_I4G : QT_I4;
+            it->gs = it->fmt == QT_I4G ? p->o->gs : 0;
+            it->copy4 = (it->fmt == QT_I4G && it->gs == it->pgs) || (it->fmt == QT_I4 && it->pgs == it->I);
+            return cv_check_resolve(p, it);
+        }
+        return 0;
+    }
     char sn[ST_MAX_NAME + 16];
     snprintf(sn, sizeof sn, "%s_scale_inv", t->name);
     it->scale = st_find(p->ix, sn);
@@ -574,7 +606,46 @@ static int cv_item_cmp(const void *a, const void *b) {
     const cv_item *x = (const cv_item *)a, *y = (const cv_item *)b;
     if (x->expert != y->expert) return x->expert < y->expert ? -1 : 1;
     if (x->proj != y->proj) return x->proj < y->proj ? -1 : 1;
-    return strcmp(x->t->name, y->t->name);
+    return strcmp(cv_name(x), cv_name(y));
+}
+
+/* A compressed-tensors pack-quantized weight (Kimi K2.5's routed experts):
+ * <base>.weight_packed I32 [O, ceil(I/8)] holds int4 q + 8 eight to a
+ * word, element i at bits 4(i mod 8) of word i/8 (so, little-endian, byte
+ * i/2's low nibble for even i: QT_I4's layout), <base>.weight_shape I32 [2]
+ * = [O, I], <base>.weight_scale float [O, I/gs]; w = q · scale, symmetric
+ * (a weight_zero_point is refused by the caller). Checks them against the
+ * shape config.json implies ([d0, d1]) and sets the item's view. 0 or -1. */
+static int cv_packed_plan(cv_plan *p, cv_item *it, int64_t d0, int64_t d1) {
+    const st_tensor *t = it->t;
+    char sn[ST_MAX_NAME + 16], hn[ST_MAX_NAME + 16];
+    size_t bl = strlen(t->name) - strlen("_packed");
+    snprintf(sn, sizeof sn, "%.*s_scale", (int)bl, t->name);
+    snprintf(hn, sizeof hn, "%.*s_shape", (int)bl, t->name);
+    const st_tensor *sc = st_find(p->ix, sn), *sh = st_find(p->ix, hn);
+    int32_t dims[2];
+    if (!sc || !sh) return cv_fail("%s: packed tensor '%s' has no '%s'", cv_path(p->ix, t), t->name, sc ? hn : sn);
+    if (sh->dtype != ST_I32 || sh->numel != 2) return cv_fail("%s: tensor '%s' must be I32 [2]", cv_path(p->ix, sh), hn);
+    if (compat_pread_full(p->ix->files[sh->file].fd, dims, 8, sh->off))
+        return cv_fail("%s: tensor '%s': read failed: %s", cv_path(p->ix, sh), hn, strerror(errno ? errno : EIO));
+    if (dims[0] != d0 || dims[1] != d1)
+        return cv_fail("%s: tensor '%s' says [%d, %d], config.json implies [%lld, %lld]", cv_path(p->ix, sh), hn, (int)dims[0], (int)dims[1],
+                       (long long)d0, (long long)d1);
+    if (t->dtype != ST_I32 || t->ndim != 2 || t->shape[0] != d0 || t->shape[1] != (d1 + 7) / 8) {
+        char got[128];
+        cv_shape_str(t, got, sizeof got);
+        return cv_fail("%s: tensor '%s' is %s %s, expected I32 [%lld, %lld] (int4, eight to a word; other widths are not supported)",
+                       cv_path(p->ix, t), t->name, st_dtype_names[t->dtype], got, (long long)d0, (long long)((d1 + 7) / 8));
+    }
+    int64_t ng = sc->ndim == 2 ? sc->shape[1] : 0;
+    if (!st_is_float(sc->dtype) || sc->ndim != 2 || sc->shape[0] != d0 || ng < 1 || d1 % ng) {
+        char got[128];
+        cv_shape_str(sc, got, sizeof got);
+        return cv_fail("%s: tensor '%s' is %s %s, expected a float [%lld, I/group size] with I = %lld", cv_path(p->ix, sc), sn,
+                       st_dtype_names[sc->dtype], got, (long long)d0, (long long)d1);
+    }
+    it->scale = sc, it->pgs = (int)(d1 / ng), it->O = d0, it->I = d1;
+    return 0;
 }
 
 /* Classifies one source tensor into its shard. 0, or -1 with a message. */
@@ -585,7 +656,12 @@ static int cv_classify(cv_plan *p, const st_tensor *t) {
     it.t = t;
     it.layer = it.expert = it.proj = -1;
     const char *rest = t->name;
-    int mtp = 0, shard = 0;
+    int mtp = 0, shard = 0, packed = cv_ends(t->name, ".weight_packed");
+    char lname[ST_MAX_NAME + 1];
+    if (packed) { /* classified, checked and written as <base>.weight */
+        snprintf(lname, sizeof lname, "%.*s.weight", (int)(strlen(t->name) - strlen(".weight_packed")), t->name);
+        rest = lname;
+    }
     const cv_known *k = NULL;
     int64_t d0 = 0, d1 = 0;
     if (c->strip && strncmp(rest, "model.", 6) && strncmp(rest, "lm_head.", 8)) { /* the vision tower: colibri runs text */
@@ -624,6 +700,15 @@ static int cv_classify(cv_plan *p, const st_tensor *t) {
     } else if ((k = cv_lookup(cv_global_names, sizeof cv_global_names / sizeof *cv_global_names, rest, 0))) {
         it.cls = k->cls, d0 = cv_size(c, k->d0), d1 = cv_size(c, k->d1);
     }
+    if (packed) {
+        if (!d0) return cv_fail("%s: tensor '%s' is packed but '%s' is not a weight this converter knows", cv_path(p->ix, t), t->name, lname);
+        if (!(it.pname = strdup(lname))) return cv_fail("out of memory");
+        if (cv_packed_plan(p, &it, d0, d1) || cv_item_finish(p, &it, mtp) || cv_shard_add(&p->sh[shard], &it)) {
+            free(it.pname);
+            return -1;
+        }
+        return 0;
+    }
     if (!d0) { /* not a known name: 1-D stays F32, anything else is refused */
         if (t->ndim != 1) {
             char got[128];
@@ -655,7 +740,10 @@ static int cv_check_experts(const cv_plan *p, const cv_shard *s) {
 }
 
 static void cv_plan_free(cv_plan *p) {
-    for (int i = 0; i < p->nsh; i++) free(p->sh[i].it);
+    for (int i = 0; i < p->nsh; i++) {
+        for (int k = 0; k < p->sh[i].n; k++) free(p->sh[i].it[k].pname);
+        free(p->sh[i].it);
+    }
     free(p->sh);
     memset(p, 0, sizeof *p);
 }
@@ -693,6 +781,14 @@ static int cv_plan_build(cv_plan *p, const cv_config *c, const cv_opts *o, const
                 return cv_fail("%s: tensor '%s' scales '%s', which is %s", cv_path(ix, t), t->name, base,
                                b ? "not F8_E4M3" : "not in the source");
             continue; /* read with its weight */
+        }
+        if (cv_ends(t->name, ".weight_scale") || cv_ends(t->name, ".weight_shape") || cv_ends(t->name, ".weight_zero_point")) {
+            char base[ST_MAX_NAME + 16];
+            snprintf(base, sizeof base, "%.*s.weight_packed", (int)(strrchr(t->name, '.') - t->name), t->name);
+            if (st_find(ix, base) && cv_ends(t->name, "_zero_point"))
+                return cv_fail("%s: tensor '%s': asymmetric int4 (a zero point) is not supported; symmetric pack-quantized only",
+                               cv_path(ix, t), t->name);
+            if (st_find(ix, base)) continue; /* read with its packed weight */
         }
         if (cv_classify(p, t)) return -1;
     }
@@ -1383,10 +1479,22 @@ static void cv_progress(cv_run *r) {
 }
 
 /* Source rows (raw bytes of `it`, first row r0) as f32 into f. */
+/* Source bytes of one row of an item. */
+static size_t cv_in_row(const cv_item *it) {
+    return it->pname ? (size_t)it->t->shape[1] * 4 : (size_t)it->I * (size_t)st_dtype_bytes[it->t->dtype];
+}
+
 static void cv_decode(const cv_run *r, const cv_item *it, const void *raw, int64_t r0, int64_t rows, const float *fsc, float *f) {
     const int64_t I = it->I, nb1 = (I + CV_FP8_BLOCK - 1) / CV_FP8_BLOCK;
     const size_t cnt = (size_t)rows * (size_t)I;
-    if (it->t->dtype == ST_BF16) { /* the top half of an f32; memcpy keeps it vectorizable and alias-clean */
+    if (it->pname) { /* int4 q + 8, two to a byte, low nibble first; w = q · group scale */
+        const int64_t ng = I / it->pgs;
+        for (int64_t o = 0; o < rows; o++) {
+            const uint8_t *q = (const uint8_t *)raw + (size_t)o * cv_in_row(it);
+            const float *sr = fsc + (size_t)(r0 + o) * (size_t)ng;
+            for (int64_t j = 0; j < I; j++) f[o * I + j] = (float)(((q[j >> 1] >> ((j & 1) * 4)) & 15) - 8) * sr[j / it->pgs];
+        }
+    } else if (it->t->dtype == ST_BF16) { /* the top half of an f32; memcpy keeps it vectorizable and alias-clean */
         const uint8_t *b = (const uint8_t *)raw;
 #pragma omp simd
         for (size_t i = 0; i < cnt; i++) {
@@ -1411,13 +1519,24 @@ static void cv_decode(const cv_run *r, const cv_item *it, const void *raw, int64
 static void cv_unit_run(const cv_run *r, cv_unit *u, cv_scratch *sc) {
     const cv_item *it = u->it;
     const int64_t I = it->I, nrun = it->fmt == QT_I4G ? (I + it->gs - 1) / it->gs : 1;
-    const size_t esz = (size_t)st_dtype_bytes[it->t->dtype], cnt = (size_t)u->rows * (size_t)I;
-    if (cv_grow(&sc->raw, &sc->raw_cap, cnt * esz) || cv_grow(&sc->f, &sc->f_cap, cnt * 4)) {
+    const size_t esz = (size_t)st_dtype_bytes[it->t->dtype], cnt = (size_t)u->rows * (size_t)I, in_row = cv_in_row(it);
+    if (cv_grow(&sc->raw, &sc->raw_cap, (size_t)u->rows * in_row) || cv_grow(&sc->f, &sc->f_cap, cnt * 4)) {
         u->err = ENOMEM;
         return;
     }
-    if (compat_pread_full(r->ix->files[it->t->file].fd, sc->raw, cnt * esz, it->t->off + (uint64_t)u->r0 * (uint64_t)I * esz)) {
+    if (compat_pread_full(r->ix->files[it->t->file].fd, sc->raw, (size_t)u->rows * in_row, it->t->off + (uint64_t)u->r0 * in_row)) {
         u->err = errno ? errno : EIO;
+        return;
+    }
+    if (it->copy4) { /* the source's int4 groups are the output's: nibbles and scales as they are */
+        const size_t orow = (size_t)cv_out_row(it);
+        for (int64_t o = 0; o < u->rows; o++) {
+            uint8_t *dst = u->out + (size_t)o * orow;
+            memcpy(dst, (const uint8_t *)sc->raw + (size_t)o * in_row, orow);
+            if (I & 1) dst[orow - 1] = (uint8_t)((dst[orow - 1] & 15) | 0x80); /* the padding nibble decodes to 0 */
+            memcpy(u->s + (size_t)(u->r0 + o) * (size_t)nrun, u->fsc + (size_t)(u->r0 + o) * (size_t)nrun, (size_t)nrun * 4);
+        }
+        u->bad = 0;
         return;
     }
     float *f = (float *)sc->f;
@@ -1442,7 +1561,7 @@ static void cv_unit_run(const cv_run *r, cv_unit *u, cv_scratch *sc) {
 /* Queues rows [r0, r0 + n) of `it` (output at out) as units of about
  * CV_SUB source bytes. 0 or -1. */
 static int cv_queue(cv_run *r, const cv_item *it, const float *fsc, int64_t r0, int64_t n, uint8_t *out, float *s) {
-    const size_t in_row = (size_t)it->I * (size_t)st_dtype_bytes[it->t->dtype], orow = (size_t)cv_out_row(it);
+    const size_t in_row = cv_in_row(it), orow = (size_t)cv_out_row(it);
     const int64_t sub = in_row >= CV_SUB ? 1 : (int64_t)(CV_SUB / in_row);
     for (int64_t b = 0; b < n; b += sub) {
         if (r->nu == r->ucap) {
@@ -1470,7 +1589,7 @@ static int cv_run_units(cv_run *r) {
     r->nu = 0;
     for (int i = 0; i < n; i++) {
         const st_tensor *t = u[i].it->t;
-        uint64_t bytes = (uint64_t)u[i].rows * (uint64_t)u[i].it->I * (uint64_t)st_dtype_bytes[t->dtype];
+        uint64_t bytes = (uint64_t)u[i].rows * (uint64_t)cv_in_row(u[i].it);
         r->read += bytes, r->done += bytes;
         if (u[i].err)
             return cv_fail("%s: tensor '%s': read failed: %s", cv_path(r->ix, t), t->name,
@@ -1481,7 +1600,7 @@ static int cv_run_units(cv_run *r) {
         const cv_item *it = u[i].it;
         for (; i < n && u[i].it == it; i++) bad += u[i].bad;
         if (bad)
-            return cv_fail("%s: tensor '%s' has %lld non-finite values%s", cv_path(r->ix, it->t), it->t->name, (long long)bad,
+            return cv_fail("%s: tensor '%s' has %lld non-finite values%s", cv_path(r->ix, it->t), cv_name(it), (long long)bad,
                            it->out == OUT_BF16 ? " (or values beyond the BF16 range)" : "");
     }
     cv_progress(r);
@@ -1598,7 +1717,7 @@ static int cv_stream(cv_run *r, const cv_shard *sh, int a, int b, cv_writer *w) 
     int rc = 0;
     for (int k = a; k < b && !rc; k++) {
         const cv_item *it = &sh->it[k];
-        const size_t in_row = (size_t)it->I * (size_t)st_dtype_bytes[it->t->dtype], orow = (size_t)cv_out_row(it);
+        const size_t in_row = cv_in_row(it), orow = (size_t)cv_out_row(it);
         int64_t chunk = in_row >= r->o->chunk ? 1 : (int64_t)(r->o->chunk / in_row);
         if (chunk > it->O) chunk = it->O;
         uint64_t ns = qt_scale_count(it->fmt, it->O, it->I, it->gs);
@@ -1629,7 +1748,9 @@ static int cv_declare(st_writer *w, const cv_shard *sh) {
         for (int k = g; k < ge; k++) {
             const cv_item *it = &sh->it[k];
             int64_t shape[2] = {it->O, (int64_t)cv_out_row(it)};
-            int rc = it->out == OUT_QUANT ? st_writer_add(w, it->t->name, ST_U8, 2, shape)
+            int64_t fshape[2] = {it->O, it->I};
+            int rc = it->out == OUT_QUANT ? st_writer_add(w, cv_name(it), ST_U8, 2, shape)
+                     : it->pname          ? st_writer_add(w, cv_name(it), it->odt, 2, fshape)
                                           : st_writer_add(w, it->t->name, it->odt, it->t->ndim, it->t->shape);
             if (rc) return -1;
         }
@@ -1638,7 +1759,7 @@ static int cv_declare(st_writer *w, const cv_shard *sh) {
             if (it->out != OUT_QUANT) continue;
             char qn[ST_MAX_NAME + 8];
             int64_t shape[2] = {it->O, (int64_t)(qt_scale_count(it->fmt, it->O, it->I, it->gs) / (uint64_t)it->O)};
-            snprintf(qn, sizeof qn, "%s.qs", it->t->name);
+            snprintf(qn, sizeof qn, "%s.qs", cv_name(it));
             if (st_writer_add(w, qn, ST_F32, 2, shape)) return -1;
         }
     }

@@ -853,6 +853,120 @@ def build_quantized(name, q, outdir, converter):
     write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, None)
 
 
+# Source fixtures: Hugging Face checkpoints colibri-convert reads (not
+# loadable by the engine as they are), each with the reference of the model
+# transformers loads from them. sources/kimi-k25-int4: tiny-kimi-k25's shape
+# with dimensions that are multiples of the group size, its routed experts in
+# compressed-tensors' pack-quantized int4 (symmetric, groups of 32 along the
+# input, bf16 scales) as Kimi K2.5 ships them; packed by compressed_tensors'
+# own pack_to_int32 and read back by transformers' compressed-tensors loader.
+SOURCES = {
+    "sources/kimi-k25-int4": dict(copy.deepcopy(FIXTURES["tiny-kimi-k25"]), seed=9700, group_size=32),
+}
+SOURCES["sources/kimi-k25-int4"]["config"].update(moe_intermediate_size=32, intermediate_size=96)
+
+
+def pack_int4_experts(tensors, gs):
+    """Replaces each routed expert's weight by weight_packed / weight_scale /
+    weight_shape: q = clamp(round(w / s), -8, 7) with s = absmax / 7.5 per
+    group, as compressed_tensors stores a symmetric int4 group scheme."""
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+    out = {}
+    for k, v in tensors.items():
+        if ".mlp.experts." not in k or not k.endswith("_proj.weight"):
+            out[k] = v
+            continue
+        O, I = v.shape
+        assert I % gs == 0, (k, I)
+        s = (v.view(O, I // gs, gs).abs().amax(-1) / 7.5).clamp(min=1e-8).to(torch.bfloat16)
+        q = torch.clamp(torch.round(v.view(O, I // gs, gs) / s.float().unsqueeze(-1)), -8, 7).view(O, I).to(torch.int8)
+        base = k[: -len("weight")]
+        out[base + "weight_packed"] = pack_to_int32(q, 4)
+        out[base + "weight_scale"] = s
+        out[base + "weight_shape"] = torch.tensor([O, I], dtype=torch.int32)
+    return out
+
+
+def dequantize_experts(model, packed, gs):
+    """Sets the model's routed experts to the packed checkpoint's exact
+    values in f32, w = q * s, q unpacked by compressed_tensors'
+    unpack_from_int32 (transformers' loader rounds the products to the bf16
+    of the scales; the checkpoint means the exact products)."""
+    from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+
+    def w(base):
+        shape = torch.Size(packed[base + "weight_shape"].tolist())
+        q = unpack_from_int32(packed[base + "weight_packed"], 4, shape)
+        return q.float() * packed[base + "weight_scale"].float().repeat_interleave(gs, dim=1)
+
+    with torch.no_grad():
+        for li, layer in enumerate(model.model.language_model.layers):
+            if not hasattr(layer.mlp, "experts"):
+                continue
+            ex = layer.mlp.experts
+            for e in range(ex.gate_up_proj.shape[0]):
+                base = "language_model.model.layers.%d.mlp.experts.%d." % (li, e)
+                ex.gate_up_proj[e] = torch.cat([w(base + "gate_proj."), w(base + "up_proj.")])
+                ex.down_proj[e] = w(base + "down_proj.")
+
+
+def build_source_int4(name, spec, outdir):
+    """A pack-quantized Kimi K2.5 checkpoint and transformers' reference of
+    it, seeded until the loaded model has no near-ties."""
+    d = os.path.join(outdir, name)
+    tokdir = os.path.join(outdir, spec["tokenizer"])
+    ids = special_ids(tokdir, spec)
+    cfg = make_config(spec, ids)
+    gs = spec["group_size"]
+    qc = {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+          "config_groups": {"group_0": {"targets": [r"re:.*mlp\.experts\.\d+\.(gate|up|down)_proj$"], "format": "pack-quantized",
+                                        "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+                                                    "group_size": gs, "dynamic": False}}},
+          "ignore": ["lm_head"]}
+    for attempt in range(200):
+        seed = spec["seed"] + attempt
+        torch.manual_seed(seed)
+        model = family(spec)["model"](cfg).eval()
+        randomize(model, seed)
+        if os.path.exists(d):
+            shutil.rmtree(d)
+        os.makedirs(d)
+        conf = config_json(spec, cfg)
+        conf["text_config"]["quantization_config"] = qc
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(conf, f, indent=2, sort_keys=True)
+            f.write("\n")
+        gen = {k: v for k, v in spec["generation"].items() if k != "eos"}
+        gen.update(eos_token_id=ids["gen_eos"], pad_token_id=ids["pad"])
+        with open(os.path.join(d, "generation_config.json"), "w") as f:
+            json.dump(gen, f, indent=2, sort_keys=True)
+            f.write("\n")
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(tokdir, fn), d)
+        packed = pack_int4_experts(checkpoint_tensors(model, cfg), gs)
+        save_file(packed, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        dequantize_experts(model, packed, gs)
+        loaded, info = family(spec)["model"].from_pretrained(d, output_loading_info=True, dtype=torch.float32,
+                                                             attn_implementation="eager", experts_implementation="eager")
+        assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+        for a, b in zip(model.model.language_model.layers, loaded.model.language_model.layers):
+            if hasattr(a.mlp, "experts"):  # transformers' loader gives the same weights, rounded to the scales' bf16
+                for n in ("gate_up_proj", "down_proj"):
+                    x, y = getattr(a.mlp.experts, n), getattr(b.mlp.experts, n)
+                    assert torch.equal(x.detach().to(y.dtype), y.detach()), "transformers reads the packed experts otherwise"
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(5, text_config(cfg).vocab_size, (spec["prompt_len"],), generator=g).tolist()
+        tf, steps, greedy = reference(model, text_config(cfg), prompt, spec["greedy_len"])
+        m = margins(model, text_config(cfg), prompt + greedy, tf, steps)
+        ok = margins_ok(m)
+        print("%s: seed %d margins %s%s" % (name, seed, {k: "%.2g" % v for k, v in m.items()}, "" if ok else " (rejected)"))
+        if ok:
+            break
+    else:
+        sys.exit("%s: no seed without near-ties" % name)
+    write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, None)
+
+
 def write_hashes(outdir, names):
     lines = []
     for name in sorted(names) + ["tokenizer"]:
@@ -877,7 +991,7 @@ def main():
     check_modeling_file()
     torch.set_num_threads(1)  # fixed reduction order, so reruns are byte-identical
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    names = a.only or sorted(FIXTURES) + sorted(QFIXTURES)
+    names = a.only or sorted(FIXTURES) + sorted(QFIXTURES) + sorted(SOURCES)
     root = tempfile.mkdtemp() if a.check else None
     target = os.path.join(root, "tests", "fixtures") if root else a.out
     for d in ("tiny-glm5", "tiny-glm52", "tokenizer"):
@@ -886,10 +1000,12 @@ def main():
     for n in names:
         if n in QFIXTURES:
             build_quantized(n, QFIXTURES[n], target, os.path.abspath(a.converter))
+        elif n in SOURCES:
+            build_source_int4(n, SOURCES[n], target)
         else:
             build(n, FIXTURES[n], target)
     if not a.check:
-        write_hashes(a.out, sorted(FIXTURES) + sorted(QFIXTURES))
+        write_hashes(a.out, sorted(FIXTURES) + sorted(QFIXTURES) + sorted(SOURCES))
         return
     bad = []
     for n in names + ["tokenizer"]:
