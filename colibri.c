@@ -314,6 +314,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     static const int cuda[] = {-1, 0, 1}; /* auto|0|1 */
     o->cuda = cuda[env_i(e, ENV_CUDA)], o->cuda_device = (int)env_i(e, ENV_CUDA_DEVICE);
     o->cuda_expert_gb = env_v(e, ENV_CUDA_EXPERT_GB)->s ? env_v(e, ENV_CUDA_EXPERT_GB)->f : -1;
+    o->cuda_fault = env_i(e, ENV_COLI_CUDA_FAULT);
     const char *simd = env_v(e, ENV_SIMD)->s;
     o->simd = strcmp(simd, "auto") ? mm_level_parse(simd) : -1;
     if (o->simd >= 0 && !mm_level_ok(o->simd))

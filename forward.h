@@ -141,6 +141,10 @@ static int fwd_matmul_gpu(coli_model *m, const cu_mat *d, const qt_tensor *W, co
         int n = S - s0 < c->max_rows ? S - s0 : c->max_rows;
         for (int r = 0; r < n; r++)
             mm_act_quant(x + (size_t)(s0 + r) * W->I, W->I, W->fmt, W->gs, 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
+        if (++m->gpu.calls == m->gpu.fault_at) { /* testing the fallback */
+            snprintf(m->gpu.err, sizeof m->gpu.err, "CUDA: matmul %lld failed (COLI_CUDA_FAULT)", (long long)m->gpu.calls);
+            return -1;
+        }
         if (cu_mat_idot(d, c->qx, c->ldq, c->xs, n, y + (size_t)s0 * W->O, m->gpu.err, sizeof m->gpu.err)) return -1;
     }
     return 0;

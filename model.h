@@ -110,6 +110,7 @@ typedef struct {
     int mtp;                /* load the MTP layer when the checkpoint has one */
     int cuda, cuda_device;  /* GPU: -1 auto, 0 off, 1 required; which device */
     double cuda_expert_gb;  /* GPU memory for routed experts; < 0: what is left */
+    int64_t cuda_fault;     /* testing: the Nth GPU matmul fails (0: never) */
 } coli_opts;
 
 /* Resident bytes by part (model_measure). */
@@ -131,6 +132,7 @@ typedef struct {
     cu_mat **val;
     int cap, n;
     int failed;             /* a GPU call failed: the CPU from then on */
+    int64_t calls, fault_at; /* GPU matmuls so far; testing: the one that fails (0: none) */
     uint64_t bytes;         /* weights and scales uploaded */
     cu_mat **xmat;          /* [xs layers][experts][3] copies of routed experts, or NULL */
     int nx;                 /* experts held */
@@ -883,7 +885,7 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
 #endif
         return 0;
     }
-    g->on = 1;
+    g->on = 1, g->fault_at = o->cuda_fault;
     if (!m->mm.idot) {
         fprintf(stderr, "colibri: CUDA: %s is open but IDOT=0: the GPU computes only the integer path, so every matmul stays on the CPU\n", g->info.name);
         return 0;

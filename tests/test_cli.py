@@ -551,6 +551,28 @@ class Cuda(unittest.TestCase):
                     self.assertRegex(runs[1][2], r"routed experts [1-9][\d.]*% from GPU memory")
 
 
+    def test_a_failing_gpu_call_falls_back_to_the_cpu(self):
+        """A GPU matmul that fails (COLI_CUDA_FAULT, as a CUDA error would)
+        is said once; the CPU redoes it and computes the rest: the tokens
+        are the CPU's, greedy and sampled, dense and expert calls."""
+        self.need_gpu()
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        for fx in ("tiny-q4", "tiny-dsv3-q4"):
+            d = os.path.join(FIXTURES, fx)
+            pins = usage_all(d, os.path.join(tmp, fx + ".usage"))
+            for samp in ({"TEMP": "0"}, {"TEMP": "0.9", "SEED": "5"}):
+                env = dict(PROMPT="a GPU call fails midway", NGEN="16", TOKENS="1", USAGE_SAVE="0", UBATCH="3", PIN=pins, PIN_GB="all", **samp)
+                rc, base, err0 = run(d, dict(env, CUDA="0"))
+                self.assertEqual(rc, 0, err0)
+                for at in ("1", "7", "40"):
+                    rc, out, err = run(d, dict(env, CUDA="1", COLI_CUDA_FAULT=at))
+                    self.assertEqual(rc, 0, err)
+                    self.assertEqual(ids_line(err, "generated tokens"), ids_line(err0, "generated tokens"), (fx, samp, at))
+                    self.assertEqual(out, base)
+                    self.assertEqual(err.count("(COLI_CUDA_FAULT); the CPU computes everything from here on"), 1, err)
+
+
 def usage_all(model, path):
     """A usage file naming every routed expert of model once (PIN=path PIN_GB=all pins them all)."""
     c = load_json(os.path.join(model, "config.json"))
