@@ -157,18 +157,17 @@ class Tiers(unittest.TestCase):
 
     def test_invariance_matrix_deepseek_v3(self):
         """The same matrix on tiny-dsv3: no indexer, YaRN, group routing, an MTP layer."""
-        self.assertIn("tiny-dsv3", FAMILY_ORACLES)
-        shutil.rmtree(self.dir)
-        self.dir = tempfile.mkdtemp()
-        copy_fixture("tiny-dsv3", self.dir)
-        self.invariance_matrix()
+        self.family_matrix("tiny-dsv3")
 
     def test_invariance_matrix_deepseek_v32(self):
         """The same matrix on tiny-dsv32: an indexer rotating halves on every layer, YaRN, group routing, MTP."""
-        self.assertIn("tiny-dsv32", FAMILY_ORACLES)
+        self.family_matrix("tiny-dsv32")
+
+    def family_matrix(self, name):
+        self.assertIn(name, FAMILY_ORACLES)
         shutil.rmtree(self.dir)
         self.dir = tempfile.mkdtemp()
-        copy_fixture("tiny-dsv32", self.dir)
+        copy_fixture(name, self.dir)
         self.invariance_matrix()
 
     def invariance_matrix(self):
