@@ -601,6 +601,8 @@ static void print_spec(const spec_ctx *s, int generated, uint64_t decode_bytes) 
 /* A conversation in this process: every id so far, the positions whose
  * KV is cached, the MTP drafting state, the sampler. One-shot PROMPT runs
  * have one turn; CHAT runs one per line of stdin. */
+#define GRAM_MAX_TAGS 24 /* tool-call tag tokens of every chat format (gram_tag_ids) */
+
 typedef struct {
     coli_model *m;
     const coli_gen *g;
@@ -618,7 +620,7 @@ typedef struct {
     const gr_grammar *gram;
     const gr_vocab *gv;
     int g_tools;                    /* gram is tool_choice's: the tool-call tag tokens may be sampled */
-    int g_tag[8], g_ntag;           /* the tag tokens in gv (special tokens), dropped from other grammars' masks */
+    int g_tag[GRAM_MAX_TAGS], g_ntag; /* the tag tokens in gv (special tokens), dropped from other grammars' masks */
     gr_state gst;
     gr_mask_ctx gcx;
     uint8_t *allowed;
@@ -631,11 +633,15 @@ typedef struct {
     long d_proposed, d_accepted, d_verifies;
 } conv;
 
-/* The ids (below vocab) of GLM-5's tool-call tags that are special tokens
- * of t: a tool_choice grammar produces them and no other grammar may.
- * Writes at most 8 to ids; returns the count. */
+/* The ids (below vocab) of the tool-call tags of every chat format (GLM-5,
+ * DeepSeek, Kimi K2) that are special tokens of t: a tool_choice grammar
+ * produces them and no other grammar may. Writes at most GRAM_MAX_TAGS to
+ * ids; returns the count. */
 static int gram_tag_ids(const tok *t, int vocab, int *ids) {
-    static const char *const tags[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>"};
+    static const char *const tags[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>",
+                                       OAI_DS_CALLS_BEGIN, OAI_DS_CALLS_END, OAI_DS_CALL_BEGIN, OAI_DS_CALL_END, OAI_DS_SEP,
+                                       "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                                       "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
     int n = 0;
     for (size_t k = 0; k < sizeof tags / sizeof tags[0]; k++) {
         int id = tok_find(t, tags[k]);
@@ -653,7 +659,7 @@ static int gram_vocab(const tok *t, int vocab, gr_vocab *v) {
     size_t *l = (size_t *)calloc((size_t)vocab, sizeof *l);
     int rc = -1;
     if (b && l) {
-        int tag[8], nt = gram_tag_ids(t, vocab, tag);
+        int tag[GRAM_MAX_TAGS], nt = gram_tag_ids(t, vocab, tag);
         for (int i = 0; i < vocab && i < tok_n_ids(t); i++)
             if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
         for (int k = 0; k < nt; k++) b[tag[k]] = tok_piece(t, tag[k], &l[tag[k]]);

@@ -57,7 +57,7 @@ typedef struct {
     int parse_tools;
     const char *model;
     gr_grammar *gram; /* response_format's or tool_choice's grammar, or NULL */
-    int gram_tools;   /* gram is tool_choice's: GLM-5's tool-call tags may be sampled */
+    int gram_tools;   /* gram is tool_choice's: the format's tool-call tags may be sampled */
     int fmt;          /* the chat format it was rendered in */
 } oai_req;
 
@@ -509,8 +509,6 @@ static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, c
     } else if (strcmp(tcs, "required"))
         return oai_fail_(err, errlen, "tool_choice \"%s\" is not one of auto, none, required", tcs);
     if (r->tools < 0) return oai_fail_(err, errlen, "tool_choice %s needs tools", only ? "names a function, which" : "\"required\"");
-    if (r->fmt != CHAT_GLM5)
-        return oai_fail_(err, errlen, "tool_choice %s: forcing a call is implemented for GLM-5's tool-call format only, not %s's", only ? "naming a function" : "\"required\"", chat_info(r->fmt)->name);
     if (r->gram) return oai_fail_(err, errlen, "tool_choice %s and a JSON response_format cannot both constrain the answer", only ? "naming a function" : "\"required\"");
     int many = 1, ptc = js_get(d, o, "parallel_tool_calls");
     if (ptc >= 0 && js_typeof(d, ptc) != JS_NULL) {
@@ -518,7 +516,9 @@ static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, c
         many = js_typeof(d, ptc) == JS_TRUE;
     }
     char gerr[300];
-    char *gbnf = gr_tool_calls(d, r->tools, only, many, r->think, gerr, sizeof gerr);
+    int style = r->fmt == CHAT_KIMI_K2 ? GR_TOOLS_KIMI : r->fmt == CHAT_DEEPSEEK_V31 ? GR_TOOLS_DS31 : GR_TOOLS_DS3;
+    char *gbnf = r->fmt == CHAT_GLM5 ? gr_tool_calls(d, r->tools, only, many, r->think, gerr, sizeof gerr)
+                                     : gr_tool_calls_json(d, r->tools, only, many, r->think, style, gerr, sizeof gerr);
     if (!gbnf) return oai_fail_(err, errlen, "tool_choice: %s", gerr);
     r->gram = gr_parse(gbnf, strlen(gbnf), "root", gerr, sizeof gerr);
     free(gbnf);
@@ -622,7 +622,7 @@ static inline int oai_parse(const char *body, size_t len, int chat, const oai_li
     }
     int tc = js_get(d, o, "tool_choice");
     if (tc >= 0 && js_typeof(d, tc) != JS_NULL && oai_tool_choice_(d, o, tc, r, err, errlen)) return -1;
-    r->parse_tools = r->tools >= 0 && r->fmt == CHAT_GLM5; /* the tool-call syntax parsed back: GLM-5's */
+    r->parse_tools = r->tools >= 0;
     int msgs = js_get(d, o, "messages");
     if (js_typeof(d, msgs) != JS_ARR || !js_count(d, msgs)) return oai_fail_(err, errlen, "messages must be a non-empty array");
     if (js_count(d, msgs) > lim->max_messages) return oai_fail_(err, errlen, "%d messages, at most %d", js_count(d, msgs), lim->max_messages);
@@ -665,13 +665,20 @@ static inline size_t oai_partial_(const char *s, size_t n, const char *p, size_t
     return 0;
 }
 
+#define OAI_KIMI_SECTION "<|tool_calls_section_begin|>"
+
+/* The text that opens the tool calls of a reply in a format. */
+static inline const char *oai_tool_tag_(int fmt) {
+    return fmt == CHAT_GLM5 ? "<tool_call>" : fmt == CHAT_KIMI_K2 ? OAI_KIMI_SECTION : OAI_DS_CALLS_BEGIN;
+}
+
 /* Routes all[done, upto): tags switch the state, text goes to the state's
  * buffer. */
 static inline void oai_route_(oai_out *o, size_t upto) {
     while (o->done < upto) {
         const char *s = o->all.s + o->done;
         size_t n = upto - o->done;
-        const char *tag = o->state == OAI_REASON ? "</think>" : o->state == OAI_CONTENT && o->r->parse_tools ? "<tool_call>" : NULL;
+        const char *tag = o->state == OAI_REASON ? "</think>" : o->state == OAI_CONTENT && o->r->parse_tools ? oai_tool_tag_(o->r->fmt) : NULL;
         const char *at = tag ? oai_memmem_(s, n, tag, strlen(tag)) : NULL;
         size_t k = at ? (size_t)(at - s) : n;
         jw *dst = o->state == OAI_REASON ? &o->reason : o->state == OAI_CONTENT ? &o->content : &o->tool;
@@ -707,7 +714,7 @@ static inline int oai_out_put(oai_out *o, const char *s, size_t n) {
         size_t h = oai_partial_(o->all.s, o->all.n, o->r->stop[i], o->r->stop_len[i]);
         if (h > hold) hold = h;
     }
-    static const char *const tags[] = {"</think>", "<tool_call>"};
+    const char *const tags[] = {"</think>", oai_tool_tag_(o->r->fmt)};
     for (int i = 0; i < 2; i++) {
         size_t h = oai_partial_(o->all.s, o->all.n, tags[i], strlen(tags[i]));
         if (h > hold) hold = h;
@@ -758,7 +765,7 @@ typedef struct {
  * tool's schema says so (or they are not JSON), else the JSON they spell.
  * Returns the number of calls, or -1 when the text is not well formed (the
  * caller returns it as content). */
-static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
+static inline int oai_parse_calls_glm_(const oai_out *o, oai_call *calls, int max) {
     const js_doc *d = o->r->d;
     const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
     int n = 0;
@@ -823,6 +830,97 @@ static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
 bad:
     for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].args);
     return -1;
+}
+
+static inline int oai_at_(const char *s, const char *end, const char *lit) {
+    size_t n = strlen(lit);
+    return (size_t)(end - s) >= n && !memcmp(s, lit, n);
+}
+
+static inline const char *oai_skip_ws_(const char *s, const char *end) {
+    while (s < end && oai_is_ws_(*s)) s++;
+    return s;
+}
+
+/* One call of a JSON-argument syntax, body = what lies between the call's
+ * begin and end tags: the name and the arguments (a JSON object, written
+ * back compactly). 0, or -1 when it is not one. */
+static inline int oai_json_call_(int fmt, const char *b, const char *e, oai_call *c) {
+    const char *n0 = b, *n1, *a0;
+    if (fmt == CHAT_KIMI_K2) { /* functions.NAME:INDEX<|tool_call_argument_begin|>ARGS */
+        const char *arg = oai_memmem_(b, (size_t)(e - b), "<|tool_call_argument_begin|>", 28);
+        if (!arg) return -1;
+        a0 = arg + 28, n1 = arg;
+        if (oai_at_(n0, n1, "functions.")) n0 += 10;
+        const char *colon = n1;
+        while (colon > n0 && colon[-1] >= '0' && colon[-1] <= '9') colon--;
+        if (colon < n1 && colon > n0 && colon[-1] == ':') n1 = colon - 1;
+    } else {
+        const char *sep = oai_memmem_(b, (size_t)(e - b), OAI_DS_SEP, strlen(OAI_DS_SEP));
+        if (!sep) return -1;
+        if (fmt == CHAT_DEEPSEEK_V31) n1 = sep, a0 = sep + strlen(OAI_DS_SEP);
+        else { /* TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n``` */
+            n0 = sep + strlen(OAI_DS_SEP);
+            n1 = memchr(n0, '\n', (size_t)(e - n0));
+            if (!n1) return -1;
+            a0 = oai_skip_ws_(n1, e);
+            if (oai_at_(a0, e, "```json")) a0 += 7;
+            while (e > a0 && oai_is_ws_(e[-1])) e--;
+            if (e - a0 >= 3 && !memcmp(e - 3, "```", 3)) e -= 3;
+        }
+    }
+    n0 = oai_skip_ws_(n0, n1);
+    while (n1 > n0 && oai_is_ws_(n1[-1])) n1--;
+    if (n1 == n0) return -1;
+    for (const char *q = n0; q < n1; q++)
+        if ((unsigned char)*q < 0x20) return -1;
+    js_doc *ad = js_parse(a0, (size_t)(e - a0), NULL, 0);
+    if (!ad || js_typeof(ad, ad->root) != JS_OBJ) { js_free(ad); return -1; }
+    jw a = {0};
+    jw_node(&a, ad, ad->root, 0);
+    js_free(ad);
+    c->name = strndup(n0, (size_t)(n1 - n0)), c->args = a.s;
+    if (!c->name || a.oom) { free(c->name), free(c->args); return -1; }
+    return 0;
+}
+
+/* The DeepSeek and Kimi K2 tool-call sections: the section tag, calls
+ * (begin tag, body, end tag; whitespace between), and the closing section
+ * tag, which may be missing when generation stopped before it. Returns as
+ * oai_parse_calls. */
+static inline int oai_parse_calls_json_(const oai_out *o, oai_call *calls, int max) {
+    int fmt = o->r->fmt, kimi = fmt == CHAT_KIMI_K2, n = 0;
+    const char *open = oai_tool_tag_(fmt), *close = kimi ? "<|tool_calls_section_end|>" : OAI_DS_CALLS_END;
+    const char *cb = kimi ? "<|tool_call_begin|>" : OAI_DS_CALL_BEGIN, *ce = kimi ? "<|tool_call_end|>" : OAI_DS_CALL_END;
+    const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
+    s = oai_skip_ws_(s, end);
+    if (!oai_at_(s, end, open)) return -1;
+    s += strlen(open);
+    for (;;) {
+        s = oai_skip_ws_(s, end);
+        if (s == end) break;
+        if (oai_at_(s, end, close)) {
+            if (oai_skip_ws_(s + strlen(close), end) != end) goto bad;
+            break;
+        }
+        if (n == max || !oai_at_(s, end, cb)) goto bad;
+        s += strlen(cb);
+        const char *e = oai_memmem_(s, (size_t)(end - s), ce, strlen(ce));
+        if (!e || oai_json_call_(fmt, s, e, &calls[n])) goto bad;
+        n++;
+        s = e + strlen(ce);
+    }
+    return n;
+bad:
+    for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].args);
+    return -1;
+}
+
+/* The tool-call text parsed into calls in the request's format. Returns
+ * the number of calls, or -1 when the text is not well formed (the caller
+ * returns it as content). */
+static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
+    return o->r->fmt == CHAT_GLM5 ? oai_parse_calls_glm_(o, calls, max) : oai_parse_calls_json_(o, calls, max);
 }
 
 static inline void oai_calls_free(oai_call *calls, int n) {
