@@ -1,10 +1,13 @@
 /* openai.h — the OpenAI-compatible protocol of serve mode, without I/O:
  * request bodies parsed and checked (oai_parse), chat messages rendered
- * with GLM-5's template (oai_render), generated text split into reasoning,
- * content and tool calls with stop strings applied (oai_out), and the
- * response documents (oai_*_json). Prefix: oai_.
+ * in the model's chat format (oai_render: GLM-5 below; DeepSeek-V3, R1,
+ * V3.1 and Kimi K2 as their templates render, oai_render_ds_ and
+ * oai_render_kimi_), generated text split into reasoning, content and tool
+ * calls with stop strings applied (oai_out; each format's call syntax
+ * parsed by oai_parse_calls), and the response documents (oai_*_json).
+ * Prefix: oai_.
  *
- * The template (docs/serve.md): "[gMASK]<sop>", the tools block as a
+ * GLM-5's template (docs/serve.md): "[gMASK]<sop>", the tools block as a
  * system turn when tools are given, then per message <|system|>text,
  * <|user|>text, <|assistant|> + "<think>reasoning</think>" (turns after the
  * last user message) or "</think>" (earlier ones) + content + tool calls

@@ -79,10 +79,12 @@ static const char fz_fixed_req[] =
     "\"chat_template_kwargs\":{\"enable_thinking\":true},\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}}}}}]}";
 
-static void fz_output(const uint8_t *p, size_t n) {
+static void fz_output(const uint8_t *p, size_t n, int fmt) {
     char err[256];
     oai_req r;
-    FUZZ_CHECK(oai_parse(fz_fixed_req, sizeof fz_fixed_req - 1, 1, &fz_lim, &r, err, sizeof err) == 0);
+    oai_limits lim = fz_lim;
+    lim.fmt = fmt; /* each format's tool-call syntax parsed back */
+    FUZZ_CHECK(oai_parse(fz_fixed_req, sizeof fz_fixed_req - 1, 1, &lim, &r, err, sizeof err) == 0);
     /* the first bytes choose piece sizes, the rest is the text */
     size_t k = n < 8 ? n : 8;
     const uint8_t *sizes = p, *text = p + k;
@@ -112,8 +114,8 @@ static void fz_output(const uint8_t *p, size_t n) {
     size_t an, bn;
     oai_out_delta(&o, &a, &an, &b, &bn);
     jw_raw(&rs, a, an), jw_raw(&cs, b, bn);
-    /* routed text == the text up to the stop string, minus one "</think>" */
-    size_t routed = o.reason.n + o.content.n + o.tool.n + (o.state != OAI_REASON ? 8 : 0);
+    /* routed text == the text up to the stop string, minus one "</think>" (when the reply opened thinking) */
+    size_t routed = o.reason.n + o.content.n + o.tool.n + (r.think && o.state != OAI_REASON ? 8 : 0);
     FUZZ_CHECK(routed == o.all.n);
     FUZZ_CHECK(o.all.n <= tn && (tn == 0 || !memcmp(o.all.s, text, o.all.n)));
     FUZZ_CHECK(rs.n == o.reason.n && (!rs.n || !memcmp(rs.s, o.reason.s, rs.n)));
@@ -146,7 +148,7 @@ static void fz_output(const uint8_t *p, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
     int mode = data[0] % 3;
-    if (mode == 2) fz_output(data + 1, size - 1);
+    if (mode == 2) fz_output(data + 1, size - 1, data[0] / 3 % CHAT_NFMT);
     else fz_request(data + 1, size - 1, mode == 0, data[0] / 3 % CHAT_NFMT);
     return 0;
 }
