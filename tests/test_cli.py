@@ -709,6 +709,16 @@ class Generate(unittest.TestCase):
             chat = [c for c in load_json(os.path.join(FIXTURES, "chat_templates.json"))["prompt"]
                     if c["format"] == "deepseek3" and c["system"] == "Be brief." and c["user"] == "Hello"][0]
             self.assertIn("prompt tokens: " + " ".join(map(str, chat["ids"])) + "\n", err)
+            # --chat: the follow-up turn is the template's rendering of the second turn (closing the first
+            # reply with <｜end▁of▁sentence｜>), id for id
+            e = env_base({"NGEN": "3", "TEMP": "0", "TOKENS": "1", "USAGE_SAVE": "0"})
+            p = subprocess.run([BIN, "--chat", d], input="Hi\nTell me a joke.\n".encode(), env=e, capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            turn = [c for c in load_json(os.path.join(FIXTURES, "chat_templates.json"))["turn"]
+                    if c["format"] == "deepseek3" and c["user"] == "Tell me a joke."][0]
+            lines = [l for l in p.stderr.decode().splitlines() if l.startswith("colibri: prompt tokens:")]
+            self.assertEqual(len(lines), 2, p.stderr)
+            self.assertTrue(lines[1].endswith(" " + " ".join(map(str, turn["ids"]))), (lines[1], turn["ids"]))
             # a template colibri does not render: refused, naming the way out
             with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
                 json.dump({"chat_template": "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"}, f)
