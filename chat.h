@@ -126,21 +126,23 @@ static inline char *chat_template_read(const char *dir, int *bad, char *err, siz
         else if (js_typeof(d, ct) == JS_ARR) {
             for (int e = js_first(d, ct); e >= 0; e = js_next(d, e)) {
                 const char *nm = js_str(d, js_get(d, e, "name")), *tp = js_str(d, js_get(d, e, "template"));
-                if (nm && tp && !strcmp(nm, "default")) out = strdup(tp);
+                if (nm && tp && !strcmp(nm, "default") && !out && !(out = strdup(tp)))
+                    return js_free(d), *bad = 1, snprintf(err, errlen, "%s: chat_template: out of memory", path), NULL;
             }
             if (!out) *bad = 1, snprintf(err, errlen, "%s: chat_template: a list without a \"default\" template", path);
         } else if (ct >= 0 && js_typeof(d, ct) != JS_NULL)
             *bad = 1, snprintf(err, errlen, "%s: chat_template must be a string or a list of {name, template}", path);
+        if (!*bad && js_typeof(d, ct) == JS_STR && !out) *bad = 1, snprintf(err, errlen, "%s: chat_template: out of memory", path);
         js_free(d);
         if (out || *bad) return out;
     } else if (errno != ENOENT)
-        return *bad = 1, snprintf(err, errlen, "%s: %s", path, compat_strerror(errno)), NULL;
+        return *bad = 1, snprintf(err, errlen, "%s: %s", path, errno == ENOMEM ? "out of memory" : compat_strerror(errno)), NULL;
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     if ((out = compat_read_file(path, 64u << 20, &len))) {
         if (strlen(out) != len) return free(out), *bad = 1, snprintf(err, errlen, "%s: holds a NUL byte", path), NULL;
         return out;
     }
-    if (errno != ENOENT) *bad = 1, snprintf(err, errlen, "%s: %s", path, compat_strerror(errno));
+    if (errno != ENOENT) *bad = 1, snprintf(err, errlen, "%s: %s", path, errno == ENOMEM ? "out of memory" : compat_strerror(errno));
     return NULL;
 }
 

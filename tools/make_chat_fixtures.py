@@ -15,6 +15,16 @@ strftime_now, exactly what apply_chat_template(tokenize=False) runs), with the
 special tokens the models' tokenizer_config.json name as bos_token / eos_token.
 A conversation the template refuses (raises) is left out for that template.
 
+The committed fixture was written from these public copies (saved outside the
+repository; their sha256 is in the fixture):
+  deepseek3     deepseek-ai-DeepSeek-R1-2501.jinja: deepseek-ai/DeepSeek-R1's first
+                template (January 2025; DeepSeek-V3's structure, generation prompt
+                <｜Assistant｜>), as huggingface.js's jinja tests carry it
+  deepseek-r1   ggml-org/llama.cpp models/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja
+                (generation prompt <｜Assistant｜><think>\n)
+  deepseek-v3.1 ggml-org/llama.cpp models/templates/deepseek-ai-DeepSeek-V3.1.jinja
+  kimi-k2       ggml-org/llama.cpp models/templates/moonshotai-Kimi-K2.jinja
+
 Three kinds of case:
   render  whole OpenAI message lists (system or not, several turns, assistant
           history with reasoning, tool calls, tool results, unicode), with tools
