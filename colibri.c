@@ -14,6 +14,7 @@
 #include "env.h"
 #include "forward.h"
 #include "grammar.h"
+#include "chat.h"
 #include "http.h"
 #include "json.h"
 #include "kv_persist.h"
@@ -486,6 +487,7 @@ static int run_oracle(coli_model *m, const char *dir) {
 typedef struct {
     const char *prompt, *system;
     int chat, think, ngen, tokens;
+    int fmt; /* the chat format (chat.h CHAT_*), when chat is on or serving */
     smp_params sp;
     uint64_t seed;
     spec_opts spec;
@@ -529,6 +531,18 @@ static void print_ids(const char *what, const int *ids, size_t n) {
     fprintf(stderr, "colibri: %s:", what);
     for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
     fputc('\n', stderr);
+}
+
+/* The chat format's end-of-turn token joins the stop tokens when the
+ * model's config does not list it (DeepSeek's <｜end▁of▁sentence｜>, Kimi's
+ * <|im_end|>): a rendered conversation must end a reply there. 0, or
+ * EXIT_INPUT (said) when the stop set is full. */
+static int add_chat_stop(coli_config *c, const tok *t, int fmt) {
+    int id = chat_stop_id(t, fmt);
+    if (id < 0 || id >= c->vocab || smp_is_stop(c->eos, c->n_eos, id)) return 0;
+    if (c->n_eos == MAX_EOS) return fprintf(stderr, "colibri: %d stop tokens already; no room for the chat template's %s\n", MAX_EOS, chat_info(fmt)->stop), EXIT_INPUT;
+    c->eos[c->n_eos++] = id;
+    return 0;
 }
 
 /* Loads <dir>/tokenizer.json, or says why not. */
@@ -588,6 +602,8 @@ static void print_spec(const spec_ctx *s, int generated, uint64_t decode_bytes) 
 /* A conversation in this process: every id so far, the positions whose
  * KV is cached, the MTP drafting state, the sampler. One-shot PROMPT runs
  * have one turn; CHAT runs one per line of stdin. */
+#define GRAM_MAX_TAGS 24 /* tool-call tag tokens of every chat format (gram_tag_ids) */
+
 typedef struct {
     coli_model *m;
     const coli_gen *g;
@@ -605,7 +621,7 @@ typedef struct {
     const gr_grammar *gram;
     const gr_vocab *gv;
     int g_tools;                    /* gram is tool_choice's: the tool-call tag tokens may be sampled */
-    int g_tag[8], g_ntag;           /* the tag tokens in gv (special tokens), dropped from other grammars' masks */
+    int g_tag[GRAM_MAX_TAGS], g_ntag; /* the tag tokens in gv (special tokens), dropped from other grammars' masks */
     gr_state gst;
     gr_mask_ctx gcx;
     uint8_t *allowed;
@@ -618,11 +634,15 @@ typedef struct {
     long d_proposed, d_accepted, d_verifies;
 } conv;
 
-/* The ids (below vocab) of GLM-5's tool-call tags that are special tokens
- * of t: a tool_choice grammar produces them and no other grammar may.
- * Writes at most 8 to ids; returns the count. */
+/* The ids (below vocab) of the tool-call tags of every chat format (GLM-5,
+ * DeepSeek, Kimi K2) that are special tokens of t: a tool_choice grammar
+ * produces them and no other grammar may. Writes at most GRAM_MAX_TAGS to
+ * ids; returns the count. */
 static int gram_tag_ids(const tok *t, int vocab, int *ids) {
-    static const char *const tags[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>"};
+    static const char *const tags[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>",
+                                       OAI_DS_CALLS_BEGIN, OAI_DS_CALLS_END, OAI_DS_CALL_BEGIN, OAI_DS_CALL_END, OAI_DS_SEP,
+                                       "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                                       "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
     int n = 0;
     for (size_t k = 0; k < sizeof tags / sizeof tags[0]; k++) {
         int id = tok_find(t, tags[k]);
@@ -640,7 +660,7 @@ static int gram_vocab(const tok *t, int vocab, gr_vocab *v) {
     size_t *l = (size_t *)calloc((size_t)vocab, sizeof *l);
     int rc = -1;
     if (b && l) {
-        int tag[8], nt = gram_tag_ids(t, vocab, tag);
+        int tag[GRAM_MAX_TAGS], nt = gram_tag_ids(t, vocab, tag);
         for (int i = 0; i < vocab && i < tok_n_ids(t); i++)
             if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
         for (int k = 0; k < nt; k++) b[tag[k]] = tok_piece(t, tag[k], &l[tag[k]]);
@@ -983,8 +1003,8 @@ static int conv_turn(conv *cv, const char *prompt, atomic_int *stop_flag) {
     char err[600];
     size_t before = cv->ids.n;
     int r = !g->chat ? tok_encode(cv->t, prompt, strlen(prompt), &cv->ids)
-            : cv->started ? tok_chat_turn(cv->t, prompt, g->think, &cv->ids) : tok_chat(cv->t, g->system, prompt, g->think, &cv->ids);
-    if (r == -2) return tok_chat_check(cv->t, err, sizeof err), fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err), EXIT_INPUT;
+            : cv->started ? chat_encode_turn(cv->t, g->fmt, prompt, g->think, &cv->ids) : chat_encode(cv->t, g->fmt, g->system, prompt, g->think, &cv->ids);
+    if (r == -2) return chat_check(cv->t, g->fmt, err, sizeof err), fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err), EXIT_INPUT;
     if (r) return cv->ids.n = before, fprintf(stderr, "colibri: out of memory encoding the prompt\n"), EXIT_INPUT;
     turn_io io = {.stop = stop_flag};
     return conv_generate(cv, before, &io);
@@ -1450,7 +1470,8 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     kc.dir = env_v(e, ENV_KV_CACHE_DIR)->s;
     if (kc.dir) kvc_load_dir(&kc, m);
     srv_opts so = {env_v(e, ENV_HOST)->s, (int)env_i(e, ENV_PORT), (int)env_i(e, ENV_SERVE_CONNS), (int)env_i(e, ENV_SERVE_QUEUE),
-                   (int)env_i(e, ENV_SERVE_TIMEOUT), (int)env_i(e, ENV_SERVE_MAX_MESSAGES), (size_t)env_i(e, ENV_SERVE_MAX_BODY), m->kv.ctx, name, fps};
+                   (int)env_i(e, ENV_SERVE_TIMEOUT), (int)env_i(e, ENV_SERVE_MAX_MESSAGES), (size_t)env_i(e, ENV_SERVE_MAX_BODY), m->kv.ctx, name, fps,
+                   g->fmt};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_serve_signal;
@@ -1616,14 +1637,17 @@ static int coli_main(int argc, char **argv) {
     int chat = chat_flag || env_i(&e, ENV_CHAT), serve = serve_flag || env_i(&e, ENV_SERVE);
     if (chat && env_v(&e, ENV_PROMPT)->s) { fprintf(stderr, "colibri: CHAT reads its turns from stdin; unset PROMPT\n"); return EXIT_INPUT; }
     if (serve && (chat || env_v(&e, ENV_PROMPT)->s)) { fprintf(stderr, "colibri: SERVE takes its prompts over HTTP; unset PROMPT and CHAT\n"); return EXIT_INPUT; }
-    if (env_v(&e, ENV_PROMPT)->s || chat || serve) { /* the tokenizer, and the chat template's tokens, before any weight is read */
+    int fmt = -1; /* the chat format, chosen once from what the model ships */
+    if (env_v(&e, ENV_PROMPT)->s || chat || serve) { /* the tokenizer, and the chat format and its tokens, before any weight is read */
+        char cerr[1200];
         if (!(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail;
-        if ((env_i(&e, ENV_CHAT_TEMPLATE) || serve) && tok_chat_check(t, err, sizeof err)) {
-            fprintf(stderr, "colibri: %s (%s)\n", err, serve ? "serve mode renders every request with it" : "set CHAT_TEMPLATE=0 to send the prompt raw");
+        if ((env_i(&e, ENV_CHAT_TEMPLATE) || serve) && chat_select(dir, t, &fmt, cerr, sizeof cerr)) {
+            fprintf(stderr, "colibri: %s (%s)\n", cerr, serve ? "serve mode renders every request with it" : "set CHAT_TEMPLATE=0 to send the prompt raw");
             goto out;
         }
     }
     if (model_open(&m, dir)) goto fail;
+    if (fmt >= 0 && add_chat_stop(&m.c, t, fmt)) goto out;
     if (!(rows = (uint64_t *)calloc((size_t)m.c.n_layers * m.c.n_experts, sizeof(uint64_t)))) { model_fail(&m, "out of memory"); goto fail; }
     if (usage_history(&m, dir, &o, rows, &have)) goto out;
     if (model_setup(&m, &o, have ? rows : NULL)) goto fail;
@@ -1635,7 +1659,7 @@ static int coli_main(int argc, char **argv) {
     tel_start(&m.tel, (int)env_i(&e, ENV_PROF));
     coli_gen g;
     gen_from_env(&e, &m.c, &g);
-    g.chat_mode = chat;
+    g.chat_mode = chat, g.fmt = fmt;
     rc = serve ? run_serve(&m, dir, &g, t, &e) : chat ? run_chat(&m, dir, &g, t) : g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
     if (rc != EXIT_INPUT && env_i(&e, ENV_USAGE_SAVE)) usage_save(&m, dir);
     goto out;

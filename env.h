@@ -37,9 +37,9 @@ typedef struct {
     STR(SYSTEM, NULL, \
         "System message placed before the prompt by the chat template.") \
     BOOL(CHAT_TEMPLATE, "1", \
-        "1 = wrap PROMPT in the GLM-5 chat template; 0 = tokenize PROMPT as is.") \
+        "1 = wrap PROMPT in the model's chat template (GLM-5, DeepSeek-V3/R1/V3.1, Kimi K2); 0 = tokenize PROMPT as is.") \
     BOOL(THINK, "0", \
-        "1 = open the reply with <think> (thinking); 0 = with </think>.") \
+        "1 = open the reply with <think> (thinking); 0 = with </think> (GLM-5, DeepSeek-V3.1; R1 always thinks).") \
     INT(NGEN, "256", 1, 1048576, \
         "Maximum generated tokens (generation also stops at a stop token or when CTX is full).") \
     FLOAT(TEMP, NULL, 0, 100, \

@@ -1512,4 +1512,62 @@ static inline char *gr_tool_calls(const js_doc *d, int tools, const char *only, 
     return c.out.s;
 }
 
+/* The tool-call syntaxes whose arguments are one JSON object (the
+ * DeepSeek and Kimi K2 families; chat.h names the formats). */
+enum { GR_TOOLS_DS3, GR_TOOLS_DS31, GR_TOOLS_KIMI };
+
+/* GBNF text (malloc'd; root ::= ...) for tool calls in a JSON-argument
+ * syntax (style): DeepSeek-V3/R1's "<｜tool▁calls▁begin｜>" + calls joined
+ * by "\n", each "<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS
+ * \n```<｜tool▁call▁end｜>", + "<｜tool▁calls▁end｜>"; V3.1's calls
+ * "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>" in the same
+ * section; Kimi K2's "<|tool_calls_section_begin|>" + calls
+ * "<|tool_call_begin|>functions.NAME:I<|tool_call_argument_begin|>ARGS
+ * <|tool_call_end|>" + "<|tool_calls_section_end|>". ARGS is the JSON its
+ * parameters schema allows (any object without one). only, many and think
+ * as gr_tool_calls. NULL with err saying why. */
+static inline char *gr_tool_calls_json(const js_doc *d, int tools, const char *only, int many, int think, int style, char *err, size_t errlen) {
+    gr_js_ c = {{0}, 0, err, errlen, 0};
+    jw_lit(&c.out, gr_js_prims_);
+    jw_lit(&c.out, gr_tool_prims_);
+    jw alts = {0};
+    int n = 0;
+    for (int t = js_first(d, tools); t >= 0 && !c.failed; t = js_next(d, t)) {
+        int f = js_get(d, t, "function"), name = js_get(d, f, "name"), params = js_get(d, f, "parameters");
+        const char *nm = js_str(d, name);
+        if (!nm || (only && strcmp(nm, only))) continue;
+        int a = params >= 0 ? gr_js_schema_(&c, d, params, 0) : -1;
+        if (params >= 0 && a < 0) break;
+        int k = gr_js_rule_(&c);
+        jw_lit(&c.out, style == GR_TOOLS_KIMI ? "\"<|tool_call_begin|>functions.\" " : style == GR_TOOLS_DS31 ? "\"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>\" "
+                                                                                   : "\"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>\" ");
+        gr_js_lit_(&c.out, nm, js_str_len(d, name));
+        jw_lit(&c.out, style == GR_TOOLS_KIMI ? " \":\" [0-9]{1,3} \"<|tool_call_argument_begin|>\" " : style == GR_TOOLS_DS31 ? " \"<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>\" " : " \"\\n```json\\n\" ");
+        if (a >= 0) gr_js_ref_(&c.out, a);
+        else jw_lit(&c.out, "jobject");
+        jw_lit(&c.out, style == GR_TOOLS_KIMI ? " \"<|tool_call_end|>\"\n" : style == GR_TOOLS_DS31 ? " \"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>\"\n"
+                                                                                     : " \"\\n```<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>\"\n");
+        if (n++) jw_lit(&alts, " | ");
+        gr_js_ref_(&alts, k);
+    }
+    if (!c.failed && !n) gr_js_fail_(&c, only ? "tool_choice names the function \"%s\", which tools does not list" : "%s",
+                                     only ? only : "tool_choice needs at least one function in tools");
+    if (!c.failed) {
+        jw_lit(&c.out, "tcall ::= ");
+        jw_raw(&c.out, alts.s ? alts.s : "", alts.n);
+        jw_lit(&c.out, think ? "\nroot ::= traw \"</think>\" " : "\nroot ::= ");
+        jw_lit(&c.out, style == GR_TOOLS_KIMI ? "\"<|tool_calls_section_begin|>\" tcall" : "\"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>\" tcall");
+        if (many && !only) jw_lit(&c.out, style == GR_TOOLS_DS3 ? " (\"\\n\" tcall)*" : " tcall*");
+        jw_lit(&c.out, style == GR_TOOLS_KIMI ? " \"<|tool_calls_section_end|>\"\n" : " \"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>\"\n");
+    }
+    int oom = alts.oom;
+    jw_free(&alts);
+    if (c.failed || c.out.oom || oom) {
+        if (!c.failed && err) snprintf(err, errlen, "out of memory");
+        jw_free(&c.out);
+        return NULL;
+    }
+    return c.out.s;
+}
+
 #endif

@@ -54,6 +54,7 @@ typedef struct {
     int ctx;           /* the model's context */
     const char *model; /* the name /v1/models lists */
     const char *fingerprint;
+    int chat_fmt;      /* the model's chat format (chat.h CHAT_*): how requests render */
 } srv_opts;
 
 typedef struct {
@@ -241,7 +242,7 @@ static inline int srv_enqueue_(srv *s, srv_job *j) {
 
 static inline enum MHD_Result srv_completion_(srv *s, struct MHD_Connection *c, int chat, const char *body, size_t len) {
     char err[512];
-    oai_limits lim = {s->o.max_messages, s->o.ctx};
+    oai_limits lim = {s->o.max_messages, s->o.ctx, s->o.chat_fmt};
     srv_job *j = (srv_job *)calloc(1, sizeof *j);
     if (!j) return srv_error_(c, 500, "out of memory", "server_error");
     pthread_mutex_init(&j->mu, NULL);

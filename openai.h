@@ -1,10 +1,13 @@
 /* openai.h — the OpenAI-compatible protocol of serve mode, without I/O:
  * request bodies parsed and checked (oai_parse), chat messages rendered
- * with GLM-5's template (oai_render), generated text split into reasoning,
- * content and tool calls with stop strings applied (oai_out), and the
- * response documents (oai_*_json). Prefix: oai_.
+ * in the model's chat format (oai_render: GLM-5 below; DeepSeek-V3, R1,
+ * V3.1 and Kimi K2 as their templates render, oai_render_ds_ and
+ * oai_render_kimi_), generated text split into reasoning, content and tool
+ * calls with stop strings applied (oai_out; each format's call syntax
+ * parsed by oai_parse_calls), and the response documents (oai_*_json).
+ * Prefix: oai_.
  *
- * The template (docs/serve.md): "[gMASK]<sop>", the tools block as a
+ * GLM-5's template (docs/serve.md): "[gMASK]<sop>", the tools block as a
  * system turn when tools are given, then per message <|system|>text,
  * <|user|>text, <|assistant|> + "<think>reasoning</think>" (turns after the
  * last user message) or "</think>" (earlier ones) + content + tool calls
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "grammar.h"
 #include "json.h"
 
@@ -34,6 +38,7 @@
 typedef struct {
     int max_messages; /* messages per request */
     int ctx;          /* the model's context: max_tokens is checked against it */
+    int fmt;          /* the model's chat format (chat.h CHAT_*) */
 } oai_limits;
 
 typedef struct {
@@ -55,7 +60,8 @@ typedef struct {
     int parse_tools;
     const char *model;
     gr_grammar *gram; /* response_format's or tool_choice's grammar, or NULL */
-    int gram_tools;   /* gram is tool_choice's: GLM-5's tool-call tags may be sampled */
+    int gram_tools;   /* gram is tool_choice's: the format's tool-call tags may be sampled */
+    int fmt;          /* the chat format it was rendered in */
 } oai_req;
 
 static inline void oai_req_free(oai_req *r) {
@@ -76,6 +82,13 @@ static inline int oai_fail_(char *err, size_t n, const char *fmt, ...) {
 /* ------------------------------------------------------------ rendering */
 
 static inline int oai_is_ws_(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+static inline const char *oai_memmem_(const char *h, size_t hn, const char *n, size_t nn) {
+    if (!nn || nn > hn) return NULL;
+    for (size_t i = 0; i + nn <= hn; i++)
+        if (h[i] == n[0] && !memcmp(h + i, n, nn)) return h + i;
+    return NULL;
+}
 
 /* Appends s[0..n) with surrounding whitespace removed (Python's strip()
  * for ASCII whitespace). */
@@ -164,8 +177,8 @@ static inline int oai_known_(const char *k, const char *const *keys) {
     return 0;
 }
 
-/* Renders the messages (and tools) of a chat request into r->text. */
-static inline int oai_render(const js_doc *d, int msgs, int tools, int think, oai_req *r, char *err, size_t errlen) {
+/* GLM-5's rendering of the messages (and tools) into r->text. */
+static inline int oai_render_glm_(const js_doc *d, int msgs, int tools, int think, oai_req *r, char *err, size_t errlen) {
     jw w = {0};
     int last_user = -1, k = 0, rc = 0, prev_tool = 0;
     for (int m = js_first(d, msgs); m >= 0; m = js_next(d, m), k++) {
@@ -219,6 +232,196 @@ static inline int oai_render(const js_doc *d, int msgs, int tools, int think, oa
     }
     jw_lit(&w, "<|assistant|>");
     jw_lit(&w, think ? "<think>" : "</think>");
+    if (!rc && w.oom) rc = oai_fail_(err, errlen, "out of memory rendering the messages");
+    if (rc) { jw_free(&w); return -1; }
+    r->text = w.s, r->text_len = w.n;
+    return 0;
+}
+
+/* A message's shape, for the formats other than GLM-5 (whose renderer
+ * checks as it goes): an object of known fields with a known role. Returns
+ * the role, or NULL with err. */
+static inline const char *oai_msg_role_(const js_doc *d, int m, int k, char *err, size_t errlen) {
+    if (js_typeof(d, m) != JS_OBJ) return oai_fail_(err, errlen, "messages[%d] is not an object", k), NULL;
+    for (int f = js_first(d, m); f >= 0; f = js_next(d, f))
+        if (!oai_known_(js_key(d, f), oai_msg_keys_)) return oai_fail_(err, errlen, "messages[%d]: unknown field \"%s\"", k, js_key(d, f)), NULL;
+    const char *role = js_str(d, js_get(d, m, "role"));
+    if (!role) return oai_fail_(err, errlen, "messages[%d].role is missing or not a string", k), NULL;
+    if (!strcmp(role, "developer")) return "system";
+    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool"))
+        return oai_fail_(err, errlen, "messages[%d].role \"%s\" is not one of system, user, assistant, tool", k, role), NULL;
+    int tcs = js_get(d, m, "tool_calls");
+    if (tcs >= 0 && js_typeof(d, tcs) != JS_ARR && js_typeof(d, tcs) != JS_NULL)
+        return oai_fail_(err, errlen, "messages[%d].tool_calls must be an array", k), NULL;
+    return role;
+}
+
+/* One history tool call's type, name and arguments text (a string as
+ * given; an object written as Python's json.dumps would). */
+static inline int oai_call_parts_(const js_doc *d, int tc, int k, const char **type, const char **name, jw *args, char *err, size_t errlen) {
+    int f = js_get(d, tc, "function");
+    if (f < 0) f = tc;
+    *type = js_str(d, js_get(d, tc, "type"));
+    if (!*type) *type = "function";
+    *name = js_str(d, js_get(d, f, "name"));
+    if (!*name || !**name) return oai_fail_(err, errlen, "messages[%d].tool_calls: a call without function.name", k);
+    int a = js_get(d, f, "arguments");
+    if (js_typeof(d, a) == JS_STR) jw_raw(args, js_str(d, a), js_str_len(d, a));
+    else if (js_typeof(d, a) == JS_OBJ) jw_node(args, d, a, 1);
+    else return oai_fail_(err, errlen, "messages[%d].tool_calls[%s].arguments must be a JSON object or a string holding one", k, *name);
+    return 0;
+}
+
+/* Appends s[0..n) from after the first (last: R1's template) "</think>",
+ * or whole when it has none: DeepSeek's templates drop earlier reasoning. */
+static inline void oai_put_after_think_(jw *w, const char *s, size_t n, int last) {
+    const char *from = NULL;
+    for (const char *p = s; (p = oai_memmem_(p, (size_t)(s + n - p), "</think>", 8)); p += 8) {
+        from = p + 8;
+        if (!last) break;
+    }
+    if (from) n -= (size_t)(from - s), s = from;
+    jw_raw(w, s, n);
+}
+
+#define OAI_DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define OAI_DS_CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define OAI_DS_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define OAI_DS_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define OAI_DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
+#define OAI_DS_OUTS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81outputs\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define OAI_DS_OUTS_END "<\xef\xbd\x9ctool\xe2\x96\x81outputs\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define OAI_DS_OUT_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define OAI_DS_OUT_END "<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "end\xef\xbd\x9c>"
+
+/* An assistant message's tool calls in DeepSeek's formats. first carries
+ * the templates' is_first flag, which V3 and R1 never reset: a later
+ * message's calls continue the first one's list. */
+static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *first, jw *w, int k, char *err, size_t errlen) {
+    int c = js_get(d, m, "content");
+    for (int tc = js_first(d, tcs); tc >= 0; tc = js_next(d, tc)) {
+        const char *type, *name;
+        jw args = {0};
+        if (oai_call_parts_(d, tc, k, &type, &name, &args, err, errlen)) { jw_free(&args); return -1; }
+        int rc = 0;
+        if (!*first) {
+            if (fmt != CHAT_DEEPSEEK_V31) jw_lit(w, CHAT_DS_ASSISTANT);
+            if (fmt != CHAT_DEEPSEEK_R1 && js_typeof(d, c) != JS_NULL) rc = oai_content_(d, c, w, 0, k, err, errlen);
+            jw_lit(w, OAI_DS_CALLS_BEGIN);
+            *first = 1;
+        } else if (fmt != CHAT_DEEPSEEK_V31)
+            jw_lit(w, "\n");
+        jw_lit(w, OAI_DS_CALL_BEGIN);
+        if (fmt == CHAT_DEEPSEEK_V31) jw_lit(w, name), jw_lit(w, OAI_DS_SEP), jw_raw(w, args.s ? args.s : "", args.n);
+        else jw_lit(w, type), jw_lit(w, OAI_DS_SEP), jw_lit(w, name), jw_lit(w, "\n```json\n"), jw_raw(w, args.s ? args.s : "", args.n), jw_lit(w, "\n```");
+        jw_lit(w, OAI_DS_CALL_END);
+        jw_free(&args);
+        if (rc) return -1;
+    }
+    jw_lit(w, OAI_DS_CALLS_END CHAT_DS_EOS);
+    return 0;
+}
+
+/* DeepSeek-V3, R1 and V3.1: BOS, the system messages (joined by a blank
+ * line; R1: the last one), then each turn as the format's template writes
+ * it, tool results included; tools themselves are not rendered (none of the
+ * three templates does). */
+static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, jw *w, char *err, size_t errlen) {
+    int k = 0, rc = 0, v31 = fmt == CHAT_DEEPSEEK_V31, nsys = 0;
+    jw_lit(w, CHAT_DS_BOS);
+    jw sys = {0};
+    for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
+        const char *role = oai_msg_role_(d, m, k, err, errlen);
+        if (!role) rc = -1;
+        else if (!strcmp(role, "system")) {
+            if (fmt == CHAT_DEEPSEEK_R1) sys.n = 0;
+            else if (nsys) jw_lit(&sys, "\n\n");
+            nsys++;
+            rc = oai_content_(d, js_get(d, m, "content"), &sys, 0, k, err, errlen);
+        }
+    }
+    if (!rc && sys.n) jw_raw(w, sys.s, sys.n);
+    jw_free(&sys);
+    int first = 0, is_tool = 0, out_first = 1, last_user = 0;
+    k = 0;
+    for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
+        const char *role = oai_msg_role_(d, m, k, err, errlen);
+        int c = js_get(d, m, "content");
+        if (!strcmp(role, "user")) {
+            is_tool = 0;
+            if (v31) first = 0, last_user = 1;
+            jw_lit(w, CHAT_DS_USER);
+            rc = oai_content_(d, c, w, 0, k, err, errlen);
+        } else if (!strcmp(role, "assistant")) {
+            int tcs = js_get(d, m, "tool_calls");
+            int calls = js_typeof(d, tcs) == JS_ARR && (fmt != CHAT_DEEPSEEK_R1 || js_count(d, tcs));
+            if (calls) {
+                if (v31 && last_user) jw_lit(w, CHAT_DS_ASSISTANT "</think>");
+                if (v31) last_user = 0, first = 0;
+                is_tool = 0;
+                if ((rc = oai_ds_calls_(d, m, tcs, fmt, &first, w, k, err, errlen))) break;
+            }
+            if (fmt == CHAT_DEEPSEEK_R1 ? js_typeof(d, c) == JS_NULL : calls) continue;
+            jw body = {0};
+            rc = oai_content_(d, c, &body, 0, k, err, errlen);
+            if (v31) {
+                if (last_user) jw_lit(w, CHAT_DS_ASSISTANT "</think>");
+                last_user = 0;
+            }
+            if (is_tool) {
+                if (!v31) jw_lit(w, OAI_DS_OUTS_END);
+                if (body.n) jw_raw(w, body.s, body.n);
+                is_tool = 0;
+            } else {
+                if (!v31) jw_lit(w, CHAT_DS_ASSISTANT);
+                if (body.n) oai_put_after_think_(w, body.s, body.n, !v31);
+            }
+            jw_lit(w, CHAT_DS_EOS);
+            jw_free(&body);
+        } else if (!strcmp(role, "tool")) {
+            is_tool = 1, last_user = 0;
+            if (!v31 && out_first) jw_lit(w, OAI_DS_OUTS_BEGIN), out_first = 0;
+            else if (fmt == CHAT_DEEPSEEK_R1) jw_lit(w, "\n");
+            jw_lit(w, OAI_DS_OUT_BEGIN);
+            rc = oai_content_(d, c, w, 0, k, err, errlen);
+            jw_lit(w, OAI_DS_OUT_END);
+        }
+    }
+    if (v31) {
+        if (last_user && !is_tool) jw_lit(w, CHAT_DS_ASSISTANT), jw_lit(w, think ? "<think>" : "</think>");
+    } else if (is_tool)
+        jw_lit(w, OAI_DS_OUTS_END);
+    else
+        jw_lit(w, CHAT_DS_ASSISTANT), jw_lit(w, fmt == CHAT_DEEPSEEK_R1 ? "<think>\n" : "");
+    return rc;
+}
+
+/* Kimi K2: the tools as one "tool_declare" system block (JSON as Python's
+ * json.dumps writes it), the default system message when the first message
+ * is not one, each message under its role's header closed by <|im_end|>
+ * (its tool calls are not rendered: the template writes content only). */
+static inline int oai_render_kimi_(const js_doc *d, int msgs, int tools, jw *w, char *err, size_t errlen) {
+    int k = 0, rc = 0;
+    if (tools >= 0) jw_lit(w, "<|im_system|>tool_declare<|im_middle|>"), jw_node(w, d, tools, 1), jw_lit(w, "<|im_end|>");
+    for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
+        const char *role = oai_msg_role_(d, m, k, err, errlen);
+        if (!role) { rc = -1; break; }
+        if (!k && strcmp(role, "system")) jw_lit(w, "<|im_system|>system<|im_middle|>" CHAT_KIMI_DEFAULT_SYSTEM "<|im_end|>");
+        jw_lit(w, !strcmp(role, "system") ? "<|im_system|>system<|im_middle|>" : !strcmp(role, "user") ? "<|im_user|>user<|im_middle|>"
+                  : !strcmp(role, "assistant") ? "<|im_assistant|>assistant<|im_middle|>" : "<|im_system|>tool<|im_middle|>");
+        rc = oai_content_(d, js_get(d, m, "content"), w, 0, k, err, errlen);
+        jw_lit(w, "<|im_end|>");
+    }
+    jw_lit(w, "<|im_assistant|>assistant<|im_middle|>");
+    return rc;
+}
+
+/* Renders the messages (and tools) of a chat request into r->text in the
+ * model's chat format (r->fmt). */
+static inline int oai_render(const js_doc *d, int msgs, int tools, int think, oai_req *r, char *err, size_t errlen) {
+    if (r->fmt == CHAT_GLM5) return oai_render_glm_(d, msgs, tools, think, r, err, errlen);
+    jw w = {0};
+    int rc = r->fmt == CHAT_KIMI_K2 ? oai_render_kimi_(d, msgs, tools, &w, err, errlen) : oai_render_ds_(d, msgs, r->fmt, think, &w, err, errlen);
     if (!rc && w.oom) rc = oai_fail_(err, errlen, "out of memory rendering the messages");
     if (rc) { jw_free(&w); return -1; }
     r->text = w.s, r->text_len = w.n;
@@ -316,7 +519,9 @@ static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, c
         many = js_typeof(d, ptc) == JS_TRUE;
     }
     char gerr[300];
-    char *gbnf = gr_tool_calls(d, r->tools, only, many, r->think, gerr, sizeof gerr);
+    int style = r->fmt == CHAT_KIMI_K2 ? GR_TOOLS_KIMI : r->fmt == CHAT_DEEPSEEK_V31 ? GR_TOOLS_DS31 : GR_TOOLS_DS3;
+    char *gbnf = r->fmt == CHAT_GLM5 ? gr_tool_calls(d, r->tools, only, many, r->think, gerr, sizeof gerr)
+                                     : gr_tool_calls_json(d, r->tools, only, many, r->think, style, gerr, sizeof gerr);
     if (!gbnf) return oai_fail_(err, errlen, "tool_choice: %s", gerr);
     r->gram = gr_parse(gbnf, strlen(gbnf), "root", gerr, sizeof gerr);
     free(gbnf);
@@ -329,7 +534,7 @@ static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, c
  * 0, or -1 with err saying why (a 400). */
 static inline int oai_parse(const char *body, size_t len, int chat, const oai_limits *lim, oai_req *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
-    r->chat = chat, r->tools = -1;
+    r->chat = chat, r->tools = -1, r->fmt = lim->fmt;
     char jerr[160];
     js_doc *d = r->d = js_parse(body, len, jerr, sizeof jerr);
     if (!d) return oai_fail_(err, errlen, "the body is not valid JSON: %s", jerr);
@@ -405,6 +610,7 @@ static inline int oai_parse(const char *body, size_t len, int chat, const oai_li
             if (strcmp(js_key(d, f), "enable_thinking")) return oai_fail_(err, errlen, "chat_template_kwargs: unknown field \"%s\"", js_key(d, f));
         if (oai_bool_(d, kw, "enable_thinking", &r->think, err, errlen) < 0) return -1;
     }
+    r->think = chat_thinks(r->fmt, r->think);
     int tools = js_get(d, o, "tools");
     if (tools >= 0 && js_typeof(d, tools) != JS_NULL) {
         if (js_typeof(d, tools) != JS_ARR) return oai_fail_(err, errlen, "tools must be an array");
@@ -462,11 +668,11 @@ static inline size_t oai_partial_(const char *s, size_t n, const char *p, size_t
     return 0;
 }
 
-static inline const char *oai_memmem_(const char *h, size_t hn, const char *n, size_t nn) {
-    if (!nn || nn > hn) return NULL;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == n[0] && !memcmp(h + i, n, nn)) return h + i;
-    return NULL;
+#define OAI_KIMI_SECTION "<|tool_calls_section_begin|>"
+
+/* The text that opens the tool calls of a reply in a format. */
+static inline const char *oai_tool_tag_(int fmt) {
+    return fmt == CHAT_GLM5 ? "<tool_call>" : fmt == CHAT_KIMI_K2 ? OAI_KIMI_SECTION : OAI_DS_CALLS_BEGIN;
 }
 
 /* Routes all[done, upto): tags switch the state, text goes to the state's
@@ -475,7 +681,7 @@ static inline void oai_route_(oai_out *o, size_t upto) {
     while (o->done < upto) {
         const char *s = o->all.s + o->done;
         size_t n = upto - o->done;
-        const char *tag = o->state == OAI_REASON ? "</think>" : o->state == OAI_CONTENT && o->r->parse_tools ? "<tool_call>" : NULL;
+        const char *tag = o->state == OAI_REASON ? "</think>" : o->state == OAI_CONTENT && o->r->parse_tools ? oai_tool_tag_(o->r->fmt) : NULL;
         const char *at = tag ? oai_memmem_(s, n, tag, strlen(tag)) : NULL;
         size_t k = at ? (size_t)(at - s) : n;
         jw *dst = o->state == OAI_REASON ? &o->reason : o->state == OAI_CONTENT ? &o->content : &o->tool;
@@ -511,7 +717,7 @@ static inline int oai_out_put(oai_out *o, const char *s, size_t n) {
         size_t h = oai_partial_(o->all.s, o->all.n, o->r->stop[i], o->r->stop_len[i]);
         if (h > hold) hold = h;
     }
-    static const char *const tags[] = {"</think>", "<tool_call>"};
+    const char *const tags[] = {"</think>", oai_tool_tag_(o->r->fmt)};
     for (int i = 0; i < 2; i++) {
         size_t h = oai_partial_(o->all.s, o->all.n, tags[i], strlen(tags[i]));
         if (h > hold) hold = h;
@@ -562,7 +768,7 @@ typedef struct {
  * tool's schema says so (or they are not JSON), else the JSON they spell.
  * Returns the number of calls, or -1 when the text is not well formed (the
  * caller returns it as content). */
-static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
+static inline int oai_parse_calls_glm_(const oai_out *o, oai_call *calls, int max) {
     const js_doc *d = o->r->d;
     const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
     int n = 0;
@@ -627,6 +833,97 @@ static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
 bad:
     for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].args);
     return -1;
+}
+
+static inline int oai_at_(const char *s, const char *end, const char *lit) {
+    size_t n = strlen(lit);
+    return (size_t)(end - s) >= n && !memcmp(s, lit, n);
+}
+
+static inline const char *oai_skip_ws_(const char *s, const char *end) {
+    while (s < end && oai_is_ws_(*s)) s++;
+    return s;
+}
+
+/* One call of a JSON-argument syntax, body = what lies between the call's
+ * begin and end tags: the name and the arguments (a JSON object, written
+ * back compactly). 0, or -1 when it is not one. */
+static inline int oai_json_call_(int fmt, const char *b, const char *e, oai_call *c) {
+    const char *n0 = b, *n1, *a0;
+    if (fmt == CHAT_KIMI_K2) { /* functions.NAME:INDEX<|tool_call_argument_begin|>ARGS */
+        const char *arg = oai_memmem_(b, (size_t)(e - b), "<|tool_call_argument_begin|>", 28);
+        if (!arg) return -1;
+        a0 = arg + 28, n1 = arg;
+        if (oai_at_(n0, n1, "functions.")) n0 += 10;
+        const char *colon = n1;
+        while (colon > n0 && colon[-1] >= '0' && colon[-1] <= '9') colon--;
+        if (colon < n1 && colon > n0 && colon[-1] == ':') n1 = colon - 1;
+    } else {
+        const char *sep = oai_memmem_(b, (size_t)(e - b), OAI_DS_SEP, strlen(OAI_DS_SEP));
+        if (!sep) return -1;
+        if (fmt == CHAT_DEEPSEEK_V31) n1 = sep, a0 = sep + strlen(OAI_DS_SEP);
+        else { /* TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n``` */
+            n0 = sep + strlen(OAI_DS_SEP);
+            n1 = memchr(n0, '\n', (size_t)(e - n0));
+            if (!n1) return -1;
+            a0 = oai_skip_ws_(n1, e);
+            if (oai_at_(a0, e, "```json")) a0 += 7;
+            while (e > a0 && oai_is_ws_(e[-1])) e--;
+            if (e - a0 >= 3 && !memcmp(e - 3, "```", 3)) e -= 3;
+        }
+    }
+    n0 = oai_skip_ws_(n0, n1);
+    while (n1 > n0 && oai_is_ws_(n1[-1])) n1--;
+    if (n1 == n0) return -1;
+    for (const char *q = n0; q < n1; q++)
+        if ((unsigned char)*q < 0x20) return -1;
+    js_doc *ad = js_parse(a0, (size_t)(e - a0), NULL, 0);
+    if (!ad || js_typeof(ad, ad->root) != JS_OBJ) { js_free(ad); return -1; }
+    jw a = {0};
+    jw_node(&a, ad, ad->root, 0);
+    js_free(ad);
+    c->name = strndup(n0, (size_t)(n1 - n0)), c->args = a.s;
+    if (!c->name || a.oom) { free(c->name), free(c->args); return -1; }
+    return 0;
+}
+
+/* The DeepSeek and Kimi K2 tool-call sections: the section tag, calls
+ * (begin tag, body, end tag; whitespace between), and the closing section
+ * tag, which may be missing when generation stopped before it. Returns as
+ * oai_parse_calls. */
+static inline int oai_parse_calls_json_(const oai_out *o, oai_call *calls, int max) {
+    int fmt = o->r->fmt, kimi = fmt == CHAT_KIMI_K2, n = 0;
+    const char *open = oai_tool_tag_(fmt), *close = kimi ? "<|tool_calls_section_end|>" : OAI_DS_CALLS_END;
+    const char *cb = kimi ? "<|tool_call_begin|>" : OAI_DS_CALL_BEGIN, *ce = kimi ? "<|tool_call_end|>" : OAI_DS_CALL_END;
+    const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
+    s = oai_skip_ws_(s, end);
+    if (!oai_at_(s, end, open)) return -1;
+    s += strlen(open);
+    for (;;) {
+        s = oai_skip_ws_(s, end);
+        if (s == end) break;
+        if (oai_at_(s, end, close)) {
+            if (oai_skip_ws_(s + strlen(close), end) != end) goto bad;
+            break;
+        }
+        if (n == max || !oai_at_(s, end, cb)) goto bad;
+        s += strlen(cb);
+        const char *e = oai_memmem_(s, (size_t)(end - s), ce, strlen(ce));
+        if (!e || oai_json_call_(fmt, s, e, &calls[n])) goto bad;
+        n++;
+        s = e + strlen(ce);
+    }
+    return n;
+bad:
+    for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].args);
+    return -1;
+}
+
+/* The tool-call text parsed into calls in the request's format. Returns
+ * the number of calls, or -1 when the text is not well formed (the caller
+ * returns it as content). */
+static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
+    return o->r->fmt == CHAT_GLM5 ? oai_parse_calls_glm_(o, calls, max) : oai_parse_calls_json_(o, calls, max);
 }
 
 static inline void oai_calls_free(oai_call *calls, int n) {

@@ -870,13 +870,10 @@ static inline size_t tok_chat_text(const char *system, const char *user, int thi
 
 static const char *const tok_chat_tokens_[] = {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>"};
 
-/* Checks that the tokenizer has the added tokens the chat template uses.
- * Returns 0, or -1 with the missing token named in err. */
+/* Checks that the tokenizer has the added tokens GLM-5's chat template
+ * uses (chat.h chooses the format and checks each one's tokens). Returns 0,
+ * or -1 with the missing token named in err. */
 static inline int tok_chat_check(const tok *t, char *err, size_t errlen) {
-    if (t->pre == TOK_PRE_DEEPSEEK3) {
-        tok_errf_(err, errlen, "%s: a DeepSeek-V3 tokenizer: its chat template is not implemented yet", t->name);
-        return -1;
-    }
     for (size_t i = 0; i < sizeof tok_chat_tokens_ / sizeof *tok_chat_tokens_; i++) {
         int id = tok_find(t, tok_chat_tokens_[i]);
         if (id < 0 || !(t->flags[id] & TOK_F_ADDED)) {

@@ -707,8 +707,9 @@ class Generate(unittest.TestCase):
     def test_deepseek_tokenizer_end_to_end(self):
         """A model directory with DeepSeek-V3's tokenizer pipeline: --tokenize
         equals tokenizers on the corpus' last 600 lines (DeepSeek's own cases
-        among them); a raw prompt generates; the chat template is refused,
-        saying so."""
+        among them); a raw prompt generates; without a template the special
+        tokens choose DeepSeek-V3's chat format; a template colibri does
+        not render is refused, saying so."""
         vec = load_json(os.path.join(FIXTURES, "tokenizer", "vectors.json"))
         d = tempfile.mkdtemp()
         try:
@@ -731,13 +732,34 @@ class Generate(unittest.TestCase):
             rc, out, err = run(d, {"PROMPT": "Price 12345\u5186, www.example.com", "CHAT_TEMPLATE": "0", "NGEN": "4", "TEMP": "0",
                                    "USAGE_SAVE": "0"})
             self.assertEqual(rc, 0, err)
+            # no template shipped: DeepSeek's special tokens choose DeepSeek-V3's format
+            rc, out, err = run(d, {"PROMPT": "Hello", "SYSTEM": "Be brief.", "NGEN": "2", "TEMP": "0", "TOKENS": "1", "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 0, err)
+            chat = [c for c in load_json(os.path.join(FIXTURES, "chat_templates.json"))["prompt"]
+                    if c["format"] == "deepseek3" and c["system"] == "Be brief." and c["user"] == "Hello"][0]
+            self.assertIn("prompt tokens: " + " ".join(map(str, chat["ids"])) + "\n", err)
+            # --chat: the follow-up turn is the template's rendering of the second turn (closing the first
+            # reply with <｜end▁of▁sentence｜>), id for id
+            e = env_base({"NGEN": "3", "TEMP": "0", "TOKENS": "1", "USAGE_SAVE": "0"})
+            p = subprocess.run([BIN, "--chat", d], input="Hi\nTell me a joke.\n".encode(), env=e, capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            turn = [c for c in load_json(os.path.join(FIXTURES, "chat_templates.json"))["turn"]
+                    if c["format"] == "deepseek3" and c["user"] == "Tell me a joke."][0]
+            lines = [l for l in p.stderr.decode().splitlines() if l.startswith("colibri: prompt tokens:")]
+            self.assertEqual(len(lines), 2, p.stderr)
+            self.assertTrue(lines[1].endswith(" " + " ".join(map(str, turn["ids"]))), (lines[1], turn["ids"]))
+            # a template colibri does not render: refused, naming the way out
+            with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+                json.dump({"chat_template": "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"}, f)
             rc, out, err = run(d, {"PROMPT": "hi", "NGEN": "2", "USAGE_SAVE": "0"})
             self.assertEqual(rc, 2, err)
-            self.assertIn("DeepSeek-V3 tokenizer: its chat template is not implemented yet", err)
+            self.assertIn("the chat template that ships with the model is none colibri renders", err)
             self.assertIn("CHAT_TEMPLATE=0", err)
             rc, out, err = run(d, {"SERVE": "1", "PORT": "0", "CHAT_TEMPLATE": "0", "USAGE_SAVE": "0"})
             self.assertEqual(rc, 2, err)
             self.assertIn("serve mode renders every request with it", err)
+            rc, out, err = run(d, {"PROMPT": "hi", "CHAT_TEMPLATE": "0", "NGEN": "2", "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 0, err)
         finally:
             shutil.rmtree(d)
 

@@ -49,7 +49,7 @@ static void test_writer(void) {
     }
 }
 
-static const oai_limits LIM = {8, 256};
+static const oai_limits LIM = {8, 256, CHAT_GLM5};
 
 static int parse_ok(const char *body, int chat, oai_req *r) {
     char err[300];

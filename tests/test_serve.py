@@ -372,6 +372,70 @@ class ToolChoice(MhdCase):
 
 
 
+class DeepSeekFormats(MhdCase):
+    """Serve mode on a synthetic model with DeepSeek's tokenizer: the
+    DeepSeek-V3 format (chosen by its special tokens) renders a system +
+    user request as PROMPT/SYSTEM do, so greedy output matches; a named
+    tool_choice yields a schema-valid call in DeepSeek's syntax, parsed back;
+    a conversation with tool results renders; with a V3.1 template the
+    thinking request's text is reasoning_content."""
+
+    def test_deepseek_serve(self):
+        d = tempfile.mkdtemp()
+        try:
+            synth = os.path.join(os.path.dirname(BIN) or ".", "colibri-synth")
+            p = subprocess.run([synth, d, "--layers", "2", "--dense-layers", "1", "--experts", "8", "--topk", "2", "--hidden", "128",
+                                "--moe-inter", "64", "--heads", "2", "--vocab", "4000", "--ctx", "4096", "--group-size", "32",
+                                "--tokenizer", os.path.join("tests", "fixtures", "tokenizer", "deepseek.json")], capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            want, _ = one_shot("Hello there", 12, model=d, extra={"USAGE_SAVE": "0"})
+            tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"}},
+                "required": ["city", "days"]}}}]
+            srv = Server(model=d, env={"USAGE_SAVE": "0"})
+            try:
+                self.assertTrue(srv.port, srv.log())
+                st, body = srv.chat(self.msgs("Hello there"), max_tokens=12, temperature=0)
+                self.assertEqual(st, 200, body)
+                self.assertEqual(body["choices"][0]["message"]["content"], want)
+                for seed in range(2):
+                    st, body = srv.chat(self.msgs("Weather in Paris for 3 days?"), tools=tools, max_tokens=300, seed=seed,
+                                        temperature=0.5, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+                    self.assertEqual(st, 200, body)
+                    ch = body["choices"][0]
+                    self.assertEqual(ch["finish_reason"], "tool_calls", ch)
+                    (call,) = ch["message"]["tool_calls"]
+                    self.assertEqual(call["function"]["name"], "get_weather")
+                    args = json.loads(call["function"]["arguments"])
+                    self.assertEqual(set(args), {"city", "days"})
+                    self.assertLessEqual(len(args["city"]), 8)
+                    self.assertIsInstance(args["days"], int)
+                msgs = self.msgs("Weather?") + [
+                    {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": "c0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 1}"}}]},
+                    {"role": "tool", "tool_call_id": "c0", "content": "18C"}]
+                st, body = srv.chat(msgs, tools=tools, max_tokens=4)
+                self.assertEqual(st, 200, body)
+            finally:
+                self.assertEqual(srv.stop(), 0)
+            with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:  # markers of V3.1's template
+                json.dump({"chat_template": "{{ bos_token }}{{'<\uff5cUser\uff5c>' + m}}{{'<\uff5cAssistant\uff5c></think>'}}"}, f)
+            srv = Server(model=d, env={"USAGE_SAVE": "0"})
+            try:
+                self.assertTrue(srv.port, srv.log())
+                st, body = srv.chat(self.msgs("Think first."), max_tokens=6, temperature=0, chat_template_kwargs={"enable_thinking": True})
+                self.assertEqual(st, 200, body)
+                msg = body["choices"][0]["message"]
+                self.assertTrue(msg.get("reasoning_content"), msg)  # the prompt opened <think>: greedy text up to </think>
+            finally:
+                self.assertEqual(srv.stop(), 0)
+        finally:
+            shutil.rmtree(d)
+
+    def msgs(self, user, system=SYSTEM):
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 class Refusals(ServeBase):
     env = {"SERVE_MAX_BODY": "4096", "SERVE_MAX_MESSAGES": "4", "CTX": "64"}
 

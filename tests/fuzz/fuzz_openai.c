@@ -20,7 +20,7 @@
 
 #include "fuzz_common.h"
 
-static const oai_limits fz_lim = {16, 512};
+static const oai_limits fz_lim = {16, 512, CHAT_GLM5};
 
 static void fz_valid_json(const char *s, size_t n) {
     js_doc *d = js_parse(s, n, NULL, 0);
@@ -28,11 +28,13 @@ static void fz_valid_json(const char *s, size_t n) {
     js_free(d);
 }
 
-static void fz_request(const uint8_t *p, size_t n, int chat) {
+static void fz_request(const uint8_t *p, size_t n, int chat, int fmt) {
     char err[512];
     oai_req r;
     err[0] = 0;
-    int rc = oai_parse((const char *)p, n, chat, &fz_lim, &r, err, sizeof err);
+    oai_limits lim = fz_lim;
+    lim.fmt = fmt; /* every chat format renders the same requests */
+    int rc = oai_parse((const char *)p, n, chat, &lim, &r, err, sizeof err);
     if (rc) {
         FUZZ_CHECK(err[0] != 0);
         oai_req_free(&r);
@@ -47,11 +49,15 @@ static void fz_request(const uint8_t *p, size_t n, int chat) {
         FUZZ_CHECK(r.gram != NULL && gr_init(r.gram, &gs) == 0);
         gr_state_free(&gs);
     }
-    if (chat) {
+    if (chat && fmt == CHAT_GLM5) {
         FUZZ_CHECK(r.text_len >= 12 && !memcmp(r.text, "[gMASK]<sop>", 12));
         const char *gen = r.think ? "<|assistant|><think>" : "<|assistant|></think>";
         size_t gl = strlen(gen);
         FUZZ_CHECK(r.text_len >= gl && !memcmp(r.text + r.text_len - gl, gen, gl));
+    } else if (chat) { /* the other formats open with BOS (DeepSeek) or a system block (Kimi) */
+        const char *head = fmt == CHAT_KIMI_K2 ? "<|im_system|>" : CHAT_DS_BOS;
+        FUZZ_CHECK(r.text_len >= strlen(head) && !memcmp(r.text, head, strlen(head)));
+        FUZZ_CHECK(r.think == chat_thinks(fmt, r.think));
     }
     /* the rendered prompt as content of a response: valid JSON whatever it holds */
     oai_out o;
@@ -73,10 +79,12 @@ static const char fz_fixed_req[] =
     "\"chat_template_kwargs\":{\"enable_thinking\":true},\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}}}}}]}";
 
-static void fz_output(const uint8_t *p, size_t n) {
+static void fz_output(const uint8_t *p, size_t n, int fmt) {
     char err[256];
     oai_req r;
-    FUZZ_CHECK(oai_parse(fz_fixed_req, sizeof fz_fixed_req - 1, 1, &fz_lim, &r, err, sizeof err) == 0);
+    oai_limits lim = fz_lim;
+    lim.fmt = fmt; /* each format's tool-call syntax parsed back */
+    FUZZ_CHECK(oai_parse(fz_fixed_req, sizeof fz_fixed_req - 1, 1, &lim, &r, err, sizeof err) == 0);
     /* the first bytes choose piece sizes, the rest is the text */
     size_t k = n < 8 ? n : 8;
     const uint8_t *sizes = p, *text = p + k;
@@ -106,8 +114,8 @@ static void fz_output(const uint8_t *p, size_t n) {
     size_t an, bn;
     oai_out_delta(&o, &a, &an, &b, &bn);
     jw_raw(&rs, a, an), jw_raw(&cs, b, bn);
-    /* routed text == the text up to the stop string, minus one "</think>" */
-    size_t routed = o.reason.n + o.content.n + o.tool.n + (o.state != OAI_REASON ? 8 : 0);
+    /* routed text == the text up to the stop string, minus one "</think>" (when the reply opened thinking) */
+    size_t routed = o.reason.n + o.content.n + o.tool.n + (r.think && o.state != OAI_REASON ? 8 : 0);
     FUZZ_CHECK(routed == o.all.n);
     FUZZ_CHECK(o.all.n <= tn && (tn == 0 || !memcmp(o.all.s, text, o.all.n)));
     FUZZ_CHECK(rs.n == o.reason.n && (!rs.n || !memcmp(rs.s, o.reason.s, rs.n)));
@@ -140,7 +148,7 @@ static void fz_output(const uint8_t *p, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
     int mode = data[0] % 3;
-    if (mode == 2) fz_output(data + 1, size - 1);
-    else fz_request(data + 1, size - 1, mode == 0);
+    if (mode == 2) fz_output(data + 1, size - 1, data[0] / 3 % CHAT_NFMT);
+    else fz_request(data + 1, size - 1, mode == 0, data[0] / 3 % CHAT_NFMT);
     return 0;
 }

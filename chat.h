@@ -1,0 +1,252 @@
+/* chat.h — the chat formats colibri renders, chosen once per model.
+ *
+ * A model's chat template (tokenizer_config.json "chat_template", else
+ * chat_template.jinja) is recognised by the markers only its family writes;
+ * without a template, by the special tokens its tokenizer has. Each format
+ * has its own renderer here (one-shot PROMPT/SYSTEM prompts and --chat
+ * follow-up turns) and in openai.h (whole message lists). Parity against
+ * transformers' rendering of the real templates: tests/test_chat.c with
+ * tests/fixtures/chat_templates.json (tools/make_chat_fixtures.py).
+ *
+ *   GLM-5          "[gMASK]<sop>" [<|system|>S] <|user|>U <|assistant|> + <think> or </think>
+ *   DeepSeek-V3    BOS S <｜User｜>U <｜Assistant｜>          (also R1's first template)
+ *   DeepSeek-R1    BOS S <｜User｜>U <｜Assistant｜><think>\n  (always thinks)
+ *   DeepSeek-V3.1  BOS S <｜User｜>U <｜Assistant｜> + <think> or </think>
+ *   Kimi K2        <|im_system|>system<|im_middle|>S<|im_end|> (a default S when
+ *                  none is given) <|im_user|>user<|im_middle|>U<|im_end|>
+ *                  <|im_assistant|>assistant<|im_middle|>
+ *
+ * A follow-up turn of --chat mode continues ids that end where generation
+ * stopped: the end-of-turn token (never kept) or the token limit. DeepSeek
+ * and Kimi histories close a reply with that token, so their turn text
+ * starts with it; GLM-5's closer is the next <|user|> itself.
+ *
+ * Prefix chat_. No globals, no exit, no getenv. */
+#ifndef COLI_CHAT_H
+#define COLI_CHAT_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compat.h"
+#include "json.h"
+#include "tok.h"
+
+enum { CHAT_GLM5, CHAT_DEEPSEEK3, CHAT_DEEPSEEK_R1, CHAT_DEEPSEEK_V31, CHAT_KIMI_K2, CHAT_NFMT };
+
+#define CHAT_DS_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+#define CHAT_DS_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+#define CHAT_DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
+#define CHAT_DS_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+#define CHAT_KIMI_DEFAULT_SYSTEM "You are a helpful assistant"
+
+typedef struct {
+    const char *name;
+    const char *tokens[8]; /* the added tokens its renderings write (NULL-terminated) */
+    const char *stop;      /* the end-of-turn token that must end generation, or NULL */
+} chat_fmt_info;
+
+static const chat_fmt_info chat_fmts_[CHAT_NFMT] = {
+    {"GLM-5", {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>", NULL}, NULL},
+    {"DeepSeek-V3", {CHAT_DS_BOS, CHAT_DS_EOS, CHAT_DS_USER, CHAT_DS_ASSISTANT, NULL}, CHAT_DS_EOS},
+    {"DeepSeek-R1", {CHAT_DS_BOS, CHAT_DS_EOS, CHAT_DS_USER, CHAT_DS_ASSISTANT, "<think>", NULL}, CHAT_DS_EOS},
+    {"DeepSeek-V3.1", {CHAT_DS_BOS, CHAT_DS_EOS, CHAT_DS_USER, CHAT_DS_ASSISTANT, "<think>", "</think>", NULL}, CHAT_DS_EOS},
+    {"Kimi K2", {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>", NULL}, "<|im_end|>"},
+};
+
+static inline const chat_fmt_info *chat_info(int fmt) { return &chat_fmts_[fmt >= 0 && fmt < CHAT_NFMT ? fmt : 0]; }
+
+/* Whether a reply starts inside a thinking block: R1 always, GLM-5 and
+ * V3.1 when asked (think), DeepSeek-V3 and Kimi K2 never. */
+static inline int chat_thinks(int fmt, int think) {
+    return fmt == CHAT_DEEPSEEK_R1 ? 1 : fmt == CHAT_GLM5 || fmt == CHAT_DEEPSEEK_V31 ? think != 0 : 0;
+}
+
+/* The format a template's text is written for, or -1. The markers are the
+ * role tokens each family's template spells, then what DeepSeek's three
+ * templates write after <｜Assistant｜> (V3.1: "</think>" for a non-thinking
+ * reply; R1: "<think>"; V3: neither). */
+static inline int chat_fmt_of_template(const char *tpl) {
+    if (strstr(tpl, "<|im_user|>") && strstr(tpl, "<|im_assistant|>")) return CHAT_KIMI_K2;
+    if (strstr(tpl, CHAT_DS_USER) && strstr(tpl, CHAT_DS_ASSISTANT)) {
+        if (strstr(tpl, CHAT_DS_ASSISTANT "</think>")) return CHAT_DEEPSEEK_V31;
+        if (strstr(tpl, CHAT_DS_ASSISTANT "<think>")) return CHAT_DEEPSEEK_R1;
+        return CHAT_DEEPSEEK3;
+    }
+    if (strstr(tpl, "[gMASK]") && strstr(tpl, "<|assistant|>")) return CHAT_GLM5;
+    return -1;
+}
+
+static inline int chat_has_added_(const tok *t, const char *s) {
+    int id = tok_find(t, s);
+    return id >= 0 && (t->flags[id] & TOK_F_ADDED);
+}
+
+/* The format a tokenizer's special tokens point to (no template shipped),
+ * or -1. DeepSeek's tokens alone cannot tell V3 from R1 or V3.1: V3. */
+static inline int chat_fmt_of_tokens(const tok *t) {
+    if (chat_has_added_(t, "[gMASK]") && chat_has_added_(t, "<|assistant|>")) return CHAT_GLM5;
+    if (chat_has_added_(t, CHAT_DS_USER) && chat_has_added_(t, CHAT_DS_ASSISTANT)) return CHAT_DEEPSEEK3;
+    if (chat_has_added_(t, "<|im_user|>") && chat_has_added_(t, "<|im_assistant|>")) return CHAT_KIMI_K2;
+    return -1;
+}
+
+/* Checks that the tokenizer has every added token the format writes.
+ * 0, or -1 with the missing token named in err. */
+static inline int chat_check(const tok *t, int fmt, char *err, size_t errlen) {
+    const chat_fmt_info *f = chat_info(fmt);
+    for (int i = 0; f->tokens[i]; i++)
+        if (!chat_has_added_(t, f->tokens[i])) {
+            if (err) snprintf(err, errlen, "%s: added_tokens: no \"%s\" (the %s chat template needs it)", t->name, f->tokens[i], f->name);
+            return -1;
+        }
+    return 0;
+}
+
+/* Reads the chat template shipped in dir: tokenizer_config.json's
+ * "chat_template" (a string, or a list of {name, template} where "default"
+ * counts), else chat_template.jinja. Returns a malloc'd string, NULL with
+ * *bad = 0 when there is none, or NULL with *bad = 1 and err naming the
+ * file and field. */
+static inline char *chat_template_read(const char *dir, int *bad, char *err, size_t errlen) {
+    char path[4096];
+    size_t len;
+    *bad = 0;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    char *text = compat_read_file(path, 64u << 20, &len), *out = NULL;
+    if (text) {
+        char jerr[200];
+        js_doc *d = js_parse(text, len, jerr, sizeof jerr);
+        free(text);
+        if (!d) return *bad = 1, snprintf(err, errlen, "%s: not valid JSON: %s", path, jerr), NULL;
+        int ct = js_get(d, d->root, "chat_template");
+        if (js_typeof(d, ct) == JS_STR) out = strdup(js_str(d, ct));
+        else if (js_typeof(d, ct) == JS_ARR) {
+            for (int e = js_first(d, ct); e >= 0; e = js_next(d, e)) {
+                const char *nm = js_str(d, js_get(d, e, "name")), *tp = js_str(d, js_get(d, e, "template"));
+                if (nm && tp && !strcmp(nm, "default") && !out && !(out = strdup(tp)))
+                    return js_free(d), *bad = 1, snprintf(err, errlen, "%s: chat_template: out of memory", path), NULL;
+            }
+            if (!out) *bad = 1, snprintf(err, errlen, "%s: chat_template: a list without a \"default\" template", path);
+        } else if (ct >= 0 && js_typeof(d, ct) != JS_NULL)
+            *bad = 1, snprintf(err, errlen, "%s: chat_template must be a string or a list of {name, template}", path);
+        if (!*bad && js_typeof(d, ct) == JS_STR && !out) *bad = 1, snprintf(err, errlen, "%s: chat_template: out of memory", path);
+        js_free(d);
+        if (out || *bad) return out;
+    } else if (errno != ENOENT)
+        return *bad = 1, snprintf(err, errlen, "%s: %s", path, errno == ENOMEM ? "out of memory" : compat_strerror(errno)), NULL;
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    if ((out = compat_read_file(path, 64u << 20, &len))) {
+        if (strlen(out) != len) return free(out), *bad = 1, snprintf(err, errlen, "%s: holds a NUL byte", path), NULL;
+        return out;
+    }
+    if (errno != ENOENT) *bad = 1, snprintf(err, errlen, "%s: %s", path, errno == ENOMEM ? "out of memory" : compat_strerror(errno));
+    return NULL;
+}
+
+/* The model's chat format: from its template when it ships one, else from
+ * the tokenizer's special tokens; then its tokens checked. 0 with *fmt, or
+ * -1 with err saying why (an unreadable or unrecognised template, no chat
+ * tokens, a missing token). */
+static inline int chat_select(const char *dir, const tok *t, int *fmt, char *err, size_t errlen) {
+    int bad;
+    char *tpl = chat_template_read(dir, &bad, err, errlen);
+    if (bad) return -1;
+    if (tpl) {
+        *fmt = chat_fmt_of_template(tpl);
+        free(tpl);
+        if (*fmt < 0) {
+            snprintf(err, errlen, "%s: the chat template that ships with the model is none colibri renders (GLM-5, DeepSeek-V3, R1, V3.1, Kimi K2)", dir);
+            return -1;
+        }
+    } else if ((*fmt = chat_fmt_of_tokens(t)) < 0) {
+        snprintf(err, errlen, "%s: no chat template ships with the model and its special tokens are none of GLM-5's, DeepSeek's or Kimi's", t->name);
+        return -1;
+    }
+    return chat_check(t, *fmt, err, errlen);
+}
+
+/* Joins n parts into buf like snprintf (at most cap bytes with the NUL);
+ * returns the full length. */
+static inline size_t chat_join_(const char *const *part, int n, char *buf, size_t cap) {
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(part[i]);
+        if (cap && o < cap - 1) memcpy(buf + o, part[i], l < cap - 1 - o ? l : cap - 1 - o);
+        o += l;
+    }
+    if (cap) buf[o < cap - 1 ? o : cap - 1] = 0;
+    return o;
+}
+
+/* What DeepSeek's generation prompt writes after <｜Assistant｜>. */
+static inline const char *chat_ds_open_(int fmt, int think) {
+    return fmt == CHAT_DEEPSEEK_R1 ? "<think>\n" : fmt == CHAT_DEEPSEEK_V31 ? (think ? "<think>" : "</think>") : "";
+}
+
+/* The prompt for one optional system turn (NULL: none) and one user turn
+ * (NULL counts as ""), with the generation prompt, as the format's template
+ * renders it. Writes at most cap bytes with the NUL; returns the length. */
+static inline size_t chat_text(int fmt, const char *system, const char *user, int think, char *buf, size_t cap) {
+    const char *u = user ? user : "";
+    if (fmt == CHAT_KIMI_K2) {
+        const char *p[5] = {"<|im_system|>system<|im_middle|>", system ? system : CHAT_KIMI_DEFAULT_SYSTEM,
+                            "<|im_end|><|im_user|>user<|im_middle|>", u, "<|im_end|><|im_assistant|>assistant<|im_middle|>"};
+        return chat_join_(p, 5, buf, cap);
+    }
+    if (fmt == CHAT_DEEPSEEK3 || fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK_V31) {
+        const char *p[6] = {CHAT_DS_BOS, system ? system : "", CHAT_DS_USER, u, CHAT_DS_ASSISTANT, chat_ds_open_(fmt, think)};
+        return chat_join_(p, 6, buf, cap);
+    }
+    return tok_chat_text(system, user, think, buf, cap);
+}
+
+/* A follow-up user turn of --chat mode (see the top of this file). */
+static inline size_t chat_turn_text(int fmt, const char *user, int think, char *buf, size_t cap) {
+    const char *u = user ? user : "";
+    if (fmt == CHAT_KIMI_K2) {
+        const char *p[3] = {"<|im_end|><|im_user|>user<|im_middle|>", u, "<|im_end|><|im_assistant|>assistant<|im_middle|>"};
+        return chat_join_(p, 3, buf, cap);
+    }
+    if (fmt == CHAT_DEEPSEEK3 || fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK_V31) {
+        const char *p[5] = {CHAT_DS_EOS, CHAT_DS_USER, u, CHAT_DS_ASSISTANT, chat_ds_open_(fmt, think)};
+        return chat_join_(p, 5, buf, cap);
+    }
+    const char *p[4] = {"<|user|>", u, "<|assistant|>", think ? "<think>" : "</think>"};
+    return chat_join_(p, 4, buf, cap);
+}
+
+/* Appends the ids of a rendering (first turn when turn == 0, else a
+ * follow-up turn): the text encoded, as apply_chat_template(tokenize=True)
+ * does. 0, -1 (out of memory) or -2 (a token the format writes is not an
+ * added token; chat_check says which). */
+static inline int chat_encode_(const tok *t, int fmt, int turn, const char *system, const char *user, int think, tok_ids *out) {
+    if (chat_check(t, fmt, NULL, 0)) return -2;
+    size_t n = turn ? chat_turn_text(fmt, user, think, NULL, 0) : chat_text(fmt, system, user, think, NULL, 0);
+    char *buf = (char *)malloc(n + 1);
+    if (!buf) return -1;
+    if (turn) chat_turn_text(fmt, user, think, buf, n + 1);
+    else chat_text(fmt, system, user, think, buf, n + 1);
+    int rc = tok_encode(t, buf, n, out);
+    free(buf);
+    return rc;
+}
+
+static inline int chat_encode(const tok *t, int fmt, const char *system, const char *user, int think, tok_ids *out) {
+    return chat_encode_(t, fmt, 0, system, user, think, out);
+}
+
+static inline int chat_encode_turn(const tok *t, int fmt, const char *user, int think, tok_ids *out) {
+    return chat_encode_(t, fmt, 1, NULL, user, think, out);
+}
+
+/* The id of the format's end-of-turn token in t, or -1 (GLM-5: its stop
+ * tokens come from generation_config.json). */
+static inline int chat_stop_id(const tok *t, int fmt) {
+    const char *s = chat_info(fmt)->stop;
+    return s ? tok_find(t, s) : -1;
+}
+
+#endif
