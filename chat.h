@@ -9,7 +9,8 @@
  * tests/fixtures/chat_templates.json (tools/make_chat_fixtures.py).
  *
  *   GLM-5          "[gMASK]<sop>" [<|system|>S] <|user|>U <|assistant|> + <think> or </think>
- *   DeepSeek-V3    BOS S <｜User｜>U <｜Assistant｜>          (also R1's first template)
+ *   DeepSeek-V3    BOS S <｜User｜>U <｜Assistant｜>
+ *   DeepSeek-R1 (January 2025)  the same prompt; earlier replies cut at </think>
  *   DeepSeek-R1    BOS S <｜User｜>U <｜Assistant｜><think>\n  (always thinks)
  *   DeepSeek-V3.1  BOS S <｜User｜>U <｜Assistant｜> + <think> or </think>
  *   Kimi K2        <|im_system|>system<|im_middle|>S<|im_end|> (a default S when
@@ -34,7 +35,7 @@
 #include "json.h"
 #include "tok.h"
 
-enum { CHAT_GLM5, CHAT_DEEPSEEK3, CHAT_DEEPSEEK_R1, CHAT_DEEPSEEK_V31, CHAT_KIMI_K2, CHAT_NFMT };
+enum { CHAT_GLM5, CHAT_DEEPSEEK3, CHAT_DEEPSEEK_R1, CHAT_DEEPSEEK_V31, CHAT_KIMI_K2, CHAT_DEEPSEEK_R1_JAN, CHAT_NFMT };
 
 #define CHAT_DS_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define CHAT_DS_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
@@ -54,7 +55,13 @@ static const chat_fmt_info chat_fmts_[CHAT_NFMT] = {
     {"DeepSeek-R1", {CHAT_DS_BOS, CHAT_DS_EOS, CHAT_DS_USER, CHAT_DS_ASSISTANT, "<think>", NULL}, CHAT_DS_EOS},
     {"DeepSeek-V3.1", {CHAT_DS_BOS, CHAT_DS_EOS, CHAT_DS_USER, CHAT_DS_ASSISTANT, "<think>", "</think>", NULL}, CHAT_DS_EOS},
     {"Kimi K2", {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>", NULL}, "<|im_end|>"},
+    {"DeepSeek-R1 (January 2025)", {CHAT_DS_BOS, CHAT_DS_EOS, CHAT_DS_USER, CHAT_DS_ASSISTANT, NULL}, CHAT_DS_EOS},
 };
+
+/* 1 for the DeepSeek formats (one BOS, <｜User｜> / <｜Assistant｜> turns). */
+static inline int chat_is_ds(int fmt) {
+    return fmt == CHAT_DEEPSEEK3 || fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK_V31 || fmt == CHAT_DEEPSEEK_R1_JAN;
+}
 
 static inline const chat_fmt_info *chat_info(int fmt) { return &chat_fmts_[fmt >= 0 && fmt < CHAT_NFMT ? fmt : 0]; }
 
@@ -65,14 +72,16 @@ static inline int chat_thinks(int fmt, int think) {
 }
 
 /* The format a template's text is written for, or -1. The markers are the
- * role tokens each family's template spells, then what DeepSeek's three
- * templates write after <｜Assistant｜> (V3.1: "</think>" for a non-thinking
- * reply; R1: "<think>"; V3: neither). */
+ * role tokens each family's template spells, then what DeepSeek's templates
+ * write after <｜Assistant｜> (V3.1: "</think>" for a non-thinking reply; R1:
+ * "<think>"), else whether they mention "</think>" at all (R1's January
+ * template cuts earlier replies at it; V3's never names it). */
 static inline int chat_fmt_of_template(const char *tpl) {
     if (strstr(tpl, "<|im_user|>") && strstr(tpl, "<|im_assistant|>")) return CHAT_KIMI_K2;
     if (strstr(tpl, CHAT_DS_USER) && strstr(tpl, CHAT_DS_ASSISTANT)) {
         if (strstr(tpl, CHAT_DS_ASSISTANT "</think>")) return CHAT_DEEPSEEK_V31;
         if (strstr(tpl, CHAT_DS_ASSISTANT "<think>")) return CHAT_DEEPSEEK_R1;
+        if (strstr(tpl, "</think>")) return CHAT_DEEPSEEK_R1_JAN; /* drops reasoning from history, no <think> opened */
         return CHAT_DEEPSEEK3;
     }
     if (strstr(tpl, "[gMASK]") && strstr(tpl, "<|assistant|>")) return CHAT_GLM5;
@@ -196,7 +205,7 @@ static inline size_t chat_text(int fmt, const char *system, const char *user, in
                             "<|im_end|><|im_user|>user<|im_middle|>", u, "<|im_end|><|im_assistant|>assistant<|im_middle|>"};
         return chat_join_(p, 5, buf, cap);
     }
-    if (fmt == CHAT_DEEPSEEK3 || fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK_V31) {
+    if (chat_is_ds(fmt)) {
         const char *p[6] = {CHAT_DS_BOS, system ? system : "", CHAT_DS_USER, u, CHAT_DS_ASSISTANT, chat_ds_open_(fmt, think)};
         return chat_join_(p, 6, buf, cap);
     }
@@ -210,7 +219,7 @@ static inline size_t chat_turn_text(int fmt, const char *user, int think, char *
         const char *p[3] = {"<|im_end|><|im_user|>user<|im_middle|>", u, "<|im_end|><|im_assistant|>assistant<|im_middle|>"};
         return chat_join_(p, 3, buf, cap);
     }
-    if (fmt == CHAT_DEEPSEEK3 || fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK_V31) {
+    if (chat_is_ds(fmt)) {
         const char *p[5] = {CHAT_DS_EOS, CHAT_DS_USER, u, CHAT_DS_ASSISTANT, chat_ds_open_(fmt, think)};
         return chat_join_(p, 5, buf, cap);
     }

@@ -298,13 +298,13 @@ static inline void oai_put_after_think_(jw *w, const char *s, size_t n, int last
  * the templates' is_first flag, which V3 and R1 never reset: a later
  * message's calls continue the first one's list. */
 static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *first, jw *w, int k, char *err, size_t errlen) {
-    int c = js_get(d, m, "content");
+    int c = js_get(d, m, "content"), v3 = fmt == CHAT_DEEPSEEK3;
     for (int tc = js_first(d, tcs); tc >= 0; tc = js_next(d, tc)) {
         const char *type, *name;
         jw args = {0};
         if (oai_call_parts_(d, tc, k, &type, &name, &args, err, errlen)) { jw_free(&args); return -1; }
-        int rc = 0;
-        if (!*first) {
+        int rc = 0, opens = !*first;
+        if (opens) {
             if (fmt != CHAT_DEEPSEEK_V31) jw_lit(w, CHAT_DS_ASSISTANT);
             if (fmt != CHAT_DEEPSEEK_R1 && js_typeof(d, c) != JS_NULL) rc = oai_content_(d, c, w, 0, k, err, errlen);
             jw_lit(w, OAI_DS_CALLS_BEGIN);
@@ -315,17 +315,20 @@ static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *f
         if (fmt == CHAT_DEEPSEEK_V31) jw_lit(w, name), jw_lit(w, OAI_DS_SEP), jw_raw(w, args.s ? args.s : "", args.n);
         else jw_lit(w, type), jw_lit(w, OAI_DS_SEP), jw_lit(w, name), jw_lit(w, "\n```json\n"), jw_raw(w, args.s ? args.s : "", args.n), jw_lit(w, "\n```");
         jw_lit(w, OAI_DS_CALL_END);
+        if (v3 && !opens) jw_lit(w, OAI_DS_CALLS_END CHAT_DS_EOS); /* V3's template closes after each later call, never after the first */
         jw_free(&args);
         if (rc) return -1;
     }
-    jw_lit(w, OAI_DS_CALLS_END CHAT_DS_EOS);
+    if (!v3) jw_lit(w, OAI_DS_CALLS_END CHAT_DS_EOS);
     return 0;
 }
 
-/* DeepSeek-V3, R1 and V3.1: BOS, the system messages (joined by a blank
- * line; R1: the last one), then each turn as the format's template writes
- * it, tool results included; tools themselves are not rendered (none of the
- * three templates does). */
+/* DeepSeek-V3, R1 (January 2025 and later) and V3.1: BOS, the system
+ * messages (joined by a blank line; R1: the last one), then each turn as the
+ * format's template writes it, tool results included; tools themselves are
+ * not rendered (none of the templates does). V3's template renders an
+ * assistant message's calls only when its content is null, keeps reasoning
+ * in earlier replies, and puts a newline between tool results. */
 static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, jw *w, char *err, size_t errlen) {
     int k = 0, rc = 0, v31 = fmt == CHAT_DEEPSEEK_V31, nsys = 0;
     jw_lit(w, CHAT_DS_BOS);
@@ -353,15 +356,15 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
             jw_lit(w, CHAT_DS_USER);
             rc = oai_content_(d, c, w, 0, k, err, errlen);
         } else if (!strcmp(role, "assistant")) {
-            int tcs = js_get(d, m, "tool_calls");
-            int calls = js_typeof(d, tcs) == JS_ARR && (fmt != CHAT_DEEPSEEK_R1 || js_count(d, tcs));
+            int tcs = js_get(d, m, "tool_calls"), cnull = c >= 0 && js_typeof(d, c) == JS_NULL;
+            int calls = js_typeof(d, tcs) == JS_ARR && (fmt == CHAT_DEEPSEEK3 ? cnull : fmt != CHAT_DEEPSEEK_R1 || js_count(d, tcs));
             if (calls) {
                 if (v31 && last_user) jw_lit(w, CHAT_DS_ASSISTANT "</think>");
                 if (v31) last_user = 0, first = 0;
                 is_tool = 0;
                 if ((rc = oai_ds_calls_(d, m, tcs, fmt, &first, w, k, err, errlen))) break;
             }
-            if (fmt == CHAT_DEEPSEEK_R1 ? js_typeof(d, c) == JS_NULL : calls) continue;
+            if (fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK3 ? cnull : calls) continue; /* V3: calls only without content */
             jw body = {0};
             rc = oai_content_(d, c, &body, 0, k, err, errlen);
             if (v31) {
@@ -374,14 +377,15 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
                 is_tool = 0;
             } else {
                 if (!v31) jw_lit(w, CHAT_DS_ASSISTANT);
-                if (body.n) oai_put_after_think_(w, body.s, body.n, !v31);
+                if (body.n && fmt == CHAT_DEEPSEEK3) jw_raw(w, body.s, body.n); /* V3 keeps earlier reasoning */
+                else if (body.n) oai_put_after_think_(w, body.s, body.n, !v31);
             }
             jw_lit(w, CHAT_DS_EOS);
             jw_free(&body);
         } else if (!strcmp(role, "tool")) {
             is_tool = 1, last_user = 0;
             if (!v31 && out_first) jw_lit(w, OAI_DS_OUTS_BEGIN), out_first = 0;
-            else if (fmt == CHAT_DEEPSEEK_R1) jw_lit(w, "\n");
+            else if (fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK3) jw_lit(w, "\n");
             jw_lit(w, OAI_DS_OUT_BEGIN);
             rc = oai_content_(d, c, w, 0, k, err, errlen);
             jw_lit(w, OAI_DS_OUT_END);

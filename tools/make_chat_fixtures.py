@@ -4,7 +4,7 @@
     /work/venv/bin/python tools/make_chat_fixtures.py FORMAT=TEMPLATE.jinja ... [-o OUT]
 
 FORMAT is the colibri chat format a template belongs to (deepseek3, deepseek-r1,
-deepseek-v3.1, kimi-k2); TEMPLATE is the template text as shipped with the model (the
+deepseek-v3.1, kimi-k2, deepseek-r1-jan); TEMPLATE is the template text as shipped with the model (the
 chat_template of tokenizer_config.json, or chat_template.jinja), kept outside the
 repository: the fixture records its file name and sha256, never its text.
 
@@ -17,9 +17,13 @@ A conversation the template refuses (raises) is left out for that template.
 
 The committed fixture was written from these public copies (saved outside the
 repository; their sha256 is in the fixture):
-  deepseek3     deepseek-ai-DeepSeek-R1-2501.jinja: deepseek-ai/DeepSeek-R1's first
-                template (January 2025; DeepSeek-V3's structure, generation prompt
-                <｜Assistant｜>), as huggingface.js's jinja tests carry it
+  deepseek3     deepseek-ai-DeepSeek-V3.jinja: deepseek-ai/DeepSeek-V3's template (no
+                </think> anywhere; calls only for a null content; V3-0324 ships the
+                same), as huggingface.js's inference-provider table carries it
+  deepseek-r1-jan deepseek-ai-DeepSeek-R1-2501.jinja: deepseek-ai/DeepSeek-R1's first
+                template (January 2025; V3's structure, earlier replies cut at
+                </think>, generation prompt <｜Assistant｜>), as huggingface.js's
+                jinja tests carry it
   deepseek-r1   ggml-org/llama.cpp models/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja
                 (generation prompt <｜Assistant｜><think>\n)
   deepseek-v3.1 ggml-org/llama.cpp models/templates/deepseek-ai-DeepSeek-V3.1.jinja
@@ -53,6 +57,7 @@ FORMATS = {  # the special tokens each family's tokenizer_config.json names; the
     "deepseek-r1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "deepseek-v3.1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "kimi-k2": ("[BOS]", "[EOS]", "<|im_end|>"),
+    "deepseek-r1-jan": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 }
 
 TOOLS = [
@@ -121,7 +126,9 @@ def detect(t):
     if "<|im_user|>" in t and "<|im_assistant|>" in t:
         return "kimi-k2"
     if "<｜User｜>" in t and "<｜Assistant｜>" in t:
-        return "deepseek-v3.1" if "<｜Assistant｜></think>" in t else "deepseek-r1" if "<｜Assistant｜><think>" in t else "deepseek3"
+        if "<｜Assistant｜></think>" in t:
+            return "deepseek-v3.1"
+        return "deepseek-r1" if "<｜Assistant｜><think>" in t else "deepseek-r1-jan" if "</think>" in t else "deepseek3"
     return "glm5" if "[gMASK]" in t and "<|assistant|>" in t else None
 
 
