@@ -579,7 +579,7 @@ static void deepseek_refusals(void) {
 
 /* ---------------------------------------------------------------- Kimi K2 (tiktoken) */
 
-#define KX FX "kimi/"
+#define KX "tests/fixtures/tokenizer-kimi/"
 
 /* Class tables of Kimi's split against tiktoken's own dump: each code point
  * in `name`'s ranges iff pred says so. Returns the code points that agree. */
@@ -609,7 +609,7 @@ static int is_pyspace(uint32_t cp) { return tok_py_isspace_(cp); }
 static void kimi_parity(const bytes *corpus, const bytes *texts, size_t n, char *summary, size_t cap) {
     char err[512], *vbuf;
     js_doc *v = load_json(KX "vectors.json", &vbuf);
-    tok *t = tok_load_dir(FX "kimi", err, sizeof err);
+    tok *t = tok_load_dir("tests/fixtures/tokenizer-kimi", err, sizeof err);
     CHECK(v && t);
     if (!t) fprintf(stderr, "kimi: %s\n", err);
     if (!v || !t) { tok_free(t); return; }

@@ -27,7 +27,7 @@ Python's unicodedata has no script property, so Han comes from the `regex`
 module (pinned in tools/requirements-oracle.txt; 2026.11.19 carries Unicode
 17.0.0), cut to the code points Unicode 16.0.0 assigns: a code point new in 17.0
 had Script=Unknown in 16.0. tests/test_tok.c compares these with tiktoken's own
-dump (tests/fixtures/tokenizer/kimi/vectors.json, "classes").
+dump (tests/fixtures/tokenizer-kimi/vectors.json, "classes").
 
 Data source: the standard `unicodedata` module. Its Unicode version follows
 the Python release (3.11: 14.0.0, 3.13: 15.1.0, 3.14: 16.0.0), so this script

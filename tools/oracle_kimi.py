@@ -13,13 +13,13 @@ at most 25,000 consecutive str.isspace() or non-space characters (the
 workaround for tiktoken issue 195); kimi_encode below does the same.
 
 Writes (paths relative to the repository root):
-  tests/fixtures/tokenizer/kimi/tiktoken.model         a synthetic Kimi-shaped vocabulary: the
+  tests/fixtures/tokenizer-kimi/tiktoken.model         a synthetic Kimi-shaped vocabulary: the
                                                        256 bytes, BPE merges trained on the
                                                        shared training text with Kimi's split,
                                                        and a few tokens BPE cannot reach
-  tests/fixtures/tokenizer/kimi/tokenizer_config.json  Kimi K2's special-token names at their
+  tests/fixtures/tokenizer-kimi/tokenizer_config.json  Kimi K2's special-token names at their
                                                        offsets after the ranks
-  tests/fixtures/tokenizer/kimi/vectors.json           tiktoken's ids and decodes for the shared
+  tests/fixtures/tokenizer-kimi/vectors.json           tiktoken's ids and decodes for the shared
                                                        corpus (tests/fixtures/tokenizer/corpus.jsonl)
                                                        plus Kimi-specific lines ("extra"), and the
                                                        character classes as tiktoken's regex engine
@@ -257,7 +257,7 @@ def read_corpus(root):
 
 
 def write_all(root, corpus_root):
-    kdir = os.path.join(root, "tests", "fixtures", "tokenizer", "kimi")
+    kdir = os.path.join(root, "tests", "fixtures", "tokenizer-kimi")
     os.makedirs(kdir, exist_ok=True)
     ranks = train_ranks()
     write_files(kdir, ranks)
@@ -267,8 +267,8 @@ def write_all(root, corpus_root):
     write_vectors(os.path.join(kdir, "vectors.json"), enc, texts, extra)
 
 
-OUTPUTS = ["tests/fixtures/tokenizer/kimi/tiktoken.model", "tests/fixtures/tokenizer/kimi/tokenizer_config.json",
-           "tests/fixtures/tokenizer/kimi/vectors.json"]
+OUTPUTS = ["tests/fixtures/tokenizer-kimi/tiktoken.model", "tests/fixtures/tokenizer-kimi/tokenizer_config.json",
+           "tests/fixtures/tokenizer-kimi/vectors.json"]
 
 
 def main():
