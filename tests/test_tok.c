@@ -636,6 +636,21 @@ static void kimi_parity(const bytes *corpus, const bytes *texts, size_t n, char 
     }
     CHECK(i == total && n_extra >= 400);
     CHECK(bad_ids == 0 && bad_dec == 0 && bad_stream == 0);
+    size_t pre = 0, l = 0;
+    for (int pl = js_first(v, js_get(v, v->root, "pretokens")); pl >= 0 && l < total; pl = js_next(v, pl), l++) {
+        const bytes *x = l < n ? (texts[l].p ? &texts[l] : &corpus[l]) : &extra[l - n];
+        int c = js_first(v, pl), ok = 1;
+        tok_pre_st st = {0, 0};
+        for (size_t q = 0; q < x->n && ok; c = js_next(v, c)) {
+            size_t e = tok_pretok(t, (const char *)x->p, q, x->n, &st);
+            ok = c >= 0 && (int64_t)(e - q) == js_int(v, c);
+            q = e;
+        }
+        ok = ok && c < 0;
+        if (!ok && l - pre < MAX_SHOWN) fprintf(stderr, "kimi: pre-tokens of line %zu differ from tiktoken's split\n", l + 1);
+        pre += (size_t)ok;
+    }
+    CHECK(l == total && pre == total);
     size_t cls = kimi_class(v, "Han", is_han) + kimi_class(v, "Upper", is_upper) + kimi_class(v, "Lower", is_lower) +
                  kimi_class(v, "OtherL", is_otherl) + kimi_class(v, "isspace", is_pyspace);
     /* the special tokens: ids after the ranks, all special, reserved ones named by id */
@@ -648,7 +663,8 @@ static void kimi_parity(const bytes *corpus, const bytes *texts, size_t n, char 
     size_t len;
     const char *p = tok_piece(t, tok_find(t, "\xc4\xa0"), &len); /* byte-level spelling of " ", as converters see the vocabulary */
     CHECK(p && len == 1 && p[0] == ' ');
-    snprintf(summary, cap, "Kimi (tiktoken) %zu/%zu lines, decode and stream too; Kimi classes %zu code points", i - bad_ids, total, cls);
+    snprintf(summary, cap, "Kimi (tiktoken) %zu/%zu lines, decode and stream too, pre-tokens %zu/%zu; Kimi classes %zu code points",
+             i - bad_ids, total, pre, total, cls);
     tok_ids_free(&o);
     tok_str_free(&s);
     free_lines(extra, n_extra);

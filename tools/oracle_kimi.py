@@ -231,6 +231,37 @@ def _ranges(members):
     return rs
 
 
+def kimi_pieces(texts):
+    """Kimi's pre-tokens of each text (the whole text: no special tokens, no cuts), as byte
+    lengths. tiktoken does not expose its split, so the `regex` module makes it (with each
+    class intersection [X&&[^\\p{Han}]] spelled (?:(?!\\p{Han})[X]), which its default mode
+    needs) and tiktoken then confirms it: given a vocabulary of the 256 bytes and every
+    piece, encode_ordinary must return exactly one token per piece (a piece it cut
+    differently would not be a token, and its bytes would not merge back into these ones)."""
+    import regex
+    import tiktoken
+    pat = KIMI_PATTERN.replace("[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]", "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])")
+    pat = pat.replace("[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]", "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])")
+    if "&&" in pat:
+        sys.exit("kimi_pieces: a class intersection is left in the pattern")
+    rx = regex.compile(pat)
+    pieces = []
+    for t in texts:
+        ps = [m.group(0).encode("utf-8") for m in rx.finditer(t)]
+        if b"".join(ps) != t.encode("utf-8"):
+            sys.exit("kimi_pieces: the pieces do not tile the text")
+        pieces.append(ps)
+    vocab = {bytes([b]): b for b in range(256)}
+    for ps in pieces:
+        for p in ps:
+            vocab.setdefault(p, len(vocab))
+    enc = tiktoken.Encoding("pieces", pat_str=KIMI_PATTERN, mergeable_ranks=vocab, special_tokens={})
+    for i, (t, ps) in enumerate(zip(texts, pieces)):
+        if enc.encode_ordinary(t) != [vocab[p] for p in ps]:
+            sys.exit("kimi_pieces: tiktoken splits text %d differently from the regex module" % i)
+    return [[len(p) for p in ps] for ps in pieces]
+
+
 def write_vectors(path, enc, texts, extra):
     ids, decoded = [], {}
     for i, t in enumerate(texts + extra):
@@ -248,6 +279,7 @@ def write_vectors(path, enc, texts, extra):
         f.write("\"extra\":[\n" + ",\n".join(json.dumps(t.encode("utf-8").hex()) for t in extra) + "],\n")
         f.write("\"classes\":%s,\n" % json.dumps(class_ranges(), separators=(",", ":")))
         f.write("\"decoded\":%s,\n" % json.dumps(decoded, separators=(",", ":")))
+        f.write("\"pretokens\":[\n" + ",\n".join(json.dumps(x, separators=(",", ":")) for x in kimi_pieces(texts + extra)) + "],\n")
         f.write("\"ids\":[\n" + ",\n".join(json.dumps(x, separators=(",", ":")) for x in ids) + "]\n}\n")
 
 
