@@ -530,12 +530,9 @@ static void print_ids(const char *what, const int *ids, size_t n) {
     fputc('\n', stderr);
 }
 
-/* Loads <dir>/tokenizer.json, or says why not. */
-static tok *load_tokenizer(const char *dir, char *err, size_t errlen) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    return tok_load(path, err, errlen);
-}
+/* Loads <dir>/tokenizer.json (or, without one, Kimi's tiktoken.model and
+ * tokenizer_config.json), or says why not. */
+static tok *load_tokenizer(const char *dir, char *err, size_t errlen) { return tok_load_dir(dir, err, errlen); }
 
 /* What the generation loop streams to: the tokens so far and why it
  * stopped (gen_emit). */
