@@ -1,6 +1,9 @@
 /* tok.h — GLM-5 and DeepSeek-V3 tokenizers: byte-level BPE read from a
  * Hugging Face tokenizer.json, id-exact against tokenizers 0.23.3
- * (tests/test_tok.c).
+ * (tests/test_tok.c); and Kimi K2's (K2.5's) tiktoken.model with
+ * tokenizer_config.json, id-exact against tiktoken 0.14 as the model's
+ * tokenization_kimi.py drives it (tok_load_tiktoken, tok_load_dir; its
+ * split is tok_pretok_kimi_).
  *
  * The pipelines accepted (anything else is refused at load, by field):
  *   added tokens   cut out first, leftmost-longest, in tokenizers' two passes:
