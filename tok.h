@@ -1616,13 +1616,18 @@ static inline int tok_tt_line_(tok *t, const char *p, size_t n, size_t ln, int i
                   (long long)rank, id);
         return -1;
     }
-    if (bl > TOK_MAX_PIECE / 3 * 4 + 4 || tok_grow_((void **)&t->bytes, &t->bytes_cap, t->nbytes + bl, 1)) {
+    if (bl > TOK_MAX_PIECE / 3 * 4 + 4) {
         tok_errf_(err, errlen, "%s: line %zu: token longer than %d bytes", t->name, ln, TOK_MAX_PIECE);
         return -1;
     }
+    if (tok_grow_((void **)&t->bytes, &t->bytes_cap, t->nbytes + bl, 1)) {
+        tok_errf_(err, errlen, "%s: out of memory", t->name);
+        return -1;
+    }
     long m = tok_b64_(p, bl, (unsigned char *)t->bytes + t->nbytes);
-    if (m <= 0 || m > TOK_MAX_PIECE) {
-        tok_errf_(err, errlen, "%s: line %zu: %s", t->name, ln, m == 0 ? "empty token" : m < 0 ? "the token is not base64" : "token too long");
+    if (m < 0 || m > TOK_MAX_PIECE) { /* (bl > 0 decodes to at least one byte) */
+        if (m < 0) tok_errf_(err, errlen, "%s: line %zu: the token is not base64", t->name, ln);
+        else tok_errf_(err, errlen, "%s: line %zu: token longer than %d bytes", t->name, ln, TOK_MAX_PIECE);
         return -1;
     }
     int dup = tok_vocab_bytes_(t, t->bytes + t->nbytes, (size_t)m);

@@ -753,6 +753,13 @@ static size_t kimi_hostile(size_t *total) {
         CHECK(t == NULL && strstr(err, "m: line 259: token longer than 65536 bytes"));
         good += t == NULL && strstr(err, "token longer");
         tok_str_free(&big), tok_free(t), k++;
+        tok_str_put(&big, model, o); /* base64 short enough, its bytes one too many */
+        for (int i = 0; i < TOK_MAX_PIECE / 3; i++) tok_str_put(&big, "YWFh", 4);
+        tok_str_put(&big, "YWE= 258\n", 9);
+        t = tok_load_tiktoken_mem(big.s, big.n, "m", cfg, strlen(cfg), "c", err, sizeof err);
+        CHECK(t == NULL && strstr(err, "m: line 259: token longer than 65536 bytes"));
+        good += t == NULL && strstr(err, "token longer");
+        tok_str_free(&big), tok_free(t), k++;
     }
     {   /* files: absent tokenizer_config.json, absent directory, a directory with neither file */
         char dir[] = "/tmp/test_tok_kimi_XXXXXX", path[600];
