@@ -796,7 +796,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         if (cv->ids.ids[i] < 0 || cv->ids.ids[i] >= c->vocab) {
             int bad = cv->ids.ids[i];
             cv->ids.n = before;
-            return fprintf(stderr, "colibri: tokenizer.json: token id %d is outside the model's vocabulary (%d)\n", bad, c->vocab), EXIT_INPUT;
+            return fprintf(stderr, "colibri: %s: token id %d is outside the model's vocabulary (%d)\n", cv->t->name, bad, c->vocab), EXIT_INPUT;
         }
     int n = (int)cv->ids.n, start = cv->n_kv;
     if (n >= m->kv.ctx) {

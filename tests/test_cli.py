@@ -705,6 +705,16 @@ class Generate(unittest.TestCase):
             rc, out, err = run(d, {"PROMPT": "<|im_user|>user<|im_middle|>\u4e2d\u6587 HELLOworld<|im_end|>", "CHAT_TEMPLATE": "0",
                                    "NGEN": "4", "TEMP": "0", "USAGE_SAVE": "0"})
             self.assertEqual(rc, 0, err)
+            small = d + "-small"  # a model vocabulary below the tokenizer's ids: [PAD] (4215) is refused
+            p = subprocess.run([synth, small, "--layers", "2", "--dense-layers", "1", "--experts", "8", "--topk", "2", "--hidden", "128",
+                                "--moe-inter", "64", "--heads", "2", "--vocab", "4000", "--group-size", "32"], capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for f in ("tiktoken.model", "tokenizer_config.json"):
+                shutil.copy(os.path.join(kdir, f), small)
+            rc, out, err = run(small, {"PROMPT": "hi[PAD]", "CHAT_TEMPLATE": "0", "NGEN": "1", "USAGE_SAVE": "0"})
+            shutil.rmtree(small, ignore_errors=True)
+            self.assertEqual(rc, 2, err)
+            self.assertIn("tiktoken.model: token id 4215 is outside the model's vocabulary (4000)", err)
             with open(os.path.join(d, "tiktoken.model"), "a") as f:
                 f.write("not-base64! 3960\n")
             rc, out, err = run(d, {"PROMPT": "hi", "CHAT_TEMPLATE": "0", "USAGE_SAVE": "0"})
