@@ -651,6 +651,25 @@ static void kimi_parity(const bytes *corpus, const bytes *texts, size_t n, char 
         pre += (size_t)ok;
     }
     CHECK(l == total && pre == total);
+    /* past the 400,000-character chunk: the ids' count and FNV-1a hash */
+    size_t long_ok = 0, n_long = (size_t)js_count(v, js_get(v, v->root, "long"));
+    for (int lg = js_first(v, js_get(v, v->root, "long")); lg >= 0; lg = js_next(v, lg)) {
+        const char *unit = js_str(v, js_get(v, lg, "unit"));
+        size_t ul = js_str_len(v, js_get(v, lg, "unit")), times = (size_t)js_int(v, js_get(v, lg, "times"));
+        tok_str text = {0};
+        for (size_t r = 0; r < times; r++) tok_str_put(&text, unit, ul);
+        o.n = 0;
+        uint64_t h = 0xcbf29ce484222325ull;
+        CHECK(tok_encode(t, text.s, text.n, &o) == 0);
+        for (size_t q = 0; q < o.n; q++) h = (h ^ (uint64_t)(uint32_t)o.ids[q]) * 0x100000001b3ull;
+        char hex[20];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+        int ok = (int64_t)o.n == js_int(v, js_get(v, lg, "n_ids")) && !strcmp(hex, js_str(v, js_get(v, lg, "fnv")));
+        if (!ok) fprintf(stderr, "kimi long text \"%s\" x %zu: %zu ids, hash %s, tiktoken's differ\n", unit, times, o.n, hex);
+        long_ok += (size_t)ok;
+        tok_str_free(&text);
+    }
+    CHECK(n_long == 2 && long_ok == n_long);
     size_t cls = kimi_class(v, "Han", is_han) + kimi_class(v, "Upper", is_upper) + kimi_class(v, "Lower", is_lower) +
                  kimi_class(v, "OtherL", is_otherl) + kimi_class(v, "isspace", is_pyspace);
     /* the special tokens: ids after the ranks, all special, reserved ones named by id */
@@ -663,8 +682,8 @@ static void kimi_parity(const bytes *corpus, const bytes *texts, size_t n, char 
     size_t len;
     const char *p = tok_piece(t, tok_find(t, "\xc4\xa0"), &len); /* byte-level spelling of " ", as converters see the vocabulary */
     CHECK(p && len == 1 && p[0] == ' ');
-    snprintf(summary, cap, "Kimi (tiktoken) %zu/%zu lines, decode and stream too, pre-tokens %zu/%zu; Kimi classes %zu code points",
-             i - bad_ids, total, pre, total, cls);
+    snprintf(summary, cap, "Kimi (tiktoken) %zu/%zu lines, decode and stream too, pre-tokens %zu/%zu, 400k-character texts %zu/%zu; "
+             "Kimi classes %zu code points", i - bad_ids, total, pre, total, long_ok, n_long, cls);
     tok_ids_free(&o);
     tok_str_free(&s);
     free_lines(extra, n_extra);

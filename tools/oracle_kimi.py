@@ -262,6 +262,30 @@ def kimi_pieces(texts):
     return [[len(p) for p in ps] for ps in pieces]
 
 
+# Texts past tokenization_kimi.py's 400,000-character chunk (unit, repeats): short runs, so
+# only the chunk boundary cuts, here inside a <|im_end|> (character 400,000 = 33,333 * 12 + 4).
+LONG = [("x<|im_end|> ", 33_400), ("a ", 200_001)]
+
+
+def ids_hash(ids):
+    """FNV-1a over the ids (64-bit), as 16 hex digits: the long texts' ids are too many to list."""
+    h = 0xcbf29ce484222325
+    for i in ids:
+        h = ((h ^ i) * 0x100000001b3) & 0xffffffffffffffff
+    return "%016x" % h
+
+
+def long_vectors(enc):
+    out = []
+    for unit, times in LONG:
+        text = unit * times
+        ids = kimi_encode(enc, text)
+        if enc.decode(ids) != text:
+            sys.exit("long text does not round-trip")
+        out.append({"unit": unit, "times": times, "n_ids": len(ids), "fnv": ids_hash(ids)})
+    return out
+
+
 def write_vectors(path, enc, texts, extra):
     ids, decoded = [], {}
     for i, t in enumerate(texts + extra):
@@ -276,6 +300,7 @@ def write_vectors(path, enc, texts, extra):
         f.write("\"versions\":%s,\n" % json.dumps({"tiktoken": tiktoken.__version__}))
         f.write("\"pattern\":%s,\n" % json.dumps(KIMI_PATTERN))
         f.write("\"n_corpus\":%d,\n" % len(texts))
+        f.write("\"long\":%s,\n" % json.dumps(long_vectors(enc), separators=(",", ":")))
         f.write("\"extra\":[\n" + ",\n".join(json.dumps(t.encode("utf-8").hex()) for t in extra) + "],\n")
         f.write("\"classes\":%s,\n" % json.dumps(class_ranges(), separators=(",", ":")))
         f.write("\"decoded\":%s,\n" % json.dumps(decoded, separators=(",", ":")))
