@@ -3,7 +3,10 @@
  * each tokenizer in vectors.json and compared id for id; decode, streaming
  * decode, the pre-tokenizer's cuts, the Unicode class tables (every code
  * point), the chat template, special-token lookup, invalid UTF-8 and hostile
- * tokenizer.json files are checked too. Run from the repository root. */
+ * tokenizer.json files are checked too; and Kimi K2's tiktoken.model against
+ * tiktoken (tests/fixtures/tokenizer-kimi/vectors.json, tools/oracle_kimi.py):
+ * ids, decode, pre-token splits, class tables, hostile files. Run from the
+ * repository root. */
 #include "../tok.h"
 #include "../json.h"
 #include "check.h"

@@ -21,9 +21,11 @@ Writes (paths relative to the repository root):
                                                        offsets after the ranks
   tests/fixtures/tokenizer-kimi/vectors.json           tiktoken's ids and decodes for the shared
                                                        corpus (tests/fixtures/tokenizer/corpus.jsonl)
-                                                       plus Kimi-specific lines ("extra"), and the
-                                                       character classes as tiktoken's regex engine
-                                                       sees them
+                                                       plus Kimi-specific lines ("extra"), their
+                                                       pre-token splits ("pretokens"), two texts past
+                                                       the 400,000-character chunk ("long": id count
+                                                       and hash), and the character classes as
+                                                       tiktoken's regex engine sees them ("classes")
 
 Usage: tools/oracle_kimi.py [--root DIR] [--check]
 Needs tiktoken 0.14.0 and tokenizers 0.23.3 (tools/requirements-oracle.txt); no network.
