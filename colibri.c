@@ -545,12 +545,9 @@ static int add_chat_stop(coli_config *c, const tok *t, int fmt) {
     return 0;
 }
 
-/* Loads <dir>/tokenizer.json, or says why not. */
-static tok *load_tokenizer(const char *dir, char *err, size_t errlen) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    return tok_load(path, err, errlen);
-}
+/* Loads <dir>/tokenizer.json (or, without one, Kimi's tiktoken.model and
+ * tokenizer_config.json), or says why not. */
+static tok *load_tokenizer(const char *dir, char *err, size_t errlen) { return tok_load_dir(dir, err, errlen); }
 
 /* What the generation loop streams to: the tokens so far and why it
  * stopped (gen_emit). */
@@ -820,7 +817,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         if (cv->ids.ids[i] < 0 || cv->ids.ids[i] >= c->vocab) {
             int bad = cv->ids.ids[i];
             cv->ids.n = before;
-            return fprintf(stderr, "colibri: tokenizer.json: token id %d is outside the model's vocabulary (%d)\n", bad, c->vocab), EXIT_INPUT;
+            return fprintf(stderr, "colibri: %s: token id %d is outside the model's vocabulary (%d)\n", cv->t->name, bad, c->vocab), EXIT_INPUT;
         }
     int n = (int)cv->ids.n, start = cv->n_kv;
     if (n >= m->kv.ctx) {

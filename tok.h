@@ -1,6 +1,9 @@
 /* tok.h — GLM-5 and DeepSeek-V3 tokenizers: byte-level BPE read from a
  * Hugging Face tokenizer.json, id-exact against tokenizers 0.23.3
- * (tests/test_tok.c).
+ * (tests/test_tok.c); and Kimi K2's (K2.5's) tiktoken.model with
+ * tokenizer_config.json, id-exact against tiktoken 0.14 as the model's
+ * tokenization_kimi.py drives it (tok_load_tiktoken, tok_load_dir; its
+ * split is tok_pretok_kimi_).
  *
  * The pipelines accepted (anything else is refused at load, by field):
  *   added tokens   cut out first, leftmost-longest, in tokenizers' two passes:
@@ -58,7 +61,15 @@
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|" \
     "\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
 
-enum { TOK_PRE_GLM, TOK_PRE_DEEPSEEK3 };
+/* Kimi K2's (and K2.5's) split pattern: tokenization_kimi.py's pat_str, run by
+ * tiktoken; the alternatives are joined by '|' there. */
+#define TOK_KIMI_REGEX                                                                                  \
+    "[\\p{Han}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"                 \
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?"       \
+    "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"        \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+enum { TOK_PRE_GLM, TOK_PRE_DEEPSEEK3, TOK_PRE_KIMI };
 
 enum { TOK_F_ADDED = 1, TOK_F_SPECIAL = 2 };
 
@@ -500,9 +511,106 @@ static inline size_t tok_pretok_ds_(const char *text, size_t i, size_t n, tok_pr
     return st->g2;
 }
 
+/* ---------------------------------------------- Kimi K2 pre-tokenizer
+ *
+ * TOK_KIMI_REGEX, as tiktoken runs it (fancy-regex: backtracking,
+ * leftmost-first alternation). With U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
+ * W = [\p{Ll}\p{Lm}\p{Lo}\p{M}], both less \p{Han}, P = [^\r\n\p{L}\p{N}]
+ * and C = (?i:'s|'t|'re|'ve|'m|'ll|'d), the alternatives are
+ *   1 [\p{Han}]+   2 P? U* W+ C?   3 P? U+ W* C?   4 \p{N}{1,3}
+ *   5 ' '?[^\s\p{L}\p{N}]+[\r\n]*   6 \s*[\r\n]+   7 \s+(?!\S)   8 \s+
+ * Every character starts a match, so the pieces tile the text. */
+
+typedef struct { int han, u, w; } tok_kimi_ch_;
+
+/* Kimi's view of c: Han script, in U, in W. */
+static inline tok_kimi_ch_ tok_kimi_of_(tok_ch_ c) {
+    tok_kimi_ch_ k = {0, 0, 0};
+    if (c.cp >= 0x2e80 && (k.han = tok_uni_han(c.cp))) return k;
+    if (c.cls == TOK_UNI_L) {
+        int kind = c.cp < 256 ? tok_uni3_latin1[c.cp] : tok_uni3_class(c.cp);
+        k.u = kind != TOK_UNI3_LOWER;
+        k.w = kind != TOK_UNI3_UPPER;
+    } else if (c.cls == TOK_UNI_OTHER && tok_ds_cls2_(c) == TOK_UNI2_M) {
+        k.u = k.w = 1;
+    }
+    return k;
+}
+
+/* End of the run of W characters from q (q <= n). */
+static inline size_t tok_kimi_wrun_(const unsigned char *s, size_t q, size_t n) {
+    while (q < n) {
+        tok_ch_ c = tok_ch_at_(s + q);
+        if (!tok_kimi_of_(c).w) break;
+        q += (size_t)c.len;
+    }
+    return q;
+}
+
+/* End of U* W+ (upper = 0) or U+ W* (upper = 1) at q, or 0 when it does not
+ * match. The greedy U* gives characters back until W+ can start: at the
+ * first non-U character if that is in W (then W+ runs on), else at the last
+ * character of the U run that is also in W (then W+ is that one character,
+ * the next being outside W). */
+static inline size_t tok_kimi_word_(const unsigned char *s, size_t q, size_t n, int upper) {
+    size_t e = q, last_w = 0;
+    while (e < n) {
+        tok_ch_ c = tok_ch_at_(s + e);
+        tok_kimi_ch_ k = tok_kimi_of_(c);
+        if (!k.u) break;
+        e += (size_t)c.len;
+        if (k.w) last_w = e;
+    }
+    if (upper) return e > q ? tok_kimi_wrun_(s, e, n) : 0;
+    if (e < n && tok_kimi_of_(tok_ch_at_(s + e)).w) return tok_kimi_wrun_(s, e, n);
+    return last_w;
+}
+
+/* End of the optional contraction C at e ('ſ U+017F folds to 's'). */
+static inline size_t tok_kimi_contraction_(const unsigned char *s, size_t e, size_t n) {
+    if (e + 1 >= n || s[e] != '\'') return e;
+    int a = tok_lower_(s[e + 1]);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return e + 2;
+    if (s[e + 1] == 0xC5 && e + 2 < n && s[e + 2] == 0xBF) return e + 3;
+    if (e + 2 < n) {
+        int b = tok_lower_(s[e + 2]);
+        if (((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l')) return e + 3;
+    }
+    return e;
+}
+
+/* End of the Kimi K2 pre-token that starts at i (< n). */
+static inline size_t tok_pretok_kimi_(const char *text, size_t i, size_t n) {
+    const unsigned char *s = (const unsigned char *)text;
+    tok_ch_ c = tok_ch_at_(s + i);
+    size_t j = i + (size_t)c.len;
+    if (tok_kimi_of_(c).han) {
+        while (j < n) {
+            tok_ch_ d = tok_ch_at_(s + j);
+            if (d.cp < 0x2e80 || !tok_uni_han(d.cp)) break;
+            j += (size_t)d.len;
+        }
+        return j;
+    }
+    int p = c.cls != TOK_UNI_L && c.cls != TOK_UNI_N && c.cp != '\r' && c.cp != '\n';
+    for (int upper = 0; upper < 2; upper++) { /* alternatives 2 and 3, each with P first */
+        size_t e = p ? tok_kimi_word_(s, j, n, upper) : 0;
+        if (!e) e = tok_kimi_word_(s, i, n, upper);
+        if (e) return tok_kimi_contraction_(s, e, n);
+    }
+    if (c.cls == TOK_UNI_N) return tok_digits3_(s, j, n);
+    if (c.cls == TOK_UNI_OTHER || (c.cp == ' ' && j < n && tok_ch_at_(s + j).cls == TOK_UNI_OTHER)) {
+        size_t k = tok_run_(s, c.cls == TOK_UNI_OTHER ? i : j, n, TOK_UNI_OTHER);
+        while (k < n && (s[k] == '\r' || s[k] == '\n')) k++;
+        return k;
+    }
+    return tok_ws_alts_(s, i, n); /* whitespace: alternatives 6, 7, 8 */
+}
+
 /* End of the pre-token of t's pre-tokenizer that starts at i (< n) of the
  * valid UTF-8 text[0..n); st zeroed before the first call on a text. */
 static inline size_t tok_pretok(const tok *t, const char *text, size_t i, size_t n, tok_pre_st *st) {
+    if (t->pre == TOK_PRE_KIMI) return tok_pretok_kimi_(text, i, n);
     return t->pre == TOK_PRE_DEEPSEEK3 ? tok_pretok_ds_(text, i, n, st) : tok_pretok_next(text, i, n);
 }
 
@@ -790,6 +898,43 @@ static inline int tok_encode_pass_(const tok *t, const unsigned char *s, size_t 
     return 0;
 }
 
+/* Python's str.isspace() (bidirectional class WS, B or S, or category Zs):
+ * \s plus U+001C..U+001F. */
+static inline int tok_py_isspace_(uint32_t cp) {
+    if (cp < 0x80) return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20);
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+#define TOK_KIMI_CHUNK 400000 /* characters tokenization_kimi.py hands tiktoken at most   */
+#define TOK_KIMI_RUN 25000    /* longest run of str.isspace() or other characters it keeps */
+
+/* Kimi's encode() as tokenization_kimi.py does it: the text cut into chunks
+ * of TOK_KIMI_CHUNK characters, each cut again before the character that
+ * would make a run of more than TOK_KIMI_RUN consecutive space or non-space
+ * characters; every piece is encoded on its own (pre-tokens and special
+ * tokens never span a cut). s[0..n) is valid UTF-8. */
+static inline int tok_encode_kimi_(const tok *t, const unsigned char *s, size_t n, tok_ids *o) {
+    if (n <= TOK_KIMI_RUN) return tok_encode_pass_(t, s, n, 0, o); /* too few characters for a cut */
+    size_t start = 0, chars = 0, run = 0;
+    int space = 0;
+    for (size_t i = 0; i < n;) {
+        int l;
+        int sp = tok_py_isspace_(tok_dec_(s + i, &l));
+        if (chars % TOK_KIMI_CHUNK == 0) { /* a new chunk: its first character starts a run */
+            if (i > start && tok_encode_pass_(t, s + start, i - start, 0, o)) return -1;
+            start = i, run = 0, space = sp;
+        }
+        if (sp != space) run = 1, space = sp;
+        else if (++run > TOK_KIMI_RUN) {
+            if (tok_encode_pass_(t, s + start, i - start, 0, o)) return -1;
+            start = i, run = 1;
+        }
+        i += (size_t)l, chars++;
+    }
+    return tok_encode_pass_(t, s + start, n - start, 0, o);
+}
+
 /* Appends the ids of text[0..len) to out->ids (any bytes; invalid UTF-8 is
  * replaced first). Same ids as tokenizers' encode(text,
  * add_special_tokens=False): special-token text inside it becomes the
@@ -805,6 +950,7 @@ static inline int tok_encode(const tok *t, const char *text, size_t len, tok_ids
         len = ok + tok_utf8_fix(text + ok, len - ok, (char *)out->fix + ok);
         s = out->fix;
     }
+    if (t->pre == TOK_PRE_KIMI) return tok_encode_kimi_(t, s, len, out);
     return len ? tok_encode_pass_(t, s, len, 0, out) : 0;
 }
 
@@ -1422,6 +1568,282 @@ static inline tok *tok_load(const char *path, char *err, size_t errlen) {
     tok *t = tok_load_mem(buf, len, path, err, errlen);
     free(buf);
     return t;
+}
+
+/* ------------------------------------------------------------ tiktoken (Kimi K2) */
+
+#define TOK_KIMI_SPECIALS (256 + 2) /* tokenization_kimi.py: num_reserved_special_tokens + 2 */
+
+/* Decodes standard base64 (padded) s[0..n) into out (≥ 3n/4 bytes); returns
+ * the length, or -1 when s is not base64. */
+static inline long tok_b64_(const char *s, size_t n, unsigned char *out) {
+    if (n % 4) return -1;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t v = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            unsigned char c = (unsigned char)s[i + k];
+            int x = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
+                    : c == '+' ? 62 : c == '/' ? 63 : -1;
+            if (c == '=' && i + 4 == n && k >= 2) { pad++, x = 0; }
+            else if (x < 0 || pad) return -1;
+            v = v << 6 | (uint32_t)x;
+        }
+        out[o++] = (unsigned char)(v >> 16);
+        if (pad < 2) out[o++] = (unsigned char)(v >> 8);
+        if (pad < 1) out[o++] = (unsigned char)v;
+    }
+    return (long)o;
+}
+
+/* One line "<base64 bytes> <rank>" of tiktoken.model (line number ln, the
+ * token's expected rank id): appends the bytes to t->bytes as id. */
+static inline int tok_tt_line_(tok *t, const char *p, size_t n, size_t ln, int id, char *err, size_t errlen) {
+    const char *sp = (const char *)memchr(p, ' ', n);
+    size_t bl = sp ? (size_t)(sp - p) : 0, rl = sp ? n - bl - 1 : 0;
+    int64_t rank = rl && rl <= 9 ? 0 : -1;
+    for (size_t k = 0; rank >= 0 && k < rl; k++) rank = sp[1 + k] >= '0' && sp[1 + k] <= '9' ? rank * 10 + (sp[1 + k] - '0') : -1;
+    if (!bl || rank < 0) {
+        tok_errf_(err, errlen, "%s: line %zu: expected \"<base64 bytes> <rank>\"", t->name, ln);
+        return -1;
+    }
+    if (rank != id) {
+        tok_errf_(err, errlen, "%s: line %zu: rank %lld, expected %d (ranks must run 0, 1, 2, ... in file order)", t->name, ln,
+                  (long long)rank, id);
+        return -1;
+    }
+    if (bl > TOK_MAX_PIECE / 3 * 4 + 4) {
+        tok_errf_(err, errlen, "%s: line %zu: token longer than %d bytes", t->name, ln, TOK_MAX_PIECE);
+        return -1;
+    }
+    if (tok_grow_((void **)&t->bytes, &t->bytes_cap, t->nbytes + bl, 1)) {
+        tok_errf_(err, errlen, "%s: out of memory", t->name);
+        return -1;
+    }
+    long m = tok_b64_(p, bl, (unsigned char *)t->bytes + t->nbytes);
+    if (m < 0 || m > TOK_MAX_PIECE) { /* (bl > 0 decodes to at least one byte) */
+        if (m < 0) tok_errf_(err, errlen, "%s: line %zu: the token is not base64", t->name, ln);
+        else tok_errf_(err, errlen, "%s: line %zu: token longer than %d bytes", t->name, ln, TOK_MAX_PIECE);
+        return -1;
+    }
+    int dup = tok_vocab_bytes_(t, t->bytes + t->nbytes, (size_t)m);
+    if (dup >= 0) {
+        tok_errf_(err, errlen, "%s: line %zu: the same bytes as rank %d", t->name, ln, dup);
+        return -1;
+    }
+    t->off[id] = (uint32_t)t->nbytes;
+    t->len[id] = (uint32_t)m;
+    t->nbytes += (size_t)m;
+    tok_map_put_(t->vmap, t->vmask, t->bytes + t->off[id], (size_t)m, id);
+    return 0;
+}
+
+/* tiktoken's BPE as merges: the pair (a, b) merges into c, with c's rank,
+ * whenever the bytes of a then b are token c; the lowest rank merges first
+ * (leftmost on ties), exactly tiktoken's byte_pair_merge. Every split of
+ * every token is a candidate; fails past TOK_MAX_MERGES pairs. */
+static inline int tok_tt_merges_(tok *t, char *err, size_t errlen) {
+    size_t count = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int c = 0; c < t->n_vocab; c++) {
+            const char *p = t->bytes + t->off[c];
+            for (uint32_t k = 1; k < t->len[c]; k++) {
+                int a = tok_vocab_bytes_(t, p, k), b = a >= 0 ? tok_vocab_bytes_(t, p + k, t->len[c] - k) : -1;
+                if (b < 0) continue;
+                if (!pass) {
+                    if (++count > TOK_MAX_MERGES) {
+                        tok_errf_(err, errlen, "%s: more than %d mergeable pairs", t->name, TOK_MAX_MERGES);
+                        return -1;
+                    }
+                    continue;
+                }
+                uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+                uint32_t h = tok_mix_(key) & t->mmask;
+                while (t->merges[h].rank != UINT32_MAX) h = (h + 1) & t->mmask;
+                t->merges[h].key = key;
+                t->merges[h].rank = (uint32_t)c;
+                t->merges[h].id = (uint32_t)c;
+            }
+        }
+        if (!pass) {
+            t->mmask = tok_table_size_(count) - 1;
+            t->merges = (tok_merge_ *)malloc(((size_t)t->mmask + 1) * sizeof(tok_merge_));
+            if (!t->merges) { tok_errf_(err, errlen, "%s: out of memory", t->name); return -1; }
+            for (uint32_t k = 0; k <= t->mmask; k++) t->merges[k].rank = UINT32_MAX;
+        }
+    }
+    return 0;
+}
+
+/* Reads tiktoken.model text buf[0..len): one token a line, ranks 0.. in
+ * order (blank lines skipped, CRLF accepted), all 256 single bytes present. */
+static inline int tok_tt_ranks_(tok *t, const char *buf, size_t len, char *err, size_t errlen) {
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++) lines += buf[i] == '\n';
+    if (lines > (size_t)(TOK_MAX_IDS - TOK_KIMI_SPECIALS)) lines = (size_t)(TOK_MAX_IDS - TOK_KIMI_SPECIALS) + 1;
+    size_t cap = lines + TOK_KIMI_SPECIALS;
+    t->off = (uint32_t *)calloc(cap, sizeof(uint32_t));
+    t->len = (uint32_t *)calloc(cap, sizeof(uint32_t));
+    t->vmask = tok_table_size_(lines) - 1;
+    t->vmap = (uint32_t *)calloc((size_t)t->vmask + 1, sizeof(uint32_t));
+    t->umask = 15;
+    t->umap = (uint32_t *)calloc(16, sizeof(uint32_t));
+    if (!t->off || !t->len || !t->vmap || !t->umap) { tok_errf_(err, errlen, "%s: out of memory", t->name); return -1; }
+    int n = 0;
+    size_t ln = 0;
+    for (const char *p = buf, *e; p < buf + len; p = e + 1) {
+        e = (const char *)memchr(p, '\n', (size_t)(buf + len - p));
+        if (!e) e = buf + len;
+        size_t l = (size_t)(e - p);
+        ln++;
+        if (l && p[l - 1] == '\r') l--;
+        if (!l) continue;
+        if (n >= TOK_MAX_IDS - TOK_KIMI_SPECIALS) {
+            tok_errf_(err, errlen, "%s: line %zu: more than %d tokens", t->name, ln, TOK_MAX_IDS - TOK_KIMI_SPECIALS);
+            return -1;
+        }
+        if (tok_tt_line_(t, p, l, ln, n, err, errlen)) return -1;
+        n++;
+    }
+    t->n_vocab = n;
+    for (int b = 0; b < 256; b++) {
+        unsigned char byte = (unsigned char)b;
+        if ((t->byte_id[b] = tok_vocab_bytes_(t, &byte, 1)) < 0) {
+            tok_errf_(err, errlen, "%s: no token for the byte 0x%02x (tiktoken needs all 256)", t->name, b);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The special tokens, ids n_vocab .. n_vocab + TOK_KIMI_SPECIALS - 1, as
+ * tokenization_kimi.py names them: the content added_tokens_decoder gives
+ * the id in tokenizer_config.json cfg[0..len) (file name cname), else
+ * "<|reserved_token_<id>|>". All are special and matched in text. */
+static inline int tok_tt_specials_(tok *t, const char *cfg, size_t len, const char *cname, char *err, size_t errlen) {
+    char jerr[160], q[200];
+    js_doc *d = js_parse(cfg, len, jerr, sizeof jerr);
+    if (!d) { tok_errf_(err, errlen, "%s: not valid JSON: %s", cname, jerr); return -1; }
+    int rc = -1, dec = js_get(d, d->root, "added_tokens_decoder"), nv = t->n_vocab;
+    int name[TOK_KIMI_SPECIALS];
+    for (int i = 0; i < TOK_KIMI_SPECIALS; i++) name[i] = -1;
+    if (js_typeof(d, d->root) != JS_OBJ || js_typeof(d, dec) != JS_OBJ) {
+        tok_errf_(err, errlen, "%s: added_tokens_decoder: must be an object (the special tokens by id)", cname);
+        goto out;
+    }
+    for (int c = js_first(d, dec); c >= 0; c = js_next(d, c)) {
+        const char *key = js_key(d, c), *end;
+        errno = 0;
+        long id = strtol(key, (char **)&end, 10);
+        int cont = js_get(d, c, "content");
+        if (end != key + js_key_len(d, c) || errno || key[0] < '0' || key[0] > '9' || id < nv || id >= nv + TOK_KIMI_SPECIALS) {
+            tok_errf_(err, errlen, "%s: added_tokens_decoder[\"%s\"]: ids must be %d..%d (the special tokens after tiktoken.model's %d)",
+                      cname, tok_quote_(key, js_key_len(d, c), q, sizeof q), nv, nv + TOK_KIMI_SPECIALS - 1, nv);
+            goto out;
+        }
+        if (js_typeof(d, c) != JS_OBJ || js_typeof(d, cont) != JS_STR || !js_str_len(d, cont) || js_str_len(d, cont) > TOK_MAX_PIECE) {
+            tok_errf_(err, errlen, "%s: added_tokens_decoder[\"%ld\"]: needs a \"content\" string of 1..%d bytes", cname, id, TOK_MAX_PIECE);
+            goto out;
+        }
+        name[id - nv] = cont;
+    }
+    t->n_ids = nv + TOK_KIMI_SPECIALS;
+    t->flags = (uint8_t *)calloc((size_t)t->n_ids, 1);
+    t->added = (tok_added_ *)calloc(TOK_KIMI_SPECIALS, sizeof(tok_added_));
+    if (!t->flags || !t->added) { tok_errf_(err, errlen, "%s: out of memory", t->name); goto out; }
+    for (int i = 0; i < TOK_KIMI_SPECIALS; i++) {
+        char rsv[48];
+        size_t sl = name[i] >= 0 ? js_str_len(d, name[i]) : (size_t)snprintf(rsv, sizeof rsv, "<|reserved_token_%d|>", nv + i);
+        const char *sc = name[i] >= 0 ? js_str(d, name[i]) : rsv;
+        for (int k = 0; k < i; k++)
+            if (t->added[k].len == sl && !memcmp(t->bytes + t->added[k].off, sc, sl)) {
+                tok_errf_(err, errlen, "%s: added_tokens_decoder: \"%s\" names ids %d and %d", cname, tok_quote_(sc, sl, q, sizeof q),
+                          nv + k, nv + i);
+                goto out;
+            }
+        if (tok_grow_((void **)&t->bytes, &t->bytes_cap, t->nbytes + sl, 1)) { tok_errf_(err, errlen, "%s: out of memory", t->name); goto out; }
+        tok_added_ *a = &t->added[i];
+        a->id = nv + i;
+        a->off = t->off[a->id] = (uint32_t)t->nbytes;
+        a->len = t->len[a->id] = (uint32_t)sl;
+        memcpy(t->bytes + t->nbytes, sc, sl);
+        t->nbytes += sl;
+        t->flags[a->id] = TOK_F_ADDED | TOK_F_SPECIAL;
+        if (tok_trie_add_(&t->trie[0], (const unsigned char *)t->bytes + a->off, sl, i)) {
+            tok_errf_(err, errlen, "%s: out of memory", t->name);
+            goto out;
+        }
+        t->n_added = i + 1;
+    }
+    rc = 0;
+out:
+    js_free(d);
+    return rc;
+}
+
+/* Builds Kimi K2's tokenizer from its tiktoken.model text model[0..mlen)
+ * and tokenizer_config.json text cfg[0..clen) (file names mname, cname for
+ * messages): tiktoken's rank BPE, Kimi's split (TOK_KIMI_REGEX), the
+ * special tokens of tokenization_kimi.py, which it encodes with
+ * allowed_special="all" (special-token text becomes the special token:
+ * leftmost, and the longest where one name is a prefix of another, an order
+ * tiktoken leaves to its hash map). Decoding joins the token bytes (lossy
+ * UTF-8), as tiktoken's decode. Returns the tokenizer or NULL with err. */
+static inline tok *tok_load_tiktoken_mem(const char *model, size_t mlen, const char *mname, const char *cfg, size_t clen,
+                                         const char *cname, char *err, size_t errlen) {
+    tok *t = (tok *)calloc(1, sizeof *t);
+    if (!t) { tok_errf_(err, errlen, "%s: out of memory", mname); return NULL; }
+    snprintf(t->name, sizeof t->name, "%s", mname);
+    memset(t->trie[0].root, 0xff, sizeof t->trie[0].root);
+    memset(t->trie[1].root, 0xff, sizeof t->trie[1].root);
+    t->pre = TOK_PRE_KIMI;
+    t->ignore_merges = 1; /* tiktoken takes a piece that is a whole token as it is */
+    if (tok_tt_ranks_(t, model, mlen, err, errlen) || tok_tt_merges_(t, err, errlen) || tok_tt_specials_(t, cfg, clen, cname, err, errlen)) {
+        tok_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Loads tiktoken.model and tokenizer_config.json from their paths. */
+static inline tok *tok_load_tiktoken(const char *model_path, const char *config_path, char *err, size_t errlen) {
+    size_t ml, cl;
+    char *m = compat_read_file(model_path, TOK_MAX_FILE, &ml);
+    if (!m) {
+        tok_errf_(err, errlen, "%s: cannot read: %s", model_path, errno == EFBIG ? "larger than 1 GiB" : compat_strerror(errno));
+        return NULL;
+    }
+    char *c = compat_read_file(config_path, TOK_MAX_FILE, &cl);
+    if (!c) {
+        tok_errf_(err, errlen, "%s: cannot read: %s", config_path, errno == EFBIG ? "larger than 1 GiB" : compat_strerror(errno));
+        free(m);
+        return NULL;
+    }
+    tok *t = tok_load_tiktoken_mem(m, ml, model_path, c, cl, config_path, err, errlen);
+    free(m);
+    free(c);
+    return t;
+}
+
+/* 1 if path does not exist (any other failure to read it counts as there). */
+static inline int tok_absent_(const char *path) {
+    size_t n;
+    char *p = compat_read_file(path, 0, &n);
+    int e = errno;
+    free(p);
+    return !p && e == ENOENT;
+}
+
+/* The tokenizer of model directory dir: tokenizer.json when there is one,
+ * else tiktoken.model with tokenizer_config.json (Kimi K2 / K2.5). */
+static inline tok *tok_load_dir(const char *dir, char *err, size_t errlen) {
+    char path[4096], cfg[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    snprintf(cfg, sizeof cfg, "%s/tiktoken.model", dir);
+    if (!tok_absent_(path) || tok_absent_(cfg)) return tok_load(path, err, errlen);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    return tok_load_tiktoken(cfg, path, err, errlen);
 }
 
 #endif

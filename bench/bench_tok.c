@@ -1,8 +1,10 @@
 /* bench_tok.c — tok_encode throughput on the parity corpus, one thread.
  *
  *   make build/rel/bench_tok
- *   build/rel/bench_tok [tokenizer.json] [corpus.jsonl] [runs]
+ *   build/rel/bench_tok [tokenizer.json | model directory] [corpus.jsonl] [runs]
  * Defaults: tests/fixtures/tokenizer/tokenizer.json (32k ids), its corpus.jsonl, 7 runs.
+ * A directory is loaded as colibri loads a model's (tok_load_dir), e.g.
+ * tests/fixtures/tokenizer-kimi for Kimi K2's tiktoken.model.
  * Two figures, each the median of the runs, in MB/s of input bytes (MB = 1e6):
  *   lines  every corpus line encoded by its own call (the way prompts arrive)
  *   text   the lines joined with "\n" and encoded by one call
@@ -75,7 +77,8 @@ int main(int argc, char **argv) {
     if (runs < 1 || runs > 1000) { fprintf(stderr, "runs must be 1..1000\n"); return 2; }
     char err[512];
     double t0 = compat_now();
-    tok *t = tok_load(tp, err, sizeof err);
+    size_t tl = strlen(tp);
+    tok *t = tl > 5 && !strcmp(tp + tl - 5, ".json") ? tok_load(tp, err, sizeof err) : tok_load_dir(tp, err, sizeof err);
     if (!t) { fprintf(stderr, "%s\n", err); return 1; }
     double load = compat_now() - t0;
     size_t n, bytes = 0, ntok = 0;

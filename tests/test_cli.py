@@ -704,6 +704,55 @@ class Generate(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn(b"stdin line 1 is not a JSON string", p.stderr)
 
+    def test_kimi_tokenizer_end_to_end(self):
+        """A model directory with Kimi K2's tiktoken.model and tokenizer_config.json and no
+        tokenizer.json: --tokenize equals tiktoken on the corpus' last 300 lines and the
+        Kimi lines (tests/fixtures/tokenizer-kimi/vectors.json); a raw prompt generates; a
+        broken tiktoken.model is refused before the model loads, naming file and line."""
+        kdir = os.path.join(FIXTURES, "tokenizer-kimi")
+        vec = load_json(os.path.join(kdir, "vectors.json"))
+        d = tempfile.mkdtemp()
+        try:
+            synth = os.path.join(os.path.dirname(BIN) or ".", "colibri-synth")
+            p = subprocess.run([synth, d, "--layers", "2", "--dense-layers", "1", "--experts", "8", "--topk", "2", "--hidden", "128",
+                                "--moe-inter", "64", "--heads", "2", "--vocab", "4218", "--group-size", "32"], capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for f in ("tiktoken.model", "tokenizer_config.json"):
+                shutil.copy(os.path.join(kdir, f), d)
+            self.assertFalse(os.path.exists(os.path.join(d, "tokenizer.json")))
+            lines = []
+            with open(os.path.join(FIXTURES, "tokenizer", "corpus.jsonl")) as f:
+                for l in f:
+                    lines.append(bytes.fromhex(json.loads(l)).decode("utf-8", "replace"))
+            lines += [bytes.fromhex(h).decode("utf-8") for h in vec["extra"]]
+            first = vec["n_corpus"] - 300
+            stdin = "".join(json.dumps(t) + "\n" for t in lines[first:])
+            p = subprocess.run([BIN, "--tokenize", "--jsonl", d], input=stdin.encode(), capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = [[int(x) for x in l.split()] for l in p.stdout.decode().splitlines()]
+            self.assertEqual(got, vec["ids"][first:])
+            rc, out, err = run(d, {"PROMPT": "<|im_user|>user<|im_middle|>\u4e2d\u6587 HELLOworld<|im_end|>", "CHAT_TEMPLATE": "0",
+                                   "NGEN": "4", "TEMP": "0", "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 0, err)
+            small = d + "-small"  # a model vocabulary below the tokenizer's ids: [PAD] (4215) is refused
+            p = subprocess.run([synth, small, "--layers", "2", "--dense-layers", "1", "--experts", "8", "--topk", "2", "--hidden", "128",
+                                "--moe-inter", "64", "--heads", "2", "--vocab", "4000", "--group-size", "32"], capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for f in ("tiktoken.model", "tokenizer_config.json"):
+                shutil.copy(os.path.join(kdir, f), small)
+            rc, out, err = run(small, {"PROMPT": "hi[PAD]", "CHAT_TEMPLATE": "0", "NGEN": "1", "USAGE_SAVE": "0"})
+            shutil.rmtree(small, ignore_errors=True)
+            self.assertEqual(rc, 2, err)
+            self.assertIn("tiktoken.model: token id 4215 is outside the model's vocabulary (4000)", err)
+            with open(os.path.join(d, "tiktoken.model"), "a") as f:
+                f.write("not-base64! 3960\n")
+            rc, out, err = run(d, {"PROMPT": "hi", "CHAT_TEMPLATE": "0", "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 2, err)
+            self.assertIn("tiktoken.model: line 3961: the token is not base64", err)
+            self.assertNotIn("plan:", err)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
     def test_deepseek_tokenizer_end_to_end(self):
         """A model directory with DeepSeek-V3's tokenizer pipeline: --tokenize
         equals tokenizers on the corpus' last 600 lines (DeepSeek's own cases

@@ -3,7 +3,10 @@
  * each tokenizer in vectors.json and compared id for id; decode, streaming
  * decode, the pre-tokenizer's cuts, the Unicode class tables (every code
  * point), the chat template, special-token lookup, invalid UTF-8 and hostile
- * tokenizer.json files are checked too. Run from the repository root. */
+ * tokenizer.json files are checked too; and Kimi K2's tiktoken.model against
+ * tiktoken (tests/fixtures/tokenizer-kimi/vectors.json, tools/oracle_kimi.py):
+ * ids, decode, pre-token splits, class tables, hostile files. Run from the
+ * repository root. */
 #include "../tok.h"
 #include "../json.h"
 #include "check.h"
@@ -576,6 +579,233 @@ static void deepseek_refusals(void) {
     free(good);
 }
 
+
+/* ---------------------------------------------------------------- Kimi K2 (tiktoken) */
+
+#define KX "tests/fixtures/tokenizer-kimi/"
+
+/* Class tables of Kimi's split against tiktoken's own dump: each code point
+ * in `name`'s ranges iff pred says so. Returns the code points that agree. */
+static size_t kimi_class(const js_doc *v, const char *name, int (*pred)(uint32_t)) {
+    uint8_t *want = calloc(0x110000, 1);
+    for (int r = js_first(v, js_get(v, js_get(v, v->root, "classes"), name)); r >= 0; r = js_next(v, r))
+        for (int64_t cp = js_int(v, js_first(v, r)); cp <= js_int(v, js_next(v, js_first(v, r))) && cp < 0x110000; cp++) want[cp] = 1;
+    size_t good = 0, bad = 0;
+    for (uint32_t cp = 0; cp < 0x110000; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        if (pred(cp) == want[cp]) good++;
+        else if (bad++ < MAX_SHOWN) fprintf(stderr, "kimi class %s: U+%04X is %d here, %d in tiktoken\n", name, cp, pred(cp), want[cp]);
+    }
+    free(want);
+    CHECK(bad == 0);
+    return good;
+}
+
+static int kind_of(uint32_t cp) { return cp < 256 ? tok_uni3_latin1[cp] : tok_uni3_class(cp); }
+static int is_upper(uint32_t cp) { return kind_of(cp) == TOK_UNI3_UPPER; }
+static int is_lower(uint32_t cp) { return kind_of(cp) == TOK_UNI3_LOWER; }
+static int is_otherl(uint32_t cp) { return kind_of(cp) == TOK_UNI3_OTHERL; }
+static int is_han(uint32_t cp) { return tok_uni_han(cp); }
+static int is_pyspace(uint32_t cp) { return tok_py_isspace_(cp); }
+
+/* Every corpus line and Kimi extra line encoded and decoded as tiktoken did. */
+static void kimi_parity(const bytes *corpus, const bytes *texts, size_t n, char *summary, size_t cap) {
+    char err[512], *vbuf;
+    js_doc *v = load_json(KX "vectors.json", &vbuf);
+    tok *t = tok_load_dir("tests/fixtures/tokenizer-kimi", err, sizeof err);
+    CHECK(v && t);
+    if (!t) fprintf(stderr, "kimi: %s\n", err);
+    if (!v || !t) { tok_free(t); return; }
+    CHECK(!strcmp(js_str(v, js_get(v, v->root, "pattern")), TOK_KIMI_REGEX));
+    CHECK((size_t)js_int(v, js_get(v, v->root, "n_corpus")) == n);
+    size_t n_extra = (size_t)js_count(v, js_get(v, v->root, "extra")), total = n + n_extra;
+    bytes *extra = calloc(n_extra + 1, sizeof *extra), *decoded = hex_by_line(v, js_get(v, v->root, "decoded"), total);
+    size_t k = 0;
+    for (int e = js_first(v, js_get(v, v->root, "extra")); e >= 0; e = js_next(v, e), k++) unhex(js_str(v, e), js_str_len(v, e), &extra[k]);
+    tok_ids o = {0};
+    tok_str s = {0};
+    size_t i = 0, bad_ids = 0, bad_dec = 0, bad_stream = 0, diff;
+    for (int ids = js_first(v, js_get(v, v->root, "ids")); ids >= 0 && i < total; ids = js_next(v, ids), i++) {
+        const bytes *in = i < n ? &corpus[i] : &extra[i - n];
+        const bytes *text = i < n && texts[i].p ? &texts[i] : in, *want = decoded[i].p ? &decoded[i] : text;
+        o.n = s.n = 0;
+        if (tok_encode(t, (const char *)in->p, in->n, &o) || !ids_equal(v, ids, &o, &diff)) {
+            if (bad_ids++ < MAX_SHOWN) fprintf(stderr, "kimi line %zu: ids differ from tiktoken at token %zu\n", i + 1, diff);
+            continue;
+        }
+        if ((tok_decode(t, o.ids, o.n, &s) || !bytes_eq(s.s, s.n, want->p, want->n)) && bad_dec++ < MAX_SHOWN)
+            fprintf(stderr, "kimi line %zu: decode differs from tiktoken\n", i + 1);
+        if (!stream_ok(t, &o, &s) && bad_stream++ < MAX_SHOWN) fprintf(stderr, "kimi line %zu: streaming decode differs\n", i + 1);
+    }
+    CHECK(i == total && n_extra >= 400);
+    CHECK(bad_ids == 0 && bad_dec == 0 && bad_stream == 0);
+    size_t pre = 0, l = 0;
+    for (int pl = js_first(v, js_get(v, v->root, "pretokens")); pl >= 0 && l < total; pl = js_next(v, pl), l++) {
+        const bytes *x = l < n ? (texts[l].p ? &texts[l] : &corpus[l]) : &extra[l - n];
+        int c = js_first(v, pl), ok = 1;
+        tok_pre_st st = {0, 0};
+        for (size_t q = 0; q < x->n && ok; c = js_next(v, c)) {
+            size_t e = tok_pretok(t, (const char *)x->p, q, x->n, &st);
+            ok = c >= 0 && (int64_t)(e - q) == js_int(v, c);
+            q = e;
+        }
+        ok = ok && c < 0;
+        if (!ok && l - pre < MAX_SHOWN) fprintf(stderr, "kimi: pre-tokens of line %zu differ from tiktoken's split\n", l + 1);
+        pre += (size_t)ok;
+    }
+    CHECK(l == total && pre == total);
+    /* past the 400,000-character chunk: the ids' count and FNV-1a hash */
+    size_t long_ok = 0, n_long = (size_t)js_count(v, js_get(v, v->root, "long"));
+    for (int lg = js_first(v, js_get(v, v->root, "long")); lg >= 0; lg = js_next(v, lg)) {
+        const char *unit = js_str(v, js_get(v, lg, "unit"));
+        size_t ul = js_str_len(v, js_get(v, lg, "unit")), times = (size_t)js_int(v, js_get(v, lg, "times"));
+        tok_str text = {0};
+        for (size_t r = 0; r < times; r++) tok_str_put(&text, unit, ul);
+        o.n = 0;
+        uint64_t h = 0xcbf29ce484222325ull;
+        CHECK(tok_encode(t, text.s, text.n, &o) == 0);
+        for (size_t q = 0; q < o.n; q++) h = (h ^ (uint64_t)(uint32_t)o.ids[q]) * 0x100000001b3ull;
+        char hex[20];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+        int ok = (int64_t)o.n == js_int(v, js_get(v, lg, "n_ids")) && !strcmp(hex, js_str(v, js_get(v, lg, "fnv")));
+        if (!ok) fprintf(stderr, "kimi long text \"%s\" x %zu: %zu ids, hash %s, tiktoken's differ\n", unit, times, o.n, hex);
+        long_ok += (size_t)ok;
+        tok_str_free(&text);
+    }
+    CHECK(n_long == 2 && long_ok == n_long);
+    size_t cls = kimi_class(v, "Han", is_han) + kimi_class(v, "Upper", is_upper) + kimi_class(v, "Lower", is_lower) +
+                 kimi_class(v, "OtherL", is_otherl) + kimi_class(v, "isspace", is_pyspace);
+    /* the special tokens: ids after the ranks, all special, reserved ones named by id */
+    int nb = t->n_vocab;
+    CHECK(nb == 3960 && tok_n_ids(t) == nb + 258);
+    CHECK(tok_find(t, "[BOS]") == nb && tok_find(t, "<|im_end|>") == nb + 2 && tok_find(t, "<|im_middle|>") == nb + 17);
+    CHECK(tok_find(t, "<|reserved_token_3965|>") == nb + 5 && tok_find(t, "<|reserved_token_4217|>") == nb + 257);
+    CHECK(tok_find(t, "<|reserved_token_3960|>") == -1 && tok_find(t, "<|reserved_token_4218|>") == -1);
+    CHECK(tok_is_special(t, nb + 3) && tok_is_special(t, nb + 257) && !tok_is_special(t, nb - 1));
+    size_t len;
+    const char *p = tok_piece(t, tok_find(t, "\xc4\xa0"), &len); /* byte-level spelling of " ", as converters see the vocabulary */
+    CHECK(p && len == 1 && p[0] == ' ');
+    snprintf(summary, cap, "Kimi (tiktoken) %zu/%zu lines, decode and stream too, pre-tokens %zu/%zu, 400k-character texts %zu/%zu; "
+             "Kimi classes %zu code points", i - bad_ids, total, pre, total, long_ok, n_long, cls);
+    tok_ids_free(&o);
+    tok_str_free(&s);
+    free_lines(extra, n_extra);
+    free_lines(decoded, total);
+    tok_free(t);
+    js_free(v);
+    free(vbuf);
+}
+
+/* Hostile tiktoken.model / tokenizer_config.json: refused naming file and field. */
+static size_t kimi_hostile(size_t *total) {
+    char model[64 * 256], err[512];
+    size_t o = 0;
+    for (int b = 0; b < 256; b++) {
+        static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        o += (size_t)snprintf(model + o, sizeof model - o, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
+    }
+    o += (size_t)snprintf(model + o, sizeof model - o, "YWI= 256\nYWJj 257\n"); /* "ab", "abc" */
+    const char *cfg = "{\"added_tokens_decoder\":{\"258\":{\"content\":\"[BOS]\"},\"260\":{\"content\":\"<|im_end|>\"}}}";
+    tok *t = tok_load_tiktoken_mem(model, o, "m", cfg, strlen(cfg), "c", err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) fprintf(stderr, "kimi base: %s\n", err);
+    tok_ids ids = {0};
+    if (t) {
+        CHECK(tok_encode(t, "abc<|im_end|>ab<|reserved_token_259|>", 37, &ids) == 0 && ids.n == 4 && ids.ids[0] == 257 &&
+              ids.ids[1] == 260 && ids.ids[2] == 256 && ids.ids[3] == 259);
+        CHECK(tok_n_ids(t) == 258 + 258 && t->pre == TOK_PRE_KIMI);
+    }
+    tok_ids_free(&ids);
+    tok_free(t);
+    static const struct { const char *from, *to, *cfg, *field; } sub[] = {
+        {"YWI= 256", "YWI=  256", NULL, "m: line 257: expected \"<base64 bytes> <rank>\""},
+        {"YWI= 256", "YWI=", NULL, "m: line 257: expected"},
+        {"YWI= 256", "YWI= 25x", NULL, "m: line 257: expected"},
+        {"YWI= 256", "YWI= 1234567890", NULL, "m: line 257: expected"},
+        {"YWI= 256", "YWI= 300", NULL, "m: line 257: rank 300, expected 256"},
+        {"YWI= 256", "Y*I= 256", NULL, "m: line 257: the token is not base64"},
+        {"YWI= 256", "YW= 256", NULL, "m: line 257: the token is not base64"},
+        {"YWI= 256", "Y=I= 256", NULL, "m: line 257: the token is not base64"},
+        {"YWI= 256", "YQ== 256", NULL, "m: line 257: the same bytes as rank 97"},
+        {"YQ== 97\n", "", NULL, "m: line 98: rank 98, expected 97"},
+        {"YWJj 257\n", "YWJj 257\n\r\n\nYWJjZA== 258\n", "{\"added_tokens_decoder\":{\"259\":{\"content\":\"[BOS]\"}}}", NULL}, /* blank lines skipped */
+        {"YQ== 97\n", "YQ== 97\r\n", NULL, NULL},
+        {NULL, NULL, "[1]", "c: added_tokens_decoder: must be an object"},
+        {NULL, NULL, "{}", "c: added_tokens_decoder: must be an object"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"257\":{\"content\":\"x\"}}}", "c: added_tokens_decoder[\"257\"]: ids must be 258..515"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"516\":{\"content\":\"x\"}}}", "c: added_tokens_decoder[\"516\"]: ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"300x\":{\"content\":\"x\"}}}", "c: added_tokens_decoder[\"300x\"]: ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"-1\":{\"content\":\"x\"}}}", "c: added_tokens_decoder[\"-1\"]: ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":\"x\"}}", "c: added_tokens_decoder[\"300\"]: needs a \"content\" string"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":{\"content\":\"\"}}}", "c: added_tokens_decoder[\"300\"]: needs a \"content\""},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":{\"content\":\"a\"},\"301\":{\"content\":\"a\"}}}",
+         "c: added_tokens_decoder: \"a\" names ids 300 and 301"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":{\"content\":\"<|reserved_token_301|>\"}}}",
+         "c: added_tokens_decoder: \"<|reserved_token_301|>\" names ids 300 and 301"},
+        {NULL, NULL, "{\"added_tokens_decoder\":", "c: not valid JSON"},
+    };
+    size_t good = 0, k = 0;
+    for (; k < sizeof sub / sizeof *sub; k++) {
+        char *m = sub[k].from ? replace1(model, sub[k].from, sub[k].to) : strdup(model);
+        const char *c = sub[k].cfg ? sub[k].cfg : cfg;
+        t = tok_load_tiktoken_mem(m, strlen(m), "m", c, strlen(c), "c", err, sizeof err);
+        int ok = sub[k].field ? t == NULL && strstr(err, sub[k].field) != NULL : t != NULL;
+        if (!ok) fprintf(stderr, "kimi hostile case %zu: %s\n", k, t ? "accepted" : err);
+        CHECK(ok);
+        good += (size_t)ok;
+        tok_free(t);
+        free(m);
+    }
+    {   /* a line dropped, a byte missing, a token too long */
+        char *m = replace1(model, "YQ== 97\n", "");
+        t = tok_load_tiktoken_mem(m, strlen(m), "m", cfg, strlen(cfg), "c", err, sizeof err);
+        CHECK(t == NULL);
+        good += t == NULL && strstr(err, "m: line 98: rank 98, expected 97");
+        free(m), tok_free(t), k++;
+        m = replace1(model, "/w== 255", "//8= 255"); /* rank 255 is "\xff\xff": no "\xff" */
+        t = tok_load_tiktoken_mem(m, strlen(m), "m", cfg, strlen(cfg), "c", err, sizeof err);
+        CHECK(t == NULL && strstr(err, "m: no token for the byte 0xff"));
+        good += t == NULL && strstr(err, "no token for the byte 0xff");
+        free(m), tok_free(t), k++;
+        tok_str big = {0};
+        tok_str_put(&big, model, o);
+        for (int i = 0; i < TOK_MAX_PIECE / 3 + 2; i++) tok_str_put(&big, "YWJj", 4);
+        tok_str_put(&big, " 258\n", 5);
+        t = tok_load_tiktoken_mem(big.s, big.n, "m", cfg, strlen(cfg), "c", err, sizeof err);
+        CHECK(t == NULL && strstr(err, "m: line 259: token longer than 65536 bytes"));
+        good += t == NULL && strstr(err, "token longer");
+        tok_str_free(&big), tok_free(t), k++;
+        tok_str_put(&big, model, o); /* base64 short enough, its bytes one too many */
+        for (int i = 0; i < TOK_MAX_PIECE / 3; i++) tok_str_put(&big, "YWFh", 4);
+        tok_str_put(&big, "YWE= 258\n", 9);
+        t = tok_load_tiktoken_mem(big.s, big.n, "m", cfg, strlen(cfg), "c", err, sizeof err);
+        CHECK(t == NULL && strstr(err, "m: line 259: token longer than 65536 bytes"));
+        good += t == NULL && strstr(err, "token longer");
+        tok_str_free(&big), tok_free(t), k++;
+    }
+    {   /* files: absent tokenizer_config.json, absent directory, a directory with neither file */
+        char dir[] = "/tmp/test_tok_kimi_XXXXXX", path[600];
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+        FILE *f = fopen(path, "wb");
+        if (f) fwrite(model, 1, o, f), fclose(f);
+        t = tok_load_dir(dir, err, sizeof err);
+        CHECK(t == NULL && strstr(err, "tokenizer_config.json: cannot read: No such file"));
+        good += t == NULL && strstr(err, "tokenizer_config.json: cannot read"), k++;
+        remove(path);
+        t = tok_load_dir(dir, err, sizeof err);
+        CHECK(t == NULL && strstr(err, "tokenizer.json: cannot read: No such file"));
+        good += t == NULL && strstr(err, "tokenizer.json: cannot read"), k++;
+        snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+        t = tok_load_tiktoken(path, path, err, sizeof err);
+        CHECK(t == NULL && strstr(err, "tiktoken.model: cannot read"));
+        good += t == NULL && strstr(err, "tiktoken.model: cannot read"), k++;
+        rmdir(dir);
+    }
+    *total = k;
+    return good;
+}
+
 int main(void) {
     size_t n;
     bytes *corpus = read_corpus(&n);
@@ -599,12 +829,16 @@ int main(void) {
     utf8_checks(corpus, texts, n);
     stream_checks();
     size_t hostile_total, hostile = hostile_checks(&hostile_total);
+    char kimi[256] = "";
+    kimi_parity(corpus, texts, n, kimi, sizeof kimi);
+    size_t kimi_hostile_total, kimi_refused = kimi_hostile(&kimi_hostile_total);
 
-    char summary[512];
+    char summary[1024];
     snprintf(summary, sizeof summary,
              "%zu corpus lines x %d tokenizers: ids %zu/%zu, decode %zu/%zu, stream %zu/%zu; pre-tokens GLM %zu/%zu, DeepSeek %zu/%zu; "
-             "unicode %zu code points; chat %zu/12; hostile %zu/%zu refused",
-             n, ntok, p.ids, p.lines, p.decode, p.lines, p.stream, p.lines, pre, n, pre_ds, n, uni, chat, hostile, hostile_total);
+             "unicode %zu code points; chat %zu/12; hostile %zu/%zu refused; %s; Kimi hostile %zu/%zu",
+             n, ntok, p.ids, p.lines, p.decode, p.lines, p.stream, p.lines, pre, n, pre_ds, n, uni, chat, hostile, hostile_total, kimi,
+             kimi_refused, kimi_hostile_total);
     free_lines(texts, n);
     free_lines(corpus, n);
     js_free(v);

@@ -1,10 +1,12 @@
-/* fuzz_tokenizer.c — tok_load (tok.h) on a hostile tokenizer.json, then
- * encode, decode and the chat template.
+/* fuzz_tokenizer.c — tok_load (tok.h) on a hostile tokenizer.json, or
+ * tok_load_dir on a hostile tiktoken.model + tokenizer_config.json (Kimi K2),
+ * then encode, decode and the chat template.
  *
- * Input: tokenizer.json [FUZZ_SEP text]. The JSON part is written to a
- * per-process scratch directory and loaded with tok_load. The text to
- * encode is the part after the separator, or (without one) the first 512
- * bytes of the input; a few fixed strings are encoded too.
+ * Input: tokenizer.json [FUZZ_SEP text], or, when the input does not start
+ * with '{', tiktoken.model FUZZ_SEP tokenizer_config.json [FUZZ_SEP text].
+ * The files are written to a per-process scratch directory and loaded from
+ * there. The text to encode is the part after the files, or (without one)
+ * the first 512 bytes of the input; a few fixed strings are encoded too.
  *
  * On a loaded tokenizer:
  *   - every id is below tok_n_ids and has a piece; the 256 one-byte tokens
@@ -33,6 +35,7 @@ static const char *const fz_fixed[] = {
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "\t \xc2\xa0x \xe3\x80\x80y\x0b\x0c",
     "<|endoftext|><|endoftext|> <|user|> \n<|assistant|>\n",
+    "<|im_user|>user<|im_middle|>\xe4\xb8\xad\xe6\x96\x87" "ABCdef \xed\x95\x9c" "A<|im_end|>[BOS]<|reserved_token_4000|>",
     "",
 };
 
@@ -114,13 +117,22 @@ static void fz_chat(const tok *t, const char *user) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_parts pp;
-    fuzz_split(data, size, 2, &pp);
+    int tiktoken = size > 0 && data[0] != '{';
+    fuzz_split(data, size, tiktoken ? 3 : 2, &pp);
     const char *dir = fuzz_dir();
-    fuzz_write("tokenizer.json", pp.p[0], pp.n[0]);
     char path[4400], err[512];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     memset(err, 'x', sizeof err);
-    tok *t = tok_load(path, err, sizeof err);
+    tok *t;
+    if (tiktoken) {
+        fuzz_write("tiktoken.model", pp.p[0], pp.n[0]);
+        if (pp.count > 1) fuzz_write("tokenizer_config.json", pp.p[1], pp.n[1]);
+        t = tok_load_dir(dir, err, sizeof err);
+        if (t) FUZZ_CHECK(t->pre == TOK_PRE_KIMI && t->n_added == TOK_KIMI_SPECIALS);
+    } else {
+        fuzz_write("tokenizer.json", pp.p[0], pp.n[0]);
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        t = tok_load(path, err, sizeof err);
+    }
     if (!t) {
         FUZZ_CHECK(fuzz_terminated(err, sizeof err) && err[0]);
         return 0;
@@ -142,8 +154,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     const int rt = fz_roundtrips(t);
     for (size_t i = 0; i < sizeof fz_fixed / sizeof *fz_fixed; i++) fz_text(t, fz_fixed[i], strlen(fz_fixed[i]), rt);
-    const char *text = pp.count > 1 ? (const char *)pp.p[1] : (const char *)data;
-    size_t tl = pp.count > 1 ? pp.n[1] : (size < 512 ? size : 512);
+    int tp = tiktoken ? 2 : 1; /* the part that holds the text, if there is one */
+    const char *text = pp.count > tp ? (const char *)pp.p[tp] : (const char *)data;
+    size_t tl = pp.count > tp ? pp.n[tp] : (size < 512 ? size : 512);
     fz_text(t, text, tl, rt);
 
     char *user = (char *)malloc(tl + 1);

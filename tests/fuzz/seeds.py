@@ -296,6 +296,18 @@ def seeds_tokenizer():
     put("tokenizer", "glm5-trimmed", dumps(small))
     for i, t in enumerate(tx[6:10]):
         put("tokenizer", "glm5-trimmed-text%d" % i, dumps(small) + SEP + t)
+    # Kimi K2's tiktoken.model + tokenizer_config.json, the model cut to its first 600 ranks
+    kimi = os.path.join(FIX, "tokenizer-kimi")
+    with open(os.path.join(kimi, "tiktoken.model"), "rb") as f:
+        model = b"".join(f.readlines()[:600])
+    with open(os.path.join(kimi, "tokenizer_config.json"), "rb") as f:
+        cfg = json.loads(f.read())
+    cfg["added_tokens_decoder"] = {str(600 + int(k) - 3960): v for k, v in cfg["added_tokens_decoder"].items()}
+    put("tokenizer", "kimi-trimmed", model + SEP + dumps(cfg))
+    for i, t in enumerate(tx[10:14]):
+        put("tokenizer", "kimi-trimmed-text%d" % i, model + SEP + dumps(cfg) + SEP + t)
+    put("tokenizer", "kimi-specials", model + SEP + dumps(cfg) + SEP +
+        "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>HELLOworld 中文〇 한A<|im_end|>".encode())
     # DeepSeek-V3's pipeline (three Splits, an empty normalizer Sequence)
     ds = dumps(trim_tokenizer(json.loads(read("tokenizer", "deepseek.json")), 600))
     mixed = "Price 12345\u5186 \u30ab\u30bf\u30a0\u30fb www.x.com e\u0301 $+100 \U0001f642\n\n  end  ".encode("utf-8")
