@@ -251,7 +251,7 @@ static double env_f(const coli_env *e, env_id id) { return e->v[id].f; }
 static int coli_env_load(coli_env *e, char *err, size_t errlen) {
     extern char **environ;
     for (int i = 0; i < ENV_COUNT; i++)
-        if (env_parse(&env_knobs[i], getenv(env_knobs[i].name), &e->v[i], err, errlen)) return -1;
+        if (env_parse(&env_knobs[i], compat_env_user(env_knobs[i].name, getenv(env_knobs[i].name)), &e->v[i], err, errlen)) return -1;
     static const char *const system_vars[] = {"TERM", "HOME", "PATH", "USER", "SHELL", "LANG", "PWD", "OLDPWD", "LOGNAME",
                                               "HOST", "TMPDIR", "MAIL", "EDITOR", "PAGER", "DISPLAY", "TZ", NULL};
     for (char **p = environ; p && *p; p++) {
@@ -263,6 +263,7 @@ static int coli_env_load(coli_env *e, char *err, size_t errlen) {
         name[l] = 0;
         int sys = 0;
         for (int k = 0; system_vars[k]; k++) sys |= !strcmp(name, system_vars[k]);
+        if (!compat_env_user(name, eq ? eq + 1 : "")) sys = 1;
         const char *hint = sys ? NULL : env_suggest(name);
         if (hint) fprintf(stderr, "colibri: warning: %s is not a colibri variable -- did you mean %s?\n", name, hint);
         else if (!strncmp(name, "COLI_", 5) && env_index(name) < 0 && strncmp(name, "COLI_BENCH_", 11) && strcmp(name, "COLI_REQUIRE")) /* the harnesses' own */

@@ -11,7 +11,6 @@
 
 #include <pthread.h>
 #include <stdarg.h>
-#include <sys/mman.h>
 
 #include "compat.h"
 

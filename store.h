@@ -24,7 +24,6 @@
 #define COLI_STORE_H
 
 #include <stdarg.h>
-#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
