@@ -42,7 +42,7 @@ ifneq ($(findstring mingw,$(shell $(CC) -dumpmachine 2>/dev/null)),)
   WINDOWS := 1
   EXE := .exe
   BASEFLAGS := $(subst -I.,-iquote .,$(BASEFLAGS)) -D_FILE_OFFSET_BITS=64 -Wno-format
-  LIBS := -static -lm -lpthread
+  LIBS := -static -lm -lpthread -lshell32
 endif
 
 # Optional libraries, used when their headers and libraries are present

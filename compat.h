@@ -47,8 +47,14 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
 #include <windows.h>
 #include <psapi.h>
+#include <shellapi.h>
+#undef far /* windows.h's 16-bit pointer qualifiers: ordinary names here */
+#undef near
 
 /* Flags the CRT lacks. O_DIRECT asks for FILE_FLAG_NO_BUFFERING (offsets,
  * lengths and buffer addresses sector-aligned: IO_ALIGN satisfies it). */
@@ -392,6 +398,31 @@ static inline void (*compat_w_signal(int sig, void (*f)(int)))(int) {
     return SIG_DFL;
 }
 
+/* mkdtemp(3): the trailing XXXXXX replaced until a new directory is made.
+ * mkfifo(3): Windows has no FIFOs (ENOSYS). */
+static inline char *compat_w_mkdtemp(char *tmpl) {
+    size_t n = strlen(tmpl);
+    if (n < 6 || strcmp(tmpl + n - 6, "XXXXXX")) { errno = EINVAL; return NULL; }
+    static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    LARGE_INTEGER c;
+    QueryPerformanceCounter(&c);
+    uint64_t x = (uint64_t)c.QuadPart ^ ((uint64_t)GetCurrentProcessId() << 32);
+    for (int tries = 0; tries < 1000; tries++) {
+        for (int i = 0; i < 6; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            tmpl[n - 6 + i] = digits[(x >> 33) % 36];
+        }
+        if (!compat_w_mkdir(tmpl)) return tmpl;
+        if (errno != EEXIST) return NULL;
+    }
+    return NULL;
+}
+static inline int compat_w_mkfifo(const char *path, int mode) {
+    (void)path, (void)mode;
+    errno = ENOSYS;
+    return -1;
+}
+
 /* posix_fadvise(2): Windows takes no read-ahead hints; a no-op. */
 static inline int compat_w_fadvise(int fd, uint64_t off, uint64_t len, int advice) {
     (void)fd, (void)off, (void)len, (void)advice;
@@ -425,13 +456,36 @@ static inline ssize_t compat_w_getline(char **line, size_t *cap, FILE *f) {
     return (ssize_t)n;
 }
 
+/* getenv(3) in UTF-8 (the CRT's is in the ANSI code page): each name's
+ * value is converted once and kept for the life of the process, as the
+ * CRT's own strings are; a changed value gets a new copy. */
+static inline char *compat_w_getenv(const char *name) {
+    static struct { char *name, *val; } cache[256];
+    wchar_t *wn = compat_w_wide(name);
+    const wchar_t *wv = wn ? _wgetenv(wn) : NULL;
+    free(wn);
+    if (!wv) return NULL;
+    int n = WideCharToMultiByte(CP_UTF8, 0, wv, -1, NULL, 0, NULL, NULL);
+    char *v = n > 0 ? (char *)malloc((size_t)n) : NULL;
+    if (!v) return NULL;
+    WideCharToMultiByte(CP_UTF8, 0, wv, -1, v, n, NULL, NULL);
+    for (int i = 0; i < 256; i++) {
+        if (cache[i].name && strcmp(cache[i].name, name)) continue;
+        if (cache[i].name && !strcmp(cache[i].val, v)) { free(v); return cache[i].val; }
+        if (!cache[i].name && !(cache[i].name = strdup(name))) break;
+        cache[i].val = v; /* an older value stays allocated: a caller may hold it */
+        return v;
+    }
+    return v; /* more than 256 names: not cached */
+}
+
 /* Standard streams in binary mode (output bytes equal Linux's: "\n", not
  * "\r\n"), every later CRT open binary, and the console in UTF-8. Each
  * translation unit has its copy; running it twice is harmless. */
 __attribute__((constructor)) static void compat_w_init(void) {
     _fmode = _O_BINARY;
     _setmode(0, _O_BINARY), _setmode(1, _O_BINARY), _setmode(2, _O_BINARY);
-    SetConsoleOutputCP(CP_UTF8);
+    SetConsoleOutputCP(CP_UTF8), SetConsoleCP(CP_UTF8);
 }
 
 #undef open
@@ -480,6 +534,7 @@ __attribute__((constructor)) static void compat_w_init(void) {
 #define signal compat_w_signal
 #define strndup compat_w_strndup
 #define getline compat_w_getline
+#define getenv compat_w_getenv
 #define _stat64(p, st) compat_w_stat(p, st) /* stat() is _stat64() with 64-bit offsets */
 #define lstat(p, st) compat_w_stat(p, st)
 #define DIR compat_w_DIR
@@ -488,6 +543,8 @@ __attribute__((constructor)) static void compat_w_init(void) {
 #define readdir compat_w_readdir
 #define closedir compat_w_closedir
 #define posix_fadvise compat_w_fadvise
+#define mkdtemp compat_w_mkdtemp
+#define mkfifo compat_w_mkfifo
 #define POSIX_FADV_WILLNEED 3
 #define POSIX_FADV_SEQUENTIAL 2
 #define POSIX_FADV_DONTNEED 4
@@ -638,11 +695,12 @@ static inline int compat_same_file(const char *a, const char *b) {
 
 /* value, or NULL when the variable `name` holds the operating system's
  * setting rather than the user's: Windows sets TEMP and TMP to the
- * temporary directory in every process, which is not a temperature; its
- * own variables (windir, ProgramFiles(x86), ...) are never typos of ours. */
+ * temporary directory in every process, which is not a temperature, and
+ * cmd.exe passes on PROMPT=$P$G, which is not a prompt; its own variables
+ * (windir, ProgramFiles(x86), ...) are never typos of ours. */
 static inline const char *compat_env_user(const char *name, const char *value) {
 #ifdef _WIN32
-    static const char *const os_vars[] = {"TEMP", "TMP", "OS", "PATHEXT", "ComSpec", "windir", "SystemRoot", "SystemDrive", "PROMPT",
+    static const char *const os_vars[] = {"TEMP", "TMP", "OS", "PATHEXT", "ComSpec", "windir", "SystemRoot", "SystemDrive",
                                           "USERNAME", "USERPROFILE", "USERDOMAIN", "COMPUTERNAME", "HOMEDRIVE", "HOMEPATH", "PUBLIC",
                                           "APPDATA", "LOCALAPPDATA", "ProgramData", "ProgramFiles", "ProgramW6432", "LOGONSERVER",
                                           "SESSIONNAME", "CLIENTNAME", "ALLUSERSPROFILE", "winsysdir", NULL};
@@ -650,6 +708,8 @@ static inline const char *compat_env_user(const char *name, const char *value) {
     for (int i = 0; os_vars[i]; i++) os |= !_stricmp(name, os_vars[i]);
     /* a TEMP the user set for us is a number; the system's is a directory */
     if (os && value && (!_stricmp(name, "TEMP") || !_stricmp(name, "TMP")) && !strpbrk(value, "\\/:")) return value;
+    /* cmd.exe exports its own PROMPT ($P$G by default) to what it starts */
+    if (!os && value && !_stricmp(name, "PROMPT") && !_stricmp(value, "$P$G")) return NULL;
     return os ? NULL : value;
 #else
     (void)name;
@@ -716,6 +776,27 @@ static inline char *compat_read_file(const char *path, size_t cap, size_t *len) 
     buf[sz] = 0;
     *len = (size_t)sz;
     return buf;
+}
+
+/* Replaces argv by the command line in UTF-8 where the C runtime gives it
+ * in another encoding (Windows: the ANSI code page, which cannot hold most
+ * file names); elsewhere does nothing. The strings live as long as the
+ * process. */
+static inline void compat_args_utf8(int *argc, char ***argv) {
+#ifdef _WIN32
+    int n = 0;
+    wchar_t **w = CommandLineToArgvW(GetCommandLineW(), &n);
+    char **a = w ? (char **)calloc((size_t)n + 1, sizeof *a) : NULL;
+    for (int i = 0; a && i < n; i++) {
+        int len = WideCharToMultiByte(CP_UTF8, 0, w[i], -1, NULL, 0, NULL, NULL);
+        if (len <= 0 || !(a[i] = (char *)malloc((size_t)len))) { a = NULL; break; } /* keep the CRT's argv */
+        WideCharToMultiByte(CP_UTF8, 0, w[i], -1, a[i], len, NULL, NULL);
+    }
+    if (w) LocalFree(w);
+    if (a) *argc = n, *argv = a;
+#else
+    (void)argc, (void)argv;
+#endif
 }
 
 /* The last path separator in path, or NULL: '/' (on Windows also '\\'

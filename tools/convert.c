@@ -1806,6 +1806,7 @@ static int cv_execute(cv_state *s) {
 }
 
 int main(int argc, char **argv) {
+    compat_args_utf8(&argc, &argv);
     cv_state s;
     memset(&s, 0, sizeof s);
     s.lock = -1;
