@@ -209,6 +209,12 @@ test:
 	@$(MAKE) --no-print-directory -j$(NPROC) test-build
 	@$(PYTHON) tests/run.py build/test
 
+# The Windows build's tests under wine, compared with this build's tokens
+# (also a part of make test; SKIP windows without MinGW-w64 or wine).
+test-windows:
+	@$(MAKE) --no-print-directory -j$(NPROC) build/test/colibri build/test/colibri-convert build/test/colibri-synth
+	@$(PYTHON) tests/run_windows.py build/test
+
 sanitize:
 	@$(MAKE) --no-print-directory -j$(NPROC) sanitize-build
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) tests/run.py --sanitize build/asan
@@ -245,6 +251,6 @@ fuzz-smoke:
 clean:
 	rm -rf build colibri colibri-synth colibri-convert
 
-.PHONY: all test test-build sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke
+.PHONY: all test test-build test-windows sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke
 .SECONDARY:
 .DELETE_ON_ERROR:

@@ -557,6 +557,14 @@ __attribute__((constructor)) static void compat_w_init(void) {
 #include <sys/mman.h>
 #endif
 
+/* What to do about a build without libmicrohttpd (serve mode), for its
+ * message: there is none to install for the Windows build. */
+#ifdef _WIN32
+#define COMPAT_MHD_HINT "serve mode is not available on Windows: the Windows build has no HTTP server library"
+#else
+#define COMPAT_MHD_HINT "install libmicrohttpd-dev and rebuild"
+#endif
+
 /* Reads exactly len bytes at off, looping over short reads and EINTR.
  * Returns 0 on success, -1 with errno set on error, and -1 with errno = EIO
  * when the file ends early (a truncated file is an error, never zeros). */
@@ -617,26 +625,28 @@ static inline void compat_aligned_free(void *p) {
 #endif
 }
 
-/* Monotonic seconds. */
+/* Monotonic seconds (Windows: QueryPerformanceCounter). */
 static inline double compat_now(void) {
 #ifdef _WIN32
     LARGE_INTEGER f, c;
     QueryPerformanceFrequency(&f), QueryPerformanceCounter(&c);
     return (double)c.QuadPart / (double)f.QuadPart;
-#endif
+#else
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
 }
 
 /* Bytes of memory available for new allocations without swapping
- * (/proc/meminfo MemAvailable), or 0 if unknown. */
+ * (/proc/meminfo MemAvailable; Windows: available physical memory), or 0 if
+ * unknown. */
 static inline uint64_t compat_mem_available(void) {
 #ifdef _WIN32
     MEMORYSTATUSEX ms;
     ms.dwLength = sizeof ms;
     return GlobalMemoryStatusEx(&ms) ? (uint64_t)ms.ullAvailPhys : 0;
-#endif
+#else
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return 0;
     char line[256];
@@ -645,20 +655,23 @@ static inline uint64_t compat_mem_available(void) {
         if (sscanf(line, "MemAvailable: %llu kB", (unsigned long long *)&kb) == 1) break;
     fclose(f);
     return kb * 1024;
+#endif
 }
 
-/* Resident set size of this process in bytes, or 0 if unknown. */
+/* Resident set size of this process in bytes (Windows: the working set),
+ * or 0 if unknown. */
 static inline uint64_t compat_rss(void) {
 #ifdef _WIN32
     PROCESS_MEMORY_COUNTERS pm;
     return GetProcessMemoryInfo(GetCurrentProcess(), &pm, sizeof pm) ? (uint64_t)pm.WorkingSetSize : 0;
-#endif
+#else
     FILE *f = fopen("/proc/self/statm", "r");
     if (!f) return 0;
     unsigned long long pages = 0, rss = 0;
     int ok = fscanf(f, "%llu %llu", &pages, &rss) == 2;
     fclose(f);
     return ok ? (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+#endif
 }
 
 /* Size of an open file, or -1. */
