@@ -23,8 +23,10 @@ def env_base(extra=None):
     wine), so stray knobs never leak into a test."""
     e = {k: v for k, v in os.environ.items() if k in ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "WINEPREFIX", "WINEDEBUG")}
     e.update(extra or {})
-    if os.environ.get("COLI_WINE") and "TEMP" in e:  # wine sets TEMP to its temporary directory: the knob's other name
-        e["TEMPERATURE"] = e.pop("TEMP")
+    if os.environ.get("COLI_WINE"):  # the Windows build under wine (tests/run_windows.py)
+        e["LANG"] = "C.UTF-8"  # wine decodes arguments and environment in the Unix locale's encoding
+        if "TEMP" in e:  # wine sets TEMP to its temporary directory: the knob's other name
+            e["TEMPERATURE"] = e.pop("TEMP")
     return e
 
 
