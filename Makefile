@@ -8,6 +8,9 @@
 #   make bench           benchmark report (bench/results.json; not part of test)
 #   make llamacpp        the llama.cpp peer for make bench (tools/install_llamacpp.sh)
 #   make fuzz            the fuzz targets of tests/fuzz (fuzz-long, fuzz-smoke)
+#   make CC=x86_64-w64-mingw32-gcc   colibri.exe, colibri-convert.exe,
+#                        colibri-synth.exe for Windows (objects in build/win/)
+#   make test-windows    that build's tests under wine (tests/run_windows.py)
 # Parallel builds work (make -j); objects go to build/<flavour>/, one
 # flavour per set of flags, with dependencies tracked by the compiler.
 .DEFAULT_GOAL := all
@@ -27,6 +30,20 @@ endif
 BASEFLAGS := -std=c11 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -Wno-format-truncation -D_GNU_SOURCE -I.
 CFLAGS ?=
 LIBS := -lm -lpthread
+
+# Windows through MinGW-w64 (a cross compiler, or MSYS2's gcc): programs end
+# in .exe and link statically (libgomp, winpthreads: nothing to install
+# beside them). -iquote: the repository's io.h must not hide the CRT's
+# <io.h>. -Wno-format: GCC checks format(printf) attributes against the
+# Microsoft CRT's printf, while compat.h's stdio is MinGW's C99 one (%zu,
+# %lld); the Linux build checks the same formats. compat.h maps the POSIX calls; io_uring, libnuma and
+# libmicrohttpd do not exist there, so the probes below find nothing.
+ifneq ($(findstring mingw,$(shell $(CC) -dumpmachine 2>/dev/null)),)
+  WINDOWS := 1
+  EXE := .exe
+  BASEFLAGS := $(subst -I.,-iquote .,$(BASEFLAGS)) -D_FILE_OFFSET_BITS=64 -Wno-format
+  LIBS := -static -lm -lpthread -lshell32
+endif
 
 # Optional libraries, used when their headers and libraries are present
 # (URING=0 / NUMA=0 / MHD=0 build without them). libmicrohttpd serves the
@@ -95,15 +112,15 @@ $(1)/libkernels.a: $(patsubst kernels/%.c,$(1)/kernels/%.o,$(KERNEL_SRC))
 $(1)/colibri.o: colibri.c Makefile
 	@mkdir -p $$(@D)
 	$$(CC) $(2) $$(DEPFLAGS) -c -o $$@ $$<
-$(1)/colibri: $(1)/colibri.o $(4)/libkernels.a
+$(1)/colibri$(EXE): $(1)/colibri.o $(4)/libkernels.a
 	$$(CC) $(2) -o $$@ $$^ $(3)
-$(1)/colibri-synth: tools/make_synth.c Makefile
+$(1)/colibri-synth$(EXE): tools/make_synth.c Makefile
 	@mkdir -p $$(@D)
 	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
-$(1)/colibri-convert: tools/convert.c Makefile
+$(1)/colibri-convert$(EXE): tools/convert.c Makefile
 	@mkdir -p $$(@D)
 	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
-$(1)/test_%: tests/test_%.c $(4)/libkernels.a Makefile
+$(1)/test_%$(EXE): tests/test_%.c $(4)/libkernels.a Makefile
 	@mkdir -p $$(@D)
 	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
 $(1)/fault.o: tests/fault.c Makefile
@@ -126,6 +143,20 @@ WRAPS := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--
 
 RELFLAGS := $(BASEFLAGS) $(OPTDEFS) $(ARCHFLAGS) $(CFLAGS)
 TESTFLAGS := $(BASEFLAGS) $(OPTDEFS) $(ARCHFLAGS) -Werror
+
+ifeq ($(WINDOWS),1)
+# The Windows flavours: release and tests (warnings as errors).
+$(eval $(call flavour,build/win/rel,$(RELFLAGS),$(LIBS),build/win/rel))
+$(eval $(call flavour,build/win/test,$(TESTFLAGS),$(LIBS),build/win/test))
+WIN_PROGS := colibri.exe colibri-synth.exe colibri-convert.exe
+all: $(WIN_PROGS)
+$(WIN_PROGS): %: build/win/rel/%
+	cp $< $@
+# The C tests that run on Windows (not the CUDA one) and the programs.
+WIN_TESTS := $(filter-out test_cuda,$(patsubst tests/%.c,%,$(TEST_SRCS)))
+win-test-build: $(foreach t,$(WIN_TESTS) colibri colibri-synth colibri-convert,build/win/test/$(t).exe)
+.PHONY: all win-test-build
+else
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # ThreadSanitizer does not see inside libgomp, so its build has no OpenMP:
 # one compute thread beside the real reader pool and io_uring completions.
@@ -157,6 +188,7 @@ else
 colibri colibri-synth colibri-convert: %: build/rel/%
 	cp $< $@
 endif
+endif # WINDOWS
 
 # ---- tests --------------------------------------------------------------
 # Each tests/test_*.c is one program: it includes the header(s) it tests (or
@@ -176,6 +208,12 @@ sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colib
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) test-build
 	@$(PYTHON) tests/run.py build/test
+
+# The Windows build's tests under wine, compared with this build's tokens
+# (also a part of make test; SKIP windows without MinGW-w64 or wine).
+test-windows:
+	@$(MAKE) --no-print-directory -j$(NPROC) build/test/colibri build/test/colibri-convert build/test/colibri-synth
+	@$(PYTHON) tests/run_windows.py build/test
 
 sanitize:
 	@$(MAKE) --no-print-directory -j$(NPROC) sanitize-build
@@ -213,6 +251,6 @@ fuzz-smoke:
 clean:
 	rm -rf build colibri colibri-synth colibri-convert
 
-.PHONY: all test test-build sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke
+.PHONY: all test test-build test-windows sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke
 .SECONDARY:
 .DELETE_ON_ERROR:

@@ -194,7 +194,7 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
     float *all = (float *)compat_aligned_alloc(64, (size_t)r->np * V * 4);
     if (!all) return model_fail(m, "out of memory");
     double t0 = compat_now();
-    if (fwd_tokens(m, r->prompt, r->np, 0, all)) { free(all); return -1; }
+    if (fwd_tokens(m, r->prompt, r->np, 0, all)) { compat_aligned_free(all); return -1; }
     m->tel.t_prefill = m->tel.ttft = compat_now() - t0;
     m->tel.prompt_tokens = r->np;
     res->tf_n = r->np;
@@ -204,7 +204,7 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
         res->tf_ok += ok;
         if (!ok && res->first_bad_tf < 0) res->first_bad_tf = i;
     }
-    free(all);
+    compat_aligned_free(all);
     res->greedy_n = r->ng;
     t0 = compat_now();
     for (int i = 0; i < r->ng; i++) {
@@ -252,7 +252,7 @@ static double env_f(const coli_env *e, env_id id) { return e->v[id].f; }
 static int coli_env_load(coli_env *e, char *err, size_t errlen) {
     extern char **environ;
     for (int i = 0; i < ENV_COUNT; i++)
-        if (env_parse(&env_knobs[i], getenv(env_knobs[i].name), &e->v[i], err, errlen)) return -1;
+        if (env_parse(&env_knobs[i], compat_env_user(env_knobs[i].name, getenv(env_knobs[i].name)), &e->v[i], err, errlen)) return -1;
     static const char *const system_vars[] = {"TERM", "HOME", "PATH", "USER", "SHELL", "LANG", "PWD", "OLDPWD", "LOGNAME",
                                               "HOST", "TMPDIR", "MAIL", "EDITOR", "PAGER", "DISPLAY", "TZ", NULL};
     for (char **p = environ; p && *p; p++) {
@@ -264,6 +264,7 @@ static int coli_env_load(coli_env *e, char *err, size_t errlen) {
         name[l] = 0;
         int sys = 0;
         for (int k = 0; system_vars[k]; k++) sys |= !strcmp(name, system_vars[k]);
+        if (!compat_env_user(name, eq ? eq + 1 : "")) sys = 1;
         const char *hint = sys ? NULL : env_suggest(name);
         if (hint) fprintf(stderr, "colibri: warning: %s is not a colibri variable -- did you mean %s?\n", name, hint);
         else if (!strncmp(name, "COLI_", 5) && env_index(name) < 0 && strncmp(name, "COLI_BENCH_", 11) && strcmp(name, "COLI_REQUIRE")) /* the harnesses' own */
@@ -514,7 +515,7 @@ static void gen_from_env(const coli_env *e, const coli_config *c, coli_gen *g) {
     g->grammar = env_v(e, ENV_GRAMMAR)->s, g->json_schema = env_v(e, ENV_JSON_SCHEMA)->s;
     g->grammar_batch = (int)env_i(e, ENV_GRAMMAR_BATCH);
     g->grammar_draft = (int)env_i(e, ENV_GRAMMAR_DRAFT);
-    const env_val *t = env_v(e, ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
+    const env_val *t = env_v(e, env_v(e, ENV_TEMPERATURE)->set ? ENV_TEMPERATURE : ENV_TEMP), *k = env_v(e, ENV_TOP_K), *p = env_v(e, ENV_TOP_P), *mp = env_v(e, ENV_MIN_P), *sd = env_v(e, ENV_SEED);
     g->sp.temp = t->s ? (float)t->f : c->gen_sample ? c->gen_temp : 0.0f;
     g->sp.top_k = k->s ? (int)k->i : c->gen_sample ? c->gen_top_k : 0;
     g->sp.top_p = p->s ? (float)p->f : c->gen_sample ? c->gen_top_p : 1.0f;
@@ -1671,5 +1672,8 @@ out:
 }
 
 #ifndef COLI_NO_MAIN
-int main(int argc, char **argv) { return coli_main(argc, argv); }
+int main(int argc, char **argv) {
+    compat_args_utf8(&argc, &argv);
+    return coli_main(argc, argv);
+}
 #endif

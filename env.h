@@ -44,6 +44,8 @@ typedef struct {
         "Maximum generated tokens (generation also stops at a stop token or when CTX is full).") \
     FLOAT(TEMP, NULL, 0, 100, \
         "Sampling temperature; 0 = greedy. Unset = generation_config.json (greedy if it does not sample).") \
+    FLOAT(TEMPERATURE, NULL, 0, 100, \
+        "The same as TEMP, and wins over it: for Windows, where TEMP names the temporary directory.") \
     INT(TOP_K, NULL, 0, 16777216, \
         "Keep the K most likely tokens; 0 = off. Unset = generation_config.json.") \
     FLOAT(TOP_P, NULL, 0, 1, \

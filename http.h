@@ -439,10 +439,11 @@ static inline void srv_stop(srv *s) {
 }
 
 #else /* without libmicrohttpd */
+#include "compat.h"
 
 static inline int srv_start(srv *s, const srv_opts *o, const tok *t, char *err, size_t errlen) {
     (void)s, (void)o, (void)t;
-    snprintf(err, errlen, "this colibri was built without libmicrohttpd (install libmicrohttpd-dev and rebuild) and cannot serve HTTP");
+    snprintf(err, errlen, "this colibri was built without libmicrohttpd (" COMPAT_MHD_HINT ") and cannot serve HTTP");
     return -1;
 }
 static inline void srv_stop(srv *s) { (void)s; }

@@ -11,7 +11,6 @@
 
 #include <pthread.h>
 #include <stdarg.h>
-#include <sys/mman.h>
 
 #include "compat.h"
 
@@ -528,7 +527,7 @@ static inline double io_probe(io_ctx *c, int i, int d, uint64_t bytes) {
         done += n;
     }
     double dt = compat_now() - t0;
-    free(buf);
+    compat_aligned_free(buf);
     return done && dt > 0 ? done / dt : 0;
 }
 

@@ -419,7 +419,7 @@ static inline int model_table(coli_model *m) {
 
 /* Frees the dense weights model_weights loaded, and the table. */
 static inline void model_weights_free(coli_model *m) {
-    for (int i = 0; m->specs && i < m->nspecs; i++) free(m->specs[i].kind == W_ARR ? (void *)*m->specs[i].arr : (void *)m->specs[i].mat->w);
+    for (int i = 0; m->specs && i < m->nspecs; i++) compat_aligned_free(m->specs[i].kind == W_ARR ? (void *)*m->specs[i].arr : (void *)m->specs[i].mat->w);
     free(m->specs);
     m->specs = NULL;
 }
@@ -755,7 +755,7 @@ static inline int numa_usable(void) {
     }
     void *probe = compat_aligned_alloc(4096, 1 << 20);
     int rc = io_numa_interleave(probe, 1 << 20);
-    free(probe);
+    compat_aligned_free(probe);
     if (rc) fprintf(stderr, "colibri: COLI_NUMA=1: mbind refused (%s); ignored\n", strerror(-rc));
     return rc == 0;
 }
@@ -1039,8 +1039,8 @@ static inline void model_free(coli_model *m) {
     xs_free(&m->xs);
     io_close(&m->io);
     mm_free(&m->mm);
-    free(m->kv.block);
-    free(m->sc.block);
+    compat_aligned_free(m->kv.block);
+    compat_aligned_free(m->sc.block);
     st_close(&m->st);
     coli_config_free(&m->c);
     memset(m, 0, sizeof *m);

@@ -296,7 +296,7 @@ static inline int st_check_index_json_(st_index *ix, const char *dir, char *err,
     if (js_typeof(d, wm) != JS_OBJ) rc = st_err_(err, errlen, "%s: missing object 'weight_map'", path);
     for (int c = js_first(d, wm); c >= 0 && !rc; c = js_next(d, c)) {
         const char *shard = js_str(d, c), *name = js_key(d, c);
-        if (!shard || !*shard || strchr(shard, '/') || !strcmp(shard, "..") || strlen(shard) != js_str_len(d, c)) {
+        if (!shard || !*shard || compat_last_sep(shard) || !strcmp(shard, "..") || strlen(shard) != js_str_len(d, c)) {
             rc = st_err_(err, errlen, "%s: weight_map['%s'] is not a file name inside the model directory", path, name);
             break;
         }

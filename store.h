@@ -24,7 +24,6 @@
 #define COLI_STORE_H
 
 #include <stdarg.h>
-#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -969,7 +968,7 @@ static inline int xs_shrink(xs_store *x) {
         for (int i = 0; i < n; i++) {
             xs_slot *sl = xs_slot_at(x, k, x->freed[i]);
             if (sl->unused) x->stats.pred_wasted_bytes += x->lay[k].bytes, sl->unused = 0;
-            free(sl->mem);
+            compat_aligned_free(sl->mem);
             sl->mem = NULL;
         }
         got += n;
@@ -1000,13 +999,13 @@ static inline void xs_free(xs_store *x) {
     if (x->lru)
         for (int k = 0; k < x->n_layers; k++) tier_lru_free(&x->lru[k]);
     if (x->slot)
-        for (size_t i = 0; i < (size_t)x->n_layers * x->max_slots; i++) free(x->slot[i].mem);
+        for (size_t i = 0; i < (size_t)x->n_layers * x->max_slots; i++) compat_aligned_free(x->slot[i].mem);
     if (x->arena)
-        for (int k = 0; k < x->n_layers; k++) free(x->arena[k]);
+        for (int k = 0; k < x->n_layers; k++) compat_aligned_free(x->arena[k]);
     if (x->staging)
-        for (int t = 0; t < x->n_staging; t++) free(x->staging[t]);
+        for (int t = 0; t < x->n_staging; t++) compat_aligned_free(x->staging[t]);
     if (x->fbuf)
-        for (int t = 0; t < x->n_staging; t++) free(x->fbuf[t]);
+        for (int t = 0; t < x->n_staging; t++) compat_aligned_free(x->fbuf[t]);
     void *p[] = {x->lru, x->slot, x->freed, x->arena, x->staging, x->fbuf, x->n_pinned, x->lay, x->loc, x->pin, x->pinned, x->pin_view,
                  x->predicted, x->count, x->heat, x->last, x->swaps, x->jobs, x->pending, x->pending_done};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);

@@ -27,6 +27,8 @@
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "compat.h"
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>

@@ -7,7 +7,6 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
-#include <sys/file.h>
 
 #include "compat.h"
 

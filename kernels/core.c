@@ -6,6 +6,7 @@
  * x86_avx2.c, x86_avx512.c and arm_neon.c). */
 #include "impl.h"
 
+#include "../compat.h"
 #include <stdio.h>
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -232,9 +233,9 @@ static const mm_kernels *mm_kernels_of(int level) {
 }
 
 void mm_free(mm_ctx *c) {
-    free(c->qx);
+    compat_aligned_free(c->qx);
     free(c->xs);
-    free(c->xg);
+    compat_aligned_free(c->xg);
     memset(c, 0, sizeof *c);
 }
 
@@ -263,9 +264,9 @@ int mm_init(mm_ctx *c, int level, int idot, int max_rows, int64_t max_cols, int 
     c->ldq = (c->max_cols + 255) / 256 * 256;
     c->ldg = ((c->max_cols + 15) / 16 + 15) / 16 * 16;
     size_t rows = (size_t)max_rows * (size_t)slots;
-    c->qx = (int8_t *)aligned_alloc(64, rows * (size_t)c->ldq);
+    c->qx = (int8_t *)compat_aligned_alloc(64, rows * (size_t)c->ldq);
     c->xs = (float *)malloc(rows * sizeof(float));
-    c->xg = (int32_t *)aligned_alloc(64, rows * (size_t)c->ldg * 4);
+    c->xg = (int32_t *)compat_aligned_alloc(64, rows * (size_t)c->ldg * 4);
     if (!c->qx || !c->xs || !c->xg) {
         mm_free(c);
         snprintf(err, n, "out of memory for kernel scratch (%d slots of %d rows of %lld columns)", slots, max_rows, (long long)max_cols);

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "compat.h"
+
 static int check_failures, check_count, check_skips;
 
 #define CHECK(cond)                                                                   \
@@ -40,6 +42,36 @@ static int check_failures, check_count, check_skips;
         printf("\n");                    \
         fflush(stdout);                  \
     } while (0)
+
+/* Scratch-directory helpers in C rather than through a shell (cp, rm -rf),
+ * so the tests run the same on Windows. check_copy: 0 or -1. */
+static inline int check_copy(const char *src, const char *dst) {
+    size_t n;
+    char *b = compat_read_file(src, (size_t)1 << 30, &n);
+    if (!b) return -1;
+    FILE *f = fopen(dst, "wb");
+    int rc = f && fwrite(b, 1, n, f) == n ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    free(b);
+    return rc;
+}
+
+/* Removes dir and everything under it; 0 or -1. */
+static inline int check_rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int rc = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[4096];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (!stat(p, &st) && S_ISDIR(st.st_mode)) rc |= check_rm_tree(p);
+        else rc |= unlink(p);
+    }
+    closedir(d);
+    return rc | rmdir(dir);
+}
 
 static inline int check_report(const char *name) {
     if (check_failures) fprintf(stderr, "%s: %d of %d checks failed\n", name, check_failures, check_count);

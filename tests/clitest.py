@@ -19,9 +19,14 @@ FAMILY_ORACLES = [d for d in ORACLES if d.startswith(("tiny-dsv3", "tiny-kimi"))
 
 def env_base(extra=None):
     """Only what the runs need from the caller's environment (sanitizer
-    options), so stray knobs never leak into a test."""
-    e = {k: v for k, v in os.environ.items() if k in ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")}
+    options; wine's prefix when the binary is the Windows build under
+    wine), so stray knobs never leak into a test."""
+    e = {k: v for k, v in os.environ.items() if k in ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "WINEPREFIX", "WINEDEBUG")}
     e.update(extra or {})
+    if os.environ.get("COLI_WINE"):  # the Windows build under wine (tests/run_windows.py)
+        e["LANG"] = "C.UTF-8"  # wine decodes arguments and environment in the Unix locale's encoding
+        if "TEMP" in e:  # wine sets TEMP to its temporary directory: the knob's other name
+            e["TEMPERATURE"] = e.pop("TEMP")
     return e
 
 

@@ -5,8 +5,9 @@
 
 Parts: each C test program BUILD_DIR/test_*, each Python test with
 COLIBRI=BUILD_DIR/colibri, and (not with --sanitize) the portable build's
-oracle at every kernel level, the build without liburing and libnuma, and
-the aarch64 run under qemu (tests/run_arm.sh), and the CUDA build's
+oracle at every kernel level, the build without liburing and libnuma,
+the aarch64 run under qemu (tests/run_arm.sh), the Windows build under wine
+(tests/run_windows.py), and the CUDA build's
 backend test and GPU engine tests (build/cuda, skipped without a GPU). --tsan runs the threaded
 paths only (the I/O engine, the store, the engine, the invariance matrix
 and the I/O tests of the CLI). Each part's output is shown
@@ -100,6 +101,7 @@ def parts_for(build, sanitize, tsan):
     out.append(Part("build/nolibs/colibri (without liburing and libnuma)", [sys.executable, "tests/test_cli.py", "-v", "NoLibs"],
                     {"COLIBRI": "build/nolibs/colibri"}))
     out.append(Part("aarch64 under qemu (NEON, dotprod, i8mm)", ["sh", "tests/run_arm.sh"]))
+    out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build]))
     if os.path.exists(os.path.join(ROOT, "build/cuda/test_cuda")):
         out.append(Part("build/cuda/test_cuda (the GPU's integer matmul against the CPU reference)", ["build/cuda/test_cuda"]))
         out.append(Part("build/cuda/colibri (CUDA build: oracle and tokens with the GPU on)", [sys.executable, "tests/test_cli.py", "-v", "Cuda"],

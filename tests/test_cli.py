@@ -638,6 +638,27 @@ class Generate(unittest.TestCase):
         rc, out, err = run(d, {"PROMPT": "Hello", "TEMP": "0.9", "NGEN": "3", "USAGE_SAVE": "0"})
         self.assertRegex(err, r"seed \d+")
 
+    def test_temperature_is_temp(self):
+        """TEMPERATURE is TEMP under a name Windows does not take, and wins
+        over it."""
+        d = os.path.join(FIXTURES, ORACLES[0])
+        base = {"PROMPT": "Hello", "NGEN": "12", "TOKENS": "1", "SEED": "3", "USAGE_SAVE": "0"}
+
+        def gen(**kw):
+            rc, out, err = run(d, dict(base, **kw))
+            self.assertEqual(rc, 0, err)
+            return out, ids_line(err, "generated tokens"), "| greedy" in err
+
+        greedy, sampled = gen(TEMP="0"), gen(TEMP="0.9")
+        self.assertTrue(greedy[2])
+        self.assertFalse(sampled[2])
+        self.assertEqual(gen(TEMPERATURE="0"), greedy)
+        self.assertEqual(gen(TEMPERATURE="0.9"), sampled)
+        self.assertEqual(gen(TEMP="0.9", TEMPERATURE="0"), greedy)
+        rc, out, err = run(d, dict(base, TEMPERATURE="hot"))
+        self.assertEqual(rc, 2)
+        self.assertIn("TEMPERATURE=hot is invalid", err)
+
     def test_ngen_and_defaults(self):
         d = os.path.join(FIXTURES, ORACLES[0])
         rc, out, err = run(d, {"PROMPT": "Hi", "NGEN": "5", "TOKENS": "1", "USAGE_SAVE": "0", "SEED": "1"})

@@ -325,9 +325,13 @@ static void test_config(void) {
  * naming the file, and the engine reports it instead of computing, on
  * every I/O path. */
 static void test_truncated_shard(int mode, int mmap) {
-    char src[512], cmd[1200];
-    snprintf(cmd, sizeof cmd, "cp %s/config.json %s/model.safetensors %s/ref.json %s/", FIX5, FIX5, FIX5, tmpdir);
-    CHECK(system(cmd) == 0);
+    char src[512], dst[512];
+    static const char *const files[] = {"config.json", "model.safetensors", "ref.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(src, sizeof src, "%s/%s", FIX5, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", tmpdir, files[i]);
+        CHECK(check_copy(src, dst) == 0);
+    }
     static coli_model m;
     coli_opts o = opts(1, 512, -1);
     o.io.mode = mode, o.io.mmap = mmap;
@@ -341,7 +345,14 @@ static void test_truncated_shard(int mode, int mmap) {
     uint64_t cut = UINT64_MAX;
     for (int i = 0; i < m.st.nt; i++)
         if (strstr(m.st.t[i].name, ".mlp.experts.") && m.st.t[i].off < cut) cut = m.st.t[i].off;
-    CHECK(truncate(src, (off_t)cut + 8) == 0);
+    int cut_rc = truncate(src, (off_t)cut + 8);
+    if (cut_rc && mmap) { /* Windows refuses to cut a mapped file: nothing to report */
+        SKIP("truncate-mapped", "a mapped shard truncated under the engine: truncate: %s (Windows keeps mapped files whole)", strerror(errno));
+        model_free(&m);
+        CHECK(check_rm_tree(tmpdir) == 0 && mkdir(tmpdir, 0700) == 0);
+        return;
+    }
+    CHECK(cut_rc == 0);
     coli_ref r;
     coli_oracle_result res;
     CHECK(ref_load(&r, tmpdir, m.c.vocab, m.err, sizeof m.err) == 0);
@@ -350,8 +361,7 @@ static void test_truncated_shard(int mode, int mmap) {
     CHECK_HAS(m.err, "truncated");
     ref_free(&r);
     model_free(&m);
-    snprintf(cmd, sizeof cmd, "rm -f %s/*", tmpdir);
-    CHECK(system(cmd) == 0);
+    CHECK(check_rm_tree(tmpdir) == 0 && mkdir(tmpdir, 0700) == 0); /* emptied for the next path */
 }
 
 int main(void) {
@@ -370,8 +380,6 @@ int main(void) {
     test_truncated_shard(IO_POOL, 0);
     test_truncated_shard(IO_URING, 0);
     test_truncated_shard(IO_SYNC, 1);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd)) return 1;
+    if (check_rm_tree(tmpdir)) return 1;
     return check_report("test_engine");
 }

@@ -90,7 +90,7 @@ static void test_mode(int mode, int direct, int nmirror) {
     io_req one = {.file = 1, .off = 12345, .len = 1000, .buf = req[0].buf, .cap = req[0].cap, .direct = 1};
     io_req *op = &one;
     CHECK(io_submit(&c, &op, 1) == 0 && io_wait(&c, &one) == 0 && check_bytes(&one));
-    for (int i = 0; i < N; i++) free(req[i].buf);
+    for (int i = 0; i < N; i++) compat_aligned_free(req[i].buf);
     io_close(&c);
 }
 
@@ -119,7 +119,7 @@ static void test_faults(int mode) {
     io_submit(&c, &rp, 1);
     CHECK(io_wait(&c, &r) == -EIO);
     io_close(&c);
-    free(buf);
+    compat_aligned_free(buf);
 }
 
 /* A file truncated after it was opened: the read fails, never zeros. */
@@ -140,7 +140,7 @@ static void test_truncated(int mode) {
     io_req r = {.file = 0, .off = 50000, .len = 200000, .buf = buf, .cap = 300000 + IO_SLACK, .direct = 1}, *rp = &r;
     io_submit(&c, &rp, 1);
     CHECK(io_wait(&c, &r) == -EIO);
-    free(buf);
+    compat_aligned_free(buf);
     io_close(&c);
     unlink(p);
 }
@@ -173,7 +173,7 @@ static void test_mirror_fallback(void) {
         ok &= io_wait(&c, &r) == 0 && check_bytes(&r);
     }
     CHECK(ok && c.mirror_failed[1]);
-    free(buf);
+    compat_aligned_free(buf);
     io_close(&c);
     make_file(m0, 0);
 }
@@ -210,9 +210,7 @@ int main(void) {
     test_weights();
     test_mirror_fallback();
     printf("test_io: io_uring %s in this build, %d NUMA node(s)\n", io_have_uring() ? "present" : "absent", io_numa_nodes());
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, mdir);
-    if (system(cmd)) return 1;
+    if (check_rm_tree(dir) || check_rm_tree(mdir)) return 1;
     for (int i = 0; i < NFILES; i++) free(paths[i]);
     return check_report("test_io");
 }

@@ -238,10 +238,13 @@ static void test_hostile(void) {
     CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == -1);
     unlink(bad);
     CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == 1); /* no such file */
-    CHECK(mkfifo(bad, 0600) == 0);
-    CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == -1); /* never blocks on a FIFO */
-    CHECK_HAS(err, "not a regular file");
-    unlink(bad);
+    if (mkfifo(bad, 0600) == 0) {
+        CHECK(kvp_load(&m, bad, fp, &st, err, sizeof err) == -1); /* never blocks on a FIFO */
+        CHECK_HAS(err, "not a regular file");
+        unlink(bad);
+    } else {
+        SKIP("fifo", "a FIFO as a KV file: mkfifo: %s (Windows has no FIFOs)", strerror(errno));
+    }
     /* a save that cannot be written leaves the old file whole */
     char dir[300];
     snprintf(dir, sizeof dir, "%s.d/state", path);

@@ -61,7 +61,6 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include <sys/file.h>
 #include <sys/stat.h>
 
 #define CV_MANIFEST "colibri-convert.json"
@@ -1284,10 +1283,10 @@ static int cv_dst_name(const cv_plan *p, const char *name) {
  * the converter writes or the engine reads, and removes our stale
  * temporaries. */
 static int cv_dst_prepare(const cv_opts *o, const cv_plan *p, int *lock) {
-    struct stat ss, ds, st;
+    struct stat ds, st;
     if (mkdir(o->dst, 0755) && errno != EEXIST) return cv_fail("%s: %s", o->dst, strerror(errno));
     if (stat(o->dst, &ds) || !S_ISDIR(ds.st_mode)) return cv_fail("%s: not a directory", o->dst);
-    if (!stat(o->src, &ss) && ss.st_dev == ds.st_dev && ss.st_ino == ds.st_ino)
+    if (compat_same_file(o->src, o->dst))
         return cv_fail("DST %s is SRC; convert into another directory", o->dst);
     if (cv_dst_lock(o->dst, lock)) return -1;
     DIR *dp = opendir(o->dst);
@@ -1956,6 +1955,7 @@ static int cv_execute(cv_state *s) {
 }
 
 int main(int argc, char **argv) {
+    compat_args_utf8(&argc, &argv);
     cv_state s;
     memset(&s, 0, sizeof s);
     s.lock = -1;

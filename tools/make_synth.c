@@ -272,6 +272,7 @@ static int arg_int(const char *flag, const char *v, long long lo, long long hi, 
 }
 
 int main(int argc, char **argv) {
+    compat_args_utf8(&argc, &argv);
     synth_opts o = {0, 4, 1, 0, 8, 6144, 2048, 8, 32000, 4096, 4, 8, 0, 1, NULL, NULL};
     int experts_set = 0;
     for (int i = 1; i < argc; i++) {
