@@ -101,38 +101,40 @@ BENCH_C := bench_quant bench_io bench_mem bench_tok bench_grammar
 DEPFLAGS = -MMD -MP -MF $@.d
 
 # $(1) = build directory, $(2) = compile flags, $(3) = libraries, $(4) = the
-# flavour whose kernel archive it links (kernels use no optional library)
+# flavour whose kernel archive it links (kernels use no optional library),
+# $(5) and $(6) = a compiler and archiver other than $(CC) and $(AR) (the
+# aarch64 cross build)
 define flavour
 $(1)/kernels/%.o: kernels/%.c Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -c -o $$@ $$<
+	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -c -o $$@ $$<
 $(1)/libkernels.a: $(patsubst kernels/%.c,$(1)/kernels/%.o,$(KERNEL_SRC))
 	@rm -f $$@
-	$$(AR) rcs $$@ $$^
+	$(or $(6),$$(AR)) rcs $$@ $$^
 $(1)/colibri.o: colibri.c Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -c -o $$@ $$<
+	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -c -o $$@ $$<
 $(1)/colibri$(EXE): $(1)/colibri.o $(4)/libkernels.a
-	$$(CC) $(2) -o $$@ $$^ $(3)
+	$(or $(5),$$(CC)) $(2) -o $$@ $$^ $(3)
 $(1)/colibri-synth$(EXE): tools/make_synth.c Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
+	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
 $(1)/colibri-convert$(EXE): tools/convert.c Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
+	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
 $(1)/test_%$(EXE): tests/test_%.c $(4)/libkernels.a Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
+	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
 $(1)/fault.o: tests/fault.c Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -c -o $$@ $$<
+	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -c -o $$@ $$<
 $(1)/colibri-fault: $(1)/colibri.o $(1)/fault.o $(4)/libkernels.a
-	$$(CC) $(2) $$(WRAPS) -o $$@ $$^ $(3)
+	$(or $(5),$$(CC)) $(2) $$(WRAPS) -o $$@ $$^ $(3)
 $(1)/colibri-convert-fault: tools/convert.c $(1)/fault.o Makefile
-	$$(CC) $(2) $$(WRAPS) -o $$@ $$< $(1)/fault.o $(3)
+	$(or $(5),$$(CC)) $(2) $$(WRAPS) -o $$@ $$< $(1)/fault.o $(3)
 $(1)/bench_%: bench/bench_%.c $(4)/libkernels.a Makefile
 	@mkdir -p $$(@D)
-	$$(CC) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
+	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
 -include $(wildcard $(1)/*.d $(1)/kernels/*.d)
 endef
 
@@ -170,6 +172,12 @@ $(eval $(call flavour,build/tsan,$(TSANFLAGS),$(LIBS) $(OPTLIBS),build/tsan))
 $(eval $(call flavour,build/nolibs,$(BASEFLAGS) $(ARCHFLAGS) -Werror,$(LIBS),build/test))
 # ARCH=portable (no -march): kernels still dispatch at run time.
 $(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(OPTLIBS),build/portable))
+# aarch64 (portable armv8-a; dotprod and i8mm reached through dispatch),
+# cross-compiled without the optional libraries and run under qemu-user by
+# tests/run_arm.sh, which builds it (make arm-build) where the tools exist.
+ARM_CC ?= aarch64-linux-gnu-gcc
+ARM_AR ?= aarch64-linux-gnu-ar
+$(eval $(call flavour,build/arm,$(BASEFLAGS) -march=armv8-a -Werror,$(LIBS),build/arm,$(ARM_CC),$(ARM_AR)))
 
 # The CUDA builds: make test's (test flags) and make CUDA=1's.
 $(eval $(call flavour,build/cuda,$(TESTFLAGS) -DCOLI_HAVE_CUDA,build/cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/test))
@@ -202,7 +210,16 @@ TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri build/cuda/test_cuda))
-test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/test_io build/portable/colibri $(CUDA_TEST_BINS)
+# the aarch64 build where the cross compiler and qemu are (tests/run_arm.sh
+# builds it too, and says SKIP aarch64 where they are not)
+ARM_QEMU ?= qemu-aarch64
+ARM_TEST_BINS := $(if $(and $(shell command -v $(ARM_CC) 2>/dev/null),$(shell command -v $(ARM_QEMU) 2>/dev/null)),arm-build)
+test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/test_io build/portable/colibri $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
+ARM_WRAPPED := colibri colibri-synth colibri-convert colibri-fault colibri-convert-fault
+arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED))
+build/arm/qemu/%: tests/qemu_arm.sh
+	@mkdir -p $(@D)
+	ln -sf ../../../tests/qemu_arm.sh $@
 sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine
 
 test:

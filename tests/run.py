@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Runs every test part of one build flavour and says what ran.
 
-    tests/run.py [--sanitize | --tsan] BUILD_DIR
+    tests/run.py [--sanitize | --tsan | --arm] BUILD_DIR
 
 Parts: each C test program BUILD_DIR/test_*, each Python test with
 COLIBRI=BUILD_DIR/colibri, and (not with --sanitize) the portable build's
 oracle at every kernel level, the build without liburing and libnuma,
-the aarch64 run under qemu (tests/run_arm.sh), the Windows build under wine
-(tests/run_windows.py), and the CUDA build's
+the aarch64 build under qemu (tests/run_arm.sh, then build/arm's C tests,
+a subset of the end-to-end tests and tests/xtokens.py), the Windows build
+under wine (tests/run_windows.py), and the CUDA build's
 backend test and GPU engine tests (build/cuda, skipped without a GPU). --tsan runs the threaded
 paths only (the I/O engine, the store, the engine, the invariance matrix
-and the I/O tests of the CLI). Each part's output is shown
+and the I/O tests of the CLI). --arm runs the aarch64 parts only (BUILD_DIR
+is then the x86-64 build the tokens are compared with). Each part's output is shown
 as it runs; at the end a table gives per part the checks passed and the
 parts of it skipped, with their reasons.
 
@@ -23,6 +25,7 @@ every part passed and nothing required was skipped. Standard library only.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -35,8 +38,9 @@ PY_RAN = re.compile(r"^Ran (\d+) tests? in")
 
 
 class Part:
-    def __init__(self, name, cmd, env=None):
+    def __init__(self, name, cmd, env=None, by_design=()):
         self.name, self.cmd, self.env = name, cmd, env or {}
+        self.by_design = set(by_design)  # skip tags a build without the optional libraries owes nobody
         self.passed = self.checks = 0
         self.skips = []  # (tag, reason)
         self.ok = False
@@ -79,6 +83,44 @@ def run_part(p):
     return p
 
 
+# The aarch64 build (build/arm, cross-compiled without the optional
+# libraries) under qemu-user: tests/run_arm.sh builds it and runs the kernel
+# tests and every fixture's oracle at every NEON level (or says SKIP aarch64
+# where the cross tools are missing); then every other C test, the
+# end-to-end tests that finish in reasonable time under emulation (ARM_PY;
+# README gives their timings) through the qemu wrapper
+# build/arm/qemu/colibri, and tokens compared with this machine's build.
+ARM_CC = os.environ.get("ARM_CC", "aarch64-linux-gnu-gcc")
+ARM_QEMU = os.environ.get("ARM_QEMU", "qemu-aarch64")
+ARM_SYSROOT = os.environ.get("ARM_SYSROOT", "/usr/aarch64-linux-gnu")
+# Left out under qemu: tests/test_faults.py (its loops over every
+# allocation, read and write take minutes there and exercise the injector,
+# not the architecture) and tests/test_serve.py (this build has no
+# libmicrohttpd). An empty list runs the whole file.
+ARM_PY = [
+    ("tests/test_cli.py", []),
+    ("tests/test_convert.py", []),
+    ("tests/test_grammar.py", []),
+]
+NOLIBS = ("io_uring", "mhd")
+
+
+def arm_parts(build):
+    out = [Part("aarch64 under qemu (NEON, dotprod, i8mm)", ["sh", "tests/run_arm.sh"])]
+    if not (shutil.which(ARM_CC) and shutil.which(ARM_QEMU)):
+        return out  # run_arm.sh says SKIP aarch64
+    qemu = [ARM_QEMU, "-cpu", "max", "-L", ARM_SYSROOT]
+    tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c"))
+    out += [Part("build/arm/%s (aarch64, qemu)" % t, qemu + ["build/arm/" + t], by_design=NOLIBS) for t in tests if t != "test_quant"]
+    wrapped = {"COLIBRI": "build/arm/qemu/colibri"}
+    for f, classes in ARM_PY:
+        what = "(%d named groups and tests)" % len(classes) if classes else "(all)"
+        out.append(Part("%s %s (aarch64, qemu)" % (f, what), [sys.executable, f, "-v"] + classes, wrapped, NOLIBS))
+    out.append(Part("tests/xtokens.py (x86-64 and aarch64 give the same tokens)", [sys.executable, "tests/xtokens.py", "-v"],
+                    dict(wrapped, COLIBRI_HOST=os.path.join(build, "colibri"))))
+    return out
+
+
 def parts_for(build, sanitize, tsan):
     colibri = {"COLIBRI": os.path.join(build, "colibri")}
     if tsan:
@@ -97,10 +139,10 @@ def parts_for(build, sanitize, tsan):
     out.append(Part("build/portable (ARCH=portable: kernels chosen at run time)",
                     [sys.executable, "tests/test_cli.py", "-v", "Oracle.test_every_fixture_passes", "Oracle.test_every_kernel_level"],
                     {"COLIBRI": "build/portable/colibri"}))
-    out.append(Part("build/nolibs/test_io (without liburing and libnuma)", ["build/nolibs/test_io"]))
+    out.append(Part("build/nolibs/test_io (without liburing and libnuma)", ["build/nolibs/test_io"], by_design=NOLIBS))
     out.append(Part("build/nolibs/colibri (without liburing and libnuma)", [sys.executable, "tests/test_cli.py", "-v", "NoLibs"],
-                    {"COLIBRI": "build/nolibs/colibri"}))
-    out.append(Part("aarch64 under qemu (NEON, dotprod, i8mm)", ["sh", "tests/run_arm.sh"]))
+                    {"COLIBRI": "build/nolibs/colibri"}, NOLIBS))
+    out += arm_parts(build)
     out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build]))
     if os.path.exists(os.path.join(ROOT, "build/cuda/test_cuda")):
         out.append(Part("build/cuda/test_cuda (the GPU's integer matmul against the CPU reference)", ["build/cuda/test_cuda"]))
@@ -113,16 +155,14 @@ def parts_for(build, sanitize, tsan):
 
 def main():
     args = sys.argv[1:]
-    sanitize, tsan = "--sanitize" in args, "--tsan" in args
-    args = [a for a in args if a not in ("--sanitize", "--tsan")]
+    sanitize, tsan, arm = "--sanitize" in args, "--tsan" in args, "--arm" in args
+    args = [a for a in args if a not in ("--sanitize", "--tsan", "--arm")]
     if len(args) != 1:
         sys.exit(__doc__)
     build = args[0]
     require = {t.strip() for t in os.environ.get("COLI_REQUIRE", "").split(",") if t.strip()}
     t0 = time.time()
-    parts = [run_part(p) for p in parts_for(build, sanitize, tsan)]
-    # tags that builds without the library skip by design are not owed by them
-    by_design = {"io_uring", "mhd"}
+    parts = [run_part(p) for p in (arm_parts(build) if arm else parts_for(build, sanitize, tsan))]
     print("\n== summary (%s)" % build)
     w = max(len(p.name) for p in parts)
     bad_req = []
@@ -131,7 +171,7 @@ def main():
         print("%-*s  %6d passed  %3d skipped  %5.1f s  %s%s" % (w, p.name, p.checks, len(p.skips), p.seconds,
                                                                  "ok" if p.ok else "FAILED", ("  (" + ", ".join(tags) + ")") if tags else ""))
         for t, why in p.skips:
-            if t in require and not ("nolibs" in p.name and t in by_design):
+            if t in require and t not in p.by_design:
                 bad_req.append("%s: %s: %s" % (p.name, t, why))
     failed = [p.name for p in parts if not p.ok]
     total = sum(p.checks for p in parts)

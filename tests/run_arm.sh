@@ -1,11 +1,12 @@
 #!/bin/sh
-# run_arm.sh — cross-compiles tests/test_quant.c and the engine for aarch64
-# (portable armv8-a, so dispatch must reach dotprod and i8mm through target
-# attributes) and runs them under qemu-user with every CPU feature on: the
-# kernel tests, then the oracle self-test on every fixture at the neon,
-# neon-dotprod and neon-i8mm levels, IDOT on and off. Run from the
-# repository root.
-# Needs: apt-get install -y gcc-aarch64-linux-gnu qemu-user
+# run_arm.sh — builds the aarch64 flavour (make arm-build: build/arm, portable
+# armv8-a without the optional libraries, so dispatch must reach dotprod and
+# i8mm through target attributes) and runs under qemu-user with every CPU
+# feature on: the kernel tests, then the oracle self-test on every fixture at
+# the neon, neon-dotprod and neon-i8mm levels, IDOT on and off, and MTP
+# drafting. tests/run.py then runs the other C tests, end-to-end tests and
+# tests/xtokens.py on the same build. Run from the repository root.
+# Needs: apt-get install -y gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 set -e
 CC=${ARM_CC:-aarch64-linux-gnu-gcc}
 QEMU=${ARM_QEMU:-qemu-aarch64}
@@ -15,16 +16,11 @@ if ! command -v "$CC" >/dev/null 2>&1 || ! command -v "$QEMU" >/dev/null 2>&1; t
     exit 0
 fi
 checks=0
-mkdir -p build/arm
+make --no-print-directory -j"$(nproc 2>/dev/null || echo 2)" arm-build ARM_CC="$CC"
 FLAGS="-std=c11 -fopenmp -ffp-contract=off -Wall -Wextra -Werror -Wno-format-truncation -D_GNU_SOURCE -I."
 # the kernels must also build where the compiler already has the features
 "$CC" $FLAGS -O2 -march=armv8.2-a+dotprod -c -o build/arm/neon_dot.o kernels/arm_neon.c
 "$CC" $FLAGS -O2 -march=armv8.6-a+i8mm -c -o build/arm/neon_i8mm.o kernels/arm_neon.c
-for k in kernels/*.c; do
-    "$CC" $FLAGS -O2 -march=armv8-a -c -o "build/arm/$(basename "$k" .c).o" "$k"
-done
-KOBJ="build/arm/core.o build/arm/arm_neon.o build/arm/x86_avx2.o build/arm/x86_avx512.o"
-"$CC" $FLAGS -O2 -march=armv8-a -o build/arm/test_quant tests/test_quant.c $KOBJ -lm
 out=$("$QEMU" -cpu max -L "$SYSROOT" build/arm/test_quant) || { echo "$out"; exit 1; }
 echo "$out"
 for l in neon neon-dotprod neon-i8mm; do
@@ -33,8 +29,6 @@ for l in neon neon-dotprod neon-i8mm; do
 done
 echo "run_arm.sh: neon, neon-dotprod, neon-i8mm ok under qemu"
 
-# the engine, without the optional libraries
-"$CC" $FLAGS -O2 -march=armv8-a -o build/arm/colibri colibri.c $KOBJ -lm -lpthread
 for fx in tests/fixtures/*/ref.json; do
     dir=$(dirname "$fx")
     for level in neon neon-dotprod neon-i8mm; do
