@@ -1,6 +1,8 @@
 # colibri — build, test, sanitize.
 #   make                 ./colibri for this CPU (ARCH=native), colibri-convert, colibri-synth
 #   make CUDA=1          ./colibri with the CUDA backend (nvcc; runs on the CPU without a GPU)
+#   make OPENMP=0        without OpenMP (loading, pinning and conversion on one
+#                        thread; the forward pass keeps its threads)
 #   make ARCH=portable   a generic x86-64 / armv8-a binary (kernels still
 #                        dispatch at startup on what the CPU offers)
 #   make test            every test, warnings as errors, no network/GPU/pip
@@ -16,8 +18,15 @@
 .DEFAULT_GOAL := all
 CC ?= cc
 AR ?= ar
-ARCH ?= native
 PYTHON ?= python3
+UNAME_S := $(shell uname -s 2>/dev/null)
+UNAME_M := $(shell uname -m 2>/dev/null)
+# Apple silicon: Apple clang's default CPU (apple-m1) already has dotprod,
+# and i8mm (M2 on) is chosen at run time, so no -march.
+ifeq ($(UNAME_S)-$(UNAME_M),Darwin-arm64)
+  ARCH ?= portable
+endif
+ARCH ?= native
 
 ifeq ($(ARCH),portable)
   ARCHFLAGS :=
@@ -27,9 +36,43 @@ endif
 
 # -ffp-contract=off: no silent FMA contraction, so results do not depend on
 # what the compiler fuses (token-exactness across builds).
-BASEFLAGS := -std=c11 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -Wno-format-truncation -D_GNU_SOURCE -I.
+BASEFLAGS := -std=c11 -O2 -ffp-contract=off -Wall -Wextra -D_GNU_SOURCE -I.
 CFLAGS ?=
 LIBS := -lm -lpthread
+# GCC's -Wformat-truncation flags the bounded snprintf of names into fixed
+# buffers, which truncate by design; compilers without the option (clang
+# before 18) would reject -Wno- of it under -Werror.
+ifeq ($(shell $(CC) -Werror -Wno-format-truncation -x c -c /dev/null -o /dev/null 2>/dev/null && echo 1),1)
+  BASEFLAGS += -Wno-format-truncation
+endif
+# OpenMP runs the loops that load, pin and convert in parallel (the forward
+# pass has its own threads, team.h). OPENMP=0, or macOS without Homebrew's
+# libomp, builds without it: those loops then run on one thread.
+OMPFLAGS := -fopenmp
+NOOMPFLAGS := -Wno-unknown-pragmas
+NPROC := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
+
+# macOS (Apple clang): OpenMP and libmicrohttpd from Homebrew when present
+# (/opt/homebrew on Apple silicon, /usr/local on Intel); the linker has no
+# --wrap, so the fault-injection builds are left out.
+ifeq ($(UNAME_S),Darwin)
+  MACOS := 1
+  BREW ?= $(firstword $(wildcard /opt/homebrew /usr/local))
+  LIBOMP ?= $(firstword $(wildcard $(BREW)/opt/libomp))
+  BASEFLAGS += -D_DARWIN_C_SOURCE $(if $(BREW),-I$(BREW)/include)
+  LIBS += $(if $(BREW),-L$(BREW)/lib)
+  ifneq ($(LIBOMP),)
+    OMPFLAGS := -Xpreprocessor -fopenmp -I$(LIBOMP)/include
+    LIBS += -L$(LIBOMP)/lib -lomp
+  else
+    OMPFLAGS := $(NOOMPFLAGS)
+    $(info macOS without Homebrew's libomp (brew install libomp): building without OpenMP; loading, pinning and conversion run on one thread)
+  endif
+endif
+ifeq ($(OPENMP),0)
+  OMPFLAGS := $(NOOMPFLAGS)
+endif
+BASEFLAGS += $(OMPFLAGS)
 
 # Windows through MinGW-w64 (a cross compiler, or MSYS2's gcc): programs end
 # in .exe and link statically (libgomp, winpthreads: nothing to install
@@ -50,7 +93,7 @@ endif
 # HTTP API (--serve): a maintained HTTP/1.1 implementation rather than a
 # hand-written parser facing the network.
 HASH := \#
-probe = $(shell printf '$(HASH)include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - $(2) -o /dev/null 2>/dev/null && echo 1)
+probe = $(shell printf '$(HASH)include <$(1)>\nint main(void){return 0;}\n' | $(CC) -x c - $(BASEFLAGS) $(2) $(LIBS) -o /dev/null 2>/dev/null && echo 1)
 ifneq ($(URING),0)
   ifeq ($(call probe,liburing.h,-luring),1)
     OPTDEFS += -DCOLI_HAVE_URING
@@ -162,14 +205,15 @@ else
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # ThreadSanitizer does not see inside libgomp, so its build has no OpenMP:
 # one compute thread beside the real reader pool and io_uring completions.
-TSANFLAGS := $(filter-out -fopenmp,$(BASEFLAGS)) $(OPTDEFS) $(ARCHFLAGS) -Wno-unknown-pragmas -Werror -O1 -g -fsanitize=thread
+TSANFLAGS := $(filter-out $(OMPFLAGS),$(BASEFLAGS)) $(NOOMPFLAGS) $(OPTDEFS) $(ARCHFLAGS) -Werror -O1 -g -fsanitize=thread
 
 $(eval $(call flavour,build/rel,$(RELFLAGS),$(LIBS) $(OPTLIBS),build/rel))
 $(eval $(call flavour,build/test,$(TESTFLAGS),$(LIBS) $(OPTLIBS),build/test))
 $(eval $(call flavour,build/asan,$(TESTFLAGS) $(SANFLAGS),$(LIBS) $(OPTLIBS),build/asan))
 $(eval $(call flavour,build/tsan,$(TSANFLAGS),$(LIBS) $(OPTLIBS),build/tsan))
-# Without liburing, libnuma and libmicrohttpd: that build must keep working.
-$(eval $(call flavour,build/nolibs,$(BASEFLAGS) $(ARCHFLAGS) -Werror,$(LIBS),build/test))
+# Without liburing, libnuma, libmicrohttpd and OpenMP (what macOS builds
+# without Homebrew): that build must keep working.
+$(eval $(call flavour,build/nolibs,$(filter-out $(OMPFLAGS),$(BASEFLAGS)) $(NOOMPFLAGS) $(ARCHFLAGS) -Werror,$(LIBS),build/nolibs))
 # ARCH=portable (no -march): kernels still dispatch at run time.
 $(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(OPTLIBS),build/portable))
 # aarch64 (portable armv8-a; dotprod and i8mm reached through dispatch),
@@ -178,6 +222,16 @@ $(eval $(call flavour,build/portable,$(BASEFLAGS) $(OPTDEFS) -Werror,$(LIBS) $(O
 ARM_CC ?= aarch64-linux-gnu-gcc
 ARM_AR ?= aarch64-linux-gnu-ar
 $(eval $(call flavour,build/arm,$(BASEFLAGS) -march=armv8-a -Werror,$(LIBS),build/arm,$(ARM_CC),$(ARM_AR)))
+# aarch64 as Apple clang builds it for Apple silicon: clang 16 (Apple clang
+# 15 is LLVM 16), -mcpu=apple-m1 (dotprod in the baseline, i8mm through its
+# target attribute), no OpenMP; run under qemu by tests/run.py, whose
+# tokens must equal the x86-64 build's (README: macOS).
+ARM_CLANG ?= clang-16
+$(eval $(call flavour,build/arm-clang,$(filter-out $(OMPFLAGS) -Wno-format-truncation,$(BASEFLAGS)) $(NOOMPFLAGS) -mcpu=apple-m1 -Werror,$(LIBS),build/arm-clang,$(ARM_CLANG) --target=aarch64-linux-gnu,$(ARM_AR)))
+arm-clang-build: build/arm-clang/test_quant build/arm-clang/colibri build/arm-clang/qemu/colibri
+build/arm-clang/qemu/%: tests/qemu_arm.sh
+	@mkdir -p $(@D)
+	ln -sf ../../../tests/qemu_arm.sh $@
 
 # The CUDA builds: make test's (test flags) and make CUDA=1's.
 $(eval $(call flavour,build/cuda,$(TESTFLAGS) -DCOLI_HAVE_CUDA,build/cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/test))
@@ -206,15 +260,15 @@ endif # WINDOWS
 # COLI_REQUIRE names was skipped.
 # The builds run with one job per CPU even when make was started without -j.
 TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-synth $(1)/colibri-convert \
-            $(1)/colibri-fault $(1)/colibri-convert-fault
-NPROC := $(shell nproc 2>/dev/null || echo 2)
+            $(if $(MACOS),,$(1)/colibri-fault $(1)/colibri-convert-fault)
 
 CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri build/cuda/test_cuda))
 # the aarch64 build where the cross compiler and qemu are (tests/run_arm.sh
 # builds it too, and says SKIP aarch64 where they are not)
 ARM_QEMU ?= qemu-aarch64
-ARM_TEST_BINS := $(if $(and $(shell command -v $(ARM_CC) 2>/dev/null),$(shell command -v $(ARM_QEMU) 2>/dev/null)),arm-build)
-test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/test_io build/portable/colibri $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
+ARM_TEST_BINS := $(if $(and $(shell command -v $(ARM_CC) 2>/dev/null),$(shell command -v $(ARM_QEMU) 2>/dev/null)),arm-build \
+                   $(if $(shell command -v $(ARM_CLANG) 2>/dev/null),arm-clang-build))
+test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
 ARM_WRAPPED := colibri colibri-synth colibri-convert colibri-fault colibri-convert-fault
 arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED))
 build/arm/qemu/%: tests/qemu_arm.sh
@@ -268,6 +322,6 @@ fuzz-smoke:
 clean:
 	rm -rf build colibri colibri-synth colibri-convert
 
-.PHONY: all test test-build test-windows sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke
+.PHONY: all test test-build arm-build arm-clang-build test-windows sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke
 .SECONDARY:
 .DELETE_ON_ERROR:

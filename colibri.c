@@ -1622,9 +1622,7 @@ static int coli_main(int argc, char **argv) {
     char err[512];
     coli_env e;
     if (coli_env_load(&e, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
-#ifdef _OPENMP
-    if (env_i(&e, ENV_THREADS) > 0) omp_set_num_threads((int)env_i(&e, ENV_THREADS)); /* loading, pinning */
-#endif
+    if (env_i(&e, ENV_THREADS) > 0) compat_omp_set_threads((int)env_i(&e, ENV_THREADS)); /* loading, pinning */
     static coli_opts o;
     if (coli_opts_from_env(&e, &o, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
     if (o.io.mmap) signal(SIGBUS, on_sigbus);

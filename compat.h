@@ -1,8 +1,10 @@
 /* compat.h — OS shims: full preads, aligned allocation, clocks, memory
- * figures (MemAvailable, RSS), atomic file replacement, and on Windows the
- * POSIX calls the engine makes (open, pread, mmap, mlock, flock, fsync,
- * rename, stat, directories, signals, sysconf) mapped onto the Win32 API
- * with UTF-8 file names through the wide-char calls. The only file that
+ * figures (MemAvailable, RSS), CPU features the OS reports, atomic file
+ * replacement; on Windows the POSIX calls the engine makes (open, pread,
+ * mmap, mlock, flock, fsync, rename, stat, directories, signals, sysconf)
+ * mapped onto the Win32 API with UTF-8 file names through the wide-char
+ * calls; on macOS F_NOCACHE, F_RDADVISE, F_FULLFSYNC and Mach's memory
+ * figures where Linux has O_DIRECT, fadvise and /proc. The only file that
  * knows about platform differences. Prefix: compat_ (compat_w_ for the
  * Windows mappings). Must not: know about models, tensors or the engine. */
 #ifndef COLI_COMPAT_H
@@ -552,9 +554,74 @@ __attribute__((constructor)) static void compat_w_init(void) {
 #define S_ISSOCK(m) ((void)(m), 0)
 #define dirfd(d) (d)
 #define fstatat(d, name, st, flags) compat_w_fstatat(d, name, st)
+#elif defined(__APPLE__)
+/* ---- macOS: POSIX, less what Linux adds. The engine's O_DIRECT becomes
+ * F_NOCACHE on the descriptor (compat_open_regular), posix_fadvise's
+ * WILLNEED becomes F_RDADVISE, fsync becomes F_FULLFSYNC (fsync alone
+ * leaves the data in the drive's cache), and the memory figures come from
+ * Mach. Nothing else differs for the engine. */
+#include <limits.h>
+#include <mach/mach.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/sysctl.h>
+
+/* Our flag, never passed to open(): any bit works, as compat_open_regular
+ * takes it off and sets F_NOCACHE instead. */
+#define O_DIRECT 0x10000000
+#ifndef POSIX_FADV_WILLNEED
+#define POSIX_FADV_SEQUENTIAL 2
+#define POSIX_FADV_WILLNEED 3
+#define POSIX_FADV_DONTNEED 4
+#endif
+
+/* posix_fadvise: WILLNEED starts the read-ahead of [off, off+len) (len 0
+ * means none here); the others have no macOS equivalent and succeed. */
+static inline int compat_m_fadvise(int fd, off_t off, off_t len, int advice) {
+    if (advice != POSIX_FADV_WILLNEED || len <= 0) return 0;
+    struct radvisory ra;
+    ra.ra_offset = off;
+    ra.ra_count = len > INT_MAX ? INT_MAX : (int)len;
+    return fcntl(fd, F_RDADVISE, &ra) == -1 ? errno : 0;
+}
+
+/* fsync that reaches the medium: F_FULLFSYNC, or fsync where the file
+ * system refuses it (network and FAT volumes). */
+static inline int compat_m_fsync(int fd) {
+    return fcntl(fd, F_FULLFSYNC) == -1 ? fsync(fd) : 0;
+}
+
+/* Whether sysctl `name` (an int flag such as hw.optional.arm.FEAT_I8MM)
+ * exists and is non-zero. */
+static inline int compat_m_sysctl_flag(const char *name) {
+    int v = 0;
+    size_t n = sizeof v;
+    return !sysctlbyname(name, &v, &n, NULL, 0) && v;
+}
+#define posix_fadvise compat_m_fadvise
+#define fsync(fd) compat_m_fsync(fd)
 #else
 #include <sys/file.h>
 #include <sys/mman.h>
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+#endif
+
+/* OpenMP's thread count and thread number, for the loops that load,
+ * pin and convert in parallel. A build without OpenMP (macOS without
+ * Homebrew's libomp, make OPENMP=0) ignores their pragmas and runs those
+ * loops on the calling thread; the forward pass has its own threads
+ * (team.h) either way. */
+#ifdef _OPENMP
+#include <omp.h>
+static inline int compat_omp_max_threads(void) { return omp_get_max_threads(); }
+static inline int compat_omp_thread(void) { return omp_get_thread_num(); }
+static inline void compat_omp_set_threads(int n) { omp_set_num_threads(n); }
+#else
+static inline int compat_omp_max_threads(void) { return 1; }
+static inline int compat_omp_thread(void) { return 0; }
+static inline void compat_omp_set_threads(int n) { (void)n; }
 #endif
 
 /* What to do about a build without libmicrohttpd (serve mode), for its
@@ -639,13 +706,24 @@ static inline double compat_now(void) {
 }
 
 /* Bytes of memory available for new allocations without swapping
- * (/proc/meminfo MemAvailable; Windows: available physical memory), or 0 if
- * unknown. */
+ * (/proc/meminfo MemAvailable; Windows: available physical memory; macOS,
+ * which has no such figure: free, inactive, speculative and purgeable
+ * pages), or 0 if unknown. */
 static inline uint64_t compat_mem_available(void) {
-#ifdef _WIN32
+#if defined(_WIN32)
     MEMORYSTATUSEX ms;
     ms.dwLength = sizeof ms;
     return GlobalMemoryStatusEx(&ms) ? (uint64_t)ms.ullAvailPhys : 0;
+#elif defined(__APPLE__)
+    mach_port_t host = mach_host_self();
+    vm_statistics64_data_t vm;
+    mach_msg_type_number_t n = HOST_VM_INFO64_COUNT;
+    vm_size_t page = 0; /* the kernel's page (16 KiB on Apple silicon), which the counts are in */
+    int ok = host_page_size(host, &page) == KERN_SUCCESS &&
+             host_statistics64(host, HOST_VM_INFO64, (host_info64_t)&vm, &n) == KERN_SUCCESS;
+    mach_port_deallocate(mach_task_self(), host);
+    if (!ok) return 0;
+    return ((uint64_t)vm.free_count + vm.inactive_count + vm.speculative_count + vm.purgeable_count) * (uint64_t)page;
 #else
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return 0;
@@ -661,9 +739,13 @@ static inline uint64_t compat_mem_available(void) {
 /* Resident set size of this process in bytes (Windows: the working set),
  * or 0 if unknown. */
 static inline uint64_t compat_rss(void) {
-#ifdef _WIN32
+#if defined(_WIN32)
     PROCESS_MEMORY_COUNTERS pm;
     return GetProcessMemoryInfo(GetCurrentProcess(), &pm, sizeof pm) ? (uint64_t)pm.WorkingSetSize : 0;
+#elif defined(__APPLE__)
+    mach_task_basic_info_data_t ti;
+    mach_msg_type_number_t n = MACH_TASK_BASIC_INFO_COUNT;
+    return task_info(mach_task_self(), MACH_TASK_BASIC_INFO, (task_info_t)&ti, &n) == KERN_SUCCESS ? (uint64_t)ti.resident_size : 0;
 #else
     FILE *f = fopen("/proc/self/statm", "r");
     if (!f) return 0;
@@ -745,30 +827,68 @@ static inline const char *compat_strerror(int e) {
  * Returns the descriptor, or -1 with errno (COMPAT_ENOTREG for anything but
  * a regular file). */
 static inline int compat_open_regular(const char *path, int flags) {
-#ifdef _WIN32
+#if defined(_WIN32)
     int fd = open(path, O_RDONLY | O_CLOEXEC | flags); /* no FIFO can block CreateFileW */
-    if (fd < 0) return -1;
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        int e = S_ISREG(st.st_mode) ? errno : COMPAT_ENOTREG;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
 #else
+#if defined(__APPLE__)
+    const int nocache = flags & O_DIRECT;
+    flags &= ~O_DIRECT;
+#endif
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
+#endif
     if (fd < 0) return -1;
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        int e = S_ISREG(st.st_mode) ? errno : COMPAT_ENOTREG;
+    int e = fstat(fd, &st) ? errno : !S_ISREG(st.st_mode) ? COMPAT_ENOTREG : 0;
+#if !defined(_WIN32)
+    int fl = e ? -1 : fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+#endif
+#if defined(__APPLE__)
+    if (!e && nocache && fcntl(fd, F_NOCACHE, 1) == -1) e = errno;
+#endif
+    if (e) {
         close(fd);
         errno = e;
         return -1;
     }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     return fd;
+}
+
+/* Which optional aarch64 instructions the CPU and OS offer, as
+ * COMPAT_ARM_* bits: the auxiliary vector on Linux (HWCAP_ASIMDDP,
+ * HWCAP2_I8MM), sysctl hw.optional.arm.FEAT_* on macOS, and what the
+ * compiler was told elsewhere. 0 off aarch64. */
+#define COMPAT_ARM_DOT 1
+#define COMPAT_ARM_I8MM 2
+static inline int compat_arm_features(void) {
+#if defined(__aarch64__) && defined(__APPLE__)
+    return (compat_m_sysctl_flag("hw.optional.arm.FEAT_DotProd") ? COMPAT_ARM_DOT : 0) |
+           (compat_m_sysctl_flag("hw.optional.arm.FEAT_I8MM") ? COMPAT_ARM_I8MM : 0);
+#elif defined(__aarch64__) && defined(__linux__)
+    const unsigned long h1 = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+    return (((h1 >> 20) & 1) ? COMPAT_ARM_DOT : 0) | (((h2 >> 13) & 1) ? COMPAT_ARM_I8MM : 0);
+#else
+    int f = 0;
+#ifdef __ARM_FEATURE_DOTPROD
+    f |= COMPAT_ARM_DOT;
+#endif
+#ifdef __ARM_FEATURE_MATMUL_INT8
+    f |= COMPAT_ARM_I8MM;
+#endif
+    return f;
+#endif
+}
+
+/* Whether the OS keeps AVX-512 register state for this process, given
+ * XCR0 (x86). macOS turns that state on at a thread's first AVX-512
+ * instruction, so XCR0 says no until then; sysctl hw.optional.avx512f says
+ * whether it will. */
+static inline int compat_os_avx512(uint64_t xcr0) {
+#if defined(__APPLE__)
+    (void)xcr0;
+    return compat_m_sysctl_flag("hw.optional.avx512f");
+#else
+    return (xcr0 & 0xE6) == 0xE6; /* SSE, AVX, opmask, ZMM0-15 upper halves, ZMM16-31 */
 #endif
 }
 

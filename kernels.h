@@ -4,7 +4,8 @@
  * tests, benches).
  *
  * y[S][O] = x[S][I] · Wᵀ for a qt_tensor W of any format, at one of the CPU
- * levels below, chosen once by mm_init (by cpuid / getauxval, or forced).
+ * levels below, chosen once by mm_init (by cpuid and what the OS reports,
+ * or forced).
  * Two arithmetic paths (mm_init's idot flag):
  *   float   y = Σ_i deq(W[o,i]) · x[i] in f32, deq = q·scale exactly as
  *           qt_dequant_row. Each level has one fixed summation order per

@@ -13,9 +13,6 @@
 
 #include <math.h>
 #include <stdarg.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "backend_cuda.h"
 #include "compat.h"

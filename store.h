@@ -24,9 +24,6 @@
 #define COLI_STORE_H
 
 #include <stdarg.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "compat.h"
 #include "io.h"
@@ -837,10 +834,7 @@ static inline int xs_pin(xs_store *x, const uint8_t *pinned, void (*progress)(vo
 #pragma omp parallel for schedule(dynamic) num_threads(x->n_staging)
     for (int i = 0; i < n; i++) {
         if (failed) continue;
-        int k = list[i] / x->n_experts, e = list[i] % x->n_experts, th = 0;
-#ifdef _OPENMP
-        th = omp_get_thread_num();
-#endif
+        int k = list[i] / x->n_experts, e = list[i] % x->n_experts, th = compat_omp_thread();
         char err[600];
         uint64_t b = 0;
         qt_tensor *view = &x->pin_view[(size_t)list[i] * 3];

@@ -2,8 +2,8 @@
  * dots), neon-dotprod (sdot) and neon-i8mm (smmla on 2 rows × 2 activation
  * rows), sharing one float path. dotprod and i8mm functions carry target
  * attributes, so a portable armv8-a build holds every level and dispatch
- * (kernels/core.c) picks by getauxval. Must not: be called except through
- * the tables it defines. */
+ * (kernels/core.c) picks by what the OS reports (compat_arm_features).
+ * Must not: be called except through the tables it defines. */
 #include "impl.h"
 
 #ifdef MM_ARM

@@ -14,8 +14,6 @@
 #endif
 #if defined(MM_X86)
 #include <cpuid.h>
-#elif defined(MM_ARM) && defined(__linux__)
-#include <sys/auxv.h>
 #endif
 
 /* See kernels.h. */
@@ -176,7 +174,7 @@ int mm_level_ok(int level) {
         unsigned x;
         if (a >= 1) __get_cpuid_count(7, 1, &a71, &x, &x, &x);
     }
-    const int avx2 = (b7 >> 5) & 1, avx512 = ((b7 >> 16) & 1) && ((b7 >> 30) & 1) && ((b7 >> 31) & 1) && (xcr0 & 0xE6) == 0xE6;
+    const int avx2 = (b7 >> 5) & 1, avx512 = ((b7 >> 16) & 1) && ((b7 >> 30) & 1) && ((b7 >> 31) & 1) && compat_os_avx512(xcr0);
     switch (level) {
     case MM_AVX2: return avx2;
     case MM_AVXVNNI: return avx2 && ((a71 >> 4) & 1);
@@ -187,18 +185,7 @@ int mm_level_ok(int level) {
 #elif defined(MM_ARM)
     if (level < MM_NEON) return 0;
     if (level == MM_NEON) return 1;
-#if defined(__linux__)
-    const unsigned long h1 = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
-    const int dot = (h1 >> 20) & 1, i8mm = (h2 >> 13) & 1; /* HWCAP_ASIMDDP, HWCAP2_I8MM */
-#else
-    int dot = 0, i8mm = 0;
-#ifdef __ARM_FEATURE_DOTPROD
-    dot = 1;
-#endif
-#ifdef __ARM_FEATURE_MATMUL_INT8
-    i8mm = 1;
-#endif
-#endif
+    const int f = compat_arm_features(), dot = !!(f & COMPAT_ARM_DOT), i8mm = !!(f & COMPAT_ARM_I8MM);
     return level == MM_NEON_DOT ? dot : dot && i8mm;
 #else
     return 0;

@@ -5,9 +5,11 @@
 
 Parts: each C test program BUILD_DIR/test_*, each Python test with
 COLIBRI=BUILD_DIR/colibri, and (not with --sanitize) the portable build's
-oracle at every kernel level, the build without liburing and libnuma,
+oracle at every kernel level, the build without the optional libraries and OpenMP,
 the aarch64 build under qemu (tests/run_arm.sh, then build/arm's C tests,
-a subset of the end-to-end tests and tests/xtokens.py), the Windows build
+the end-to-end tests and tests/xtokens.py), the macOS checks (clang's type
+check of the macOS paths, the aarch64 build as Apple clang makes it under
+qemu), the Windows build
 under wine (tests/run_windows.py), and the CUDA build's
 backend test and GPU engine tests (build/cuda, skipped without a GPU). --tsan runs the threaded
 paths only (the I/O engine, the store, the engine, the invariance matrix
@@ -121,6 +123,30 @@ def arm_parts(build):
     return out
 
 
+# macOS, which no build machine has: its code paths type-checked by clang
+# against the POSIX headers (tests/check_macos.py), and the aarch64 build
+# as Apple clang makes it (clang 16, -mcpu=apple-m1, no OpenMP; Makefile
+# build/arm-clang) under qemu: the kernel tests, every fixture's oracle at
+# every level, and tokens equal to this machine's build.
+ARM_CLANG = os.environ.get("ARM_CLANG", "clang-16")
+
+
+def macos_parts(build):
+    out = [Part("macOS code paths type-checked by clang (tests/check_macos.py)", [sys.executable, "tests/check_macos.py"])]
+    if not os.path.exists(os.path.join(ROOT, "build/arm-clang/colibri")):
+        why = "SKIP macos: no %s, %s or %s to build and run aarch64 as Apple clang does" % (ARM_CLANG, ARM_CC, ARM_QEMU)
+        out.append(Part("aarch64 built by clang as for Apple silicon", [sys.executable, "-c", "print(%r)" % why]))
+        return out
+    qemu = [ARM_QEMU, "-cpu", "max", "-L", ARM_SYSROOT]
+    wrapped = {"COLIBRI": "build/arm-clang/qemu/colibri"}
+    out.append(Part("build/arm-clang/test_quant (clang, -mcpu=apple-m1, qemu)", qemu + ["build/arm-clang/test_quant"]))
+    out.append(Part("build/arm-clang/colibri: every oracle at every level (qemu)",
+                    [sys.executable, "tests/test_cli.py", "-v", "Oracle.test_every_fixture_passes", "Oracle.test_every_kernel_level"], wrapped))
+    out.append(Part("tests/xtokens.py (clang's aarch64 build gives x86-64's tokens)", [sys.executable, "tests/xtokens.py", "-v"],
+                    dict(wrapped, COLIBRI_HOST=os.path.join(build, "colibri"))))
+    return out
+
+
 def parts_for(build, sanitize, tsan):
     colibri = {"COLIBRI": os.path.join(build, "colibri")}
     if tsan:
@@ -139,10 +165,15 @@ def parts_for(build, sanitize, tsan):
     out.append(Part("build/portable (ARCH=portable: kernels chosen at run time)",
                     [sys.executable, "tests/test_cli.py", "-v", "Oracle.test_every_fixture_passes", "Oracle.test_every_kernel_level"],
                     {"COLIBRI": "build/portable/colibri"}))
-    out.append(Part("build/nolibs/test_io (without liburing and libnuma)", ["build/nolibs/test_io"], by_design=NOLIBS))
-    out.append(Part("build/nolibs/colibri (without liburing and libnuma)", [sys.executable, "tests/test_cli.py", "-v", "NoLibs"],
-                    {"COLIBRI": "build/nolibs/colibri"}, NOLIBS))
+    # build/nolibs: no liburing, libnuma, libmicrohttpd or OpenMP (what
+    # macOS builds without Homebrew's libomp)
+    nolibs = {"COLIBRI": "build/nolibs/colibri"}
+    out.append(Part("build/nolibs/test_io (no optional library, no OpenMP)", ["build/nolibs/test_io"], by_design=NOLIBS))
+    out.append(Part("build/nolibs/colibri (no optional library, no OpenMP): every oracle", [sys.executable, "tests/test_cli.py", "-v", "NoLibs",
+                    "Oracle.test_every_fixture_passes"], nolibs, NOLIBS))
+    out.append(Part("build/nolibs/colibri-convert (no OpenMP)", [sys.executable, "tests/test_convert.py", "-v", "Engine"], nolibs, NOLIBS))
     out += arm_parts(build)
+    out += macos_parts(build)
     out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build]))
     if os.path.exists(os.path.join(ROOT, "build/cuda/test_cuda")):
         out.append(Part("build/cuda/test_cuda (the GPU's integer matmul against the CPU reference)", ["build/cuda/test_cuda"]))

@@ -58,9 +58,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <limits.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #include <sys/stat.h>
 
 #define CV_MANIFEST "colibri-convert.json"
@@ -1584,7 +1581,7 @@ static int cv_run_units(cv_run *r) {
     int n = r->nu;
     cv_unit *u = r->u;
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-    for (int i = 0; i < n; i++) cv_unit_run(r, &u[i], &r->scr[omp_get_thread_num()]);
+    for (int i = 0; i < n; i++) cv_unit_run(r, &u[i], &r->scr[compat_omp_thread()]);
     r->nu = 0;
     for (int i = 0; i < n; i++) {
         const st_tensor *t = u[i].it->t;
@@ -1841,7 +1838,7 @@ static void cv_print_plan(const cv_opts *o, const cv_plan *p, uint64_t todo, int
             fp8 ? "; FP8 e4m3 sources dequantized with their 128x128 block scales" : "");
     char tb[32];
     fprintf(stderr, "colibri-convert: %d shards: %d finished before, %d to convert (%s to read), %d threads\n", ndone + nconv, ndone, nconv,
-            cv_human(todo, tb, sizeof tb), omp_get_max_threads());
+            cv_human(todo, tb, sizeof tb), compat_omp_max_threads());
 }
 
 /* One line per shard: converted (with overall progress and ETA) or skipped. */
@@ -1928,7 +1925,7 @@ static int cv_prepare(cv_state *s) {
 static int cv_execute(cv_state *s) {
     cv_run r;
     memset(&r, 0, sizeof r);
-    r.o = &s->o, r.ix = &s->ix, r.tty = isatty(2), r.c_layers = s->c.n_layers, r.nthreads = omp_get_max_threads();
+    r.o = &s->o, r.ix = &s->ix, r.tty = isatty(2), r.c_layers = s->c.n_layers, r.nthreads = compat_omp_max_threads();
     if (!(r.scr = (cv_scratch *)calloc((size_t)r.nthreads, sizeof *r.scr))) return cv_fail("out of memory");
     cv_e4m3_table(r.e4m3);
     int ndone = 0, nconv = 0;
@@ -1962,7 +1959,7 @@ int main(int argc, char **argv) {
     int a = cv_parse_args(argc, argv, &s.o);
     if (a > 0) cv_usage(stdout);
     if (a) return a > 0 ? 0 : 2; /* errors were named; --help has the rest */
-    if (s.o.threads) omp_set_num_threads(s.o.threads);
+    if (s.o.threads) compat_omp_set_threads(s.o.threads);
     int rc = cv_prepare(&s) || cv_execute(&s) ? 2 : 0;
     cv_state_free(&s);
     return rc;

@@ -1,0 +1,4 @@
+/* tests/macos/linux/futex.h — for the macOS syntax check (tests/check_macos.py):
+ * macOS has no such header, so code that reaches it outside a Linux guard
+ * fails the check. */
+#error "<linux/futex.h> does not exist on macOS"
