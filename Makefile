@@ -239,6 +239,18 @@ $(eval $(call flavour,build/rel-cuda,$(RELFLAGS) -DCOLI_HAVE_CUDA,build/rel-cuda
 build/cuda/colibri build/cuda/test_cuda build/cuda/colibri-convert build/cuda/colibri-synth: build/cuda/libcolicuda.a
 build/rel-cuda/colibri build/rel-cuda/bench_cuda build/rel-cuda/colibri-convert build/rel-cuda/colibri-synth: build/rel-cuda/libcolicuda.a
 
+# The CUDA build with tests/cuda_host.c in place of backend_cuda.cu (host
+# memory, kernels.h's reference integer path): make test runs the engine's
+# side of the backend with it on machines without a GPU (tests/run.py).
+$(eval $(call flavour,build/cuda-host,$(TESTFLAGS) -DCOLI_HAVE_CUDA,build/cuda-host/libcolicuda.a build/test/libkernels.a $(LIBS) $(OPTLIBS),build/test))
+build/cuda-host/cuda_host.o: tests/cuda_host.c Makefile
+	@mkdir -p $(@D)
+	$(CC) $(TESTFLAGS) -DCOLI_HAVE_CUDA $(DEPFLAGS) -c -o $@ $<
+build/cuda-host/libcolicuda.a: build/cuda-host/cuda_host.o
+	@rm -f $@
+	$(AR) rcs $@ $^
+build/cuda-host/colibri build/cuda-host/test_cuda: build/cuda-host/libcolicuda.a
+
 all: colibri colibri-synth colibri-convert
 
 ifeq ($(CUDA),1)
@@ -268,7 +280,7 @@ CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri buil
 ARM_QEMU ?= qemu-aarch64
 ARM_TEST_BINS := $(if $(and $(shell command -v $(ARM_CC) 2>/dev/null),$(shell command -v $(ARM_QEMU) 2>/dev/null)),arm-build \
                    $(if $(shell command -v $(ARM_CLANG) 2>/dev/null),arm-clang-build))
-test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
+test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/test_cuda $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
 ARM_WRAPPED := colibri colibri-synth colibri-convert colibri-fault colibri-convert-fault
 arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED))
 build/arm/qemu/%: tests/qemu_arm.sh

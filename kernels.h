@@ -126,6 +126,13 @@ void mm_matvec_t(const mm_ctx *c, const qt_tensor *W, const float *x, float *y);
  * to a multiple of 16 groups (per-row formats: xg[0] only). */
 void mm_act_quant(const float *x, int64_t I, qt_fmt f, int gs, int vb, int8_t *q, float *xs, int32_t *xg);
 
+/* y[S][O] (row stride O) by the reference integer path, the definition
+ * every level reproduces, from rows q[S][ldq] that mm_act_quant made in
+ * natural order (vb 0) and their scales xs[S]: what a device backend must
+ * compute bit for bit (backend_cuda.h). Single-threaded and reentrant;
+ * 0, or -1 when its per-group sums cannot be allocated. */
+int mm_idot_ref(const qt_tensor *W, const int8_t *q, int64_t ldq, const float *xs, int S, float *y);
+
 /* Dot product of n floats in a fixed order on every CPU: 16 running sums
  * (lane i mod 16, mul then add), then the tail into lane 0, then the sums
  * pairwise (j + 8, j + 4, j + 2, j + 1). Plain C that the compiler turns

@@ -121,6 +121,25 @@ static void mm_irows_ref(const mm_args *a, int64_t o0, int64_t o1) {
     }
 }
 
+int mm_idot_ref(const qt_tensor *W, const int8_t *q, int64_t ldq, const float *xs, int S, float *y) {
+    if (S < 1) return 0;
+    const int64_t ng = qt_row_scales(W), ldg = (ng + 15) / 16 * 16, run = W->fmt == QT_I4G ? W->gs : W->I;
+    const int off = mm_code_off(W->fmt);
+    int32_t *xg = (int32_t *)calloc((size_t)S * (size_t)ldg, 4);
+    if (!xg) return -1;
+    for (int s = 0; off && s < S; s++)
+        for (int64_t g = 0; g < ng; g++) { /* offset·Σq per group, as mm_act_quant */
+            const int64_t e = (g + 1) * run < W->I ? (g + 1) * run : W->I;
+            int32_t sum = 0;
+            for (int64_t i = g * run; i < e; i++) sum += q[(size_t)s * (size_t)ldq + (size_t)i];
+            xg[(size_t)s * (size_t)ldg + (size_t)g] = off * sum;
+        }
+    mm_args a = {.W = W, .y = y, .S = S, .qx = q, .xs = xs, .xg = xg, .ldq = ldq, .ldg = ldg};
+    mm_irows_ref(&a, 0, W->O);
+    free(xg);
+    return 0;
+}
+
 /* Reference transposed product: y[i] = Σ_o x[o]·deq(W[o,i]), in increasing o,
  * each step y = y + x[o]·deq (mul then add), so every level matches it. */
 static void mm_mvt_ref(const qt_tensor *W, const float *x, float *y) {

@@ -10,8 +10,10 @@ the aarch64 build under qemu (tests/run_arm.sh, then build/arm's C tests,
 the end-to-end tests and tests/xtokens.py), the macOS checks (clang's type
 check of the macOS paths, the aarch64 build as Apple clang makes it under
 qemu), the Windows build
-under wine (tests/run_windows.py), and the CUDA build's
-backend test and GPU engine tests (build/cuda, skipped without a GPU). --tsan runs the threaded
+under wine (tests/run_windows.py), the engine's GPU paths against the
+host stand-in for the backend (build/cuda-host, tests/cuda_host.c), and the
+CUDA build's backend test and GPU engine tests (build/cuda, skipped without
+a GPU). --tsan runs the threaded
 paths only (the I/O engine, the store, the engine, the invariance matrix
 and the I/O tests of the CLI). --arm runs the aarch64 parts only (BUILD_DIR
 is then the x86-64 build the tokens are compared with). Each part's output is shown
@@ -175,6 +177,10 @@ def parts_for(build, sanitize, tsan):
     out += arm_parts(build)
     out += macos_parts(build)
     out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build]))
+    host = {"COLIBRI": "build/cuda-host/colibri"}
+    out.append(Part("build/cuda-host/test_cuda (test_cuda against the host stand-in for backend_cuda.cu)", ["build/cuda-host/test_cuda"]))
+    out.append(Part("build/cuda-host/colibri (the engine's GPU paths on the host stand-in: placement, fallback, tokens)",
+                    [sys.executable, "tests/test_cli.py", "-v", "Cuda"], host))
     if os.path.exists(os.path.join(ROOT, "build/cuda/test_cuda")):
         out.append(Part("build/cuda/test_cuda (the GPU's integer matmul against the CPU reference)", ["build/cuda/test_cuda"]))
         out.append(Part("build/cuda/colibri (CUDA build: oracle and tokens with the GPU on)", [sys.executable, "tests/test_cli.py", "-v", "Cuda"],

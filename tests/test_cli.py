@@ -480,7 +480,8 @@ class NoLibs(unittest.TestCase):
 
 class Cuda(unittest.TestCase):
     """The GPU (backend_cuda.h; tests/run.py runs this against build/cuda,
-    the CUDA build). With a GPU: every fixture's oracle passes with the
+    the CUDA build, and build/cuda-host, whose "GPU" is tests/cuda_host.c's
+    stand-in in host memory). With a GPU: every fixture's oracle passes with the
     dense matmuls on it, and the tokens equal the CPU's (CUDA=0), greedy and
     sampled, prefill and decode, for every dense format (int8, int4, int2,
     grouped int4 through DENSE_BITS), with copies of the pinned experts on
@@ -549,6 +550,36 @@ class Cuda(unittest.TestCase):
                     self.assertRegex(runs[1][2], r"colibri: CUDA: [1-9]\d* routed experts \(")
                     self.assertRegex(runs[1][2], r"routed experts [1-9][\d.]*% from GPU memory")
 
+
+    def test_a_partial_expert_tier_and_idot_off(self):
+        """CUDA_EXPERT_GB below what the pinned experts take puts some of
+        them (the most used first) in GPU memory and leaves the rest on the
+        CPU; IDOT=0 (the float path, which the GPU does not compute) keeps
+        every matmul on the CPU and says so. Tokens are CUDA=0's."""
+        self.need_gpu()
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        d = os.path.join(FIXTURES, "tiny-q4")
+        pins = usage_all(d, os.path.join(tmp, "q4.usage"))
+        env = dict(PROMPT="only some experts fit", NGEN="12", TOKENS="1", USAGE_SAVE="0", PIN=pins, PIN_GB="all", TEMP="0")
+        rc, base, err0 = run(d, dict(env, CUDA="0"))
+        self.assertEqual(rc, 0, err0)
+        # 2 MoE layers of 8 experts of about 6 KB each (int4, 80 x 45): 50 KB holds some, not all
+        rc, out, err = run(d, dict(env, CUDA="1", CUDA_EXPERT_GB="0.00005"))
+        self.assertEqual(rc, 0, err)
+        held = int(re.search(r"colibri: CUDA: (\d+) routed experts \(", err).group(1))
+        self.assertTrue(0 < held < 16, err)
+        share = float(re.search(r"routed experts ([\d.]+)% from GPU memory", err).group(1))
+        self.assertTrue(0 < share < 100, err)
+        self.assertEqual(ids_line(err, "generated tokens"), ids_line(err0, "generated tokens"))
+        self.assertEqual(out, base)
+        rc, base, err0 = run(d, dict(env, CUDA="0", IDOT="0"))
+        rc2, out, err = run(d, dict(env, CUDA="1", IDOT="0"))
+        self.assertEqual((rc, rc2), (0, 0), err)
+        self.assertIn("IDOT=0: the GPU computes only the integer path, so every matmul stays on the CPU", err)
+        self.assertNotIn("colibri: GPU:", err)
+        self.assertEqual(ids_line(err, "generated tokens"), ids_line(err0, "generated tokens"))
+        self.assertEqual(out, base)
 
     def test_a_failing_gpu_call_falls_back_to_the_cpu(self):
         """A GPU matmul that fails (COLI_CUDA_FAULT, as a CUDA error would)

@@ -1,0 +1,124 @@
+/* cuda_host.c — backend_cuda.h's ABI in host memory, for machines without
+ * a GPU: a stand-in for backend_cuda.cu whose "device" is malloc'd memory
+ * and whose matmul is kernels.h's reference integer path (mm_idot_ref).
+ * make test links it into build/cuda-host, so the engine's side of the
+ * backend runs in every CI run: the dense and expert uploads and their
+ * budget, the GPU tier in the forward pass, a failing call's fallback
+ * (COLI_CUDA_FAULT), the counters of the end line, and test_cuda's
+ * harness. It checks what backend_cuda.cu checks and fails as it does; it
+ * says nothing about the GPU's kernels, which test_cuda checks against
+ * the same reference on a real device (build/cuda).
+ *
+ * The device: number 0 only, compute capability 7.5, HOST_MEM bytes of
+ * which matrices take their size. */
+#include "backend_cuda.h"
+#include "kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define HOST_MEM ((uint64_t)4 << 30)
+
+struct cu_mat {
+    qt_tensor W; /* over w and s */
+    void *w;     /* copies of the weights and scales */
+    float *s;
+    uint64_t bytes;
+};
+
+static struct {
+    int on;
+    cu_stats stats;
+} H;
+
+static double host_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int cu_init(int device, cu_info *info, char *err, size_t n) {
+    if (H.on) cu_shutdown();
+    if (device != 0) return snprintf(err, n, "device %d asked for, but 1 found (0..0)", device), -1;
+    memset(&H, 0, sizeof H);
+    H.on = 1;
+    if (info) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->name, sizeof info->name, "host stand-in for a GPU (tests/cuda_host.c)");
+        info->cc_major = 7, info->cc_minor = 5, info->sms = 1;
+        info->mem_total = info->mem_free = HOST_MEM;
+    }
+    return 0;
+}
+
+void cu_shutdown(void) {
+    memset(&H, 0, sizeof H);
+}
+
+cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), (cu_mat *)NULL;
+    const int64_t epb = fmt == CU_I8 ? 1 : fmt == CU_I2 ? 4 : 2;
+    if (fmt < CU_I8 || fmt > CU_I4G || O < 1 || I < 1 || I > (INT64_C(1) << 17) || row_bytes != (I + epb - 1) / epb ||
+        (fmt == CU_I4G && (gs < 16 || gs > 256 || gs % 16)) || !w || !s)
+        return snprintf(err, n, "CUDA: cannot hold a matrix of format %d, %lld x %lld, group size %d", fmt, (long long)O, (long long)I, gs),
+               (cu_mat *)NULL;
+    const int64_t ng = fmt == CU_I4G ? (I + gs - 1) / gs : 1;
+    const size_t wb = (size_t)(O * row_bytes), sb = (size_t)(O * ng) * sizeof(float);
+    if (H.stats.weight_bytes + wb + sb > HOST_MEM) return snprintf(err, n, "CUDA: uploading a matrix: out of memory"), (cu_mat *)NULL;
+    cu_mat *m = (cu_mat *)calloc(1, sizeof *m);
+    void *dw = malloc(wb);
+    float *ds = (float *)malloc(sb);
+    if (!m || !dw || !ds) {
+        free(m), free(dw), free(ds);
+        return snprintf(err, n, "out of memory"), (cu_mat *)NULL;
+    }
+    memcpy(dw, w, wb), memcpy(ds, s, sb);
+    m->w = dw, m->s = ds;
+    m->W = (qt_tensor){(qt_fmt)fmt, O, I, dw, ds, fmt == CU_I4G ? gs : 0};
+    m->bytes = wb + sb;
+    H.stats.weight_bytes += m->bytes;
+    return m;
+}
+
+void cu_mat_free(cu_mat *m) {
+    if (!m) return;
+    if (H.on) H.stats.weight_bytes -= m->bytes;
+    free(m->w), free(m->s), free(m);
+}
+
+int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (S < 1) return 0;
+    double t0 = host_now();
+    if (mm_idot_ref(&m->W, q, ldq, xs, S, y)) return snprintf(err, n, "CUDA: allocating activations: out of memory"), -1;
+    H.stats.calls++, H.stats.rows += (uint64_t)S;
+    H.stats.bytes_in += (uint64_t)(S * m->W.I) + (uint64_t)S * 4, H.stats.bytes_out += (uint64_t)(S * m->W.O) * 4;
+    double dt = host_now() - t0;
+    H.stats.seconds += dt, H.stats.kernel_seconds += dt;
+    return 0;
+}
+
+void cu_stats_get(cu_stats *st) {
+    if (st) *st = H.stats;
+}
+
+int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    char *a = (char *)malloc(bytes ? bytes : 1), *b = (char *)malloc(bytes ? bytes : 1);
+    if (!a || !b) {
+        free(a), free(b);
+        return snprintf(err, n, "CUDA: allocating the copy buffers: out of memory"), -1;
+    }
+    memset(a, 1, bytes);
+    double best = 0;
+    for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
+        double t0 = host_now();
+        memcpy(b, a, bytes);
+        double dt = host_now() - t0;
+        if (r && (best == 0 || dt < best)) best = dt;
+    }
+    *bytes_per_s = best > 0 ? 2.0 * (double)bytes / best : 0;
+    free(a), free(b);
+    return 0;
+}
