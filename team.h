@@ -47,6 +47,10 @@
  * operation's imbalance (tens of microseconds), shorter than a disk read
  * (a few milliseconds), so waits on I/O do not burn the cores. */
 #define TEAM_SPIN_NS 300000
+/* A sleep ends after this long even without a wakeup, so that a wakeup
+ * lost to a bug or an emulator costs 100 ms, not the process; a sleeper
+ * that finds its word moved at the timeout counts it in team.missed. */
+#define TEAM_SLEEP_NS 100000000L
 
 typedef void (*team_fn)(void *arg, int tid, int n);
 
@@ -63,6 +67,7 @@ typedef struct {
     void *arg;
     atomic_int stop;
     _Alignas(64) atomic_int sleepers; /* threads in (or entering) a sleep: wakers skip the syscall when 0 */
+    atomic_uint missed;             /* sleeps that timed out after their word moved: lost wakeups */
     double spin_ns;                 /* TEAM_SPIN_NS, or less when the team outnumbers the CPUs */
     int yield;                      /* oversubscribed: yield the CPU while spinning */
 #if !defined(__linux__)
@@ -77,18 +82,27 @@ static inline double team_now_ns_(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* Sleeps while *word == seen (spurious wakeups allowed). The sleeper count
- * is raised before the last look at *word and the waker reads it after
- * moving *word (both sequentially consistent), so a wakeup is never lost. */
+/* Sleeps while *word == seen, at most TEAM_SLEEP_NS (spurious wakeups
+ * allowed). The sleeper count is raised before the last look at *word and
+ * the waker reads it after moving *word with a read-modify-write (both
+ * sequentially consistent), so a wakeup is never lost. */
 static inline void team_sleep_(team *t, atomic_uint *word, unsigned seen) {
     atomic_fetch_add(&t->sleepers, 1);
+    int timed_out = 0;
 #if defined(__linux__)
-    if (atomic_load(word) == seen) syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+    struct timespec ts = {0, TEAM_SLEEP_NS};
+    if (atomic_load(word) == seen)
+        timed_out = syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0) == -1 && errno == ETIMEDOUT;
 #else
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += TEAM_SLEEP_NS;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&t->mu);
-    while (atomic_load(word) == seen) pthread_cond_wait(&t->cv, &t->mu);
+    while (!timed_out && atomic_load(word) == seen) timed_out = pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT;
     pthread_mutex_unlock(&t->mu);
 #endif
+    if (timed_out && atomic_load(word) != seen) atomic_fetch_add(&t->missed, 1);
     atomic_fetch_sub(&t->sleepers, 1);
 }
 
@@ -128,7 +142,9 @@ static inline void team_sync(team *t) {
     unsigned g = atomic_load_explicit(&t->gen, memory_order_acquire);
     if (atomic_fetch_sub_explicit(&t->left, 1, memory_order_acq_rel) == 1) {
         atomic_store_explicit(&t->left, t->n, memory_order_relaxed);
-        atomic_store(&t->gen, g + 1);
+        /* an RMW, not a store: qemu-user lets a seq_cst store (stlr) pass
+         * the load of sleepers that follows (ldar), which lost wakeups */
+        atomic_fetch_add(&t->gen, 1);
         team_wake_(t, &t->gen);
         return;
     }
@@ -167,6 +183,7 @@ static inline int team_start(team *t, int n) {
     atomic_init(&t->job, 0);
     atomic_init(&t->stop, 0);
     atomic_init(&t->sleepers, 0);
+    atomic_init(&t->missed, 0);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t->yield = cpus > 0 && n > cpus;
     t->spin_ns = t->yield ? TEAM_SPIN_NS / 10 : TEAM_SPIN_NS;
