@@ -423,15 +423,28 @@ static inline void io_retry_(io_ctx *c, io_req *r, int d) {
     io_set_state_(r, rc ? rc : 1);
 }
 
+/* The next completion, submitting first what the ring holds unsubmitted:
+ * io_uring_submit can fail (EAGAIN, EBUSY) and leave reads queued that a
+ * plain wait would wait for forever. A kernel that keeps refusing for 1 s
+ * (1,000 tries, 1 ms apart) fails the wait with its error. */
+static inline int io_uring_next_cqe_(io_ctx *c, struct io_uring_cqe **cqe) {
+    for (int tries = 0;;) {
+        if (io_uring_peek_cqe(&c->ring, cqe) == 0) return 0;
+        int rc = io_uring_submit_and_wait(&c->ring, 1);
+        if (rc >= 0 || rc == -EINTR) continue;
+        if ((rc != -EAGAIN && rc != -EBUSY) || ++tries >= 1000) return rc;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
 /* Reaps one completion: finishes its request, queues the rest of a short
  * read, or retries synchronously (an O_DIRECT read the file system
  * refused, buffered; a failed mirror read, on the primary). Returns 0 or
  * -errno from the wait itself. */
 static inline int io_uring_reap_(io_ctx *c) {
     struct io_uring_cqe *cqe;
-    int rc;
-    do rc = io_uring_wait_cqe(&c->ring, &cqe);
-    while (rc == -EINTR);
+    int rc = io_uring_next_cqe_(c, &cqe);
     if (rc < 0) return rc;
     io_req *r = (io_req *)io_uring_cqe_get_data(cqe);
     int res = cqe->res;
