@@ -728,13 +728,14 @@ static inline int xs_next(xs_store *x, int k) {
         }
         if (!loading && !queued) return -1;
         int np = 0;
-        if (!loading) { /* slots held by prefetches still in flight: wait for them */
+        if (!loading) { /* slots held by prefetches: wait for those in flight, settle those landed */
+            int held = 0;
             for (int s = 0; s < x->max_slots; s++) {
                 xs_slot *sl = xs_slot_at(x, k, s);
-                if (sl->loading && sl->pilot) np = xs_pending_add_(x, sl, np);
+                if (sl->loading && sl->pilot) held = 1, np = xs_pending_add_(x, sl, np);
             }
-            if (!np) return xs_fail(x, "expert cache of MoE layer %d: every slot is busy", k), -2;
-            io_wait_any(x->io, x->pending, x->pending_done, np);
+            if (!held) return xs_fail(x, "expert cache of MoE layer %d: every slot is busy", k), -2;
+            if (np) io_wait_any(x->io, x->pending, x->pending_done, np);
             if (xs_settle(x, k)) return -2;
             continue;
         }
