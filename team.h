@@ -172,9 +172,11 @@ static inline void *team_worker_(void *p) {
 }
 
 /* Starts a team of n threads (the caller counts as one; n is clamped to
- * [1, TEAM_MAX]). Returns 0, or -1 (threads could not be started: the team
- * then runs with the threads it got). */
-static inline int team_start(team *t, int n) {
+ * [1, TEAM_MAX]) whose barrier waits spin spin_ns before sleeping (< 0:
+ * TEAM_SPIN_NS, a tenth of it when the team outnumbers the CPUs; 0 sleeps
+ * at once). Returns 0, or -1 (threads could not be started: the team then
+ * runs with the threads it got). */
+static inline int team_start_spin(team *t, int n, double spin_ns) {
     memset(t, 0, sizeof *t);
     n = n < 1 ? 1 : n > TEAM_MAX ? TEAM_MAX : n;
     t->n = 1;
@@ -186,7 +188,7 @@ static inline int team_start(team *t, int n) {
     atomic_init(&t->missed, 0);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t->yield = cpus > 0 && n > cpus;
-    t->spin_ns = t->yield ? TEAM_SPIN_NS / 10 : TEAM_SPIN_NS;
+    t->spin_ns = spin_ns >= 0 ? spin_ns : t->yield ? TEAM_SPIN_NS / 10 : TEAM_SPIN_NS;
 #if !defined(__linux__)
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
@@ -205,6 +207,9 @@ static inline int team_start(team *t, int n) {
     }
     return 0;
 }
+
+/* team_start_spin with the default spin. */
+static inline int team_start(team *t, int n) { return team_start_spin(t, n, -1); }
 
 /* Runs fn(arg, tid, n) on every thread of the team; returns when all are
  * done. */

@@ -63,8 +63,7 @@ static void run_team(int n, int nphases, int slow_every, int runs, int pause_us)
  * team.missed, since sleeps end after TEAM_SLEEP_NS. */
 static void run_sleepy(int n, int nphases) {
     team t;
-    CHECK(team_start(&t, n) == 0);
-    t.spin_ns = 0;
+    CHECK(team_start_spin(&t, n, 0) == 0);
     job j;
     memset(&j, 0, sizeof j);
     j.t = &t, j.phases = nphases;
