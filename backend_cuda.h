@@ -54,7 +54,8 @@ typedef struct {
 /* Opens device `device` (0 first). 0 and *info, or -1: no driver, no
  * device of that number, or a device older than compute capability 7.5. */
 int cu_init(int device, cu_info *info, char *err, size_t n);
-/* Frees every matrix and releases the device; cu_init may follow. */
+/* Releases the device (free its matrices with cu_mat_free first); cu_init
+ * may follow. */
 void cu_shutdown(void);
 /* A copy in device memory of a packed matrix in quant.h's layout: fmt a
  * qt_fmt other than QT_F32, O rows of I inputs, group size gs (grouped

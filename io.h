@@ -426,10 +426,12 @@ static inline void io_retry_(io_ctx *c, io_req *r, int d) {
 /* The next completion, submitting first what the ring holds unsubmitted:
  * io_uring_submit can fail (EAGAIN, EBUSY) and leave reads queued that a
  * plain wait would wait for forever. A kernel that keeps refusing for 1 s
- * (1,000 tries, 1 ms apart) fails the wait with its error. */
+ * (1,000 tries, 1 ms apart) fails the wait with its error; with nothing
+ * queued or in flight there is nothing to wait for (-EIO). */
 static inline int io_uring_next_cqe_(io_ctx *c, struct io_uring_cqe **cqe) {
     for (int tries = 0;;) {
         if (io_uring_peek_cqe(&c->ring, cqe) == 0) return 0;
+        if (!c->inflight) return -EIO;
         int rc = io_uring_submit_and_wait(&c->ring, 1);
         if (rc >= 0 || rc == -EINTR) continue;
         if ((rc != -EAGAIN && rc != -EBUSY) || ++tries >= 1000) return rc;

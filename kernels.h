@@ -130,7 +130,8 @@ void mm_act_quant(const float *x, int64_t I, qt_fmt f, int gs, int vb, int8_t *q
  * every level reproduces, from rows q[S][ldq] that mm_act_quant made in
  * natural order (vb 0) and their scales xs[S]: what a device backend must
  * compute bit for bit (backend_cuda.h). Single-threaded and reentrant;
- * 0, or -1 when its per-group sums cannot be allocated. */
+ * 0, or -1 when W is not in an integer format (or its group size is
+ * invalid) or its per-group sums cannot be allocated. */
 int mm_idot_ref(const qt_tensor *W, const int8_t *q, int64_t ldq, const float *xs, int S, float *y);
 
 /* Dot product of n floats in a fixed order on every CPU: 16 running sums

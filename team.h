@@ -47,9 +47,11 @@
  * operation's imbalance (tens of microseconds), shorter than a disk read
  * (a few milliseconds), so waits on I/O do not burn the cores. */
 #define TEAM_SPIN_NS 300000
-/* A sleep ends after this long even without a wakeup, so that a wakeup
- * lost to a bug or an emulator costs 100 ms, not the process; a sleeper
- * that finds its word moved at the timeout counts it in team.missed. */
+/* A sleep at a barrier ends after this long even without a wakeup, so a
+ * wakeup lost to a bug or an emulator costs 100 ms, not the process; a
+ * sleeper that finds the barrier passed at the timeout counts it in
+ * team.missed (probably lost: a waker stalled 100 ms counts too). Workers
+ * waiting for the next job sleep unbounded (an idle server stays idle). */
 #define TEAM_SLEEP_NS 100000000L
 
 typedef void (*team_fn)(void *arg, int tid, int n);
@@ -67,7 +69,8 @@ typedef struct {
     void *arg;
     atomic_int stop;
     _Alignas(64) atomic_int sleepers; /* threads in (or entering) a sleep: wakers skip the syscall when 0 */
-    atomic_uint missed;             /* sleeps that timed out after their word moved: lost wakeups */
+    atomic_uint missed;             /* barrier sleeps that timed out after the barrier passed */
+    atomic_uint sleeps;             /* sleeps so far */
     double spin_ns;                 /* TEAM_SPIN_NS, or less when the team outnumbers the CPUs */
     int yield;                      /* oversubscribed: yield the CPU while spinning */
 #if !defined(__linux__)
@@ -82,24 +85,27 @@ static inline double team_now_ns_(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* Sleeps while *word == seen, at most TEAM_SLEEP_NS (spurious wakeups
- * allowed). The sleeper count is raised before the last look at *word and
+/* Sleeps while *word == seen, at most TEAM_SLEEP_NS at a barrier (*word
+ * is t->gen; spurious wakeups allowed). The sleeper count is raised before the last look at *word and
  * the waker reads it after moving *word with a read-modify-write (both
  * sequentially consistent), so a wakeup is never lost. */
 static inline void team_sleep_(team *t, atomic_uint *word, unsigned seen) {
     atomic_fetch_add(&t->sleepers, 1);
+    atomic_fetch_add_explicit(&t->sleeps, 1, memory_order_relaxed);
+    const int bounded = word == &t->gen;
     int timed_out = 0;
 #if defined(__linux__)
     struct timespec ts = {0, TEAM_SLEEP_NS};
     if (atomic_load(word) == seen)
-        timed_out = syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0) == -1 && errno == ETIMEDOUT;
+        timed_out = syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, seen, bounded ? &ts : NULL, NULL, 0) == -1 && errno == ETIMEDOUT;
 #else
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += TEAM_SLEEP_NS;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&t->mu);
-    while (!timed_out && atomic_load(word) == seen) timed_out = pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT;
+    while (!timed_out && atomic_load(word) == seen)
+        timed_out = bounded ? pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT : (pthread_cond_wait(&t->cv, &t->mu), 0);
     pthread_mutex_unlock(&t->mu);
 #endif
     if (timed_out && atomic_load(word) != seen) atomic_fetch_add(&t->missed, 1);
@@ -123,7 +129,7 @@ static inline void team_wake_(team *t, atomic_uint *word) {
  * team outnumbers the CPUs) for t->spin_ns, then sleeps. */
 static inline void team_wait_(team *t, atomic_uint *word, unsigned seen) {
     double t0 = 0;
-    for (unsigned i = 0;; i++) {
+    for (unsigned i = 0; t->spin_ns > 0; i++) {
         if (atomic_load_explicit(word, memory_order_acquire) != seen) return;
         TEAM_PAUSE();
         if ((i & 255) == 255) {
@@ -186,6 +192,7 @@ static inline int team_start_spin(team *t, int n, double spin_ns) {
     atomic_init(&t->stop, 0);
     atomic_init(&t->sleepers, 0);
     atomic_init(&t->missed, 0);
+    atomic_init(&t->sleeps, 0);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t->yield = cpus > 0 && n > cpus;
     t->spin_ns = spin_ns >= 0 ? spin_ns : t->yield ? TEAM_SPIN_NS / 10 : TEAM_SPIN_NS;

@@ -122,6 +122,7 @@ static void mm_irows_ref(const mm_args *a, int64_t o0, int64_t o1) {
 }
 
 int mm_idot_ref(const qt_tensor *W, const int8_t *q, int64_t ldq, const float *xs, int S, float *y) {
+    if (W->fmt == QT_F32 || (W->fmt == QT_I4G && !qt_gs_ok(W->gs))) return -1;
     if (S < 1) return 0;
     const int64_t ng = qt_row_scales(W), ldg = (ng + 15) / 16 * 16, run = W->fmt == QT_I4G ? W->gs : W->I;
     const int off = mm_code_off(W->fmt);

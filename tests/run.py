@@ -177,7 +177,7 @@ def parts_for(build, sanitize, tsan):
     out += arm_parts(build)
     out += macos_parts(build)
     out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build]))
-    host = {"COLIBRI": "build/cuda-host/colibri"}
+    host = {"COLIBRI": "build/cuda-host/colibri", "COLI_EXPECT_GPU": "1"}
     out.append(Part("build/cuda-host/test_cuda (test_cuda against the host stand-in for backend_cuda.cu)", ["build/cuda-host/test_cuda"]))
     out.append(Part("build/cuda-host/colibri (the engine's GPU paths on the host stand-in: placement, fallback, tokens)",
                     [sys.executable, "tests/test_cli.py", "-v", "Cuda"], host))

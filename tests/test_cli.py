@@ -497,6 +497,8 @@ class Cuda(unittest.TestCase):
 
     def need_gpu(self):
         if not self.gpu:
+            if os.environ.get("COLI_EXPECT_GPU") == "1":  # build/cuda-host always has its stand-in
+                self.fail("CUDA=1 failed where a (stand-in) GPU is expected: " + self.why)
             self.skipTest("cuda: no GPU for this build: " + self.why)
 
     def test_without_a_gpu(self):

@@ -104,6 +104,11 @@ int main(void) {
     cu_stats_get(&st);
     CHECK(st.calls == (uint64_t)(shapes - bad) || bad);
     CHECK(st.weight_bytes == 0); /* every matrix freed */
+    double bw = 0;
+    int bw_ok = cu_copy_bandwidth(UINT64_C(64) << 20, 3, &bw, err, sizeof err) == 0 && bw > 0;
+    CHECK(bw_ok);
+    if (bw_ok) printf("device copy bandwidth: %.1f GB/s (read + write, 64 MiB)\n", bw / 1e9);
+    else fprintf(stderr, "copy bandwidth: %s\n", err);
     mm_free(&ref);
     cu_shutdown();
     return check_report("test_cuda");

@@ -232,6 +232,8 @@ static void test_large_offsets(void) {
     char p[256];
     snprintf(p, sizeof p, "%s/big.bin", dir);
     uint8_t *b = malloc(size - lo);
+    CHECK(b != NULL);
+    if (!b) return;
     for (uint64_t i = lo; i < size; i++) b[i - lo] = byte_at(0, i);
     uint8_t head[8] = {16};
     FILE *f = fopen(p, "wb");

@@ -337,10 +337,15 @@ static void test_prefetch(void) {
 static void test_prefetch_landed(void) {
     write_shard(LAY_F32_SPAN, 0);
     fixture f;
-    if (open_fixture(&f, IO_POOL, 0, 0, 1, 0)) return;
-    int pred[1] = {2}, use[1] = {5};
-    xs_prefetch(&f.x, 0, pred, 1, 1);
-    CHECK(xs_begin(&f.x, 0, use, 1) == 0);
+    int pred[1] = {2}, use[1] = {5}, in_flight = 0;
+    for (int tries = 0; tries < 50 && !in_flight; tries++) { /* the read must still be in flight at xs_begin */
+        if (tries) close_fixture(&f);
+        if (open_fixture(&f, IO_POOL, 0, 0, 1, 0)) return;
+        xs_prefetch(&f.x, 0, pred, 1, 1);
+        CHECK(xs_begin(&f.x, 0, use, 1) == 0);
+        for (int s = 0; s < f.x.max_slots; s++) in_flight |= xs_slot_at(&f.x, 0, s)->loading && xs_slot_at(&f.x, 0, s)->pilot;
+    }
+    CHECK(in_flight);
     for (int s = 0; s < f.x.max_slots; s++) { /* let the prefetch's reads land */
         xs_slot *sl = xs_slot_at(&f.x, 0, s);
         for (int i = 0; sl->loading && i < sl->nreq; i++) io_wait(&f.io, &sl->req[i]);
