@@ -62,6 +62,7 @@ typedef struct {
     int mmap;                  /* map every shard */
     double weight[IO_MAX_DRIVES]; /* read share per drive (primary first); 0 = not used */
     long long fail_at;         /* > 0: the fail_at-th read fails with EIO (fault tests) */
+    int refuse_waits;          /* > 0: that many ring waits fail with EBUSY first (fault tests) */
 } io_opts;
 
 typedef struct {
@@ -432,7 +433,7 @@ static inline int io_uring_next_cqe_(io_ctx *c, struct io_uring_cqe **cqe) {
     for (int tries = 0;;) {
         if (io_uring_peek_cqe(&c->ring, cqe) == 0) return 0;
         if (!c->inflight) return -EIO;
-        int rc = io_uring_submit_and_wait(&c->ring, 1);
+        int rc = c->o.refuse_waits > 0 ? (c->o.refuse_waits--, -EBUSY) : io_uring_submit_and_wait(&c->ring, 1);
         if (rc >= 0 || rc == -EINTR) continue;
         if ((rc != -EAGAIN && rc != -EBUSY) || ++tries >= 1000) return rc;
         struct timespec ms = {0, 1000000};

@@ -39,7 +39,7 @@ static char *paths[NFILES], *mirrors[1];
 
 static void test_mode(int mode, int direct, int nmirror) {
     io_ctx c;
-    io_opts o = {mode, 3, direct, 0, {1, 1}, 0};
+    io_opts o = {mode, 3, direct, 0, {1, 1}, 0, 0};
     int rc = io_open(&c, &o, paths, NFILES, mirrors, nmirror);
     if (mode == IO_URING && !io_have_uring()) {
         CHECK(rc == -1);
@@ -100,7 +100,7 @@ static void test_faults(int mode) {
         return;
     }
     io_ctx c;
-    io_opts o = {mode, 2, 1, 0, {1, 0}, 3}; /* the third read fails */
+    io_opts o = {mode, 2, 1, 0, {1, 0}, 3, 0}; /* the third read fails */
     CHECK(io_open(&c, &o, paths, NFILES, NULL, 0) == 0);
     uint8_t *buf = compat_aligned_alloc(IO_ALIGN, 65536 + IO_SLACK);
     int fails = 0;
@@ -125,10 +125,12 @@ static void test_faults(int mode) {
 #ifdef COLI_HAVE_URING
 /* Reads left on the ring unsubmitted, as a failed io_uring_submit (EAGAIN,
  * EBUSY) leaves them: io_wait and io_wait_any submit them, not wait
- * forever (an alarm turns a hang into a failure). */
-static void test_uring_unsubmitted(void) {
+ * forever (an alarm turns a hang into a failure). `refusals` waits are
+ * refused with EBUSY first: a few are retried; past 1,000 (1 s) the wait
+ * fails with EBUSY. */
+static void test_uring_unsubmitted(int refusals) {
     io_ctx c;
-    io_opts o = {IO_URING, 2, 0, 0, {1, 0}, 0};
+    io_opts o = {IO_URING, 2, 0, 0, {1, 0}, 0, refusals};
     CHECK(io_open(&c, &o, paths, NFILES, NULL, 0) == 0);
     enum { N = 3 };
     io_req req[N], *rp[N];
@@ -142,15 +144,23 @@ static void test_uring_unsubmitted(void) {
         CHECK(io_uring_queue_(&c, &req[i]) == 0); /* queued, never submitted */
     }
     alarm(20);
-    CHECK(io_wait(&c, &req[1]) == 0 && check_bytes(&req[1]));
-    done[1] = 1;
-    int seen = 1, i;
-    while ((i = io_wait_any(&c, rp, done, N)) >= 0) {
-        done[i] = 1, seen++;
-        CHECK(io_state(&req[i]) == 1 && check_bytes(&req[i]));
+    if (refusals >= 2000) { /* refused past the 1,000 tries a wait allows, twice: both waits fail with the reads they waited for */
+        CHECK(io_wait(&c, &req[1]) == -EBUSY);
+        done[1] = 1;
+        CHECK(io_wait_any(&c, rp, done, N) >= 0);
+        for (int k = 0; k < N; k++) CHECK(io_state(&req[k]) == -EBUSY);
+    } else {
+        CHECK(io_wait(&c, &req[1]) == 0 && check_bytes(&req[1]));
+        done[1] = 1;
+        int seen = 1, i;
+        while ((i = io_wait_any(&c, rp, done, N)) >= 0) {
+            done[i] = 1, seen++;
+            CHECK(io_state(&req[i]) == 1 && check_bytes(&req[i]));
+        }
+        CHECK(seen == N);
+        CHECK(c.o.refuse_waits == 0); /* every refusal was met and retried */
     }
     alarm(0);
-    CHECK(seen == N);
     for (int k = 0; k < N; k++) compat_aligned_free(req[k].buf);
     io_close(&c);
 }
@@ -167,7 +177,7 @@ static void test_truncated(int mode) {
     make_file(p, 0);
     char *one[1] = {p};
     io_ctx c;
-    io_opts o = {mode, 2, 1, 0, {1}, 0};
+    io_opts o = {mode, 2, 1, 0, {1}, 0, 0};
     CHECK(io_open(&c, &o, one, 1, NULL, 0) == 0);
     CHECK(truncate(p, 100000) == 0);
     uint8_t *buf = compat_aligned_alloc(IO_ALIGN, 300000 + IO_SLACK);
@@ -189,7 +199,7 @@ static void test_mirror_fallback(void) {
     fputc(17, f); /* header length differs */
     fclose(f);
     io_ctx c;
-    io_opts o = {IO_SYNC, 0, 0, 0, {1, 1}, 0};
+    io_opts o = {IO_SYNC, 0, 0, 0, {1, 1}, 0, 0};
     CHECK(io_open(&c, &o, paths, NFILES, mirrors, 1) == 0);
     CHECK(io_file_drives(&c, 0) == 2 && io_file_drives(&c, 1) == 1);
     io_close(&c);
@@ -214,7 +224,7 @@ static void test_mirror_fallback(void) {
 
 static void test_weights(void) {
     io_ctx c;
-    io_opts o = {IO_SYNC, 0, 0, 0, {3, 1}, 0};
+    io_opts o = {IO_SYNC, 0, 0, 0, {3, 1}, 0, 0};
     CHECK(io_open(&c, &o, paths, NFILES, mirrors, 1) == 0);
     int n[2] = {0, 0};
     for (uint64_t off = 0; off < 4000 * (uint64_t)IO_ALIGN; off += IO_ALIGN) n[io_pick_drive(&c, 0, off)]++;
@@ -258,7 +268,7 @@ static void test_large_offsets(void) {
         for (int how = 0; how < 3; how++) { /* buffered, O_DIRECT, mapped */
             if (modes[k] == IO_URING && !io_have_uring()) continue;
             io_ctx c;
-            io_opts o = {modes[k], 2, how == 1, how == 2, {1}, 0};
+            io_opts o = {modes[k], 2, how == 1, how == 2, {1}, 0, 0};
             CHECK(io_open(&c, &o, one, 1, NULL, 0) == 0);
             for (int i = 0; i < 3; i++) {
                 io_req r = {.file = 0, .off = offs[i], .len = lens[i], .buf = buf, .cap = 80000 + IO_SLACK, .direct = 1}, *rp = &r;
@@ -294,7 +304,8 @@ int main(void) {
     test_mirror_fallback();
     test_large_offsets();
 #ifdef COLI_HAVE_URING
-    if (io_have_uring()) test_uring_unsubmitted();
+    if (io_have_uring())
+        for (int r = 0; r < 3; r++) test_uring_unsubmitted((int[]){0, 7, 2100}[r]); /* none, a few retried, more than the wait allows */
 #endif
     printf("test_io: io_uring %s in this build, %d NUMA node(s)\n", io_have_uring() ? "present" : "absent", io_numa_nodes());
     if (check_rm_tree(dir) || check_rm_tree(mdir)) return 1;

@@ -361,6 +361,23 @@ static void test_prefetch_landed(void) {
     close_fixture(&f);
 }
 
+/* A caller that starts a layer's next batch with a job of the last one
+ * not done (xs_done) holds its slot: with no other slot the queued expert
+ * can never load, and xs_next says so instead of waiting forever. */
+static void test_slot_never_freed(void) {
+    write_shard(LAY_F32_SPAN, 0);
+    fixture f;
+    if (open_fixture(&f, IO_POOL, 0, 0, 1, 0)) return;
+    int a[1] = {2}, b[1] = {5};
+    CHECK(xs_begin(&f.x, 0, a, 1) == 0);
+    CHECK(xs_next(&f.x, 0) == 0); /* expert 2 ready, never done */
+    CHECK(xs_begin(&f.x, 0, b, 1) == 0);
+    CHECK(xs_next(&f.x, 0) == -2);
+    CHECK_HAS(f.x.err, "every slot is busy");
+    CHECK_HAS(f.x.err, "MoE layer 0");
+    close_fixture(&f);
+}
+
 /* A shard truncated under the store and an injected EIO: the read fails
  * with the file named, never zeros. */
 static void test_read_errors(void) {
@@ -444,6 +461,7 @@ int main(void) {
     test_pins_repin_shrink();
     test_prefetch();
     test_prefetch_landed();
+    test_slot_never_freed();
     test_read_errors();
     test_nonfinite();
     test_refusals();
