@@ -420,13 +420,13 @@ static void print_end(coli_model *m) {
     if (m->gpu.n) { /* what went through the GPU since the previous end line */
         cu_stats g;
         cu_stats_get(&g);
-        uint64_t calls = g.calls - m->gpu.last.calls, dg = m->gpu.cnt.dense_gpu - m->gpu.cnt_last.dense_gpu,
+        uint64_t calls = g.calls - m->gpu.last.calls, mats = g.mats - m->gpu.last.mats, dg = m->gpu.cnt.dense_gpu - m->gpu.cnt_last.dense_gpu,
                  dc = m->gpu.cnt.dense_cpu - m->gpu.cnt_last.dense_cpu;
         uint64_t jobs = m->gpu.cnt.jobs - m->gpu.cnt_last.jobs, xjobs = m->gpu.cnt.xjobs - m->gpu.cnt_last.xjobs;
         int toks = t->prompt_tokens + t->gen_tokens;
-        fprintf(stderr, "colibri: GPU: %llu matmuls (%.0f%% of the dense ones; routed experts %.1f%% from GPU memory), %.3f s in GPU calls, "
+        fprintf(stderr, "colibri: GPU: %llu matmuls in %llu calls (%.0f%% of the dense ones; routed experts %.1f%% from GPU memory), %.3f s in GPU calls, "
                         "%.2f MB/tok up and %.2f MB/tok down%s\n",
-                (unsigned long long)calls, tel_pct((double)dg, (double)(dg + dc)), tel_pct((double)xjobs, (double)jobs),
+                (unsigned long long)mats, (unsigned long long)calls, tel_pct((double)dg, (double)(dg + dc)), tel_pct((double)xjobs, (double)jobs),
                 g.seconds - m->gpu.last.seconds, toks ? (g.bytes_in - m->gpu.last.bytes_in) / 1e6 / toks : 0.0,
                 toks ? (g.bytes_out - m->gpu.last.bytes_out) / 1e6 / toks : 0.0, m->gpu.failed ? "; a GPU call failed, the CPU took over" : "");
         m->gpu.last = g, m->gpu.cnt_last = m->gpu.cnt;

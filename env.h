@@ -173,7 +173,7 @@ typedef struct {
     INT(COLI_IO_FAULT, "0", 0, 1000000000, \
         "Testing: the Nth expert read fails with EIO; 0 = off.") \
     INT(COLI_CUDA_FAULT, "0", 0, 1000000000, \
-        "Testing: the Nth GPU matmul fails as a CUDA error would, so the CPU computes from there on; 0 = off.")
+        "Testing: the Nth GPU call fails as a CUDA error would, so the CPU computes from there on; 0 = off.")
 
 #define ENV_ID_(name, ...) ENV_##name,
 typedef enum { ENV_REGISTRY(ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_) ENV_COUNT } env_id;

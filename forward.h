@@ -132,46 +132,67 @@ static inline void fwd_share(const fwd_t *f, int64_t n, int64_t *a, int64_t *b) 
     *b = *a + per < n ? *a + per : n;
 }
 
-/* y = x·Wᵀ on the GPU (thread 0, the others wait): activations quantized
- * as the CPU's integer path does, in chunks of the scratch's rows. 0, or
- * -1 with m->gpu.err set. */
-static int fwd_matmul_gpu(coli_model *m, const cu_mat *d, const qt_tensor *W, const float *x, int S, float *y) {
+/* y[i] = x·W[i]ᵀ for nw matrices of one input width, format and group size
+ * (so one quantization of x serves them all) on the GPU, which holds them
+ * as d[i]: thread 0 works, the others wait. The activations are quantized
+ * as the CPU's integer path does, in chunks of the scratch's rows, one
+ * round trip per chunk. 0, or -1 with m->gpu.err set. */
+static int fwd_matmul_gpu(coli_model *m, const cu_mat *const *d, const qt_tensor *const *W, int nw, const float *x, int S, float *const *y) {
     mm_ctx *c = &m->mm;
+    const qt_tensor *W0 = W[0];
     for (int s0 = 0; s0 < S; s0 += c->max_rows) {
         int n = S - s0 < c->max_rows ? S - s0 : c->max_rows;
         for (int r = 0; r < n; r++)
-            mm_act_quant(x + (size_t)(s0 + r) * W->I, W->I, W->fmt, W->gs, 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
+            mm_act_quant(x + (size_t)(s0 + r) * W0->I, W0->I, W0->fmt, W0->gs, 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
         if (++m->gpu.calls == m->gpu.fault_at) { /* testing the fallback */
-            snprintf(m->gpu.err, sizeof m->gpu.err, "CUDA: matmul %lld failed (COLI_CUDA_FAULT)", (long long)m->gpu.calls);
+            snprintf(m->gpu.err, sizeof m->gpu.err, "CUDA: call %lld failed (COLI_CUDA_FAULT)", (long long)m->gpu.calls);
             return -1;
         }
-        if (cu_mat_idot(d, c->qx, c->ldq, c->xs, n, y + (size_t)s0 * W->O, m->gpu.err, sizeof m->gpu.err)) return -1;
+        float *ys[CU_MAX_GROUP];
+        for (int i = 0; i < nw; i++) ys[i] = y[i] + (size_t)s0 * W[i]->O;
+        if (cu_mats_idot(d, nw, c->qx, c->ldq, c->xs, n, ys, m->gpu.err, sizeof m->gpu.err)) return -1;
     }
     return 0;
 }
 
-/* y = x·Wᵀ, on the GPU when d (the GPU's copy of W) is given. */
-static inline void fwd_matmul_on(const fwd_t *f, const qt_tensor *W, const cu_mat *d, const float *x, int S, float *y) {
+/* y[i] = x·W[i]ᵀ for nw ≤ CU_MAX_GROUP matrices of one input x; d[i] is
+ * the GPU's copy of W[i] or NULL. In one GPU round trip when the GPU holds
+ * them all and they share format and group size; else each on its own, on
+ * the GPU or the CPU. A failed GPU call is said once and the CPU computes
+ * it and everything after. */
+static void fwd_matmul_group_on(const fwd_t *f, const qt_tensor *const *W, const cu_mat *const *d, int nw, const float *x, int S, float *const *y) {
     coli_model *m = f->m;
-    if (d && !m->gpu.failed) {
+    int together = 1;
+    for (int i = 0; i < nw; i++) together &= d[i] && W[i]->fmt == W[0]->fmt && W[i]->gs == W[0]->gs && W[i]->I == W[0]->I;
+    if (nw > 1 && !together) {
+        for (int i = 0; i < nw; i++) fwd_matmul_group_on(f, W + i, d + i, 1, x, S, y + i);
+        return;
+    }
+    if (together && !m->gpu.failed) {
         fwd_sync(f); /* x complete */
-        if (f->tid == 0 && fwd_matmul_gpu(m, d, W, x, S, y)) {
+        if (f->tid == 0 && fwd_matmul_gpu(m, d, W, nw, x, S, y)) {
             fprintf(stderr, "colibri: %s; the CPU computes everything from here on\n", m->gpu.err);
             m->gpu.failed = 1;
         }
         fwd_sync(f);
         if (!m->gpu.failed) return;
     }
-    mm_matmul_team(&m->mm, W, x, S, y, f->tid, f->nth, fwd_sync_cb, &m->team);
+    for (int i = 0; i < nw; i++) mm_matmul_team(&m->mm, W[i], x, S, y[i], f->tid, f->nth, fwd_sync_cb, &m->team);
+}
+
+/* Dense matmuls of one input x: on the GPU for the matrices it holds. */
+static void fwd_matmul_group(const fwd_t *f, const qt_tensor *const *W, int nw, const float *x, int S, float *const *y) {
+    coli_model *m = f->m;
+    const cu_mat *d[CU_MAX_GROUP];
+    for (int i = 0; i < nw; i++) {
+        d[i] = model_gpu_find(m, W[i]);
+        if (f->tid == 0 && m->gpu.n) d[i] ? m->gpu.cnt.dense_gpu++ : m->gpu.cnt.dense_cpu++;
+    }
+    fwd_matmul_group_on(f, W, d, nw, x, S, y);
 }
 
 /* A dense matmul: on the GPU when it holds W. */
-static inline void fwd_matmul(const fwd_t *f, const qt_tensor *W, const float *x, int S, float *y) {
-    coli_model *m = f->m;
-    const cu_mat *d = model_gpu_find(m, W);
-    if (f->tid == 0 && m->gpu.n) d ? m->gpu.cnt.dense_gpu++ : m->gpu.cnt.dense_cpu++;
-    fwd_matmul_on(f, W, d, x, S, y);
-}
+static inline void fwd_matmul(const fwd_t *f, const qt_tensor *W, const float *x, int S, float *y) { fwd_matmul_group(f, &W, 1, x, S, &y); }
 
 /* RMSNorm of this thread's rows of x[S][n] into y. */
 static void fwd_rmsnorm_rows(const fwd_t *f, float *y, const float *x, const float *w, int S, int n, float eps) {
@@ -217,8 +238,7 @@ static void fwd_indexer(const fwd_t *f, int l, int S, int pos) {
     int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, k = c->index_topk;
     float *kc = m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * id;
     fwd_matmul(f, &L->iq, sc->qlat, S, sc->qi);
-    fwd_matmul(f, &L->ik, sc->a, S, sc->tmp); /* tmp: [S][id] raw keys */
-    fwd_matmul(f, &L->iw, sc->a, S, sc->iw);
+    fwd_matmul_group(f, (const qt_tensor *[]){&L->ik, &L->iw}, 2, sc->a, S, (float *[]){sc->tmp, sc->iw}); /* tmp: [S][id] raw keys */
     float wscale = 1.0f / sqrtf((float)ih);
     int64_t a, b;
     fwd_share(f, S, &a, &b);
@@ -332,11 +352,10 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     int half = c->qk_rope / 2, kvl = c->kv_lora, rd = c->qk_rope, H = c->n_heads;
-    fwd_matmul(f, &L->q_a, sc->a, S, sc->qlat);
+    fwd_matmul_group(f, (const qt_tensor *[]){&L->q_a, &L->kv_a}, 2, sc->a, S, (float *[]){sc->qlat, sc->ckv});
     fwd_rmsnorm_rows(f, sc->qlat, sc->qlat, L->q_a_norm, S, c->q_lora, 1e-6f);
     fwd_sync(f);
     fwd_matmul(f, &L->q_b, sc->qlat, S, sc->q);
-    fwd_matmul(f, &L->kv_a, sc->a, S, sc->ckv);
     int64_t a, b;
     fwd_share(f, S, &a, &b);
     for (int64_t s = a; s < b; s++) {
@@ -387,12 +406,14 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
 static void fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, cu_mat *const *dev, const float *x, int S,
                     float *g, float *u, float *y) {
     int64_t I = gate->O, a, b;
-    if (dev) fwd_matmul_on(f, gate, dev[0], x, S, g), fwd_matmul_on(f, up, dev[1], x, S, u);
-    else fwd_matmul(f, gate, x, S, g), fwd_matmul(f, up, x, S, u);
+    const qt_tensor *gu[2] = {gate, up};
+    float *gu_y[2] = {g, u};
+    if (dev) fwd_matmul_group_on(f, gu, (const cu_mat *const *)dev, 2, x, S, gu_y);
+    else fwd_matmul_group(f, gu, 2, x, S, gu_y);
     fwd_share(f, (int64_t)S * I, &a, &b);
     for (int64_t i = a; i < b; i++) g[i] = silu(g[i]) * u[i];
     fwd_sync(f);
-    if (dev) fwd_matmul_on(f, down, dev[2], g, S, y);
+    if (dev) fwd_matmul_group_on(f, &down, (const cu_mat *const *)dev + 2, 1, g, S, &y);
     else fwd_matmul(f, down, g, S, y);
 }
 

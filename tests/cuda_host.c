@@ -87,16 +87,26 @@ void cu_mat_free(cu_mat *m) {
     free(m->w), free(m->s), free(m);
 }
 
-int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {
+int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int S, float *const *y, char *err, size_t n) {
     if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (nm < 1 || nm > CU_MAX_GROUP) return snprintf(err, n, "CUDA: %d matrices in one call (1..%d)", nm, (int)CU_MAX_GROUP), -1;
+    for (int i = 1; i < nm; i++)
+        if (m[i]->W.I != m[0]->W.I)
+            return snprintf(err, n, "CUDA: matrices of %lld and %lld inputs in one call", (long long)m[0]->W.I, (long long)m[i]->W.I), -1;
     if (S < 1) return 0;
     double t0 = host_now();
-    if (mm_idot_ref(&m->W, q, ldq, xs, S, y)) return snprintf(err, n, "CUDA: running the matmul: out of memory"), -1;
-    H.stats.calls++, H.stats.rows += (uint64_t)S;
-    H.stats.bytes_in += (uint64_t)(S * m->W.I) + (uint64_t)S * 4, H.stats.bytes_out += (uint64_t)(S * m->W.O) * 4;
+    uint64_t outs = 0;
+    for (int i = 0; i < nm; i++, outs += (uint64_t)m[i - 1]->W.O)
+        if (mm_idot_ref(&m[i]->W, q, ldq, xs, S, y[i])) return snprintf(err, n, "CUDA: running the matmul: out of memory"), -1;
+    H.stats.calls++, H.stats.mats += (uint64_t)nm, H.stats.rows += (uint64_t)S;
+    H.stats.bytes_in += (uint64_t)(S * m[0]->W.I) + (uint64_t)S * 4, H.stats.bytes_out += (uint64_t)S * outs * 4;
     double dt = host_now() - t0;
     H.stats.seconds += dt, H.stats.kernel_seconds += dt;
     return 0;
+}
+
+int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {
+    return cu_mats_idot(&m, 1, q, ldq, xs, S, &y, err, n);
 }
 
 void cu_stats_get(cu_stats *st) {

@@ -526,7 +526,7 @@ class Cuda(unittest.TestCase):
             self.assertIn("-- PASS", out, name)
             self.assertRegex(err, r"colibri: CUDA: .*: \d+ dense matrices \(")
             if name.startswith("tiny-q"):  # quantized dense weights: they went through the GPU
-                self.assertRegex(err, r"colibri: GPU: [1-9]\d* matmuls \([1-9]\d*% of the dense ones", name)
+                self.assertRegex(err, r"colibri: GPU: [1-9]\d* matmuls in [1-9]\d* calls \([1-9]\d*% of the dense ones", name)
 
     def test_tokens_equal_the_cpu(self):
         self.need_gpu()

@@ -2,7 +2,8 @@
  * reference (kernels.h's scalar level, IDOT), bit for bit, for every
  * quantized format, group sizes 16..256 with a partial last group, rows
  * whose bytes are and are not a multiple of 4 (the word and byte paths),
- * 1..9 activation rows, zero and non-finite rows, and I up to 2^17. Without
+ * 1..9 activation rows, zero and non-finite rows, and I up to 2^17; and
+ * several matrices of one input in one call, each as its own call. Without
  * a CUDA build or a GPU, one SKIP line says which. */
 #include "backend_cuda.h"
 #include "kernels.h"
@@ -63,6 +64,73 @@ out:
     return ok;
 }
 
+/* nm matrices of one input width I in formats f[] (group size gs for
+ * grouped int4) times S rows in one cu_mats_idot call: each y bit for bit
+ * its own cu_mat_idot's (which same_as_cpu holds to the CPU reference), one
+ * round trip counted. 1 when all agree. */
+static int group_same_as_single(const qt_fmt *f, int nm, const int64_t *O, int64_t I, int gs, int S) {
+    cu_mat *d[CU_MAX_GROUP] = {0};
+    float *y1[CU_MAX_GROUP] = {0}, *yg[CU_MAX_GROUP] = {0};
+    int64_t ldq = I + 5; /* a row stride that is not the width */
+    int8_t *q = (int8_t *)malloc((size_t)(S * ldq));
+    float *xs = (float *)malloc((size_t)S * 4);
+    char err[300];
+    int ok = q && xs;
+    for (int64_t i = 0; ok && i < S * ldq; i++) q[i] = i % ldq < I ? (int8_t)(frand() * 127.0f) : 0; /* zero past I, as mm_act_quant leaves it */
+    for (int r = 0; ok && r < S; r++) xs[r] = 0.01f + 0.001f * (float)r;
+    for (int i = 0; i < nm && ok; i++) {
+        float *src = (float *)malloc((size_t)(O[i] * I) * 4), *s = (float *)malloc(qt_scale_count(f[i], O[i], I, gs) * 4 + 4);
+        uint8_t *w = (uint8_t *)malloc(qt_weight_bytes(f[i], O[i], I, gs) + 1);
+        y1[i] = (float *)malloc((size_t)(S * O[i]) * 4), yg[i] = (float *)malloc((size_t)(S * O[i]) * 4);
+        ok = src && s && w && y1[i] && yg[i];
+        if (ok) {
+            for (int64_t k = 0; k < O[i] * I; k++) src[k] = frand();
+            qt_quantize(src, O[i], I, f[i], gs, w, s);
+            qt_tensor W = {f[i], O[i], I, w, s, gs};
+            ok = (d[i] = cu_mat_upload((int)f[i], O[i], I, gs, (int64_t)qt_row_bytes(&W), w, s, err, sizeof err)) != NULL &&
+                 cu_mat_idot(d[i], q, ldq, xs, S, y1[i], err, sizeof err) == 0;
+        }
+        free(src), free(s), free(w);
+    }
+    cu_stats a, b;
+    cu_stats_get(&a);
+    if (ok && cu_mats_idot((const cu_mat *const *)d, nm, q, ldq, xs, S, yg, err, sizeof err)) ok = 0;
+    cu_stats_get(&b);
+    if (!ok) fprintf(stderr, "group of %d: %s\n", nm, err);
+    for (int i = 0; i < nm && ok; i++)
+        if (memcmp(y1[i], yg[i], (size_t)(S * O[i]) * 4)) ok = 0, fprintf(stderr, "group of %d, I=%lld: matrix %d differs from its own call\n", nm, (long long)I, i);
+    ok &= b.calls == a.calls + 1 && b.mats == a.mats + (uint64_t)nm;
+    for (int i = 0; i < nm; i++) cu_mat_free(d[i]), free(y1[i]), free(yg[i]);
+    free(q), free(xs);
+    return ok;
+}
+
+/* Groups: formats mixed and alike, 1..CU_MAX_GROUP matrices, odd widths
+ * and row counts; and what a group may not be. */
+static void test_groups(void) {
+    const qt_fmt all[4] = {QT_I8, QT_I4, QT_I2, QT_I4G}, i4g[2] = {QT_I4G, QT_I4G}, i8[3] = {QT_I8, QT_I8, QT_I8};
+    const int64_t O4[4] = {33, 7, 130, 64}, O2[2] = {96, 96}, O3[3] = {5, 250, 17};
+    CHECK(group_same_as_single(all, 4, O4, 100, 32, 3));
+    CHECK(group_same_as_single(all, 4, O4, 4097, 64, 9));
+    CHECK(group_same_as_single(i4g, 2, O2, 200, 16, 1)); /* gate and up of an expert */
+    CHECK(group_same_as_single(i8, 3, O3, 63, 0, 2));
+    CHECK(group_same_as_single(all + 1, 1, O4, 17, 0, 4));
+    char err[300];
+    int8_t w[64] = {0}, q[64] = {0};
+    float s[2] = {1, 1}, xs[1] = {1}, y0[2], y1[2], *ys[2] = {y0, y1};
+    cu_mat *a = cu_mat_upload(QT_I8, 2, 32, 0, 32, w, s, err, sizeof err), *b = cu_mat_upload(QT_I8, 2, 31, 0, 31, w, s, err, sizeof err);
+    CHECK(a && b);
+    if (a && b) {
+        const cu_mat *ab[2] = {a, b}, *aa[5] = {a, a, a, a, a};
+        CHECK(cu_mats_idot(ab, 2, q, 32, xs, 1, ys, err, sizeof err) == -1);
+        CHECK_HAS(err, "matrices of 32 and 31 inputs in one call");
+        CHECK(cu_mats_idot(aa, 5, q, 32, xs, 1, ys, err, sizeof err) == -1);
+        CHECK_HAS(err, "5 matrices in one call");
+        CHECK(cu_mats_idot(aa, 0, q, 32, xs, 1, ys, err, sizeof err) == -1);
+    }
+    cu_mat_free(a), cu_mat_free(b);
+}
+
 int main(void) {
     char err[300];
     cu_info info;
@@ -103,6 +171,9 @@ int main(void) {
     cu_stats st;
     cu_stats_get(&st);
     CHECK(st.calls == (uint64_t)(shapes - bad) || bad);
+    CHECK(st.mats == st.calls);
+    test_groups();
+    cu_stats_get(&st);
     CHECK(st.weight_bytes == 0); /* every matrix freed */
     double bw = 0;
     int bw_ok = cu_copy_bandwidth(UINT64_C(64) << 20, 3, &bw, err, sizeof err) == 0 && bw > 0;
