@@ -65,13 +65,21 @@ def check(ok, what):
 # wine's output goes to files, never to pipes of ours: the wineserver a run
 # starts inherits the run's stdout and stderr, so reading a pipe to its end
 # waits until that server exits (2.6 s a run against 0.06 s to a file).
-WRAPPER = """#!/bin/sh
-o=$(mktemp) && e=$(mktemp) || exit 125
-%s "$(dirname "$0")/../test/%s.exe" "$@" >"$o" 2>"$e"
-rc=$?
-cat "$o"; cat "$e" >&2; rm -f "$o" "$e"
-exit $rc
-"""
+# The wrappers test_cli.py runs: the .exe under wine, its output through
+# unlinked files (so nothing is left behind), and wine killed with the
+# wrapper (PR_SET_PDEATHSIG), as a timeout kills only the wrapper. Output
+# arrives when the program ends: not for tests that talk to it as it runs.
+WRAPPER = """#!%s
+import ctypes, os, subprocess, sys, tempfile
+def die_with_parent():
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+exe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "%%s.exe")
+with tempfile.TemporaryFile() as o, tempfile.TemporaryFile() as e:
+    rc = subprocess.call([%%r, exe] + sys.argv[1:], stdout=o, stderr=e, preexec_fn=die_with_parent)
+    o.seek(0), e.seek(0)
+    sys.stdout.buffer.write(o.read()), sys.stderr.buffer.write(e.read())
+sys.exit(rc if rc >= 0 else 128 - rc)
+""" % sys.executable
 
 
 def relay(cmd, env=None, timeout=900):
@@ -258,7 +266,7 @@ def main():
     os.makedirs(wrap, exist_ok=True)
     for p in ("colibri", "colibri-convert", "colibri-synth"):
         with open(os.path.join(wrap, p), "w") as f:
-            f.write(WRAPPER % (WINE, p))
+            f.write(WRAPPER % (p, WINE))
         os.chmod(os.path.join(wrap, p), 0o755)
     tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c") and f != "test_cuda.c")
     for t in tests:
