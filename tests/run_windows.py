@@ -40,6 +40,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CC = os.environ.get("WIN_CC", "x86_64-w64-mingw32-gcc")
 WINE = os.environ.get("WINE", "wine")
+WINESERVER = os.environ.get("WINESERVER", "wineserver")
 WB = "build/win/test"
 FIXTURES = "tests/fixtures"
 ORACLES = sorted((d for d in os.listdir(os.path.join(ROOT, FIXTURES)) if os.path.exists(os.path.join(ROOT, FIXTURES, d, "ref.json"))),
@@ -248,7 +249,7 @@ def part_tokens(linux):
 
 def main():
     linux = sys.argv[1] if len(sys.argv) > 1 else "build/test"
-    missing = [t for t in (CC, WINE) if not shutil.which(t)]
+    missing = [t for t in (CC, WINE, WINESERVER) if not shutil.which(t)]
     if missing:
         print("SKIP windows: %s not found (apt-get install gcc-mingw-w64-x86-64 wine wine64)" % " and ".join(missing))
         return 0
@@ -260,7 +261,23 @@ def main():
         print("run_windows: the Windows build failed")
         return 1
     print("run_windows: built in %.0f s" % (time.time() - t0), flush=True)
-    subprocess.run([WINE, "cmd", "/c", "exit"], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # creates the prefix once
+    devnull = dict(cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([WINE, "cmd", "/c", "exit"], **devnull)  # creates the prefix once
+    # One wineserver for every run below, kept until the end: Debian's starts
+    # each with -p0, so it exits with its last client, and a run starting in
+    # that moment fails ("wine client error: recvmsg: Connection reset").
+    subprocess.run([WINESERVER, "-w"], **devnull)
+    persistent = subprocess.run([WINESERVER, "-p"], **devnull).returncode == 0
+    if not persistent:
+        print("run_windows: %s -p failed: each run starts its own wineserver" % WINESERVER, flush=True)
+    try:
+        return run_all(linux, t0)
+    finally:
+        if persistent:
+            subprocess.run([WINESERVER, "-k"], **devnull)
+
+
+def run_all(linux, t0):
     # test_cli.py runs $COLIBRI and its siblings: wrappers that run the .exe under wine
     wrap = os.path.join(ROOT, "build/win/wine")
     os.makedirs(wrap, exist_ok=True)
