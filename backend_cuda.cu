@@ -27,11 +27,13 @@ struct cu_mat {
     uint8_t *w;
     float *s;
     uint64_t bytes;
+    cudaEvent_t filled; /* the last cu_mat_fill's copy (on G.up) */
+    int pending;        /* a fill was queued: matmuls wait for `filled` */
 };
 
 static struct {
     int on;
-    cudaStream_t st;
+    cudaStream_t st, up; /* matmuls; cu_mat_fill's copies */
     int8_t *q;
     float *xs, *y;
     size_t qcap, xcap, ycap; /* bytes */
@@ -213,10 +215,12 @@ extern "C" int cu_init(int device, cu_info *info, char *err, size_t n) {
         return snprintf(err, n, "%s has compute capability %d.%d; colibri's kernels need 7.5 or newer", p.name, p.major, p.minor), -1;
     if ((e = cudaSetDevice(device)) != cudaSuccess) return cu_fail(err, n, "selecting the device", e);
     if ((e = cudaStreamCreateWithFlags(&G.st, cudaStreamNonBlocking)) != cudaSuccess) return cu_fail(err, n, "creating a stream", e);
+    if ((e = cudaStreamCreateWithFlags(&G.up, cudaStreamNonBlocking)) != cudaSuccess)
+        return cudaStreamDestroy(G.st), cu_fail(err, n, "creating a stream", e);
     size_t fr = 0, tot = 0;
-    if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess) return cudaStreamDestroy(G.st), cu_fail(err, n, "reading free memory", e);
+    if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess) return cudaStreamDestroy(G.st), cudaStreamDestroy(G.up), cu_fail(err, n, "reading free memory", e);
     if ((e = cudaEventCreate(&G.ev[0])) != cudaSuccess || (e = cudaEventCreate(&G.ev[1])) != cudaSuccess)
-        return cudaStreamDestroy(G.st), cu_fail(err, n, "creating events", e);
+        return cudaStreamDestroy(G.st), cudaStreamDestroy(G.up), cu_fail(err, n, "creating events", e);
     memset(&G.stats, 0, sizeof G.stats);
     G.on = 1;
     if (info) {
@@ -232,16 +236,15 @@ extern "C" void cu_shutdown(void) {
     if (!G.on) return;
     cudaFree(G.q), cudaFree(G.xs), cudaFree(G.y);
     cudaEventDestroy(G.ev[0]), cudaEventDestroy(G.ev[1]);
-    cudaStreamDestroy(G.st);
+    cudaStreamDestroy(G.st), cudaStreamDestroy(G.up);
     memset(&G, 0, sizeof G);
 }
 
-extern "C" cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err,
-                                 size_t n) {
+extern "C" cu_mat *cu_mat_alloc(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, char *err, size_t n) {
     if (!G.on) return snprintf(err, n, "CUDA: not initialised"), (cu_mat *)NULL;
     const int64_t epb = fmt == CU_I8 ? 1 : fmt == CU_I2 ? 4 : 2; /* elements per byte */
     if (fmt < CU_I8 || fmt > CU_I4G || O < 1 || I < 1 || I > (INT64_C(1) << 17) || row_bytes != (I + epb - 1) / epb ||
-        (fmt == CU_I4G && (gs < 16 || gs > 256 || gs % 16)) || !w || !s)
+        (fmt == CU_I4G && (gs < 16 || gs > 256 || gs % 16)))
         return snprintf(err, n, "CUDA: cannot hold a matrix of format %d, %lld x %lld, group size %d", fmt, (long long)O, (long long)I, gs),
                (cu_mat *)NULL;
     cu_mat *m = (cu_mat *)calloc(1, sizeof *m);
@@ -250,8 +253,8 @@ extern "C" cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t 
     size_t wb = (size_t)(O * row_bytes), sb = (size_t)(O * m->ng) * sizeof(float);
     cudaError_t e;
     if ((e = cudaMalloc((void **)&m->w, wb + 16)) != cudaSuccess || (e = cudaMalloc((void **)&m->s, sb)) != cudaSuccess ||
-        (e = cudaMemcpy(m->w, w, wb, cudaMemcpyHostToDevice)) != cudaSuccess || (e = cudaMemcpy(m->s, s, sb, cudaMemcpyHostToDevice)) != cudaSuccess) {
-        cu_fail(err, n, "uploading a matrix", e);
+        (e = cudaEventCreateWithFlags(&m->filled, cudaEventDisableTiming)) != cudaSuccess) {
+        cu_fail(err, n, "allocating a matrix", e);
         cudaFree(m->w), cudaFree(m->s), free(m);
         return NULL;
     }
@@ -260,9 +263,43 @@ extern "C" cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t 
     return m;
 }
 
+/* The copies go on G.up, from pageable memory: cudaMemcpyAsync returns
+ * once the driver has staged the source, so w and s are free again while
+ * the DMA runs. No matmul reads m at that moment (cu_mats_idot returns
+ * only after its stream drained), and the next one waits for `filled`. */
+extern "C" int cu_mat_fill(cu_mat *m, const void *w, const float *s, char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (!m || !w || !s) return snprintf(err, n, "CUDA: filling a matrix: no matrix or no source"), -1;
+    size_t sb = (size_t)(m->O * m->ng) * sizeof(float), wb = (size_t)m->bytes - sb;
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(m->w, w, wb, cudaMemcpyHostToDevice, G.up)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(m->s, s, sb, cudaMemcpyHostToDevice, G.up)) != cudaSuccess || (e = cudaEventRecord(m->filled, G.up)) != cudaSuccess)
+        return cu_fail(err, n, "filling a matrix", e);
+    m->pending = 1;
+    G.stats.fills++, G.stats.fill_bytes += m->bytes;
+    return 0;
+}
+
+extern "C" cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err,
+                                 size_t n) {
+    if (G.on && (!w || !s)) return snprintf(err, n, "CUDA: uploading a matrix: no source"), (cu_mat *)NULL;
+    cu_mat *m = cu_mat_alloc(fmt, O, I, gs, row_bytes, err, n);
+    if (!m) return NULL;
+    size_t sb = (size_t)(O * m->ng) * sizeof(float), wb = (size_t)m->bytes - sb;
+    cudaError_t e;
+    if ((e = cudaMemcpy(m->w, w, wb, cudaMemcpyHostToDevice)) != cudaSuccess || (e = cudaMemcpy(m->s, s, sb, cudaMemcpyHostToDevice)) != cudaSuccess) {
+        cu_fail(err, n, "uploading a matrix", e);
+        cu_mat_free(m);
+        return NULL;
+    }
+    return m;
+}
+
 extern "C" void cu_mat_free(cu_mat *m) {
     if (!m) return;
     if (G.on) {
+        if (m->pending) cudaEventSynchronize(m->filled); /* no copy lands in freed memory */
+        cudaEventDestroy(m->filled);
         cudaFree(m->w), cudaFree(m->s);
         G.stats.weight_bytes -= m->bytes;
     }
@@ -326,6 +363,9 @@ extern "C" int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int
         (e = cudaMemcpy2DAsync(G.q, (size_t)ldd, q, (size_t)ldq, (size_t)m[0]->I, (size_t)S, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
         (e = cudaMemcpyAsync(G.xs, xs, (size_t)S * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
         return cu_fail(err, n, "copying activations", e);
+    for (int i = 0; i < nm && e == cudaSuccess; i++) /* a fill still copying: the device waits, the host does not */
+        if (m[i]->pending) e = cudaStreamWaitEvent(G.st, m[i]->filled, 0);
+    if (e != cudaSuccess) return cu_fail(err, n, "waiting for a fill", e);
     cudaEventRecord(G.ev[0], G.st);
     for (int64_t i = 0, off = 0; i < nm; off += S * m[i]->O, i++) cu_launch(m[i], ldd, S, G.y + off);
     if ((e = cudaGetLastError()) != cudaSuccess) return cu_fail(err, n, "launching the matmul", e);

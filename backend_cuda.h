@@ -11,9 +11,10 @@
  * mm_irows_ref (mul and add rounded separately, never fused), so its y is
  * bit for bit the CPU's: placement never changes the tokens.
  *
- * One process, one device, one stream; calls are synchronous and not
- * reentrant (the engine makes them from one thread). Every call returns 0
- * or -1 with err set; after a failure the caller takes the CPU path.
+ * One process, one device; calls are synchronous (cu_mat_fill's copy
+ * excepted) and not reentrant (the engine makes them from one thread).
+ * Every call returns 0 or -1 with err set; after a failure the caller
+ * takes the CPU path.
  *
  * Prefix: cu_. Must not: know about models, files or the environment. */
 #ifndef COLI_BACKEND_CUDA_H
@@ -49,6 +50,7 @@ typedef struct {
     uint64_t rows;             /* activation rows sent */
     uint64_t bytes_in, bytes_out; /* host to device (activations), device to host (y) */
     uint64_t weight_bytes;     /* weights and scales resident now */
+    uint64_t fills, fill_bytes; /* cu_mat_fill calls, and the bytes they copied */
     double seconds;            /* wall time inside cu_mat_idot */
     double kernel_seconds;     /* of it, in the matmul kernels (CUDA events) */
 } cu_stats;
@@ -66,6 +68,15 @@ void cu_shutdown(void);
  * int4), row_bytes per row, scales [O] or [O][ceil(I/gs)]. NULL with err
  * (format, sizes, device memory). */
 cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err, size_t n);
+/* Device memory for such a matrix, contents undefined until cu_mat_fill
+ * (an expert slot: the store refills it with other experts of one shape).
+ * NULL with err. */
+cu_mat *cu_mat_alloc(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, char *err, size_t n);
+/* Replaces m's weights and scales with w and s (m's shape). Returns once w
+ * and s may be reused; the copy to the device may still be running (a
+ * copy stream of its own), and every later call that reads m waits for it
+ * on the device, not on the host. */
+int cu_mat_fill(cu_mat *m, const void *w, const float *s, char *err, size_t n);
 void cu_mat_free(cu_mat *m);
 /* y[S][O] (row stride O) from activation rows q[S][ldq] (int8, natural
  * order, as mm_act_quant with vb 0) and their scales xs[S]. I ≤ 2^17. */
@@ -94,6 +105,15 @@ static inline cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64
     (void)fmt, (void)O, (void)I, (void)gs, (void)row_bytes, (void)w, (void)s;
     cu_fail_(err, n);
     return NULL;
+}
+static inline cu_mat *cu_mat_alloc(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, char *err, size_t n) {
+    (void)fmt, (void)O, (void)I, (void)gs, (void)row_bytes;
+    cu_fail_(err, n);
+    return NULL;
+}
+static inline int cu_mat_fill(cu_mat *m, const void *w, const float *s, char *err, size_t n) {
+    (void)m, (void)w, (void)s;
+    return cu_fail_(err, n);
 }
 static inline void cu_mat_free(cu_mat *m) { (void)m; }
 static inline int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {

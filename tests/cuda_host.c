@@ -56,16 +56,16 @@ void cu_shutdown(void) {
     memset(&H, 0, sizeof H);
 }
 
-cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err, size_t n) {
+cu_mat *cu_mat_alloc(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, char *err, size_t n) {
     if (!H.on) return snprintf(err, n, "CUDA: not initialised"), (cu_mat *)NULL;
     const int64_t epb = fmt == CU_I8 ? 1 : fmt == CU_I2 ? 4 : 2;
     if (fmt < CU_I8 || fmt > CU_I4G || O < 1 || I < 1 || I > (INT64_C(1) << 17) || row_bytes != (I + epb - 1) / epb ||
-        (fmt == CU_I4G && (gs < 16 || gs > 256 || gs % 16)) || !w || !s)
+        (fmt == CU_I4G && (gs < 16 || gs > 256 || gs % 16)))
         return snprintf(err, n, "CUDA: cannot hold a matrix of format %d, %lld x %lld, group size %d", fmt, (long long)O, (long long)I, gs),
                (cu_mat *)NULL;
     const int64_t ng = fmt == CU_I4G ? (I + gs - 1) / gs : 1;
     const size_t wb = (size_t)(O * row_bytes), sb = (size_t)(O * ng) * sizeof(float);
-    if (H.stats.weight_bytes + wb + sb > HOST_MEM) return snprintf(err, n, "CUDA: uploading a matrix: out of memory"), (cu_mat *)NULL;
+    if (H.stats.weight_bytes + wb + sb > HOST_MEM) return snprintf(err, n, "CUDA: allocating a matrix: out of memory"), (cu_mat *)NULL;
     cu_mat *m = (cu_mat *)calloc(1, sizeof *m);
     void *dw = malloc(wb);
     float *ds = (float *)malloc(sb);
@@ -73,11 +73,32 @@ cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, 
         free(m), free(dw), free(ds);
         return snprintf(err, n, "out of memory"), (cu_mat *)NULL;
     }
-    memcpy(dw, w, wb), memcpy(ds, s, sb);
+    memset(dw, 0x5a, wb), memset(ds, 0x7f, sb); /* undefined until filled: NaN scales, so a read before a fill shows */
     m->w = dw, m->s = ds;
     m->W = (qt_tensor){(qt_fmt)fmt, O, I, dw, ds, fmt == CU_I4G ? gs : 0};
     m->bytes = wb + sb;
     H.stats.weight_bytes += m->bytes;
+    return m;
+}
+
+/* Synchronous here: the contract (w and s reusable on return, later calls
+ * see the new contents) holds trivially. */
+int cu_mat_fill(cu_mat *m, const void *w, const float *s, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (!m || !w || !s) return snprintf(err, n, "CUDA: filling a matrix: no matrix or no source"), -1;
+    const int64_t ng = m->W.fmt == QT_I4G ? (m->W.I + m->W.gs - 1) / m->W.gs : 1;
+    const size_t sb = (size_t)(m->W.O * ng) * sizeof(float);
+    memcpy(m->w, w, m->bytes - sb), memcpy(m->s, s, sb);
+    H.stats.fills++, H.stats.fill_bytes += m->bytes;
+    return 0;
+}
+
+cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, const void *w, const float *s, char *err, size_t n) {
+    if (H.on && (!w || !s)) return snprintf(err, n, "CUDA: uploading a matrix: no source"), (cu_mat *)NULL;
+    cu_mat *m = cu_mat_alloc(fmt, O, I, gs, row_bytes, err, n);
+    if (!m) return NULL;
+    const int64_t ng = fmt == CU_I4G ? (I + gs - 1) / gs : 1;
+    memcpy(m->w, w, (size_t)(O * row_bytes)), memcpy(m->s, s, (size_t)(O * ng) * sizeof(float));
     return m;
 }
 

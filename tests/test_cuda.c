@@ -2,8 +2,10 @@
  * reference (kernels.h's scalar level, IDOT), bit for bit, for every
  * quantized format, group sizes 16..256 with a partial last group, rows
  * whose bytes are and are not a multiple of 4 (the word and byte paths),
- * 1..9 activation rows, zero and non-finite rows, and I up to 2^17; and
- * several matrices of one input in one call, each as its own call. Without
+ * 1..9 activation rows, zero and non-finite rows, and I up to 2^17;
+ * several matrices of one input in one call, each as its own call; and
+ * slots refilled with other matrices (cu_mat_fill), their sources
+ * overwritten the moment the call returns. Without
  * a CUDA build or a GPU, one SKIP line says which. */
 #include "backend_cuda.h"
 #include "kernels.h"
@@ -131,6 +133,69 @@ static void test_groups(void) {
     cu_mat_free(a), cu_mat_free(b);
 }
 
+/* A quantized random matrix [O][I] of format f: weights and scales in one
+ * malloc'd block (*w, then *s). */
+static void *rand_mat(qt_fmt f, int64_t O, int64_t I, int gs, uint8_t **w, float **s) {
+    size_t wb = qt_weight_bytes(f, O, I, gs), sb = qt_scale_count(f, O, I, gs) * 4;
+    float *src = (float *)malloc((size_t)(O * I) * 4);
+    uint8_t *blk = (uint8_t *)malloc((wb + 15) / 16 * 16 + sb);
+    if (!src || !blk) return free(src), free(blk), NULL;
+    for (int64_t k = 0; k < O * I; k++) src[k] = frand();
+    *w = blk, *s = (float *)(blk + (wb + 15) / 16 * 16);
+    qt_quantize(src, O, I, f, gs, *w, *s);
+    free(src);
+    return blk;
+}
+
+/* Expert slots: one cu_mat_alloc'd matrix refilled in turn with matrices A
+ * and B from a buffer that is overwritten as soon as each fill returns;
+ * each multiply right after a fill gives that matrix's bits (an upload of
+ * it), 40 times over. Fills are counted; bad ones refused. */
+static void test_fills(qt_fmt f, int64_t O, int64_t I, int gs, int S) {
+    uint8_t *wa, *wb, *wt;
+    float *sa, *sb, *st;
+    void *A = rand_mat(f, O, I, gs, &wa, &sa), *B = rand_mat(f, O, I, gs, &wb, &sb), *T = rand_mat(f, O, I, gs, &wt, &st);
+    size_t wn = qt_weight_bytes(f, O, I, gs), sn = qt_scale_count(f, O, I, gs) * 4;
+    int64_t ldq = (I + 63) / 64 * 64;
+    int8_t *q = (int8_t *)calloc((size_t)(S * ldq), 1);
+    float *xs = (float *)malloc((size_t)S * 4), *ya = (float *)malloc((size_t)(S * O) * 4), *yb = (float *)malloc((size_t)(S * O) * 4),
+          *y = (float *)malloc((size_t)(S * O) * 4);
+    char err[300];
+    CHECK(A && B && T && q && xs && ya && yb && y);
+    if (!A || !B || !T || !q || !xs || !ya || !yb || !y) goto out;
+    for (int64_t i = 0; i < S * ldq; i++) q[i] = i % ldq < I ? (int8_t)(frand() * 127.0f) : 0;
+    for (int r = 0; r < S; r++) xs[r] = 0.02f + 0.001f * (float)r;
+    qt_tensor W = {f, O, I, wa, sa, gs};
+    int64_t rb = (int64_t)qt_row_bytes(&W);
+    cu_mat *ua = cu_mat_upload((int)f, O, I, gs, rb, wa, sa, err, sizeof err), *ub = cu_mat_upload((int)f, O, I, gs, rb, wb, sb, err, sizeof err);
+    cu_mat *slot = cu_mat_alloc((int)f, O, I, gs, rb, err, sizeof err);
+    CHECK(ua && ub && slot);
+    if (ua && ub && slot && !cu_mat_idot(ua, q, ldq, xs, S, ya, err, sizeof err) && !cu_mat_idot(ub, q, ldq, xs, S, yb, err, sizeof err)) {
+        cu_stats a, b;
+        cu_stats_get(&a);
+        int bad = 0, failed = 0;
+        for (int it = 0; it < 40 && !failed; it++) {
+            int isb = it % 3 == 1; /* A, B, A, A, B, A, ... */
+            memcpy(wt, isb ? wb : wa, wn), memcpy(st, isb ? sb : sa, sn);
+            failed |= cu_mat_fill(slot, wt, st, err, sizeof err);
+            memset(wt, 0x77, wn), memset(st, 0xff, sn); /* the source is free again: NaN scales if still read */
+            failed |= cu_mat_idot(slot, q, ldq, xs, S, y, err, sizeof err);
+            bad += !failed && memcmp(y, isb ? yb : ya, (size_t)(S * O) * 4) != 0;
+        }
+        cu_stats_get(&b);
+        if (failed) fprintf(stderr, "fills %s O=%lld I=%lld: %s\n", qt_fmt_name(f), (long long)O, (long long)I, err);
+        if (bad) fprintf(stderr, "fills %s O=%lld I=%lld: %d of 40 multiplies after a fill differ from the upload's\n", qt_fmt_name(f), (long long)O,
+                         (long long)I, bad);
+        CHECK(!failed && !bad);
+        CHECK(b.fills == a.fills + 40 && b.fill_bytes == a.fill_bytes + 40 * (uint64_t)(wn + sn));
+    }
+    CHECK(cu_mat_fill(slot, NULL, sa, err, sizeof err) == -1);
+    CHECK_HAS(err, "no matrix or no source");
+    cu_mat_free(ua), cu_mat_free(ub), cu_mat_free(slot);
+out:
+    free(A), free(B), free(T), free(q), free(xs), free(ya), free(yb), free(y);
+}
+
 int main(void) {
     char err[300];
     cu_info info;
@@ -173,6 +238,14 @@ int main(void) {
     CHECK(st.calls == (uint64_t)(shapes - bad) || bad);
     CHECK(st.mats == st.calls);
     test_groups();
+    test_fills(QT_I4G, 96, 200, 32, 3); /* an expert's gate: grouped int4, a partial last group */
+    test_fills(QT_I4, 33, 4097, 0, 1);
+    test_fills(QT_I8, 130, 100, 0, 9);
+    test_fills(QT_I2, 7, 63, 0, 2);
+    char e2[300];
+    CHECK(cu_mat_alloc(QT_I4G, 4, 64, 8, 32, e2, sizeof e2) == NULL); /* group size below 16 */
+    CHECK_HAS(e2, "cannot hold a matrix of format 4, 4 x 64, group size 8");
+    CHECK(cu_mat_alloc(QT_I8, 4, 64, 0, 63, e2, sizeof e2) == NULL); /* row bytes that do not fit the width */
     cu_stats_get(&st);
     CHECK(st.weight_bytes == 0); /* every matrix freed */
     double bw = 0;
