@@ -316,6 +316,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     static const int cuda[] = {-1, 0, 1}; /* auto|0|1 */
     o->cuda = cuda[env_i(e, ENV_CUDA)], o->cuda_device = (int)env_i(e, ENV_CUDA_DEVICE);
     o->cuda_expert_gb = env_v(e, ENV_CUDA_EXPERT_GB)->s ? env_v(e, ENV_CUDA_EXPERT_GB)->f : -1;
+    o->cuda_fill_mb = env_v(e, ENV_CUDA_FILL_MB)->f;
     o->cuda_fault = env_i(e, ENV_COLI_CUDA_FAULT);
     const char *simd = env_v(e, ENV_SIMD)->s;
     o->simd = strcmp(simd, "auto") ? mm_level_parse(simd) : -1;
@@ -412,7 +413,7 @@ static void print_end(coli_model *m) {
     tel_stats *t = &m->tel;
     xs_stats x;
     xs_stats_get(&m->xs, &x);
-    t->hit_pin = x.hit_pin, t->hit_lru = x.hit_lru, t->miss = x.miss + x.mapped, t->bytes_read = x.bytes_read;
+    t->hit_vram = x.hit_vram, t->hit_pin = x.hit_pin, t->hit_lru = x.hit_lru, t->miss = x.miss + x.mapped, t->bytes_read = x.bytes_read;
     tel_lap(t, TEL_OTHER);
     t->io_busy = x.read_s + x.busy_wall; /* wall time with reads in flight, not a sum over parallel reads */
     tel_end_line(stderr, t);
@@ -429,6 +430,9 @@ static void print_end(coli_model *m) {
                 (unsigned long long)mats, (unsigned long long)calls, tel_pct((double)dg, (double)(dg + dc)), tel_pct((double)xjobs, (double)jobs),
                 g.seconds - m->gpu.last.seconds, toks ? (g.bytes_in - m->gpu.last.bytes_in) / 1e6 / toks : 0.0,
                 toks ? (g.bytes_out - m->gpu.last.bytes_out) / 1e6 / toks : 0.0, m->gpu.failed ? "; a GPU call failed, the CPU took over" : "");
+        if (m->gpu.nxslot)
+            fprintf(stderr, "colibri: GPU expert tier: %llu experts copied in during the run, %.2f MB/tok\n",
+                    (unsigned long long)(m->gpu.cnt.fills - m->gpu.cnt_last.fills), toks ? (g.fill_bytes - m->gpu.last.fill_bytes) / 1e6 / toks : 0.0);
         m->gpu.last = g, m->gpu.cnt_last = m->gpu.cnt;
     }
     if (x.repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", x.repinned);

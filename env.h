@@ -123,7 +123,9 @@ typedef struct {
     INT(CUDA_DEVICE, "0", 0, 64, \
         "Which GPU CUDA uses (0 = the first).") \
     FLOAT(CUDA_EXPERT_GB, NULL, 0, 1e6, \
-        "GPU memory for routed experts (copies of the most used pinned ones, computed there); unset = what the GPU holds after the dense matrices and a 1 GiB reserve; 0 = none.") \
+        "GPU memory for the routed-expert tier (the most used experts, computed there; hot ones move in as they run); unset = what the GPU holds after the dense matrices and a 1 GiB reserve; 0 = none.") \
+    FLOAT(CUDA_FILL_MB, "64", 0, 1e6, \
+        "Most MB of experts one forward pass copies into the GPU expert tier (an expert moves in after it ran on the CPU, when clearly hotter than the coldest it would replace); 0 = the tier keeps what startup put there.") \
     CHOICE(DENSE_BITS, "16", "2|4|8|16", \
         "Quantize full-precision dense weights at load time (8 = int8, 4 = int4, 2 = int2; 16 = keep them f32). Changes the model.") \
     CHOICE(EXPERT_BITS, "16", "2|4|8|16", \

@@ -144,10 +144,7 @@ static int fwd_matmul_gpu(coli_model *m, const cu_mat *const *d, const qt_tensor
         int n = S - s0 < c->max_rows ? S - s0 : c->max_rows;
         for (int r = 0; r < n; r++)
             mm_act_quant(x + (size_t)(s0 + r) * W0->I, W0->I, W0->fmt, W0->gs, 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
-        if (++m->gpu.calls == m->gpu.fault_at) { /* testing the fallback */
-            snprintf(m->gpu.err, sizeof m->gpu.err, "CUDA: call %lld failed (COLI_CUDA_FAULT)", (long long)m->gpu.calls);
-            return -1;
-        }
+        if (model_gpu_call(m)) return -1; /* COLI_CUDA_FAULT: testing the fallback */
         float *ys[CU_MAX_GROUP];
         for (int i = 0; i < nw; i++) ys[i] = y[i] + (size_t)s0 * W[i]->O;
         if (cu_mats_idot(d, nw, c->qx, c->ldq, c->xs, n, ys, m->gpu.err, sizeof m->gpu.err)) return -1;
@@ -159,25 +156,27 @@ static int fwd_matmul_gpu(coli_model *m, const cu_mat *const *d, const qt_tensor
  * the GPU's copy of W[i] or NULL. In one GPU round trip when the GPU holds
  * them all and they share format and group size; else each on its own, on
  * the GPU or the CPU. A failed GPU call is said once and the CPU computes
- * it and everything after. */
-static void fwd_matmul_group_on(const fwd_t *f, const qt_tensor *const *W, const cu_mat *const *d, int nw, const float *x, int S, float *const *y) {
+ * it and everything after; where W has no bytes in host memory (an expert
+ * only the GPU tier holds) that cannot be: -1, and y is not written. 0. */
+static int fwd_matmul_group_on(const fwd_t *f, const qt_tensor *const *W, const cu_mat *const *d, int nw, const float *x, int S, float *const *y) {
     coli_model *m = f->m;
     int together = 1;
     for (int i = 0; i < nw; i++) together &= d[i] && W[i]->fmt == W[0]->fmt && W[i]->gs == W[0]->gs && W[i]->I == W[0]->I;
     if (nw > 1 && !together) {
-        for (int i = 0; i < nw; i++) fwd_matmul_group_on(f, W + i, d + i, 1, x, S, y + i);
-        return;
+        int rc = 0;
+        for (int i = 0; i < nw && !rc; i++) rc = fwd_matmul_group_on(f, W + i, d + i, 1, x, S, y + i);
+        return rc;
     }
     if (together && !m->gpu.failed) {
         fwd_sync(f); /* x complete */
-        if (f->tid == 0 && fwd_matmul_gpu(m, d, W, nw, x, S, y)) {
-            fprintf(stderr, "colibri: %s; the CPU computes everything from here on\n", m->gpu.err);
-            m->gpu.failed = 1;
-        }
+        if (f->tid == 0 && fwd_matmul_gpu(m, d, W, nw, x, S, y)) model_gpu_fail(m);
         fwd_sync(f);
-        if (!m->gpu.failed) return;
+        if (!m->gpu.failed) return 0;
     }
+    for (int i = 0; i < nw; i++)
+        if (!W[i]->w) return -1;
     for (int i = 0; i < nw; i++) mm_matmul_team(&m->mm, W[i], x, S, y[i], f->tid, f->nth, fwd_sync_cb, &m->team);
+    return 0;
 }
 
 /* Dense matmuls of one input x: on the GPU for the matrices it holds. */
@@ -402,19 +401,22 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
 
 /* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down; dev: a
  * routed expert's GPU copies of the three (entries NULL: on the CPU), or
- * NULL for dense weights (fwd_matmul looks them up). */
-static void fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, cu_mat *const *dev, const float *x, int S,
-                    float *g, float *u, float *y) {
+ * NULL for dense weights (fwd_matmul looks them up). 0, or -1 when the GPU
+ * failed on an expert whose bytes only it holds (y not complete). */
+static int fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, cu_mat *const *dev, const float *x, int S,
+                   float *g, float *u, float *y) {
     int64_t I = gate->O, a, b;
     const qt_tensor *gu[2] = {gate, up};
     float *gu_y[2] = {g, u};
-    if (dev) fwd_matmul_group_on(f, gu, (const cu_mat *const *)dev, 2, x, S, gu_y);
-    else fwd_matmul_group(f, gu, 2, x, S, gu_y);
+    if (dev) {
+        if (fwd_matmul_group_on(f, gu, (const cu_mat *const *)dev, 2, x, S, gu_y)) return -1;
+    } else fwd_matmul_group(f, gu, 2, x, S, gu_y);
     fwd_share(f, (int64_t)S * I, &a, &b);
     for (int64_t i = a; i < b; i++) g[i] = silu(g[i]) * u[i];
     fwd_sync(f);
-    if (dev) fwd_matmul_group_on(f, &down, (const cu_mat *const *)dev + 2, 1, g, S, &y);
-    else fwd_matmul(f, down, g, S, y);
+    if (dev) return fwd_matmul_group_on(f, &down, (const cu_mat *const *)dev + 2, 1, g, S, &y);
+    fwd_matmul(f, down, g, S, y);
+    return 0;
 }
 
 /* Router for one row (docs/model.md §6): sigmoid scores, correction bias for the choice only,
@@ -540,12 +542,17 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
         fwd_sync(f);
         static cu_mat *const cpu_only[3] = {NULL, NULL, NULL};
-        cu_mat *const *dev = model_gpu_expert(m, mk, jb->e);
-        if (f->tid == 0 && m->gpu.n) m->gpu.cnt.jobs++, m->gpu.cnt.xjobs += dev != NULL;
-        fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], dev ? dev : cpu_only, sc->xs, n, sc->eg, sc->eu, sc->ys);
+        cu_mat *const *dev = model_gpu_expert(m, jb);
+        if (fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], dev ? dev : cpu_only, sc->xs, n, sc->eg, sc->eu, sc->ys)) {
+            fwd_sync(f); /* every thread has read the job's views (no bytes), which the requeue rewrites */
+            if (f->tid == 0) xs_requeue(x, mk, sh->job); /* the GPU failed on an expert only it held: from RAM or disk instead */
+            continue;
+        }
         for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
         fwd_sync(f); /* the scatter read sc->rows, which tid 0 refills next */
         if (f->tid == 0) {
+            if (m->gpu.n) m->gpu.cnt.jobs++, m->gpu.cnt.xjobs += dev != NULL;
+            if (!dev) model_gpu_admit(m, mk, jb->e, jb->view); /* its bytes are valid until xs_done */
             xs_done(x, mk, sh->job); /* every thread is past the weights: the last matmul ended at a barrier */
             tel_lap(&m->tel, TEL_EXPERT_MM);
         }
@@ -707,6 +714,7 @@ static void fwd_mtp_worker(void *arg, int tid, int nth) {
  * rows to hid when given, s1 as in fwd_attention. 0 or -1 (m->err). */
 static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
     fwd_shared sh = {m, tok, S, pos, out, hid, NULL, NULL, s1, 0, -1, 0};
+    m->gpu.fill_left = m->gpu.fill_cap;
     team_run(&m->team, fwd_worker, &sh);
     return sh.rc;
 }
@@ -731,6 +739,7 @@ static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out,
  * 0 or -1 (m->err). */
 static int fwd_mtp(coli_model *m, const int *tok, const float *hin, int S, int pos, float *hout, float *last) {
     fwd_shared sh = {m, tok, S, pos, NULL, hout, hin, last, 1, 0, -1, 0};
+    m->gpu.fill_left = m->gpu.fill_cap;
     team_run(&m->team, fwd_mtp_worker, &sh);
     return sh.rc;
 }

@@ -107,6 +107,7 @@ typedef struct {
     int mtp;                /* load the MTP layer when the checkpoint has one */
     int cuda, cuda_device;  /* GPU: -1 auto, 0 off, 1 required; which device */
     double cuda_expert_gb;  /* GPU memory for routed experts; < 0: what is left */
+    double cuda_fill_mb;    /* most MB a forward copies into the GPU expert tier */
     int64_t cuda_fault;     /* testing: the Nth GPU matmul fails (0: never) */
 } coli_opts;
 
@@ -120,8 +121,9 @@ typedef struct {
 struct w_spec;
 
 /* The matrices the GPU holds (backend_cuda.h): dense ones found by the
- * address of the model's qt_tensor (open addressing), copies of routed
- * experts by (MoE layer, expert); and what went through it. */
+ * address of the model's qt_tensor (open addressing), and the expert tier:
+ * slots of one expert shape that the store's map (xs_vram_*) assigns to
+ * (MoE layer, expert); and what went through it. */
 typedef struct {
     int on;
     cu_info info;
@@ -131,12 +133,15 @@ typedef struct {
     int failed;             /* a GPU call failed: the CPU from then on */
     int64_t calls, fault_at; /* GPU matmuls so far; testing: the one that fails (0: none) */
     uint64_t bytes;         /* weights and scales uploaded */
-    cu_mat **xmat;          /* [xs layers][experts][3] copies of routed experts, or NULL */
-    int nx;                 /* experts held */
-    uint64_t xbytes;
+    cu_mat **xslot;         /* [nxslot][3] the expert tier's gate, up, down per slot */
+    int nxslot, nx;         /* slots; of them filled at startup */
+    uint8_t *xok;           /* [xs layers] 1: the layer's experts have the slots' shape */
+    uint64_t xbytes, xslot_bytes; /* GPU memory of the slots; of one slot */
+    uint64_t fill_cap, fill_left; /* bytes a forward may copy into slots; left in this one */
     struct {
         uint64_t dense_gpu, dense_cpu; /* dense matmuls on either side */
         uint64_t jobs, xjobs;          /* expert computations, of them from GPU memory */
+        uint64_t fills;                /* experts copied into the tier during the run */
     } cnt, cnt_last;        /* counted by thread 0; cnt_last and last: at the previous end line */
     cu_stats last;
     char err[300];
@@ -784,6 +789,8 @@ static inline int model_pin(coli_model *m, const uint64_t *hist, int quiet) {
     uint64_t *counts = (uint64_t *)calloc((size_t)L * E, 8);
     if (!counts) return model_fail(m, "out of memory");
     usage_to_moe(c, hist, counts);
+    for (size_t i = 0; i < (size_t)L * E; i++) /* what the GPU tier holds needs no RAM copy */
+        if (m->xs.vram && m->xs.vram[i] >= 0) counts[i] = 0;
     double t0[2] = {compat_now(), 0};
     int rc = xs_pin_by_usage(&m->xs, counts, m->plan.pin_bytes, quiet ? NULL : print_progress, t0);
     free(counts);
@@ -915,69 +922,141 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
     return 0;
 }
 
-/* The GPU's copies of expert e of MoE layer k (gate, up, down), or NULL. */
-static inline cu_mat *const *model_gpu_expert(const coli_model *m, int k, int e) {
-    const model_gpu *g = &m->gpu;
-    if (!g->nx || g->failed) return NULL;
-    cu_mat *const *d = g->xmat + ((size_t)k * m->xs.n_experts + e) * 3;
-    return d[0] ? d : NULL;
+/* The GPU's slot of a job of the store (gate, up, down), or NULL. */
+static inline cu_mat *const *model_gpu_expert(const coli_model *m, const xs_job *jb) {
+    return jb->vram >= 0 && !m->gpu.failed ? m->gpu.xslot + (size_t)jb->vram * 3 : NULL;
 }
 
-/* Copies the most used pinned experts (usage history hist, as model_pin)
- * to the GPU, within CUDA_EXPERT_GB (unset: what is free after the dense
- * matrices, less 1 GiB); their matmuls then run there (fwd_moe). A tier
- * above the pinned set: the RAM copies stay, so re-pinning and a GPU
- * failure lose nothing. Only integer-path experts (not f32). */
+/* A GPU call failed: said once; the CPU computes everything from now on. */
+static inline void model_gpu_fail(coli_model *m) {
+    if (m->gpu.failed) return;
+    fprintf(stderr, "colibri: %s; the CPU computes everything from here on\n", m->gpu.err);
+    m->gpu.failed = 1;
+    xs_vram_close(&m->xs);
+}
+
+/* Counts a GPU call (a matmul or an expert copy): 0, or -1 for the one
+ * COLI_CUDA_FAULT names, with m->gpu.err as a CUDA error would set it. */
+static inline int model_gpu_call(coli_model *m) {
+    if (++m->gpu.calls != m->gpu.fault_at) return 0;
+    snprintf(m->gpu.err, sizeof m->gpu.err, "CUDA: call %lld failed (COLI_CUDA_FAULT)", (long long)m->gpu.calls);
+    return -1;
+}
+
+/* Copies expert e of MoE layer k (views v, in host memory) into GPU slot
+ * s, which the store then maps to it. 0, or -1 after a GPU failure. */
+static inline int model_gpu_fill(coli_model *m, int s, int k, int e, const qt_tensor *v) {
+    model_gpu *g = &m->gpu;
+    xs_vram_place(&m->xs, s, k, -1); /* half-filled: nobody's */
+    for (int t = 0; t < 3; t++)
+        if (model_gpu_call(m) || cu_mat_fill(g->xslot[(size_t)s * 3 + t], v[t].w, v[t].s, g->err, sizeof g->err)) return model_gpu_fail(m), -1;
+    xs_vram_place(&m->xs, s, k, e);
+    return 0;
+}
+
+/* After expert e of MoE layer k ran on the CPU from views v (thread 0,
+ * before xs_done): copies it into the GPU tier when the store's policy
+ * admits it (xs_vram_victim) and this forward's copy budget allows. */
+static inline void model_gpu_admit(coli_model *m, int k, int e, const qt_tensor *v) {
+    model_gpu *g = &m->gpu;
+    if (!g->nxslot || g->failed || !g->xok[k] || g->fill_left < g->xslot_bytes) return;
+    int s = xs_vram_victim(&m->xs, k, e);
+    if (s < 0 || model_gpu_fill(m, s, k, e, v)) return;
+    g->fill_left -= g->xslot_bytes;
+    g->cnt.fills++;
+}
+
+/* Bytes an expert matrix takes in GPU memory. */
+static inline uint64_t model_gpu_bytes_(const qt_tensor *v) { return qt_weight_bytes(v->fmt, v->O, v->I, v->gs) + 4 * qt_scale_count(v->fmt, v->O, v->I, v->gs); }
+
+/* Whether the GPU computes matrix v (the integer path, within its limits). */
+static inline int model_gpu_takes_(const coli_model *m, const xs_layout *l, int t) {
+    return l->fmt[t] != QT_F32 && l->I[t] <= m->mm.max_cols && l->I[t] <= MM_IDOT_MAX_I;
+}
+
+/* Opens the GPU expert tier: slots of the first MoE layer's expert shape
+ * (layers of another shape stay off it) within CUDA_EXPERT_GB (unset:
+ * what is free after the dense matrices, less 1 GiB), filled with the
+ * most used experts of the usage history hist (tier_pick_vram) read from
+ * disk. Runs before pinning, which skips them (model_pin). Later, experts
+ * that ran on the CPU move in as they get hot (model_gpu_admit). */
 static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uint64_t *hist) {
     model_gpu *g = &m->gpu;
     xs_store *x = &m->xs;
     const coli_config *c = &m->c;
-    int L = x->n_layers, E = x->n_experts;
-    if (!g->key || g->failed || !o->cuda_expert_gb || !L || !hist || !xs_pinned_count(x)) return 0;
+    int L = x->n_layers, E = x->n_experts, ref = -1;
+    if (!g->key || g->failed || !o->cuda_expert_gb || !L) return 0;
+    if (!(g->xok = (uint8_t *)calloc((size_t)L, 1))) return model_fail(m, "out of memory");
+    for (int k = 0; k < L; k++) {
+        const xs_layout *l = xs_layout_of(x, k), *r = ref >= 0 ? xs_layout_of(x, ref) : l;
+        int ok = 1;
+        for (int t = 0; t < 3; t++)
+            ok &= model_gpu_takes_(m, l, t) && l->fmt[t] == r->fmt[t] && l->O[t] == r->O[t] && l->I[t] == r->I[t] && l->gs[t] == r->gs[t];
+        if (ok && ref < 0) ref = k;
+        g->xok[k] = (uint8_t)ok;
+    }
+    if (ref < 0) return 0;
+    const xs_layout *rl = xs_layout_of(x, ref);
+    qt_tensor shape[3];
+    for (int t = 0; t < 3; t++) {
+        shape[t] = (qt_tensor){rl->fmt[t], rl->O[t], rl->I[t], NULL, NULL, rl->gs[t]};
+        g->xslot_bytes += model_gpu_bytes_(&shape[t]);
+    }
     uint64_t reserve = (uint64_t)1 << 30, free_now = g->info.mem_free > g->bytes + reserve ? g->info.mem_free - g->bytes - reserve : 0;
     uint64_t budget = o->cuda_expert_gb > 0 ? (uint64_t)(o->cuda_expert_gb * GB) : free_now;
     if (budget > free_now) budget = free_now;
+    int nok = 0;
+    for (int k = 0; k < L; k++) nok += g->xok[k];
+    uint64_t want = budget / g->xslot_bytes;
+    int n = want < (uint64_t)nok * E ? (int)want : nok * E;
+    if (!n) return 0;
+    if (!(g->xslot = (cu_mat **)calloc((size_t)n * 3, sizeof *g->xslot))) return model_fail(m, "out of memory");
+    char err[300];
+    for (g->nxslot = 0; g->nxslot < n; g->nxslot++) { /* as many as the device gives */
+        cu_mat **d = g->xslot + (size_t)g->nxslot * 3;
+        int t = 0;
+        while (t < 3 && (d[t] = cu_mat_alloc((int)shape[t].fmt, shape[t].O, shape[t].I, shape[t].gs, (int64_t)qt_row_bytes(&shape[t]), err, sizeof err))) t++;
+        if (t < 3) {
+            for (int i = 0; i < t; i++) cu_mat_free(d[i]), d[i] = NULL;
+            break;
+        }
+    }
+    g->xbytes = (uint64_t)g->nxslot * g->xslot_bytes;
+    g->fill_cap = (uint64_t)(o->cuda_fill_mb * 1e6);
+    if (!g->nxslot) return 0;
+    if (xs_vram_open(x, g->nxslot)) return model_fail(m, "%s", x->err);
     uint64_t *counts = (uint64_t *)calloc((size_t)L * E + 1, 8), *bytes = (uint64_t *)calloc((size_t)L + 1, 8);
     uint8_t *sel = (uint8_t *)malloc((size_t)L * E + 1);
     tier_rank *order = (tier_rank *)malloc(((size_t)L * E + 1) * sizeof *order);
-    g->xmat = (cu_mat **)calloc((size_t)L * E * 3 + 1, sizeof *g->xmat);
+    uint8_t *buf = (uint8_t *)compat_aligned_alloc(IO_ALIGN, xs_max_expert_bytes(x) + IO_SLACK);
     int rc = 0;
-    if (!counts || !bytes || !sel || !order || !g->xmat) rc = model_fail(m, "out of memory");
-    else {
+    if (!counts || !bytes || !sel || !order || !buf) rc = model_fail(m, "out of memory");
+    else if (hist) {
         usage_to_moe(c, hist, counts);
-        for (int k = 0; k < L; k++) bytes[k] = xs_expert_bytes(x, k);
-        tier_pick_vram(counts, x->pinned, L, E, bytes, budget, sel, order);
-        char err[300];
-        int left = 0;
-        for (int i = 0; i < L * E; i++) {
-            if (!sel[i]) continue;
-            const qt_tensor *v = x->pin_view + (size_t)i * 3;
-            cu_mat **d = g->xmat + (size_t)i * 3;
-            int ok = 1;
-            for (int t = 0; t < 3 && ok; t++) {
-                ok = v[t].fmt != QT_F32 && v[t].I <= m->mm.max_cols && v[t].I <= MM_IDOT_MAX_I &&
-                     (d[t] = cu_mat_upload((int)v[t].fmt, v[t].O, v[t].I, v[t].gs, (int64_t)qt_row_bytes(&v[t]), v[t].w, v[t].s, err, sizeof err));
-                if (ok) g->xbytes += qt_weight_bytes(v[t].fmt, v[t].O, v[t].I, v[t].gs) + 4 * qt_scale_count(v[t].fmt, v[t].O, v[t].I, v[t].gs);
-            }
-            if (!ok) {
-                for (int t = 0; t < 3; t++) cu_mat_free(d[t]), d[t] = NULL;
-                left++;
-                continue;
-            }
-            g->nx++;
+        for (int k = 0; k < L; k++) bytes[k] = g->xok[k] ? g->xslot_bytes : 0;
+        tier_pick_vram(counts, L, E, bytes, g->xbytes, sel, order);
+        for (int at = 0; at < L * E && !rc && !g->failed; at++) {
+            if (!sel[at]) continue;
+            qt_tensor v[3];
+            uint64_t b;
+            if (xs_read_sync(x, at / E, at % E, buf, 0, v, &b, m->err, sizeof m->err)) rc = -1;
+            else if (!model_gpu_fill(m, g->nx, at / E, at % E, v)) g->nx++;
         }
-        fprintf(stderr, "colibri: CUDA: %d routed experts (%.2f GB, the most used of the %d pinned) in GPU memory%s\n", g->nx, g->xbytes / GB,
-                xs_pinned_count(x), left ? "; some did not fit or are f32" : "");
     }
-    free(counts), free(bytes), free(sel), free(order);
-    return rc;
+    free(counts), free(bytes), free(sel), free(order), compat_aligned_free(buf);
+    if (rc || g->failed) return rc;
+    fprintf(stderr, "colibri: CUDA: an expert tier of %d slots (%.2f GB) in GPU memory, %d of them filled with the most used experts; experts move in as they get hot",
+            g->nxslot, g->xbytes / GB, g->nx);
+    if (g->fill_cap) fprintf(stderr, " (at most %.0f MB a forward)\n", g->fill_cap / 1e6);
+    else fprintf(stderr, " (no: CUDA_FILL_MB=0)\n");
+    return 0;
 }
 
 static inline void model_gpu_free(coli_model *m) {
     model_gpu *g = &m->gpu;
     for (int i = 0; g->val && i < g->cap; i++) cu_mat_free(g->val[i]);
-    for (size_t i = 0; g->xmat && i < (size_t)m->xs.n_layers * m->xs.n_experts * 3; i++) cu_mat_free(g->xmat[i]);
-    free(g->key), free(g->val), free(g->xmat);
+    for (size_t i = 0; g->xslot && i < (size_t)g->nxslot * 3; i++) cu_mat_free(g->xslot[i]);
+    free(g->key), free(g->val), free(g->xslot), free(g->xok);
     if (g->on) cu_shutdown();
     memset(g, 0, sizeof *g);
 }
@@ -1017,7 +1096,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
                         "smaller than its hidden half and rounds to zero, so drafts will rarely be accepted (convert with --mtp-bits 8, or 4 "
                         "with --group-size)\n", m->mtp_eh.fmt == QT_I4 ? 4 : 2);
     if (xs_open_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
-    if (model_pin(m, hist, o->quiet) || model_gpu_experts(m, o, hist)) return -1;
+    if (model_gpu_experts(m, o, hist) || model_pin(m, hist, o->quiet)) return -1;
     int pinned = xs_pinned_count(&m->xs);
     if (o->mlock && !pinned) fprintf(stderr, "colibri: MLOCK=1: no pinned experts to lock\n");
     else if (o->mlock) {

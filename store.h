@@ -3,8 +3,10 @@
  * Knows where each expert's three matrices (and their .qs scales) lie in the
  * shards, how an expert sits in memory (as stored, or converted on read:
  * float experts to f32 or to EXPERT_BITS with quant.h's quantizer), and
- * which experts are resident: a pinned set per layer (one arena each) and a
- * per-layer LRU of slots (policy from tier.h). A layer's misses are read
+ * which experts are resident: a GPU tier (experts whose bytes the engine
+ * keeps in GPU slots, checked first; the store only keeps the map), a
+ * pinned set per layer (one arena each) and a per-layer LRU of slots
+ * (policy from tier.h). A layer's misses are read
  * through io.h while resident experts compute (jobs: xs_begin / xs_next /
  * xs_done), predicted experts of the next layer can be prefetched, and in
  * mmap mode experts are used in place. Re-pinning, shrinking under memory
@@ -46,7 +48,7 @@ typedef struct {
 
 /* Counters of a run (xs_stats_get / xs_stats_reset). */
 typedef struct {
-    uint64_t hit_pin, hit_lru, miss, mapped;  /* per distinct expert of a layer's batch */
+    uint64_t hit_vram, hit_pin, hit_lru, miss, mapped; /* per distinct expert of a layer's batch */
     uint64_t bytes_read;                      /* from disk, pins included until a reset */
     uint64_t routed, pred_total, pred_used;   /* prefetch recall: predicted ∩ routed / routed */
     double read_s;                            /* reads on the calling thread (conversions, pins) */
@@ -99,6 +101,7 @@ enum { XS_QUEUED, XS_LOADING, XS_READY, XS_DONE };
 /* One distinct expert a layer's batch needs. */
 typedef struct {
     int e, state, slot;      /* slot: LRU slot or -1 (pinned / mapped) */
+    int vram;                /* its GPU tier slot (views: shapes, no bytes), or -1 */
     qt_tensor view[3];
 } xs_job;
 
@@ -118,6 +121,9 @@ typedef struct {
     uint8_t **arena;         /* [n_layers] pinned experts, stride = layout bytes */
     int *n_pinned;           /* [n_layers] */
     uint8_t *predicted;      /* [n_layers][n_experts] named by the last prediction */
+    int *vram;               /* [n_layers][n_experts] GPU tier slot, or -1; NULL: no GPU tier */
+    int *vowner;             /* [n_vram] layer * n_experts + expert held by each GPU slot, or -1 */
+    int n_vram;
     uint64_t *count;         /* [n_layers][n_experts] routing counts of this run */
     uint64_t *heat, *last;   /* [n_layers][n_experts] session heat and last use, for re-pinning */
     uint64_t tick;
@@ -634,7 +640,45 @@ static inline int xs_settle(xs_store *x, int k) {
 
 /* ---- a layer's jobs ---- */
 
-/* Starts layer k's work: the distinct experts it needs (ascending). Pinned
+/* Job j of layer k is expert e: in the GPU tier (with `vram`), pinned,
+ * mapped or cached, ready at once; else a queued miss. Counts which. */
+static inline void xs_classify_(xs_store *x, int k, int j, int e, int vram) {
+    size_t i = (size_t)k * x->n_experts + e;
+    xs_job *jb = &x->jobs[j];
+    jb->e = e, jb->slot = -1, jb->vram = -1, jb->state = XS_QUEUED;
+    if (vram && x->vram[i] >= 0) {
+        x->stats.hit_vram++;
+        for (int t = 0; t < 3; t++) /* shapes only: the bytes are the GPU's */
+            jb->view[t] = (qt_tensor){x->lay[k].fmt[t], x->lay[k].O[t], x->lay[k].I[t], NULL, NULL, x->lay[k].gs[t]};
+        jb->vram = x->vram[i];
+        jb->state = XS_READY;
+        return;
+    }
+    if (x->pin[i] >= 0) {
+        x->stats.hit_pin++;
+        memcpy(jb->view, &x->pin_view[i * 3], sizeof jb->view);
+        jb->state = XS_READY;
+        return;
+    }
+    if (x->o.mmap && xs_map_views(x, k, e, jb->view)) {
+        x->stats.mapped++;
+        x->stats.bytes_read += xs_disk_bytes(x, k, e);
+        jb->state = XS_READY;
+        return;
+    }
+    int s = tier_lru_lookup(&x->lru[k], e, x->tick);
+    if (s >= 0) {
+        x->stats.hit_lru++;
+        x->lru[k].busy[s]++;
+        xs_slot_at(x, k, s)->unused = 0;
+        jb->slot = s;
+        jb->state = xs_slot_at(x, k, s)->loading ? XS_LOADING : XS_READY;
+        if (jb->state == XS_READY) memcpy(jb->view, xs_slot_at(x, k, s)->view, sizeof jb->view);
+    } else x->stats.miss++;
+}
+
+/* Starts layer k's work: the distinct experts it needs (ascending). Those
+ * in the GPU tier need no bytes (job.vram ≥ 0, views without bytes); pinned
  * and cached experts are ready at once (cached slots held busy), mapped
  * ones too in mmap mode; misses are read into free slots as far as slots
  * allow. Counts hits, misses and prefetch recall. Returns 0 or -1. */
@@ -642,34 +686,11 @@ static inline int xs_begin(xs_store *x, int k, const int *experts, int n) {
     if (xs_settle(x, k)) return -1;
     x->njobs = n;
     for (int j = 0; j < n; j++) {
-        int e = experts[j];
-        size_t i = (size_t)k * x->n_experts + e;
-        xs_job *jb = &x->jobs[j];
-        jb->e = e, jb->slot = -1, jb->state = XS_QUEUED;
+        size_t i = (size_t)k * x->n_experts + experts[j];
         x->tick++;
         x->stats.routed++;
         x->stats.pred_used += x->predicted[i];
-        if (x->pin[i] >= 0) {
-            x->stats.hit_pin++;
-            memcpy(jb->view, &x->pin_view[i * 3], sizeof jb->view);
-            jb->state = XS_READY;
-            continue;
-        }
-        if (x->o.mmap && xs_map_views(x, k, e, jb->view)) {
-            x->stats.mapped++;
-            x->stats.bytes_read += xs_disk_bytes(x, k, e);
-            jb->state = XS_READY;
-            continue;
-        }
-        int s = tier_lru_lookup(&x->lru[k], e, x->tick);
-        if (s >= 0) {
-            x->stats.hit_lru++;
-            x->lru[k].busy[s]++;
-            xs_slot_at(x, k, s)->unused = 0;
-            jb->slot = s;
-            jb->state = xs_slot_at(x, k, s)->loading ? XS_LOADING : XS_READY;
-            if (jb->state == XS_READY) memcpy(jb->view, xs_slot_at(x, k, s)->view, sizeof jb->view);
-        } else x->stats.miss++;
+        xs_classify_(x, k, j, experts[j], x->vram != NULL);
     }
     memset(x->predicted + (size_t)k * x->n_experts, 0, (size_t)x->n_experts);
     x->t_begin = 0;
@@ -748,6 +769,11 @@ static inline int xs_next(xs_store *x, int k) {
 /* Job j of the current layer (valid until the next xs_begin). */
 static inline const xs_job *xs_job_get(const xs_store *x, int j) { return &x->jobs[j]; }
 
+/* Job j of layer k, a GPU tier one whose GPU computation failed, becomes
+ * an expert the CPU computes: pinned, mapped, cached or read like any
+ * other (xs_next hands it out again). */
+static inline void xs_requeue(xs_store *x, int k, int j) { xs_classify_(x, k, j, x->jobs[j].e, 0); }
+
 /* Job j of layer k is computed: its slot may be evicted again. */
 static inline void xs_done(xs_store *x, int k, int j) {
     xs_job *jb = &x->jobs[j];
@@ -766,7 +792,7 @@ static inline void xs_prefetch(xs_store *x, int k, const int *experts, int n, in
         if (x->predicted[i]) continue;
         x->predicted[i] = 1;
         x->stats.pred_total++;
-        if (x->pin[i] >= 0 || x->lru[k].where[e] >= 0 || x->o.mmap) continue;
+        if (x->pin[i] >= 0 || x->lru[k].where[e] >= 0 || x->o.mmap || (x->vram && x->vram[i] >= 0)) continue;
         const xs_loc *l = &x->loc[i];
         if (!real || !x->lay[k].raw) {
             for (int p = 0; p < 3; p++) {
@@ -802,6 +828,48 @@ static inline void xs_note_use(xs_store *x, int k, int e) {
 
 /* This run's routing counts, [n_layers][n_experts]. */
 static inline const uint64_t *xs_counts(const xs_store *x) { return x->count; }
+
+/* ---- the GPU tier's map (the engine owns the GPU copies) ---- */
+
+/* A GPU tier of n slots, all empty. 0 or -1 (x->err). */
+static inline int xs_vram_open(xs_store *x, int n) {
+    size_t ne = (size_t)x->n_layers * x->n_experts;
+    free(x->vram), free(x->vowner);
+    x->vram = (int *)malloc((ne + 1) * sizeof *x->vram);
+    x->vowner = (int *)malloc(((size_t)n + 1) * sizeof *x->vowner);
+    if (!x->vram || !x->vowner) return xs_fail(x, "out of memory");
+    for (size_t i = 0; i < ne; i++) x->vram[i] = -1;
+    for (int s = 0; s < n; s++) x->vowner[s] = -1;
+    x->n_vram = n;
+    return 0;
+}
+
+/* The GPU slot holding expert e of layer k, or -1. */
+static inline int xs_vram_slot(const xs_store *x, int k, int e) { return x->vram ? x->vram[(size_t)k * x->n_experts + e] : -1; }
+
+/* The GPU slot expert e of layer k should be copied into now that it ran
+ * on the CPU (tier_vram_victim), or -1. Changes nothing. */
+static inline int xs_vram_victim(const xs_store *x, int k, int e) {
+    if (!x->vram || xs_vram_slot(x, k, e) >= 0) return -1;
+    return tier_vram_victim(x->vowner, x->n_vram, x->heat, x->last, x->tick, (size_t)k * x->n_experts + e);
+}
+
+/* GPU slot s holds expert e of layer k from now on (e < 0: nothing, after
+ * a failed copy); its previous expert is out of the tier. */
+static inline void xs_vram_place(xs_store *x, int s, int k, int e) {
+    if (x->vowner[s] >= 0) x->vram[x->vowner[s]] = -1;
+    x->vowner[s] = -1;
+    if (e < 0) return;
+    size_t i = (size_t)k * x->n_experts + e;
+    x->vram[i] = s, x->vowner[s] = (int)i;
+}
+
+/* No GPU tier from now on (the GPU failed): every expert comes from RAM
+ * or disk. */
+static inline void xs_vram_close(xs_store *x) {
+    free(x->vram), free(x->vowner);
+    x->vram = NULL, x->vowner = NULL, x->n_vram = 0;
+}
 
 /* ---- the pinned set ---- */
 
@@ -943,7 +1011,7 @@ static inline int xs_swap_pin_(xs_store *x, int k, int admit, int evict) {
  * this session replace clearly colder pinned ones (tier_repin_pass, at most
  * `limit`), then heat decays. Returns the swaps made, or -1 (x->err). */
 static inline int xs_repin(xs_store *x, int limit) {
-    int n = tier_repin_pass(x->heat, x->last, x->pinned, x->n_layers, x->n_experts, x->tick, limit, x->swaps);
+    int n = tier_repin_pass(x->heat, x->last, x->pinned, x->vram, x->n_layers, x->n_experts, x->tick, limit, x->swaps);
     for (int i = 0; i < n; i++)
         if (xs_swap_pin_(x, x->swaps[i].layer, x->swaps[i].admit, x->swaps[i].evict)) return -1;
     tier_decay(x->heat, (size_t)x->n_layers * x->n_experts);
@@ -1002,7 +1070,7 @@ static inline void xs_free(xs_store *x) {
     if (x->fbuf)
         for (int t = 0; t < x->n_staging; t++) compat_aligned_free(x->fbuf[t]);
     void *p[] = {x->lru, x->slot, x->freed, x->arena, x->staging, x->fbuf, x->n_pinned, x->lay, x->loc, x->pin, x->pinned, x->pin_view,
-                 x->predicted, x->count, x->heat, x->last, x->swaps, x->jobs, x->pending, x->pending_done};
+                 x->predicted, x->count, x->heat, x->last, x->swaps, x->jobs, x->pending, x->pending_done, x->vram, x->vowner};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(x, 0, sizeof *x);
 }

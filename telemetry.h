@@ -32,7 +32,7 @@ typedef struct {
     double t0, last;
     double stage[TEL_NSTAGE];
     double io_busy;               /* wall seconds with expert reads in flight */
-    uint64_t hit_pin, hit_lru, miss, bytes_read;
+    uint64_t hit_vram, hit_pin, hit_lru, miss, bytes_read;
     int prompt_tokens, gen_tokens;
     double t_prefill, t_decode, ttft;
 } tel_stats;
@@ -54,19 +54,18 @@ static inline void tel_lap(tel_stats *t, tel_stage s) {
 static inline double tel_pct(double a, double b) { return b > 0 ? 100.0 * a / b : 0.0; }
 
 /* The end-of-run line: prompt and generated tokens with their rates, time
- * to first token, expert hits split pin / LRU / miss, disk bytes per token
+ * to first token, expert hits split pin / LRU (/ GPU tier) / miss, disk bytes per token
  * and the share of wall time spent waiting on the disk. */
 static inline void tel_end_line(FILE *f, const tel_stats *t) {
-    uint64_t tot = t->hit_pin + t->hit_lru + t->miss;
+    uint64_t tot = t->hit_vram + t->hit_pin + t->hit_lru + t->miss;
     int toks = t->prompt_tokens + t->gen_tokens;
     double wall = t->t_prefill + t->t_decode;
-    fprintf(f,
-            "colibri: prompt %d tok, %.1f tok/s | generated %d tok, %.2f tok/s | TTFT %.3f s | experts: hit %.1f%% "
-            "(pin %.1f%% + LRU %.1f%%), miss %.1f%% | %.2f MB/tok from disk",
+    fprintf(f, "colibri: prompt %d tok, %.1f tok/s | generated %d tok, %.2f tok/s | TTFT %.3f s | experts: hit %.1f%% (pin %.1f%% + LRU %.1f%%",
             t->prompt_tokens, t->t_prefill > 0 ? t->prompt_tokens / t->t_prefill : 0.0, t->gen_tokens,
-            t->t_decode > 0 ? t->gen_tokens / t->t_decode : 0.0, t->ttft, tel_pct((double)(t->hit_pin + t->hit_lru), (double)tot),
-            tel_pct((double)t->hit_pin, (double)tot), tel_pct((double)t->hit_lru, (double)tot), tel_pct((double)t->miss, (double)tot),
-            toks ? t->bytes_read / 1e6 / toks : 0.0);
+            t->t_decode > 0 ? t->gen_tokens / t->t_decode : 0.0, t->ttft, tel_pct((double)(t->hit_vram + t->hit_pin + t->hit_lru), (double)tot),
+            tel_pct((double)t->hit_pin, (double)tot), tel_pct((double)t->hit_lru, (double)tot));
+    if (t->hit_vram) fprintf(f, " + GPU %.1f%%", tel_pct((double)t->hit_vram, (double)tot));
+    fprintf(f, "), miss %.1f%% | %.2f MB/tok from disk", tel_pct((double)t->miss, (double)tot), toks ? t->bytes_read / 1e6 / toks : 0.0);
     if (t->prof) fprintf(f, ", disk wait %.0f%% of wall", tel_pct(t->stage[TEL_EXPERT_IO], wall));
     fputc('\n', f);
 }

@@ -143,12 +143,14 @@ static inline uint64_t tier_pick_pins(const uint64_t *count, int L, int E, const
     return tier_pick_(count, NULL, L, E, layer_bytes, budget, pinned, order);
 }
 
-/* The experts copied to the GPU (a tier above the pinned set): pinned
- * ones only (pinned[L][E]), most used first, within budget, layer_bytes
- * being each layer's expert size in GPU memory (tier_pick_). */
-static inline uint64_t tier_pick_vram(const uint64_t *count, const uint8_t *pinned, int L, int E, const uint64_t *layer_bytes, uint64_t budget,
-                                      uint8_t *sel, tier_rank *order) {
-    return tier_pick_(count, pinned, L, E, layer_bytes, budget, sel, order);
+/* The GPU expert tier's start: the most used experts of all (those used
+ * at least once), within budget, layer_bytes being what an expert of each
+ * layer takes in GPU memory (0: that layer's experts stay off the GPU).
+ * It is chosen before the pinned set, which then skips these, so GPU
+ * memory adds to what is resident instead of copying part of it. */
+static inline uint64_t tier_pick_vram(const uint64_t *count, int L, int E, const uint64_t *layer_bytes, uint64_t budget, uint8_t *sel,
+                                      tier_rank *order) {
+    return tier_pick_(count, NULL, L, E, layer_bytes, budget, sel, order);
 }
 
 /* ------------------------------------------------------ LFRU and re-pin */
@@ -167,6 +169,22 @@ static inline int tier_should_swap(uint64_t cand, uint64_t victim) {
     return cand > victim + victim / 4 + (4u << 8);
 }
 
+/* The GPU tier's slot that expert `cand` (heat[cand], last[cand]: its
+ * index in the [L][E] arrays) should take after it ran on the CPU: the
+ * first empty slot (owner -1), else the slot of the coldest owner when the
+ * candidate clearly beats it (tier_should_swap), else -1: stay out. owner
+ * [n] holds indices into heat and last. */
+static inline int tier_vram_victim(const int *owner, int n, const uint64_t *heat, const uint64_t *last, uint64_t now, size_t cand) {
+    int cold = -1;
+    uint64_t cs = 0;
+    for (int s = 0; s < n; s++) {
+        if (owner[s] < 0) return s;
+        uint64_t v = tier_score(heat[owner[s]], now - last[owner[s]]);
+        if (cold < 0 || v < cs) cold = s, cs = v;
+    }
+    return cold >= 0 && tier_should_swap(tier_score(heat[cand], now - last[cand]), cs) ? cold : -1;
+}
+
 typedef struct {
     int layer, admit, evict;
     uint64_t gain;
@@ -174,10 +192,11 @@ typedef struct {
 
 /* One re-pin pass: per layer, the hottest unpinned expert against the
  * coldest pinned one (scores from heat[L][E] and last-use tick last[L][E]
- * at tick now). Writes the admissible swaps to out (room for L entries),
- * largest gain first, and returns how many of them to apply: at most
- * `limit`. */
-static inline int tier_repin_pass(const uint64_t *heat, const uint64_t *last, const uint8_t *pinned, int L, int E,
+ * at tick now); experts with away[L][E] ≥ 0 (held by the GPU tier; away
+ * may be NULL) are never candidates. Writes the admissible swaps to out
+ * (room for L entries), largest gain first, and returns how many of them
+ * to apply: at most `limit`. */
+static inline int tier_repin_pass(const uint64_t *heat, const uint64_t *last, const uint8_t *pinned, const int *away, int L, int E,
                                   uint64_t now, int limit, tier_swap *out) {
     int n = 0;
     for (int l = 0; l < L; l++) {
@@ -188,7 +207,7 @@ static inline int tier_repin_pass(const uint64_t *heat, const uint64_t *last, co
             uint64_t s = tier_score(heat[i], now - last[i]);
             if (pinned[i]) {
                 if (cold < 0 || s < cs) cold = e, cs = s;
-            } else if (heat[i] && (hot < 0 || s > hs)) hot = e, hs = s;
+            } else if (heat[i] && (!away || away[i] < 0) && (hot < 0 || s > hs)) hot = e, hs = s;
         }
         if (hot < 0 || cold < 0 || !tier_should_swap(hs, cs)) continue;
         int k = n++;

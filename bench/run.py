@@ -1295,8 +1295,9 @@ class Bench:
     def cuda(self):
         """The GPU (CUDA builds, build/rel-cuda): bench_cuda's decode matmul
         at GLM-5 dense shapes against the device's copy bandwidth; then
-        decode on the resident model with the dense matmuls and every
-        (pinned) expert's copy on the GPU (CUDA=1) against the CPU alone
+        decode on the resident model with the dense matmuls and the GPU
+        expert tier (the history names every expert: the tier takes what
+        fits, the pinned set the rest) on the GPU (CUDA=1) against the CPU alone
         (CUDA=0), tokens compared. Skipped
         with the reason without nvcc or a GPU."""
         bc, cb = os.path.join(ROOT, "build", "rel-cuda", "bench_cuda"), os.path.join(ROOT, "build", "rel-cuda", "colibri")
@@ -1339,9 +1340,9 @@ class Bench:
         if a and b:
             self.R["workloads"].append({"id": "cuda.decode", "engine": "colibri", "model": "medium", "unit": "tok/s", "n": len(rows["1"]), "value": a,
                                         "limit_name": "the same decode on the CPU alone", "limit": b, "ratio": round(a / b, 3),
-                                        "what": "decode with the dense matmuls and the pinned experts' copies on the GPU; tokens %s" % (
+                                        "what": "decode with the dense matmuls and the GPU expert tier on the GPU; tokens %s" % (
                                             "identical" if g["decode"]["tokens_identical"] else "DIFFERENT")})
-            self.say("  GPU decode (medium, dense matrices and pinned experts on the GPU): %.2f tok/s vs %.2f on the CPU alone (x%.2f); tokens %s" % (
+            self.say("  GPU decode (medium, dense matrices and the expert tier on the GPU): %.2f tok/s vs %.2f on the CPU alone (x%.2f); tokens %s" % (
                 a, b, a / b, "identical" if g["decode"]["tokens_identical"] else "DIFFERENT"))
         self.R["cuda"] = g
 

@@ -549,12 +549,12 @@ class Cuda(unittest.TestCase):
                     self.assertRegex(r[2], r"colibri: GPU: [1-9]\d* matmuls")
                 self.assertIn("routed experts 0.0% from GPU memory", runs[2][2])
                 if not extra.get("DENSE_BITS") and fx != "tiny-glm5-mtp":  # integer experts: all of them computed on the GPU
-                    self.assertRegex(runs[1][2], r"colibri: CUDA: [1-9]\d* routed experts \(")
+                    self.assertRegex(runs[1][2], r"colibri: CUDA: an expert tier of [1-9]\d* slots \([\d.]+ GB\) in GPU memory, [1-9]\d* of them filled")
                     self.assertRegex(runs[1][2], r"routed experts [1-9][\d.]*% from GPU memory")
 
 
     def test_a_partial_expert_tier_and_idot_off(self):
-        """CUDA_EXPERT_GB below what the pinned experts take puts some of
+        """CUDA_EXPERT_GB below what the used experts take puts some of
         them (the most used first) in GPU memory and leaves the rest on the
         CPU; IDOT=0 (the float path, which the GPU does not compute) keeps
         every matmul on the CPU and says so. Tokens are CUDA=0's."""
@@ -569,7 +569,7 @@ class Cuda(unittest.TestCase):
         # 2 MoE layers of 8 experts of about 6 KB each (int4, 80 x 45): 50 KB holds some, not all
         rc, out, err = run(d, dict(env, CUDA="1", CUDA_EXPERT_GB="0.00005"))
         self.assertEqual(rc, 0, err)
-        held = int(re.search(r"colibri: CUDA: (\d+) routed experts \(", err).group(1))
+        held = int(re.search(r"colibri: CUDA: an expert tier of (\d+) slots \([\d.]+ GB\) in GPU memory, \1 of them filled", err).group(1))
         self.assertTrue(0 < held < 16, err)
         share = float(re.search(r"routed experts ([\d.]+)% from GPU memory", err).group(1))
         self.assertTrue(0 < share < 100, err)
@@ -584,9 +584,11 @@ class Cuda(unittest.TestCase):
         self.assertEqual(out, base)
 
     def test_a_failing_gpu_call_falls_back_to_the_cpu(self):
-        """A GPU matmul that fails (COLI_CUDA_FAULT, as a CUDA error would)
+        """A GPU call that fails (COLI_CUDA_FAULT, as a CUDA error would)
         is said once; the CPU redoes it and computes the rest: the tokens
-        are the CPU's, greedy and sampled, dense and expert calls."""
+        are the CPU's, greedy and sampled, for a copy into the expert tier
+        at startup and for dense and expert matmuls after it (experts only
+        the tier held are then read from disk)."""
         self.need_gpu()
         tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, tmp)
@@ -597,22 +599,64 @@ class Cuda(unittest.TestCase):
                 env = dict(PROMPT="a GPU call fails midway", NGEN="16", TOKENS="1", USAGE_SAVE="0", UBATCH="3", PIN=pins, PIN_GB="all", **samp)
                 rc, base, err0 = run(d, dict(env, CUDA="0"))
                 self.assertEqual(rc, 0, err0)
-                for at in ("1", "7", "40"):
+                rc, out, err = run(d, dict(env, CUDA="1"))
+                self.assertEqual(rc, 0, err)
+                start = 3 * int(re.search(r"in GPU memory, (\d+) of them filled", err).group(1))  # the start's copies: calls 1..start
+                for at in map(str, (1, start + 1, start + 7, start + 40)):
                     rc, out, err = run(d, dict(env, CUDA="1", COLI_CUDA_FAULT=at))
                     self.assertEqual(rc, 0, err)
                     self.assertEqual(ids_line(err, "generated tokens"), ids_line(err0, "generated tokens"), (fx, samp, at))
                     self.assertEqual(out, base)
                     self.assertEqual(err.count("(COLI_CUDA_FAULT); the CPU computes everything from here on"), 1, err)
 
+    def test_the_expert_tier_fills_as_experts_run(self):
+        """The GPU expert tier starts with the usage history's experts and
+        takes experts that ran on the CPU as slots are empty or clearly
+        colder; the pinned set skips what it holds. Tokens are CUDA=0's
+        with copies in flight, with CUDA_FILL_MB=0 (no copies), and when
+        the Nth GPU call fails at any point (a matmul, an expert copy, an
+        expert only the GPU held, which is then read from disk)."""
+        self.need_gpu()
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        d = os.path.join(FIXTURES, "tiny-q4")
+        two = usage_all(d, os.path.join(tmp, "two.usage"), only={(1, 0), (1, 3)})  # layer 0 is dense
+        for samp in ({"TEMP": "0"}, {"TEMP": "0.9", "SEED": "3"}):
+            env = dict(PROMPT="experts move to the GPU as they run", NGEN="20", TOKENS="1", USAGE_SAVE="0", UBATCH="3", PIN=two, PIN_GB="all",
+                       CUDA_EXPERT_GB="0.00004", **samp)  # 6 slots of 16 experts (about 6 KB each)
+            rc, base, err0 = run(d, dict(env, CUDA="0"))
+            self.assertEqual(rc, 0, err0)
+            want = ids_line(err0, "generated tokens")
+            rc, out, err = run(d, dict(env, CUDA="1"))
+            self.assertEqual(rc, 0, err)
+            self.assertIn("colibri: CUDA: an expert tier of 6 slots (0.00 GB) in GPU memory, 2 of them filled with the most used experts", err)
+            self.assertRegex(err, r"experts \d+ KB each: 0 pinned \(0 KB\)")  # the history's two experts are the GPU's, not pinned too
+            moved = int(re.search(r"colibri: GPU expert tier: (\d+) experts copied in during the run", err).group(1))
+            self.assertGreaterEqual(moved, 4, err)  # the 4 empty slots at least
+            self.assertRegex(err, r"\+ GPU [1-9][\d.]*%\), miss")
+            self.assertEqual((ids_line(err, "generated tokens"), out), (want, base))
+            rc, out, err = run(d, dict(env, CUDA="1", CUDA_FILL_MB="0"))
+            self.assertEqual(rc, 0, err)
+            self.assertIn("colibri: GPU expert tier: 0 experts copied in during the run", err)
+            self.assertEqual((ids_line(err, "generated tokens"), out), (want, base))
+            calls = int(re.search(r"colibri: GPU: \d+ matmuls in (\d+) calls", run(d, dict(env, CUDA="1", PIN_GB="0"))[2]).group(1))
+            # 1-6: the startup copies; then every call of about one forward mid-run (each matmul and copy of a
+            # GPU-held expert, whose job every thread must see fail before it is handed out again)
+            for at in sorted({1, 5, 6, 7, 9, 30, 77, calls - 1} | set(range(calls // 2, calls // 2 + 40))):
+                rc, out, err = run(d, dict(env, CUDA="1", PIN_GB="0", COLI_CUDA_FAULT=str(at)))
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(err.count("(COLI_CUDA_FAULT); the CPU computes everything from here on"), 1, (at, err))
+                self.assertEqual((ids_line(err, "generated tokens"), out), (want, base), (samp, at))
 
-def usage_all(model, path):
-    """A usage file naming every routed expert of model once (PIN=path PIN_GB=all pins them all)."""
+
+def usage_all(model, path, only=None):
+    """A usage file naming every routed expert of model once (PIN=path PIN_GB=all pins them all), or those (layer, expert) in `only`."""
     c = load_json(os.path.join(model, "config.json"))
     L, E, nd = c["num_hidden_layers"], c["n_routed_experts"], c.get("first_k_dense_replace", 0)
     h = 2166136261
     for ch in c["model_type"].encode():  # the engine id: FNV-1a of the model type
         h = ((h ^ ch) * 16777619) & 0xFFFFFFFF
-    rows = ["%d %d 1" % (l, e) for l in range(nd, L) for e in range(E)]
+    rows = ["%d %d 1" % (l, e) for l in range(nd, L) for e in range(E) if only is None or (l, e) in only]
     with open(path, "w") as f:
         f.write("# colibri expert usage\n-1 %d %d\n-2 1 %d\n%s\n-3 %d %d\n" % (L, E, h, "\n".join(rows), len(rows), len(rows)))
     return path

@@ -454,6 +454,56 @@ static void test_refusals(void) {
     st_close(&st);
 }
 
+/* The GPU tier's map: experts it holds come out of xs_begin first with
+ * shapes and no bytes, are never prefetched, and a requeued one (the GPU
+ * failed) is read like any other; slots go to empty places first, then
+ * to a clearly hotter expert (tier.h), and closing the tier unmaps all. */
+static void test_vram(void) {
+    write_shard(LAY_Q4_APART, 0);
+    fixture f;
+    if (open_fixture(&f, IO_POOL, 0, 0, 2, 0)) return;
+    xs_store *x = &f.x;
+    CHECK(xs_vram_slot(x, 0, 3) == -1 && xs_vram_victim(x, 0, 3) == -1); /* no tier yet */
+    CHECK(xs_vram_open(x, 2) == 0);
+    CHECK(xs_vram_victim(x, 0, 3) == 0);
+    xs_vram_place(x, 0, 0, 3);
+    CHECK(xs_vram_victim(x, 0, 3) == -1); /* already there */
+    CHECK(xs_vram_victim(x, 1, 5) == 1);
+    xs_vram_place(x, 1, 1, 5);
+    CHECK(xs_vram_slot(x, 0, 3) == 0 && xs_vram_slot(x, 1, 5) == 1);
+    int ex[2] = {1, 3};
+    CHECK(xs_begin(x, 0, ex, 2) == 0);
+    const xs_job *g = xs_job_get(x, 1);
+    CHECK(g->e == 3 && g->vram == 0 && g->state == XS_READY && xs_job_get(x, 0)->vram == -1);
+    for (int p = 0; p < 3; p++) CHECK(g->view[p].w == NULL && g->view[p].O == SO[p] && g->view[p].I == SI[p] && g->view[p].fmt == QT_I4);
+    xs_stats st;
+    xs_stats_get(x, &st);
+    CHECK(st.hit_vram == 1 && st.miss == 1);
+    xs_requeue(x, 0, 1); /* the GPU failed on expert 3: from disk instead */
+    int seen = 0, bad = 0;
+    for (int j; (j = xs_next(x, 0)) >= 0; xs_done(x, 0, j), seen++) bad += xs_job_get(x, j)->vram != -1 || !view_ok(LAY_Q4_APART, 0, 0, xs_job_get(x, j)->e, xs_job_get(x, j)->view);
+    CHECK(seen == 2 && bad == 0);
+    int five[1] = {5};
+    xs_stats_get(x, &st);
+    uint64_t loaded = st.pred_loaded;
+    xs_prefetch(x, 1, five, 1, 1);
+    xs_stats_get(x, &st);
+    CHECK(st.pred_loaded == loaded); /* the GPU holds it: nothing to read ahead */
+    for (int i = 0; i < 3; i++) xs_note_use(x, 0, 3);
+    CHECK(xs_vram_victim(x, 0, 6) == -1); /* never used: stays out */
+    for (int i = 0; i < 40; i++) xs_note_use(x, 0, 6);
+    int v = xs_vram_victim(x, 0, 6);
+    CHECK(v == 1); /* expert 5 of layer 1 (never used) is the coldest */
+    xs_vram_place(x, v, 0, 6);
+    CHECK(xs_vram_slot(x, 1, 5) == -1 && xs_vram_slot(x, 0, 6) == 1);
+    xs_vram_place(x, 0, 0, -1); /* a failed copy: the slot is nobody's */
+    CHECK(xs_vram_slot(x, 0, 3) == -1 && xs_vram_victim(x, 1, 2) == 0);
+    xs_vram_close(x);
+    CHECK(xs_vram_slot(x, 0, 6) == -1);
+    CHECK(run_batch(&f, LAY_Q4_APART, 0, 0, ex, 2) == 2);
+    close_fixture(&f);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/colibri-test-store-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -462,6 +512,7 @@ int main(void) {
     test_prefetch();
     test_prefetch_landed();
     test_slot_never_freed();
+    test_vram();
     test_read_errors();
     test_nonfinite();
     test_refusals();

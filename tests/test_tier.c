@@ -50,14 +50,30 @@ static void test_pins(void) {
     used = tier_pick_pins(count, L, E, bytes, 1000, pinned, order);
     CHECK(used == 10 * 3 + 20 * 4 && !pinned[1 * E + 2]); /* unused experts never pinned */
     CHECK(tier_pick_pins(count, L, E, bytes, 0, pinned, order) == 0);
-    /* the GPU tier: only pinned experts, hottest first, while they fit */
-    uint8_t pin2[L * E] = {0}, sel[L * E];
-    pin2[1 * E + 0] = pin2[1 * E + 1] = pin2[2 * E + 1] = pin2[2 * E + 2] = 1; /* counts 5, 9, 1, 9 */
-    used = tier_pick_vram(count, pin2, L, E, bytes, 25, sel, order);
-    CHECK(used == 25 - 5 && sel[1 * E + 1] && !sel[2 * E + 2] && sel[1 * E + 0] && !sel[2 * E + 1]); /* (2,2) does not fit after (1,1) */
-    used = tier_pick_vram(count, pin2, L, E, bytes, 1000, sel, order);
-    CHECK(used == 10 + 10 + 20 + 20 && !sel[2 * E + 0] && !sel[1 * E + 3]); /* never an unpinned one, however hot */
-    CHECK(tier_pick_vram(count, pin2, L, E, bytes, 9, sel, order) == 0);
+    /* the GPU tier's start: the hottest used experts, pinned or not, while they fit */
+    uint8_t sel[L * E];
+    used = tier_pick_vram(count, L, E, bytes, 25, sel, order);
+    CHECK(used == 20 && sel[1 * E + 1] && !sel[2 * E + 2] && sel[1 * E + 0] && !sel[1 * E + 3]); /* (2,2) does not fit after (1,1) */
+    used = tier_pick_vram(count, L, E, bytes, 1000, sel, order);
+    CHECK(used == 10 * 3 + 20 * 4 && !sel[1 * E + 2] && !sel[0]); /* never an unused one or a dense layer's */
+    uint64_t gpu_bytes[L] = {0, 0, 20};                                /* layer 1's experts cannot go to the GPU */
+    used = tier_pick_vram(count, L, E, gpu_bytes, 45, sel, order);
+    CHECK(used == 40 && sel[2 * E + 2] && sel[2 * E + 0] && !sel[1 * E + 1]);
+    CHECK(tier_pick_vram(count, L, E, bytes, 9, sel, order) == 0);
+}
+
+static void test_vram_admission(void) {
+    enum { N = 3 };
+    uint64_t heat[8] = {10, 9, 30, 1, 0, 40, 11, 0}, last[8] = {0};
+    int owner[N] = {0, -1, 2};
+    CHECK(tier_vram_victim(owner, N, heat, last, 5, 3) == 1); /* an empty slot takes anyone */
+    owner[1] = 1;                                             /* slots hold heats 10, 9, 30 */
+    CHECK(tier_vram_victim(owner, N, heat, last, 5, 6) == -1); /* 11 against 9: too close, no churn */
+    CHECK(tier_vram_victim(owner, N, heat, last, 5, 5) == 1);  /* 40 evicts the coldest, 9 */
+    CHECK(tier_vram_victim(owner, N, heat, last, 5, 4) == -1); /* never used: stays out */
+    heat[1] = 10, last[0] = 5;                                 /* equal heat: the older use goes first */
+    CHECK(tier_vram_victim(owner, N, heat, last, 5, 5) == 1);
+    CHECK(tier_vram_victim(owner, 0, heat, last, 5, 5) == -1); /* no tier */
 }
 
 static void test_lfru(void) {
@@ -70,9 +86,11 @@ static void test_lfru(void) {
     uint64_t last[L * E] = {0};
     uint8_t pinned[L * E] = {1, 0, 0, 1, /* */ 1, 0, 0, 1};
     tier_swap sw[L];
-    int n = tier_repin_pass(heat, last, pinned, L, E, 100, 8, sw);
+    int n = tier_repin_pass(heat, last, pinned, NULL, L, E, 100, 8, sw);
     CHECK(n == 1 && sw[0].layer == 0 && sw[0].admit == 1 && sw[0].evict == 0);
-    CHECK(tier_repin_pass(heat, last, pinned, L, E, 100, 0, sw) == 0);
+    CHECK(tier_repin_pass(heat, last, pinned, NULL, L, E, 100, 0, sw) == 0);
+    int away[L * E] = {-1, 0, -1, -1, /* */ -1, -1, -1, -1}; /* the GPU tier holds expert 1 of layer 0 */
+    CHECK(tier_repin_pass(heat, last, pinned, away, L, E, 100, 8, sw) == 0);
     tier_decay(heat, L * E);
     CHECK(heat[1] == 15 && heat[0] == 0);
 }
@@ -164,6 +182,7 @@ static void test_prof(void) {
 int main(void) {
     test_lru();
     test_pins();
+    test_vram_admission();
     test_lfru();
     test_budget();
     test_usage();

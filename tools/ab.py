@@ -33,7 +33,7 @@ MODEL_KNOBS = {"EXPERT_BITS", "DENSE_BITS", "IDOT", "TEMP", "TOP_K", "TOP_P", "M
 
 END_RE = re.compile(
     r"colibri: prompt (\d+) tok, ([\d.]+) tok/s \| generated (\d+) tok, ([\d.]+) tok/s \| TTFT ([\d.]+) s \| "
-    r"experts: hit ([\d.]+)% \(pin ([\d.]+)% \+ LRU ([\d.]+)%\), miss ([\d.]+)% \| ([\d.]+) MB/tok from disk")
+    r"experts: hit ([\d.]+)% \(pin ([\d.]+)% \+ LRU ([\d.]+)%(?: \+ GPU [\d.]+%)?\), miss ([\d.]+)% \| ([\d.]+) MB/tok from disk")
 
 
 def parse_env(spec):
