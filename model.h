@@ -178,6 +178,7 @@ typedef struct {
     int numa;                   /* interleave large resident allocations */
     model_mem mem;
     tier_plan plan;
+    tier_budget plan_in;        /* what the plan was made from (pin_mode NONE after an overcommitted plan) */
     uint64_t budget;            /* resolved RAM budget */
     int repin;                  /* re-pin every N generated tokens (0 = off) */
     uint64_t rss_limit;         /* RSS guard (0 = off) */
@@ -673,6 +674,7 @@ static inline int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_wan
         else b.pin_mode = TIER_PIN_AUTO, b.pin_bytes = pin_want;
     }
     if (tier_plan_make(&b, &m->plan) == 0) {
+        m->plan_in = b;
         if (m->plan.cap_lowered)
             fprintf(stderr, "colibri: CAP=%d does not fit the %.2f GB budget; using %d slots per layer\n", cap, m->budget / GB, m->plan.lru_slots);
         return 0;
@@ -797,14 +799,27 @@ static inline int model_pin(coli_model *m, const uint64_t *hist, int quiet) {
     return rc ? model_fail(m, "%s", m->xs.err) : 0;
 }
 
-/* Bytes of every expert the history has seen: what PIN=auto asks for. */
+/* Bytes of every expert the history has seen and the GPU tier does not
+ * hold: what PIN=auto asks for. */
 static inline uint64_t model_pin_want(const coli_model *m, const uint64_t *hist) {
     const coli_config *c = &m->c;
     uint64_t want = 0;
     for (int l = 0; hist && l < c->n_layers; l++)
         for (int e = 0; c->moe[l] && e < c->n_experts; e++)
-            if (hist[(size_t)l * c->n_experts + e]) want += xs_expert_bytes(&m->xs, moe_index(c, l));
+            if (hist[(size_t)l * c->n_experts + e] && xs_vram_slot(&m->xs, moe_index(c, l), e) < 0)
+                want += xs_expert_bytes(&m->xs, moe_index(c, l));
     return want;
+}
+
+/* PIN=auto once the GPU tier has taken its experts from the history: the
+ * pinned set asks only for the rest, and the RAM it no longer needs goes to
+ * the LRU (before the cache opens). The fixed part is unchanged, so the
+ * plan still fits. */
+static inline void model_replan_pins(coli_model *m, const uint64_t *hist) {
+    if (m->plan_in.pin_mode != TIER_PIN_AUTO || !m->xs.n_vram) return;
+    tier_budget b = m->plan_in;
+    b.pin_bytes = model_pin_want(m, hist);
+    tier_plan_make(&b, &m->plan);
 }
 
 /* Allocates the KV cache and the scratch as measured, and fills the RoPE
@@ -1095,8 +1110,11 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
         fprintf(stderr, "colibri: WARNING: the MTP layer's eh_proj is stored at %d bits with one scale per row: its embedding half is 20-30x "
                         "smaller than its hidden half and rounds to zero, so drafts will rarely be accepted (convert with --mtp-bits 8, or 4 "
                         "with --group-size)\n", m->mtp_eh.fmt == QT_I4 ? 4 : 2);
+    if (xs_open_io(&m->xs, &m->io)) return model_fail(m, "%s", m->xs.err);
+    if (model_gpu_experts(m, o, hist)) return -1;
+    model_replan_pins(m, hist);
     if (xs_open_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
-    if (model_gpu_experts(m, o, hist) || model_pin(m, hist, o->quiet)) return -1;
+    if (model_pin(m, hist, o->quiet)) return -1;
     int pinned = xs_pinned_count(&m->xs);
     if (o->mlock && !pinned) fprintf(stderr, "colibri: MLOCK=1: no pinned experts to lock\n");
     else if (o->mlock) {

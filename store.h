@@ -15,8 +15,8 @@
  * non-finite weight or scale, is an error naming the file and the tensor.
  *
  * Life cycle: xs_init (options) → per MoE layer xs_layer_begin, xs_locate
- * for every expert, xs_layer_end → xs_open_cache (slots, the I/O context) →
- * xs_pin → per forward, per layer: xs_begin, xs_next/xs_done until done →
+ * for every expert, xs_layer_end → [xs_open_io (the I/O context), reads and
+ * the GPU tier's map] → xs_open_cache (slots) → xs_pin → per forward, per layer: xs_begin, xs_next/xs_done until done →
  * xs_free. "Layer" means MoE layer k (0 .. n_layers-1), not the model
  * layer. One thread drives a store (OpenMP is used inside for pinning).
  *
@@ -505,17 +505,11 @@ static inline int xs_map_views(xs_store *x, int k, int e, qt_tensor view[3]) {
 
 static inline xs_slot *xs_slot_at(xs_store *x, int k, int s) { return &x->slot[(size_t)k * x->max_slots + s]; }
 
-/* Opens the caches: `slots` LRU slots per layer (memory on first use),
- * reads through io, per-thread staging for conversions. 0 or -1. */
-static inline int xs_open_cache(xs_store *x, io_ctx *io, int slots) {
+/* Reads through io, with per-thread staging for conversions: enough for
+ * xs_read_sync. The first call's io stays. 0 or -1. */
+static inline int xs_open_io(xs_store *x, io_ctx *io) {
+    if (x->io) return 0;
     x->io = io;
-    x->max_slots = slots;
-    x->lru = (tier_lru *)calloc((size_t)x->n_layers + 1, sizeof(tier_lru));
-    x->slot = (xs_slot *)calloc((size_t)x->n_layers * (size_t)slots + 1, sizeof(xs_slot));
-    x->freed = (int *)calloc((size_t)slots + 1, sizeof(int));
-    if (!x->lru || !x->slot || !x->freed) return xs_fail(x, "out of memory for the expert cache");
-    for (int k = 0; k < x->n_layers; k++)
-        if (tier_lru_init(&x->lru[k], x->n_experts, slots)) return xs_fail(x, "out of memory for the expert cache");
     if (xs_converts(x)) {
         x->staging_len = xs_raw_bytes_(x);
         x->fbuf_len = xs_max_matrix_(x);
@@ -524,6 +518,20 @@ static inline int xs_open_cache(xs_store *x, io_ctx *io, int slots) {
         if (!(x->staging[t] = (uint8_t *)compat_aligned_alloc(IO_ALIGN, x->staging_len + IO_SLACK)) ||
             !(x->fbuf[t] = (float *)compat_aligned_alloc(64, x->fbuf_len * 4)))
             return xs_fail(x, "out of memory for expert staging");
+    return 0;
+}
+
+/* Opens the caches: `slots` LRU slots per layer (memory on first use),
+ * and xs_open_io if not done. 0 or -1. */
+static inline int xs_open_cache(xs_store *x, io_ctx *io, int slots) {
+    if (xs_open_io(x, io)) return -1;
+    x->max_slots = slots;
+    x->lru = (tier_lru *)calloc((size_t)x->n_layers + 1, sizeof(tier_lru));
+    x->slot = (xs_slot *)calloc((size_t)x->n_layers * (size_t)slots + 1, sizeof(xs_slot));
+    x->freed = (int *)calloc((size_t)slots + 1, sizeof(int));
+    if (!x->lru || !x->slot || !x->freed) return xs_fail(x, "out of memory for the expert cache");
+    for (int k = 0; k < x->n_layers; k++)
+        if (tier_lru_init(&x->lru[k], x->n_experts, slots)) return xs_fail(x, "out of memory for the expert cache");
     return 0;
 }
 

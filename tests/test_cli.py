@@ -648,6 +648,31 @@ class Cuda(unittest.TestCase):
                 self.assertEqual(err.count("(COLI_CUDA_FAULT); the CPU computes everything from here on"), 1, (at, err))
                 self.assertEqual((ids_line(err, "generated tokens"), out), (want, base), (samp, at))
 
+    def test_pin_auto_leaves_the_gpu_tiers_experts_to_the_lru(self):
+        """PIN=auto asks only for the history's experts the GPU tier did not
+        take: under a tight RAM budget the RAM they would have been pinned in
+        goes to LRU slots, and the tokens stay CUDA=0's."""
+        self.need_gpu()
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        d = os.path.join(FIXTURES, "tiny-q4")
+        two = usage_all(d, os.path.join(tmp, "two.usage"), only={(1, 0), (1, 3)})
+        # 800 KB: the fixed part (dense, KV, UBATCH=3's working set, reserve) leaves room for a few 13 KB slot rows
+        env = dict(PROMPT="the pinned set skips the GPU's experts", NGEN="12", TOKENS="1", USAGE_SAVE="0", UBATCH="3", PIN=two, RAM_GB="0.0008",
+                   CUDA_EXPERT_GB="0.00004", TEMP="0")
+        plan = r"experts \d+ KB each: (\d+) pinned \(\d+ KB\), LRU (\d+) slots/layer"
+        rc, base, err0 = run(d, dict(env, CUDA="0"))
+        self.assertEqual(rc, 0, err0)
+        pinned0, slots0 = map(int, re.search(plan, err0).groups())
+        self.assertEqual(pinned0, 2, err0)  # without the GPU tier the history's two experts are pinned
+        rc, out, err = run(d, dict(env, CUDA="1"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("2 of them filled with the most used experts", err)
+        pinned, slots = map(int, re.search(plan, err).groups())
+        self.assertEqual(pinned, 0, err)
+        self.assertGreater(slots, slots0, (err0, err))
+        self.assertEqual((ids_line(err, "generated tokens"), out), (ids_line(err0, "generated tokens"), base))
+
 
 def usage_all(model, path, only=None):
     """A usage file naming every routed expert of model once (PIN=path PIN_GB=all pins them all), or those (layer, expert) in `only`."""
