@@ -250,6 +250,16 @@ build/cuda-host/libcolicuda.a: build/cuda-host/cuda_host.o
 	@rm -f $@
 	$(AR) rcs $@ $^
 build/cuda-host/colibri build/cuda-host/test_cuda: build/cuda-host/libcolicuda.a
+# The same under ThreadSanitizer (make sanitize): the GPU tier's barriers,
+# copies and fallback with the team's threads.
+$(eval $(call flavour,build/tsan-cuda-host,$(TSANFLAGS) -DCOLI_HAVE_CUDA,build/tsan-cuda-host/libcolicuda.a build/tsan/libkernels.a $(LIBS) $(OPTLIBS),build/tsan))
+build/tsan-cuda-host/cuda_host.o: tests/cuda_host.c Makefile
+	@mkdir -p $(@D)
+	$(CC) $(TSANFLAGS) -DCOLI_HAVE_CUDA $(DEPFLAGS) -c -o $@ $<
+build/tsan-cuda-host/libcolicuda.a: build/tsan-cuda-host/cuda_host.o
+	@rm -f $@
+	$(AR) rcs $@ $^
+build/tsan-cuda-host/colibri: build/tsan-cuda-host/libcolicuda.a
 
 all: colibri colibri-synth colibri-convert
 
@@ -286,7 +296,7 @@ arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED
 build/arm/qemu/%: tests/qemu_arm.sh
 	@mkdir -p $(@D)
 	ln -sf ../../../tests/qemu_arm.sh $@
-sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine
+sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine build/tsan-cuda-host/colibri
 
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) test-build

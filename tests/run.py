@@ -14,8 +14,9 @@ under wine (tests/run_windows.py), the engine's GPU paths against the
 host stand-in for the backend (build/cuda-host, tests/cuda_host.c), and the
 CUDA build's backend test and GPU engine tests (build/cuda, skipped without
 a GPU). --tsan runs the threaded
-paths only (the I/O engine, the store, the engine, the invariance matrix
-and the I/O tests of the CLI). --arm runs the aarch64 parts only (BUILD_DIR
+paths only (the I/O engine, the store, the engine, the invariance matrix,
+the I/O tests of the CLI, and the GPU tier's tests on the host stand-in,
+build/tsan-cuda-host). --arm runs the aarch64 parts only (BUILD_DIR
 is then the x86-64 build the tokens are compared with). Each part's output is shown
 as it runs; at the end a table gives per part the checks passed and the
 parts of it skipped, with their reasons.
@@ -157,6 +158,9 @@ def parts_for(build, sanitize, tsan):
                         colibri))
         out.append(Part("tests/test_serve.py (HTTP threads and the compute thread)", [sys.executable, "tests/test_serve.py", "-v", "Protocol", "Lifecycle"],
                         colibri))
+        out.append(Part("tests/test_cli.py Cuda (the GPU tier's copies and fallback on the team's threads, host stand-in)",
+                        [sys.executable, "tests/test_cli.py", "-v", "Cuda.test_the_expert_tier_fills_as_experts_run",
+                         "Cuda.test_a_failing_gpu_call_falls_back_to_the_cpu"], {"COLIBRI": "build/tsan-cuda-host/colibri", "COLI_EXPECT_GPU": "1"}))
         return out
     tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c"))
     pys = sorted(f for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".py"))
