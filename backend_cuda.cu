@@ -316,8 +316,8 @@ static cudaError_t cu_grow(void **p, size_t *cap, size_t need) {
     return e;
 }
 
-/* Launches m's kernel over the rows already in G.q / G.xs, into y. */
-static void cu_launch(const cu_mat *m, int64_t ldd, int S, float *y) {
+/* Launches m's kernel over S rows q[S][ldd] (device) with scales xs, into y. */
+static void cu_launch(const cu_mat *m, const int8_t *q, int64_t ldd, const float *xs, int S, float *y) {
     const int warps = 8;
     const unsigned blocks = (unsigned)((m->O + warps - 1) / warps);
     /* widest loads the row (and, grouped, the group) alignment allows */
@@ -329,56 +329,66 @@ static void cu_launch(const cu_mat *m, int64_t ldd, int S, float *y) {
         else if (v == 4) K<__VA_ARGS__ 4><<<blocks, 32 * warps, 0, G.st>>>(ARGS);                                      \
         else K<__VA_ARGS__ 1><<<blocks, 32 * warps, 0, G.st>>>(ARGS);                                                  \
     } while (0)
-#define ARGS m->w, m->s, m->O, m->rb, G.q, ldd, G.xs, S, y
+#define ARGS m->w, m->s, m->O, m->rb, q, ldd, xs, S, y
     switch (m->fmt) {
     case CU_I8: LAUNCH(k_rows, CU_I8,); break;
     case CU_I4: LAUNCH(k_rows, CU_I4,); break;
     case CU_I2: LAUNCH(k_rows, CU_I2,); break;
     default:
 #undef ARGS
-#define ARGS m->w, m->s, m->O, m->rb, m->gs, m->ng, G.q, ldd, G.xs, S, y
+#define ARGS m->w, m->s, m->O, m->rb, m->gs, m->ng, q, ldd, xs, S, y
         LAUNCH(k_groups, );
     }
 #undef ARGS
 #undef LAUNCH
 }
 
-extern "C" int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int S, float *const *y, char *err,
-                            size_t n) {
+extern "C" int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int R, const int *r0,
+                                 const int *nr, float *const *y, char *err, size_t n) {
     if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
-    if (nm < 1 || nm > CU_MAX_GROUP) return snprintf(err, n, "CUDA: %d matrices in one call (1..%d)", nm, (int)CU_MAX_GROUP), -1;
+    if (nm < 1 || nm > CU_MAX_BATCH) return snprintf(err, n, "CUDA: %d matrices in one call (1..%d)", nm, (int)CU_MAX_BATCH), -1;
     int64_t ldd = 0, outs = 0;
     for (int i = 0; i < nm; i++) {
         if (m[i]->I != m[0]->I) return snprintf(err, n, "CUDA: matrices of %lld and %lld inputs in one call", (long long)m[0]->I, (long long)m[i]->I), -1;
+        if (r0[i] < 0 || nr[i] < 0 || r0[i] > R - nr[i]) return snprintf(err, n, "CUDA: rows %d+%d of %d", r0[i], nr[i], R), -1;
         const int64_t epb = m[i]->fmt == CU_I8 ? 1 : m[i]->fmt == CU_I2 ? 4 : 2, l = (m[i]->rb * epb + 63) / 64 * 64; /* ≥ I, zero past I */
-        ldd = l > ldd ? l : ldd, outs += m[i]->O;
+        ldd = l > ldd ? l : ldd, outs += (int64_t)nr[i] * m[i]->O;
     }
-    if (S < 1) return 0;
+    if (R < 1 || !outs) return 0;
     double t0 = cu_now();
     cudaError_t e;
-    if ((e = cu_grow((void **)&G.q, &G.qcap, (size_t)(S * ldd))) != cudaSuccess || (e = cu_grow((void **)&G.xs, &G.xcap, (size_t)S * 4)) != cudaSuccess ||
-        (e = cu_grow((void **)&G.y, &G.ycap, (size_t)(S * outs) * 4)) != cudaSuccess)
+    if ((e = cu_grow((void **)&G.q, &G.qcap, (size_t)(R * ldd))) != cudaSuccess || (e = cu_grow((void **)&G.xs, &G.xcap, (size_t)R * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.y, &G.ycap, (size_t)outs * 4)) != cudaSuccess)
         return cu_fail(err, n, "allocating activations", e);
-    if ((e = cudaMemsetAsync(G.q, 0, (size_t)(S * ldd), G.st)) != cudaSuccess ||
-        (e = cudaMemcpy2DAsync(G.q, (size_t)ldd, q, (size_t)ldq, (size_t)m[0]->I, (size_t)S, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(G.xs, xs, (size_t)S * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
+    if ((e = cudaMemsetAsync(G.q, 0, (size_t)(R * ldd), G.st)) != cudaSuccess ||
+        (e = cudaMemcpy2DAsync(G.q, (size_t)ldd, q, (size_t)ldq, (size_t)m[0]->I, (size_t)R, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(G.xs, xs, (size_t)R * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
         return cu_fail(err, n, "copying activations", e);
     for (int i = 0; i < nm && e == cudaSuccess; i++) /* a fill still copying: the device waits, the host does not */
         if (m[i]->pending) e = cudaStreamWaitEvent(G.st, m[i]->filled, 0);
     if (e != cudaSuccess) return cu_fail(err, n, "waiting for a fill", e);
     cudaEventRecord(G.ev[0], G.st);
-    for (int64_t i = 0, off = 0; i < nm; off += S * m[i]->O, i++) cu_launch(m[i], ldd, S, G.y + off);
+    for (int64_t i = 0, off = 0; i < nm; off += (int64_t)nr[i] * m[i]->O, i++)
+        if (nr[i]) cu_launch(m[i], G.q + (int64_t)r0[i] * ldd, ldd, G.xs + r0[i], nr[i], G.y + off);
     if ((e = cudaGetLastError()) != cudaSuccess) return cu_fail(err, n, "launching the matmul", e);
     cudaEventRecord(G.ev[1], G.st);
-    for (int64_t i = 0, off = 0; i < nm && e == cudaSuccess; off += S * m[i]->O, i++)
-        e = cudaMemcpyAsync(y[i], G.y + off, (size_t)(S * m[i]->O) * 4, cudaMemcpyDeviceToHost, G.st);
+    for (int64_t i = 0, off = 0; i < nm && e == cudaSuccess; off += (int64_t)nr[i] * m[i]->O, i++)
+        if (nr[i]) e = cudaMemcpyAsync(y[i], G.y + off, (size_t)((int64_t)nr[i] * m[i]->O) * 4, cudaMemcpyDeviceToHost, G.st);
     if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running the matmul", e);
-    G.stats.calls++, G.stats.mats += (uint64_t)nm, G.stats.rows += (uint64_t)S;
-    G.stats.bytes_in += (uint64_t)(S * m[0]->I) + (uint64_t)S * 4, G.stats.bytes_out += (uint64_t)(S * outs) * 4;
+    G.stats.calls++, G.stats.mats += (uint64_t)nm, G.stats.rows += (uint64_t)R;
+    G.stats.bytes_in += (uint64_t)(R * m[0]->I) + (uint64_t)R * 4, G.stats.bytes_out += (uint64_t)outs * 4;
     G.stats.seconds += cu_now() - t0;
     float ms = 0;
     if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
     return 0;
+}
+
+extern "C" int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int S, float *const *y, char *err,
+                            size_t n) {
+    if (nm < 1 || nm > CU_MAX_GROUP) return snprintf(err, n, "CUDA: %d matrices in one call (1..%d)", nm, (int)CU_MAX_GROUP), -1;
+    int r0[CU_MAX_GROUP] = {0}, nr[CU_MAX_GROUP];
+    for (int i = 0; i < nm; i++) nr[i] = S > 0 ? S : 0;
+    return cu_mats_idot_rows(m, nm, q, ldq, xs, S, r0, nr, y, err, n);
 }
 
 extern "C" int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {

@@ -41,12 +41,13 @@ typedef struct cu_mat cu_mat; /* a matrix in device memory */
  * that they agree). */
 enum { CU_I8 = 1, CU_I4 = 2, CU_I2 = 3, CU_I4G = 4 };
 
-/* At most this many matrices share one cu_mats_idot call. */
-enum { CU_MAX_GROUP = 4 };
+/* At most this many matrices share one cu_mats_idot call, and one
+ * cu_mats_idot_rows call (gate and up of 32 experts). */
+enum { CU_MAX_GROUP = 4, CU_MAX_BATCH = 64 };
 
 /* Byte and call counts since cu_init (cu_stats). */
 typedef struct {
-    uint64_t calls, mats;      /* round trips (cu_mat_idot, cu_mats_idot calls); matrices multiplied */
+    uint64_t calls, mats;      /* round trips (cu_mat_idot, cu_mats_idot, cu_mats_idot_rows calls); matrices multiplied */
     uint64_t rows;             /* activation rows sent */
     uint64_t bytes_in, bytes_out; /* host to device (activations), device to host (y) */
     uint64_t weight_bytes;     /* weights and scales resident now */
@@ -87,6 +88,13 @@ int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, 
  * instead of nm saves a synchronisation and a copy each (20–30 µs a call
  * on an H200): gate with up, q_a with kv_a. */
 int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int S, float *const *y, char *err, size_t n);
+/* Matrix i (1 ≤ nm ≤ CU_MAX_BATCH, one input width) multiplies only rows
+ * [r0[i], r0[i] + nr[i]) of the R rows q[R][ldq] (scales xs[R]) into
+ * y[i][nr[i]][m[i]->O], in one round trip: a layer's experts, each with
+ * the rows of the tokens that chose it. Each y bit for bit cu_mat_idot's
+ * on those rows. 0 ≤ r0[i], 0 ≤ nr[i], r0[i] + nr[i] ≤ R. */
+int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int R, const int *r0, const int *nr,
+                      float *const *y, char *err, size_t n);
 void cu_stats_get(cu_stats *st);
 /* Device memory bandwidth: a device-to-device copy of `bytes`, best of
  * `reps`, as bytes read plus written per second. */
@@ -123,6 +131,11 @@ static inline int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, con
 static inline int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int S, float *const *y, char *err,
                                size_t n) {
     (void)m, (void)nm, (void)q, (void)ldq, (void)xs, (void)S, (void)y;
+    return cu_fail_(err, n);
+}
+static inline int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int R, const int *r0,
+                                    const int *nr, float *const *y, char *err, size_t n) {
+    (void)m, (void)nm, (void)q, (void)ldq, (void)xs, (void)R, (void)r0, (void)nr, (void)y;
     return cu_fail_(err, n);
 }
 static inline void cu_stats_get(cu_stats *st) {

@@ -156,27 +156,22 @@ static int fwd_matmul_gpu(coli_model *m, const cu_mat *const *d, const qt_tensor
  * the GPU's copy of W[i] or NULL. In one GPU round trip when the GPU holds
  * them all and they share format and group size; else each on its own, on
  * the GPU or the CPU. A failed GPU call is said once and the CPU computes
- * it and everything after; where W has no bytes in host memory (an expert
- * only the GPU tier holds) that cannot be: -1, and y is not written. 0. */
-static int fwd_matmul_group_on(const fwd_t *f, const qt_tensor *const *W, const cu_mat *const *d, int nw, const float *x, int S, float *const *y) {
+ * it and everything after. */
+static void fwd_matmul_group_on(const fwd_t *f, const qt_tensor *const *W, const cu_mat *const *d, int nw, const float *x, int S, float *const *y) {
     coli_model *m = f->m;
     int together = 1;
     for (int i = 0; i < nw; i++) together &= d[i] && W[i]->fmt == W[0]->fmt && W[i]->gs == W[0]->gs && W[i]->I == W[0]->I;
     if (nw > 1 && !together) {
-        int rc = 0;
-        for (int i = 0; i < nw && !rc; i++) rc = fwd_matmul_group_on(f, W + i, d + i, 1, x, S, y + i);
-        return rc;
+        for (int i = 0; i < nw; i++) fwd_matmul_group_on(f, W + i, d + i, 1, x, S, y + i);
+        return;
     }
     if (together && !m->gpu.failed) {
         fwd_sync(f); /* x complete */
         if (f->tid == 0 && fwd_matmul_gpu(m, d, W, nw, x, S, y)) model_gpu_fail(m);
         fwd_sync(f);
-        if (!m->gpu.failed) return 0;
+        if (!m->gpu.failed) return;
     }
-    for (int i = 0; i < nw; i++)
-        if (!W[i]->w) return -1;
     for (int i = 0; i < nw; i++) mm_matmul_team(&m->mm, W[i], x, S, y[i], f->tid, f->nth, fwd_sync_cb, &m->team);
-    return 0;
 }
 
 /* Dense matmuls of one input x: on the GPU for the matrices it holds. */
@@ -399,24 +394,27 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
     fwd_matmul(f, &L->o, sc->attn, S, sc->tmp);
 }
 
-/* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down; dev: a
- * routed expert's GPU copies of the three (entries NULL: on the CPU), or
- * NULL for dense weights (fwd_matmul looks them up). 0, or -1 when the GPU
- * failed on an expert whose bytes only it holds (y not complete). */
-static int fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, cu_mat *const *dev, const float *x, int S,
-                   float *g, float *u, float *y) {
-    int64_t I = gate->O, a, b;
+/* g = silu(g)·u over this thread's share of n values. */
+static void fwd_swiglu(const fwd_t *f, float *g, const float *u, int64_t n) {
+    int64_t a, b;
+    fwd_share(f, n, &a, &b);
+    for (int64_t i = a; i < b; i++) g[i] = silu(g[i]) * u[i];
+}
+
+/* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down: dense
+ * weights (cpu 0: on the GPU where it holds them), or a routed expert's
+ * host copy (cpu 1). */
+static void fwd_mlp(const fwd_t *f, const qt_tensor *gate, const qt_tensor *up, const qt_tensor *down, int cpu, const float *x, int S, float *g,
+                    float *u, float *y) {
+    static const cu_mat *const none[2] = {NULL, NULL};
     const qt_tensor *gu[2] = {gate, up};
     float *gu_y[2] = {g, u};
-    if (dev) {
-        if (fwd_matmul_group_on(f, gu, (const cu_mat *const *)dev, 2, x, S, gu_y)) return -1;
-    } else fwd_matmul_group(f, gu, 2, x, S, gu_y);
-    fwd_share(f, (int64_t)S * I, &a, &b);
-    for (int64_t i = a; i < b; i++) g[i] = silu(g[i]) * u[i];
+    if (cpu) fwd_matmul_group_on(f, gu, none, 2, x, S, gu_y);
+    else fwd_matmul_group(f, gu, 2, x, S, gu_y);
+    fwd_swiglu(f, g, u, (int64_t)S * gate->O);
     fwd_sync(f);
-    if (dev) return fwd_matmul_group_on(f, &down, (const cu_mat *const *)dev + 2, 1, g, S, &y);
-    fwd_matmul(f, down, g, S, y);
-    return 0;
+    if (cpu) fwd_matmul_group_on(f, &down, none, 1, g, S, &y);
+    else fwd_matmul(f, down, g, S, y);
 }
 
 /* Router for one row (docs/model.md §6): sigmoid scores, correction bias for the choice only,
@@ -490,8 +488,115 @@ typedef struct {
     float *last;       /* MTP: [vocab] the last row's logits (sc->logits keeps the main model's) */
     int s1;            /* every row exactly as a one-row forward (fwd_attention) */
     int rc;            /* -1: failed, m->err set */
-    int job, n;        /* the expert job to compute, and its row count */
+    int job, n;        /* the expert job to compute, and its row count (a GPU batch: all its rows) */
+    int bn;            /* a GPU batch: its entries, job bj with rows [b0, b0 + bc) of sc->rows */
+    int bj[CU_MAX_BATCH / 2], b0[CU_MAX_BATCH / 2], bc[CU_MAX_BATCH / 2], bend[CU_MAX_BATCH / 2]; /* bend: the job's last rows */
 } fwd_shared;
+
+/* Thread 0: one GPU call for the batch's gate and up projections (down 0:
+ * rows x[n][dim] → sc->eg, sc->eu) or down projections (down 1: rows
+ * x[n][moe_inter] → sc->ys), each expert on its own rows; the rows are
+ * quantized once, as the CPU's integer path does. 0, or -1 with m->gpu.err. */
+static int fwd_moe_gpu_call(coli_model *m, const fwd_shared *sh, int mk, int down, const float *x) {
+    mm_ctx *c = &m->mm;
+    coli_scratch *sc = &m->sc;
+    const xs_layout *l = xs_layout_of(&m->xs, mk);
+    int t = down ? XS_DOWN : XS_GATE, nm = 0;
+    int64_t I = l->I[t];
+    for (int r = 0; r < sh->n; r++) mm_act_quant(x + (size_t)r * I, I, l->fmt[t], l->gs[t], 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
+    if (model_gpu_call(m)) return -1; /* COLI_CUDA_FAULT: testing the fallback */
+    const cu_mat *d[CU_MAX_BATCH];
+    int r0[CU_MAX_BATCH], nr[CU_MAX_BATCH];
+    float *y[CU_MAX_BATCH];
+    for (int i = 0; i < sh->bn; i++) {
+        cu_mat *const *slot = model_gpu_expert(m, xs_job_get(&m->xs, sh->bj[i]));
+        for (int p = 0; p < (down ? 1 : 2); p++, nm++) {
+            int tt = down ? XS_DOWN : p ? XS_UP : XS_GATE;
+            float *base = down ? sc->ys : p ? sc->eu : sc->eg;
+            d[nm] = slot[tt], r0[nm] = sh->b0[i], nr[nm] = sh->bc[i], y[nm] = base + (size_t)sh->b0[i] * l->O[tt];
+        }
+    }
+    return cu_mats_idot_rows(d, nm, c->qx, c->ldq, c->xs, sh->n, r0, nr, y, m->gpu.err, sizeof m->gpu.err);
+}
+
+/* Thread 0: the batch of GPU-held experts of MoE layer mk that starts at
+ * job *cj, its rows from *crow on: up to CU_MAX_BATCH / 2 entries and
+ * `cap` rows in all (an expert with more rows is split over batches), its
+ * rows' route indices into sc->rows; advances the cursor. After a GPU
+ * failure every GPU-held job not done yet is requeued instead (read from
+ * RAM or disk like any other) and the batch is empty. */
+static void fwd_moe_gpu_batch(coli_model *m, fwd_shared *sh, int mk, int S, int cap, int *cj, int *crow) {
+    coli_scratch *sc = &m->sc;
+    xs_store *x = &m->xs;
+    int K = m->c.topk, R = 0;
+    sh->bn = 0;
+    if (m->gpu.failed) {
+        for (int j = 0; j < xs_job_count(x); j++)
+            if (xs_job_get(x, j)->vram >= 0 && xs_job_get(x, j)->state == XS_READY) xs_requeue(x, mk, j);
+        sh->n = 0;
+        return;
+    }
+    while (*cj < xs_job_count(x) && sh->bn < CU_MAX_BATCH / 2 && R < cap) {
+        const xs_job *jb = xs_job_get(x, *cj);
+        if (jb->vram < 0 || jb->state != XS_READY) {
+            ++*cj, *crow = 0;
+            continue;
+        }
+        int n = 0, seen = 0, take;
+        for (int i = 0; i < S * K; i++) n += sc->route_e[i] == jb->e;
+        take = n - *crow < cap - R ? n - *crow : cap - R;
+        for (int i = 0; i < S * K && seen < *crow + take; i++)
+            if (sc->route_e[i] == jb->e && seen++ >= *crow) sc->rows[R + seen - 1 - *crow] = i;
+        sh->bj[sh->bn] = *cj, sh->b0[sh->bn] = R, sh->bc[sh->bn] = take, sh->bend[sh->bn] = *crow + take == n;
+        sh->bn++, R += take;
+        if (*crow + take == n) ++*cj, *crow = 0;
+        else *crow += take;
+    }
+    sh->n = R;
+}
+
+/* The experts of MoE layer mk that the GPU tier holds, in batches
+ * (fwd_moe_gpu_batch): two round trips a batch (gate with up; down),
+ * SwiGLU on the CPU between them, outputs scattered to sc->yk. Each output
+ * row is what the expert's own computation gives, so batching changes no
+ * bit. A failed call is said once; the jobs left are then requeued. */
+static void fwd_moe_gpu(const fwd_t *f, fwd_shared *sh, int mk, int S) {
+    coli_model *m = f->m;
+    coli_scratch *sc = &m->sc;
+    xs_store *x = &m->xs;
+    int D = m->c.dim, K = m->c.topk, I = m->c.moe_inter, cj = 0, crow = 0; /* the cursor: thread 0's */
+    int cap = m->mm.max_rows < sc->max_s ? m->mm.max_rows : sc->max_s;
+    for (;;) {
+        if (f->tid == 0) fwd_moe_gpu_batch(m, sh, mk, S, cap, &cj, &crow);
+        fwd_sync(f);
+        if (!sh->bn) return;
+        int n = sh->n, ok;
+        int64_t a, b;
+        fwd_share(f, n, &a, &b);
+        for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
+        fwd_sync(f);
+        if (f->tid == 0 && fwd_moe_gpu_call(m, sh, mk, 0, sc->xs)) model_gpu_fail(m);
+        fwd_sync(f);
+        if ((ok = !m->gpu.failed)) {
+            fwd_swiglu(f, sc->eg, sc->eu, (int64_t)n * I);
+            fwd_sync(f);
+            if (f->tid == 0 && fwd_moe_gpu_call(m, sh, mk, 1, sc->eg)) model_gpu_fail(m);
+            fwd_sync(f);
+            ok = !m->gpu.failed;
+        }
+        if (!ok) {
+            fwd_sync(f); /* every thread has read gpu.failed before thread 0 requeues the jobs (next batch) */
+            continue;
+        }
+        for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
+        fwd_sync(f); /* the scatter read sc->rows, which thread 0 refills next */
+        if (f->tid == 0) {
+            for (int i = 0; i < sh->bn; i++)
+                if (sh->bend[i]) xs_done(x, mk, sh->bj[i]), m->gpu.cnt.jobs++, m->gpu.cnt.xjobs++;
+            tel_lap(&m->tel, TEL_EXPERT_MM);
+        }
+    }
+}
 
 /* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp. Each
  * distinct expert is fetched once and applied to every row that chose it.
@@ -519,6 +624,11 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         tel_lap(&m->tel, TEL_ROUTER);
         if (xs_begin(x, mk, sc->uniq, nu)) sh->rc = model_fail(m, "%s", x->err);
     }
+    if (m->gpu.nxslot) { /* the GPU tier's experts first; then sc->rows and the jobs are the CPU loop's */
+        fwd_sync(f);
+        if (sh->rc) return -1;
+        fwd_moe_gpu(f, sh, mk, S);
+    }
     for (;;) {
         if (f->tid == 0 && !sh->rc) {
             int j = xs_next(x, mk);
@@ -541,18 +651,12 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         fwd_share(f, n, &a, &b);
         for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
         fwd_sync(f);
-        static cu_mat *const cpu_only[3] = {NULL, NULL, NULL};
-        cu_mat *const *dev = model_gpu_expert(m, jb);
-        if (fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], dev ? dev : cpu_only, sc->xs, n, sc->eg, sc->eu, sc->ys)) {
-            fwd_sync(f); /* every thread has read the job's views (no bytes), which the requeue rewrites */
-            if (f->tid == 0) xs_requeue(x, mk, sh->job); /* the GPU failed on an expert only it held: from RAM or disk instead */
-            continue;
-        }
+        fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], 1, sc->xs, n, sc->eg, sc->eu, sc->ys);
         for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
         fwd_sync(f); /* the scatter read sc->rows, which tid 0 refills next */
         if (f->tid == 0) {
-            if (m->gpu.n) m->gpu.cnt.jobs++, m->gpu.cnt.xjobs += dev != NULL;
-            if (!dev) model_gpu_admit(m, mk, jb->e, jb->view); /* its bytes are valid until xs_done */
+            if (m->gpu.n) m->gpu.cnt.jobs++;
+            model_gpu_admit(m, mk, jb->e, jb->view); /* its bytes are valid until xs_done */
             xs_done(x, mk, sh->job); /* every thread is past the weights: the last matmul ended at a barrier */
             tel_lap(&m->tel, TEL_EXPERT_MM);
         }
@@ -570,7 +674,7 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
             }
     }
     if (c->n_shared) {
-        fwd_mlp(f, &L->gate, &L->up, &L->down, NULL, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        fwd_mlp(f, &L->gate, &L->up, &L->down, 0, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
         for (size_t i = (size_t)a * D; i < (size_t)b * D; i++) sc->tmp[i] = sc->moe_acc[i] + sc->tmp[i];
     } else
         for (size_t i = (size_t)a * D; i < (size_t)b * D; i++) sc->tmp[i] = sc->moe_acc[i];
@@ -635,7 +739,7 @@ static int fwd_layer(const fwd_t *f, fwd_shared *sh, int l) {
     if (c->moe[l]) {
         if (fwd_moe(f, sh, l, S)) return -1;
     } else {
-        fwd_mlp(f, &L->gate, &L->up, &L->down, NULL, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
+        fwd_mlp(f, &L->gate, &L->up, &L->down, 0, sc->a, S, sc->mlp_g, sc->mlp_u, sc->tmp);
         if (f->tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
     }
     fwd_add_rows(f, sc->x, sc->tmp, S, D);
@@ -713,7 +817,7 @@ static void fwd_mtp_worker(void *arg, int tid, int nth) {
  * logits to out (every row) or sc->logits (the last), final-normed hidden
  * rows to hid when given, s1 as in fwd_attention. 0 or -1 (m->err). */
 static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
-    fwd_shared sh = {m, tok, S, pos, out, hid, NULL, NULL, s1, 0, -1, 0};
+    fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .out = out, .hid = hid, .s1 = s1, .job = -1};
     m->gpu.fill_left = m->gpu.fill_cap;
     team_run(&m->team, fwd_worker, &sh);
     return sh.rc;
@@ -738,7 +842,7 @@ static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out,
  * Positions must be filled in order: the layer attends over its own cache.
  * 0 or -1 (m->err). */
 static int fwd_mtp(coli_model *m, const int *tok, const float *hin, int S, int pos, float *hout, float *last) {
-    fwd_shared sh = {m, tok, S, pos, NULL, hout, hin, last, 1, 0, -1, 0};
+    fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .hid = hout, .hin = hin, .last = last, .s1 = 1, .job = -1};
     m->gpu.fill_left = m->gpu.fill_cap;
     team_run(&m->team, fwd_mtp_worker, &sh);
     return sh.rc;

@@ -1007,6 +1007,7 @@ static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uin
         int ok = 1;
         for (int t = 0; t < 3; t++)
             ok &= model_gpu_takes_(m, l, t) && l->fmt[t] == r->fmt[t] && l->O[t] == r->O[t] && l->I[t] == r->I[t] && l->gs[t] == r->gs[t];
+        ok &= l->fmt[XS_GATE] == l->fmt[XS_UP] && l->gs[XS_GATE] == l->gs[XS_UP]; /* one quantization of the rows serves both */
         if (ok && ref < 0) ref = k;
         g->xok[k] = (uint8_t)ok;
     }

@@ -774,6 +774,9 @@ static inline int xs_next(xs_store *x, int k) {
     }
 }
 
+/* Jobs of the current layer (xs_begin's experts). */
+static inline int xs_job_count(const xs_store *x) { return x->njobs; }
+
 /* Job j of the current layer (valid until the next xs_begin). */
 static inline const xs_job *xs_job_get(const xs_store *x, int j) { return &x->jobs[j]; }
 

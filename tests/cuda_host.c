@@ -108,22 +108,34 @@ void cu_mat_free(cu_mat *m) {
     free(m->w), free(m->s), free(m);
 }
 
-int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int S, float *const *y, char *err, size_t n) {
+int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int R, const int *r0, const int *nr,
+                      float *const *y, char *err, size_t n) {
     if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
-    if (nm < 1 || nm > CU_MAX_GROUP) return snprintf(err, n, "CUDA: %d matrices in one call (1..%d)", nm, (int)CU_MAX_GROUP), -1;
-    for (int i = 1; i < nm; i++)
+    if (nm < 1 || nm > CU_MAX_BATCH) return snprintf(err, n, "CUDA: %d matrices in one call (1..%d)", nm, (int)CU_MAX_BATCH), -1;
+    uint64_t outs = 0;
+    for (int i = 0; i < nm; i++) {
         if (m[i]->W.I != m[0]->W.I)
             return snprintf(err, n, "CUDA: matrices of %lld and %lld inputs in one call", (long long)m[0]->W.I, (long long)m[i]->W.I), -1;
-    if (S < 1) return 0;
+        if (r0[i] < 0 || nr[i] < 0 || r0[i] > R - nr[i]) return snprintf(err, n, "CUDA: rows %d+%d of %d", r0[i], nr[i], R), -1;
+        outs += (uint64_t)nr[i] * (uint64_t)m[i]->W.O;
+    }
+    if (R < 1 || !outs) return 0;
     double t0 = host_now();
-    uint64_t outs = 0;
-    for (int i = 0; i < nm; i++, outs += (uint64_t)m[i - 1]->W.O)
-        if (mm_idot_ref(&m[i]->W, q, ldq, xs, S, y[i])) return snprintf(err, n, "CUDA: running the matmul: out of memory"), -1;
-    H.stats.calls++, H.stats.mats += (uint64_t)nm, H.stats.rows += (uint64_t)S;
-    H.stats.bytes_in += (uint64_t)(S * m[0]->W.I) + (uint64_t)S * 4, H.stats.bytes_out += (uint64_t)S * outs * 4;
+    for (int i = 0; i < nm; i++)
+        if (nr[i] && mm_idot_ref(&m[i]->W, q + (size_t)r0[i] * (size_t)ldq, ldq, xs + r0[i], nr[i], y[i]))
+            return snprintf(err, n, "CUDA: running the matmul: out of memory"), -1;
+    H.stats.calls++, H.stats.mats += (uint64_t)nm, H.stats.rows += (uint64_t)R;
+    H.stats.bytes_in += (uint64_t)(R * m[0]->W.I) + (uint64_t)R * 4, H.stats.bytes_out += outs * 4;
     double dt = host_now() - t0;
     H.stats.seconds += dt, H.stats.kernel_seconds += dt;
     return 0;
+}
+
+int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int S, float *const *y, char *err, size_t n) {
+    if (nm < 1 || nm > CU_MAX_GROUP) return snprintf(err, n, "CUDA: %d matrices in one call (1..%d)", nm, (int)CU_MAX_GROUP), -1;
+    int r0[CU_MAX_GROUP] = {0}, nr[CU_MAX_GROUP];
+    for (int i = 0; i < nm; i++) nr[i] = S > 0 ? S : 0;
+    return cu_mats_idot_rows(m, nm, q, ldq, xs, S, r0, nr, y, err, n);
 }
 
 int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {

@@ -3,7 +3,8 @@
  * quantized format, group sizes 16..256 with a partial last group, rows
  * whose bytes are and are not a multiple of 4 (the word and byte paths),
  * 1..9 activation rows, zero and non-finite rows, and I up to 2^17;
- * several matrices of one input in one call, each as its own call; and
+ * several matrices of one input in one call, each as its own call, also
+ * each on its own range of the rows (a layer's experts); and
  * slots refilled with other matrices (cu_mat_fill), their sources
  * overwritten the moment the call returns. Without
  * a CUDA build or a GPU, one SKIP line says which. */
@@ -147,6 +148,83 @@ static void *rand_mat(qt_fmt f, int64_t O, int64_t I, int gs, uint8_t **w, float
     return blk;
 }
 
+/* A layer's experts in one cu_mats_idot_rows call: nm matrices of format
+ * f (O alternating between two sizes, as gate/up and another shape),
+ * matrix i taking rows [r0, r0 + nr) of R, ranges empty, overlapping and
+ * at either end; each y bit for bit cu_mat_idot's on its rows, one round
+ * trip. 1 when all agree. */
+static int rows_same_as_single(qt_fmt f, int nm, int64_t I, int gs, int R) {
+    cu_mat *d[CU_MAX_BATCH] = {0};
+    float *y1[CU_MAX_BATCH] = {0}, *yb[CU_MAX_BATCH] = {0};
+    int r0[CU_MAX_BATCH], nr[CU_MAX_BATCH];
+    int64_t ldq = I + 3, O[CU_MAX_BATCH];
+    int8_t *q = (int8_t *)malloc((size_t)(R * ldq));
+    float *xs = (float *)malloc((size_t)R * 4);
+    char err[300] = "";
+    int ok = q && xs;
+    for (int64_t i = 0; ok && i < R * ldq; i++) q[i] = i % ldq < I ? (int8_t)(frand() * 127.0f) : 0;
+    for (int r = 0; ok && r < R; r++) xs[r] = 0.02f + 0.001f * (float)r;
+    for (int i = 0; i < nm && ok; i++) {
+        O[i] = i % 2 ? 24 : 40;
+        r0[i] = (i * 5) % R, nr[i] = i % 7 == 3 ? 0 : 1 + (i * 3) % (R - r0[i]); /* r0 + nr ≤ R */
+        uint8_t *w;
+        float *s;
+        void *blk = rand_mat(f, O[i], I, gs, &w, &s);
+        y1[i] = (float *)malloc((size_t)(R * O[i]) * 4 + 4), yb[i] = (float *)malloc((size_t)(R * O[i]) * 4 + 4);
+        ok = blk && y1[i] && yb[i];
+        if (ok) {
+            qt_tensor W = {f, O[i], I, w, s, gs};
+            ok = (d[i] = cu_mat_upload((int)f, O[i], I, gs, (int64_t)qt_row_bytes(&W), w, s, err, sizeof err)) != NULL &&
+                 (!nr[i] || cu_mat_idot(d[i], q + (size_t)r0[i] * (size_t)ldq, ldq, xs + r0[i], nr[i], y1[i], err, sizeof err) == 0);
+        }
+        free(blk);
+    }
+    cu_stats a, b;
+    cu_stats_get(&a);
+    if (ok && cu_mats_idot_rows((const cu_mat *const *)d, nm, q, ldq, xs, R, r0, nr, yb, err, sizeof err)) ok = 0;
+    cu_stats_get(&b);
+    if (!ok) fprintf(stderr, "rows of %d matrices: %s\n", nm, err);
+    for (int i = 0; i < nm && ok; i++)
+        if (memcmp(y1[i], yb[i], (size_t)(nr[i] * O[i]) * 4)) ok = 0, fprintf(stderr, "rows: matrix %d (rows %d+%d) differs from its own call\n", i, r0[i], nr[i]);
+    ok &= b.calls == a.calls + 1 && b.mats == a.mats + (uint64_t)nm;
+    for (int i = 0; i < nm; i++) cu_mat_free(d[i]), free(y1[i]), free(yb[i]);
+    free(q), free(xs);
+    return ok;
+}
+
+/* cu_mats_idot_rows: batches up to CU_MAX_BATCH, and what it refuses. */
+static void test_rows(void) {
+    CHECK(rows_same_as_single(QT_I4G, 16, 200, 32, 8)); /* gate and up of 8 experts, a token's 8 rows */
+    CHECK(rows_same_as_single(QT_I4G, CU_MAX_BATCH, 96, 16, 21));
+    CHECK(rows_same_as_single(QT_I8, 7, 4097, 0, 3));
+    CHECK(rows_same_as_single(QT_I2, 2, 63, 0, 1));
+    char err[300];
+    int8_t w[64] = {0}, q[64] = {0};
+    float s[2] = {1, 1}, xs[2] = {1, 1}, y0[4], *ys[CU_MAX_BATCH + 1];
+    for (int i = 0; i <= CU_MAX_BATCH; i++) ys[i] = y0;
+    cu_mat *a = cu_mat_upload(QT_I8, 2, 32, 0, 32, w, s, err, sizeof err);
+    CHECK(a != NULL);
+    if (a) {
+        const cu_mat *aa[CU_MAX_BATCH + 1];
+        int r0[CU_MAX_BATCH + 1] = {0}, nr[CU_MAX_BATCH + 1] = {0};
+        for (int i = 0; i <= CU_MAX_BATCH; i++) aa[i] = a;
+        r0[0] = 1, nr[0] = 2; /* rows 1..2 of 2 */
+        CHECK(cu_mats_idot_rows(aa, 1, q, 32, xs, 2, r0, nr, ys, err, sizeof err) == -1);
+        CHECK_HAS(err, "rows 1+2 of 2");
+        r0[0] = -1, nr[0] = 1;
+        CHECK(cu_mats_idot_rows(aa, 1, q, 32, xs, 2, r0, nr, ys, err, sizeof err) == -1);
+        r0[0] = 0, nr[0] = 0; /* nothing to do: no round trip */
+        cu_stats st0, st1;
+        cu_stats_get(&st0);
+        CHECK(cu_mats_idot_rows(aa, 1, q, 32, xs, 2, r0, nr, ys, err, sizeof err) == 0);
+        cu_stats_get(&st1);
+        CHECK(st1.calls == st0.calls);
+        CHECK(cu_mats_idot_rows(aa, CU_MAX_BATCH + 1, q, 32, xs, 2, r0, nr, ys, err, sizeof err) == -1);
+        CHECK_HAS(err, "65 matrices in one call");
+    }
+    cu_mat_free(a);
+}
+
 /* Expert slots: one cu_mat_alloc'd matrix refilled in turn with matrices A
  * and B from a buffer that is overwritten as soon as each fill returns;
  * each multiply right after a fill gives that matrix's bits (an upload of
@@ -238,6 +316,7 @@ int main(void) {
     CHECK(st.calls == (uint64_t)(shapes - bad) || bad);
     CHECK(st.mats == st.calls);
     test_groups();
+    test_rows();
     test_fills(QT_I4G, 96, 200, 32, 3); /* an expert's gate: grouped int4, a partial last group */
     test_fills(QT_I4, 33, 4097, 0, 1);
     test_fills(QT_I8, 130, 100, 0, 9);
