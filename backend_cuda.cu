@@ -31,9 +31,18 @@ struct cu_mat {
     int pending;        /* a fill was queued: matmuls wait for `filled` */
 };
 
+/* Pinned staging buffers for cu_mat_fill, used in turn: a fill copies its
+ * source into one (after that buffer's previous DMA ended) and the DMA
+ * reads from there, so the source is free when the call returns. */
+enum { CU_STAGES = 4 };
+
 static struct {
     int on;
     cudaStream_t st, up; /* matmuls; cu_mat_fill's copies */
+    uint8_t *stage[CU_STAGES];
+    size_t stage_cap[CU_STAGES];
+    cudaEvent_t stage_ev[CU_STAGES]; /* the last DMA out of each */
+    int stage_next;
     int8_t *q;
     float *xs, *y;
     size_t qcap, xcap, ycap; /* bytes */
@@ -221,6 +230,12 @@ extern "C" int cu_init(int device, cu_info *info, char *err, size_t n) {
     if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess) return cudaStreamDestroy(G.st), cudaStreamDestroy(G.up), cu_fail(err, n, "reading free memory", e);
     if ((e = cudaEventCreate(&G.ev[0])) != cudaSuccess || (e = cudaEventCreate(&G.ev[1])) != cudaSuccess)
         return cudaStreamDestroy(G.st), cudaStreamDestroy(G.up), cu_fail(err, n, "creating events", e);
+    for (int k = 0; k < CU_STAGES; k++)
+        if ((e = cudaEventCreateWithFlags(&G.stage_ev[k], cudaEventDisableTiming)) != cudaSuccess) {
+            for (int j = 0; j < k; j++) cudaEventDestroy(G.stage_ev[j]);
+            cudaEventDestroy(G.ev[0]), cudaEventDestroy(G.ev[1]);
+            return cudaStreamDestroy(G.st), cudaStreamDestroy(G.up), cu_fail(err, n, "creating events", e);
+        }
     memset(&G.stats, 0, sizeof G.stats);
     G.on = 1;
     if (info) {
@@ -234,6 +249,8 @@ extern "C" int cu_init(int device, cu_info *info, char *err, size_t n) {
 
 extern "C" void cu_shutdown(void) {
     if (!G.on) return;
+    cudaStreamSynchronize(G.up); /* no DMA still reads a staging buffer */
+    for (int k = 0; k < CU_STAGES; k++) cudaFreeHost(G.stage[k]), cudaEventDestroy(G.stage_ev[k]);
     cudaFree(G.q), cudaFree(G.xs), cudaFree(G.y);
     cudaEventDestroy(G.ev[0]), cudaEventDestroy(G.ev[1]);
     cudaStreamDestroy(G.st), cudaStreamDestroy(G.up);
@@ -250,32 +267,47 @@ extern "C" cu_mat *cu_mat_alloc(int fmt, int64_t O, int64_t I, int gs, int64_t r
     cu_mat *m = (cu_mat *)calloc(1, sizeof *m);
     if (!m) return snprintf(err, n, "out of memory"), (cu_mat *)NULL;
     m->fmt = fmt, m->gs = gs, m->O = O, m->I = I, m->rb = row_bytes, m->ng = fmt == CU_I4G ? (I + gs - 1) / gs : 1;
-    size_t wb = (size_t)(O * row_bytes), sb = (size_t)(O * m->ng) * sizeof(float);
+    /* one block, weights (16 bytes of slack for the widest loads) then
+     * scales: large blocks are taken in 2 MiB pages, one rounding not two */
+    size_t wb = (size_t)(O * row_bytes), sb = (size_t)(O * m->ng) * sizeof(float), soff = (wb + 16 + 255) / 256 * 256;
     cudaError_t e;
-    if ((e = cudaMalloc((void **)&m->w, wb + 16)) != cudaSuccess || (e = cudaMalloc((void **)&m->s, sb)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&m->filled, cudaEventDisableTiming)) != cudaSuccess) {
+    if ((e = cudaMalloc((void **)&m->w, soff + sb)) != cudaSuccess || (e = cudaEventCreateWithFlags(&m->filled, cudaEventDisableTiming)) != cudaSuccess) {
         cu_fail(err, n, "allocating a matrix", e);
-        cudaFree(m->w), cudaFree(m->s), free(m);
+        cudaFree(m->w), free(m);
         return NULL;
     }
+    m->s = (float *)(void *)(m->w + soff);
     m->bytes = wb + sb;
     G.stats.weight_bytes += m->bytes;
     return m;
 }
 
-/* The copies go on G.up, from pageable memory: cudaMemcpyAsync returns
- * once the driver has staged the source, so w and s are free again while
- * the DMA runs. No matmul reads m at that moment (cu_mats_idot returns
- * only after its stream drained), and the next one waits for `filled`. */
+/* The source goes into the next pinned staging buffer (the host waits
+ * for that buffer's previous DMA, CU_STAGES fills ago), then to the device
+ * on G.up: w and s are free on return while the DMA runs. No matmul reads
+ * m at that moment (cu_mats_idot returns only after its stream drained),
+ * and the next one waits for `filled` on the device. */
 extern "C" int cu_mat_fill(cu_mat *m, const void *w, const float *s, char *err, size_t n) {
     if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
     if (!m || !w || !s) return snprintf(err, n, "CUDA: filling a matrix: no matrix or no source"), -1;
-    size_t sb = (size_t)(m->O * m->ng) * sizeof(float), wb = (size_t)m->bytes - sb;
+    size_t sb = (size_t)(m->O * m->ng) * sizeof(float), wb = (size_t)m->bytes - sb, soff = (wb + 15) / 16 * 16;
+    int k = G.stage_next;
+    G.stage_next = (k + 1) % CU_STAGES;
     cudaError_t e;
-    if ((e = cudaMemcpyAsync(m->w, w, wb, cudaMemcpyHostToDevice, G.up)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(m->s, s, sb, cudaMemcpyHostToDevice, G.up)) != cudaSuccess || (e = cudaEventRecord(m->filled, G.up)) != cudaSuccess)
+    if ((e = cudaEventSynchronize(G.stage_ev[k])) != cudaSuccess) return cu_fail(err, n, "waiting for a staging buffer", e);
+    if (soff + sb > G.stage_cap[k]) {
+        cudaFreeHost(G.stage[k]);
+        G.stage[k] = NULL, G.stage_cap[k] = 0;
+        if ((e = cudaHostAlloc((void **)&G.stage[k], soff + sb, cudaHostAllocDefault)) != cudaSuccess)
+            return G.stage[k] = NULL, cu_fail(err, n, "allocating a staging buffer", e);
+        G.stage_cap[k] = soff + sb;
+    }
+    memcpy(G.stage[k], w, wb), memcpy(G.stage[k] + soff, s, sb);
+    m->pending = 1; /* before anything is queued: cu_mat_free waits for whatever was */
+    if ((e = cudaMemcpyAsync(m->w, G.stage[k], wb, cudaMemcpyHostToDevice, G.up)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(m->s, G.stage[k] + soff, sb, cudaMemcpyHostToDevice, G.up)) != cudaSuccess ||
+        (e = cudaEventRecord(G.stage_ev[k], G.up)) != cudaSuccess || (e = cudaEventRecord(m->filled, G.up)) != cudaSuccess)
         return cu_fail(err, n, "filling a matrix", e);
-    m->pending = 1;
     G.stats.fills++, G.stats.fill_bytes += m->bytes;
     return 0;
 }
@@ -300,7 +332,7 @@ extern "C" void cu_mat_free(cu_mat *m) {
     if (G.on) {
         if (m->pending) cudaEventSynchronize(m->filled); /* no copy lands in freed memory */
         cudaEventDestroy(m->filled);
-        cudaFree(m->w), cudaFree(m->s);
+        cudaFree(m->w); /* the scales too: one block */
         G.stats.weight_bytes -= m->bytes;
     }
     free(m);
@@ -393,6 +425,11 @@ extern "C" int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int
 
 extern "C" int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {
     return cu_mats_idot(&m, 1, q, ldq, xs, S, &y, err, n);
+}
+
+extern "C" uint64_t cu_mem_free(void) {
+    size_t fr = 0, tot = 0;
+    return G.on && cudaMemGetInfo(&fr, &tot) == cudaSuccess ? (uint64_t)fr : 0;
 }
 
 extern "C" int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n) {

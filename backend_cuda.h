@@ -74,9 +74,10 @@ cu_mat *cu_mat_upload(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, 
  * NULL with err. */
 cu_mat *cu_mat_alloc(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, char *err, size_t n);
 /* Replaces m's weights and scales with w and s (m's shape). Returns once w
- * and s may be reused; the copy to the device may still be running (a
- * copy stream of its own), and every later call that reads m waits for it
- * on the device, not on the host. */
+ * and s may be reused (they are copied into pinned staging memory); the
+ * copy to the device may still be running (a copy stream of its own), and
+ * every later call that reads m waits for it on the device, not on the
+ * host. */
 int cu_mat_fill(cu_mat *m, const void *w, const float *s, char *err, size_t n);
 void cu_mat_free(cu_mat *m);
 /* y[S][O] (row stride O) from activation rows q[S][ldq] (int8, natural
@@ -96,6 +97,9 @@ int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, c
 int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int R, const int *r0, const int *nr,
                       float *const *y, char *err, size_t n);
 void cu_stats_get(cu_stats *st);
+/* Device memory free now, as the driver counts it (allocations rounded to
+ * its pages); 0 when unknown. */
+uint64_t cu_mem_free(void);
 /* Device memory bandwidth: a device-to-device copy of `bytes`, best of
  * `reps`, as bytes read plus written per second. */
 int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n);
@@ -141,6 +145,7 @@ static inline int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t
 static inline void cu_stats_get(cu_stats *st) {
     if (st) *st = (cu_stats){0};
 }
+static inline uint64_t cu_mem_free(void) { return 0; }
 static inline int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n) {
     (void)bytes, (void)reps, (void)bytes_per_s;
     return cu_fail_(err, n);

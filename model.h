@@ -1028,7 +1028,10 @@ static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uin
     if (!n) return 0;
     if (!(g->xslot = (cu_mat **)calloc((size_t)n * 3, sizeof *g->xslot))) return model_fail(m, "out of memory");
     char err[300];
+    uint64_t free0 = cu_mem_free();
     for (g->nxslot = 0; g->nxslot < n; g->nxslot++) { /* as many as the device gives */
+        uint64_t now = cu_mem_free(), used = free0 >= now ? free0 - now : 0;
+        if (used + g->xslot_bytes > budget) break; /* what the driver's allocator takes (large blocks in 2 MiB pages), not what the slots hold */
         cu_mat **d = g->xslot + (size_t)g->nxslot * 3;
         int t = 0;
         while (t < 3 && (d[t] = cu_mat_alloc((int)shape[t].fmt, shape[t].O, shape[t].I, shape[t].gs, (int64_t)qt_row_bytes(&shape[t]), err, sizeof err))) t++;

@@ -123,6 +123,7 @@ typedef struct {
     uint8_t *predicted;      /* [n_layers][n_experts] named by the last prediction */
     int *vram;               /* [n_layers][n_experts] GPU tier slot, or -1; NULL: no GPU tier */
     int *vowner;             /* [n_vram] layer * n_experts + expert held by each GPU slot, or -1 */
+    uint8_t *vbusy;          /* [n_vram] a job of the current layer not done yet computes from the slot */
     int n_vram;
     uint64_t *count;         /* [n_layers][n_experts] routing counts of this run */
     uint64_t *heat, *last;   /* [n_layers][n_experts] session heat and last use, for re-pinning */
@@ -656,6 +657,7 @@ static inline void xs_classify_(xs_store *x, int k, int j, int e, int vram) {
     jb->e = e, jb->slot = -1, jb->vram = -1, jb->state = XS_QUEUED;
     if (vram && x->vram[i] >= 0) {
         x->stats.hit_vram++;
+        x->vbusy[x->vram[i]] = 1;
         for (int t = 0; t < 3; t++) /* shapes only: the bytes are the GPU's */
             jb->view[t] = (qt_tensor){x->lay[k].fmt[t], x->lay[k].O[t], x->lay[k].I[t], NULL, NULL, x->lay[k].gs[t]};
         jb->vram = x->vram[i];
@@ -693,6 +695,7 @@ static inline void xs_classify_(xs_store *x, int k, int j, int e, int vram) {
 static inline int xs_begin(xs_store *x, int k, const int *experts, int n) {
     if (xs_settle(x, k)) return -1;
     x->njobs = n;
+    if (x->vbusy) memset(x->vbusy, 0, (size_t)x->n_vram); /* the last layer's jobs are over, done or not */
     for (int j = 0; j < n; j++) {
         size_t i = (size_t)k * x->n_experts + experts[j];
         x->tick++;
@@ -783,13 +786,20 @@ static inline const xs_job *xs_job_get(const xs_store *x, int j) { return &x->jo
 /* Job j of layer k, a GPU tier one whose GPU computation failed, becomes
  * an expert the CPU computes: pinned, mapped, cached or read like any
  * other (xs_next hands it out again). */
-static inline void xs_requeue(xs_store *x, int k, int j) { xs_classify_(x, k, j, x->jobs[j].e, 0); }
+static inline void xs_requeue(xs_store *x, int k, int j) {
+    if (x->jobs[j].vram >= 0) {
+        x->stats.hit_vram--; /* counted again as what serves it now */
+        if (x->vbusy) x->vbusy[x->jobs[j].vram] = 0;
+    }
+    xs_classify_(x, k, j, x->jobs[j].e, 0);
+}
 
 /* Job j of layer k is computed: its slot may be evicted again. */
 static inline void xs_done(xs_store *x, int k, int j) {
     xs_job *jb = &x->jobs[j];
     jb->state = XS_DONE;
     if (jb->slot >= 0) x->lru[k].busy[jb->slot]--;
+    if (jb->vram >= 0 && x->vbusy) x->vbusy[jb->vram] = 0;
 }
 
 /* Router lookahead for layer k: marks the predicted experts (for recall);
@@ -845,10 +855,11 @@ static inline const uint64_t *xs_counts(const xs_store *x) { return x->count; }
 /* A GPU tier of n slots, all empty. 0 or -1 (x->err). */
 static inline int xs_vram_open(xs_store *x, int n) {
     size_t ne = (size_t)x->n_layers * x->n_experts;
-    free(x->vram), free(x->vowner);
+    free(x->vram), free(x->vowner), free(x->vbusy);
     x->vram = (int *)malloc((ne + 1) * sizeof *x->vram);
     x->vowner = (int *)malloc(((size_t)n + 1) * sizeof *x->vowner);
-    if (!x->vram || !x->vowner) return xs_fail(x, "out of memory");
+    x->vbusy = (uint8_t *)calloc((size_t)n + 1, 1);
+    if (!x->vram || !x->vowner || !x->vbusy) return xs_fail(x, "out of memory");
     for (size_t i = 0; i < ne; i++) x->vram[i] = -1;
     for (int s = 0; s < n; s++) x->vowner[s] = -1;
     x->n_vram = n;
@@ -862,7 +873,7 @@ static inline int xs_vram_slot(const xs_store *x, int k, int e) { return x->vram
  * on the CPU (tier_vram_victim), or -1. Changes nothing. */
 static inline int xs_vram_victim(const xs_store *x, int k, int e) {
     if (!x->vram || xs_vram_slot(x, k, e) >= 0) return -1;
-    return tier_vram_victim(x->vowner, x->n_vram, x->heat, x->last, x->tick, (size_t)k * x->n_experts + e);
+    return tier_vram_victim(x->vowner, x->vbusy, x->n_vram, x->heat, x->last, x->tick, (size_t)k * x->n_experts + e);
 }
 
 /* GPU slot s holds expert e of layer k from now on (e < 0: nothing, after
@@ -878,8 +889,8 @@ static inline void xs_vram_place(xs_store *x, int s, int k, int e) {
 /* No GPU tier from now on (the GPU failed): every expert comes from RAM
  * or disk. */
 static inline void xs_vram_close(xs_store *x) {
-    free(x->vram), free(x->vowner);
-    x->vram = NULL, x->vowner = NULL, x->n_vram = 0;
+    free(x->vram), free(x->vowner), free(x->vbusy);
+    x->vram = NULL, x->vowner = NULL, x->vbusy = NULL, x->n_vram = 0;
 }
 
 /* ---- the pinned set ---- */
@@ -1081,7 +1092,7 @@ static inline void xs_free(xs_store *x) {
     if (x->fbuf)
         for (int t = 0; t < x->n_staging; t++) compat_aligned_free(x->fbuf[t]);
     void *p[] = {x->lru, x->slot, x->freed, x->arena, x->staging, x->fbuf, x->n_pinned, x->lay, x->loc, x->pin, x->pinned, x->pin_view,
-                 x->predicted, x->count, x->heat, x->last, x->swaps, x->jobs, x->pending, x->pending_done, x->vram, x->vowner};
+                 x->predicted, x->count, x->heat, x->last, x->swaps, x->jobs, x->pending, x->pending_done, x->vram, x->vowner, x->vbusy};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(x, 0, sizeof *x);
 }

@@ -173,11 +173,14 @@ static inline int tier_should_swap(uint64_t cand, uint64_t victim) {
  * index in the [L][E] arrays) should take after it ran on the CPU: the
  * first empty slot (owner -1), else the slot of the coldest owner when the
  * candidate clearly beats it (tier_should_swap), else -1: stay out. owner
- * [n] holds indices into heat and last. */
-static inline int tier_vram_victim(const int *owner, int n, const uint64_t *heat, const uint64_t *last, uint64_t now, size_t cand) {
+ * [n] holds indices into heat and last; slots with busy[s] set (may be
+ * NULL) are in use and never taken. */
+static inline int tier_vram_victim(const int *owner, const uint8_t *busy, int n, const uint64_t *heat, const uint64_t *last, uint64_t now,
+                                   size_t cand) {
     int cold = -1;
     uint64_t cs = 0;
     for (int s = 0; s < n; s++) {
+        if (busy && busy[s]) continue;
         if (owner[s] < 0) return s;
         uint64_t v = tier_score(heat[owner[s]], now - last[owner[s]]);
         if (cold < 0 || v < cs) cold = s, cs = v;

@@ -146,6 +146,8 @@ void cu_stats_get(cu_stats *st) {
     if (st) *st = H.stats;
 }
 
+uint64_t cu_mem_free(void) { return H.on ? HOST_MEM - H.stats.weight_bytes : 0; }
+
 int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n) {
     if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
     char *a = (char *)malloc(bytes ? bytes : 1), *b = (char *)malloc(bytes ? bytes : 1);

@@ -325,6 +325,10 @@ int main(void) {
     CHECK(cu_mat_alloc(QT_I4G, 4, 64, 8, 32, e2, sizeof e2) == NULL); /* group size below 16 */
     CHECK_HAS(e2, "cannot hold a matrix of format 4, 4 x 64, group size 8");
     CHECK(cu_mat_alloc(QT_I8, 4, 64, 0, 63, e2, sizeof e2) == NULL); /* row bytes that do not fit the width */
+    uint64_t free0 = cu_mem_free();
+    cu_mat *big = cu_mat_alloc(QT_I8, 1024, 4096, 0, 4096, e2, sizeof e2);
+    CHECK(big != NULL && free0 >= cu_mem_free() + 1024 * 4096); /* the driver's count falls by at least the matrix */
+    cu_mat_free(big);
     cu_stats_get(&st);
     CHECK(st.weight_bytes == 0); /* every matrix freed */
     double bw = 0;

@@ -479,7 +479,12 @@ static void test_vram(void) {
     xs_stats st;
     xs_stats_get(x, &st);
     CHECK(st.hit_vram == 1 && st.miss == 1);
+    for (int i = 0; i < 40; i++) xs_note_use(x, 0, 7);
+    CHECK(xs_vram_victim(x, 0, 7) == 1); /* slot 0 comes first among equally cold owners, but its job is not done */
     xs_requeue(x, 0, 1); /* the GPU failed on expert 3: from disk instead */
+    xs_stats_get(x, &st);
+    CHECK(st.hit_vram == 0 && st.miss == 2); /* counted as what serves it now */
+    CHECK(xs_vram_victim(x, 0, 7) == 0);     /* its slot is free to take */
     int seen = 0, bad = 0;
     for (int j; (j = xs_next(x, 0)) >= 0; xs_done(x, 0, j), seen++) bad += xs_job_get(x, j)->vram != -1 || !view_ok(LAY_Q4_APART, 0, 0, xs_job_get(x, j)->e, xs_job_get(x, j)->view);
     CHECK(seen == 2 && bad == 0);

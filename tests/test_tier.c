@@ -66,14 +66,21 @@ static void test_vram_admission(void) {
     enum { N = 3 };
     uint64_t heat[8] = {10, 9, 30, 1, 0, 40, 11, 0}, last[8] = {0};
     int owner[N] = {0, -1, 2};
-    CHECK(tier_vram_victim(owner, N, heat, last, 5, 3) == 1); /* an empty slot takes anyone */
-    owner[1] = 1;                                             /* slots hold heats 10, 9, 30 */
-    CHECK(tier_vram_victim(owner, N, heat, last, 5, 6) == -1); /* 11 against 9: too close, no churn */
-    CHECK(tier_vram_victim(owner, N, heat, last, 5, 5) == 1);  /* 40 evicts the coldest, 9 */
-    CHECK(tier_vram_victim(owner, N, heat, last, 5, 4) == -1); /* never used: stays out */
-    heat[1] = 10, last[0] = 5;                                 /* equal heat: the older use goes first */
-    CHECK(tier_vram_victim(owner, N, heat, last, 5, 5) == 1);
-    CHECK(tier_vram_victim(owner, 0, heat, last, 5, 5) == -1); /* no tier */
+    uint8_t busy[N] = {0, 0, 0};
+    CHECK(tier_vram_victim(owner, NULL, N, heat, last, 5, 3) == 1); /* an empty slot takes anyone */
+    busy[1] = 1;
+    CHECK(tier_vram_victim(owner, busy, N, heat, last, 5, 3) == -1); /* ... unless a job uses it; 1 against 10 and 30 */
+    busy[1] = 0;
+    owner[1] = 1;                                                    /* slots hold heats 10, 9, 30 */
+    CHECK(tier_vram_victim(owner, busy, N, heat, last, 5, 6) == -1); /* 11 against 9: too close, no churn */
+    CHECK(tier_vram_victim(owner, busy, N, heat, last, 5, 5) == 1);  /* 40 evicts the coldest, 9 */
+    busy[1] = 1;
+    CHECK(tier_vram_victim(owner, busy, N, heat, last, 5, 5) == 0); /* the coldest is in use: the next, 10 */
+    busy[1] = 0;
+    CHECK(tier_vram_victim(owner, NULL, N, heat, last, 5, 4) == -1); /* never used: stays out */
+    heat[1] = 10, last[0] = 5;                                       /* equal heat: the older use goes first */
+    CHECK(tier_vram_victim(owner, NULL, N, heat, last, 5, 5) == 1);
+    CHECK(tier_vram_victim(owner, NULL, 0, heat, last, 5, 5) == -1); /* no tier */
 }
 
 static void test_lfru(void) {
