@@ -1063,6 +1063,7 @@ static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uin
         }
     }
     free(counts), free(bytes), free(sel), free(order), compat_aligned_free(buf);
+    cu_stats_get(&g->last); /* the end line's copies are the run's, not the start's */
     if (rc || g->failed) return rc;
     fprintf(stderr, "colibri: CUDA: an expert tier of %d slots (%.2f GB) in GPU memory, %d of them filled with the most used experts; experts move in as they get hot",
             g->nxslot, g->xbytes / GB, g->nx);

@@ -638,6 +638,10 @@ class Cuda(unittest.TestCase):
             rc, out, err = run(d, dict(env, CUDA="1", CUDA_FILL_MB="0"))
             self.assertEqual(rc, 0, err)
             self.assertIn("colibri: GPU expert tier: 0 experts copied in during the run", err)
+            rc, _, err1 = run(d, dict(env, CUDA="1", CUDA_FILL_MB="0", PIN=usage_all(d, os.path.join(tmp, "all.usage")), PROMPT="x", NGEN="1"))
+            self.assertEqual(rc, 0, err1)
+            self.assertIn("6 of them filled", err1)
+            self.assertIn("colibri: GPU expert tier: 0 experts copied in during the run, 0.00 MB/tok", err1)  # the start's copies are not the run's
             self.assertEqual((ids_line(err, "generated tokens"), out), (want, base))
             calls = int(re.search(r"colibri: GPU: \d+ matmuls in (\d+) calls", run(d, dict(env, CUDA="1", PIN_GB="0"))[2]).group(1))
             # 1-6: the startup copies; then every call of about one forward mid-run (each matmul and copy of a
