@@ -1298,7 +1298,8 @@ class Bench:
         decode on the resident model with the dense matmuls and the GPU
         expert tier (the history names every expert: the tier takes what
         fits, the pinned set the rest) on the GPU (CUDA=1) against the CPU alone
-        (CUDA=0), tokens compared. Skipped
+        (CUDA=0), tokens compared, and that decode's weight bytes per token
+        times tok/s against the device's copy bandwidth. Skipped
         with the reason without nvcc or a GPU."""
         bc, cb = os.path.join(ROOT, "build", "rel-cuda", "bench_cuda"), os.path.join(ROOT, "build", "rel-cuda", "colibri")
         if not (os.path.exists(bc) and os.path.exists(cb)):
@@ -1344,6 +1345,17 @@ class Bench:
                                             "identical" if g["decode"]["tokens_identical"] else "DIFFERENT")})
             self.say("  GPU decode (medium, dense matrices and the expert tier on the GPU): %.2f tok/s vs %.2f on the CPU alone (x%.2f); tokens %s" % (
                 a, b, a / b, "identical" if g["decode"]["tokens_identical"] else "DIFFERENT"))
+        f = self.R["models"].get("medium", {})
+        wb = (f.get("dense_bytes_per_token") or 0) + (f.get("expert_bytes_per_token") or 0)
+        if a and wb and j.get("copy_gbps"):  # #16's measure: weight bytes a token touches x tok/s against the device's bandwidth
+            gbs = wb * a / 1e9
+            g["decode"].update(weight_bytes_per_token=wb, weight_gbs=gbs, weight_vs_copy=gbs / j["copy_gbps"])
+            self.R["workloads"].append({"id": "cuda.decode.weights", "engine": "colibri", "model": "medium", "unit": "GB/s", "n": len(rows["1"]),
+                                        "value": round(gbs, 2), "limit_name": "device copy bandwidth", "limit": j["copy_gbps"],
+                                        "ratio": round(gbs / j["copy_gbps"], 3),
+                                        "what": "weight bytes per token x GPU decode tok/s (attention, norms, router and SwiGLU still on the CPU)"})
+            self.say("  GPU decode weights: %.1f MB/token x %.2f tok/s = %.1f GB/s, %.0f%% of the device's copy bandwidth" % (
+                wb / 1e6, a, gbs, 100 * gbs / j["copy_gbps"]))
         self.R["cuda"] = g
 
     def tokenizer(self):
