@@ -600,8 +600,9 @@ static void fwd_moe_gpu(const fwd_t *f, fwd_shared *sh, int mk, int S) {
 
 /* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp. Each
  * distinct expert is fetched once and applied to every row that chose it.
- * Experts compute in whatever order their bytes arrive (resident first,
- * misses as their reads land), each into its own output rows; the weighted
+ * Experts compute in whatever order their bytes arrive (the GPU tier's
+ * first, in batches, then resident ones, then misses as their reads land),
+ * each into its own output rows; the weighted
  * sum then runs in increasing expert order, as transformers accumulates,
  * so the result never depends on what was resident. The store is driven by
  * tid 0 alone. Returns 0 or -1 (sh->rc, m->err) on a read error. */
