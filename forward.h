@@ -493,6 +493,21 @@ typedef struct {
     int bj[CU_MAX_BATCH / 2], b0[CU_MAX_BATCH / 2], bc[CU_MAX_BATCH / 2], bend[CU_MAX_BATCH / 2]; /* bend: the job's last rows */
 } fwd_shared;
 
+/* Rows [a, b) of an expert's batch: the normed input rows their routes
+ * (sc->rows: index s·topk + k) came from, into sc->xs. */
+static void fwd_moe_gather(const fwd_t *f, int64_t a, int64_t b) {
+    coli_scratch *sc = &f->m->sc;
+    int D = f->m->c.dim, K = f->m->c.topk;
+    for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
+}
+
+/* Rows [a, b) of an expert's output sc->ys to their routes' rows of sc->yk. */
+static void fwd_moe_scatter(const fwd_t *f, int64_t a, int64_t b) {
+    coli_scratch *sc = &f->m->sc;
+    int D = f->m->c.dim;
+    for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
+}
+
 /* Thread 0: one GPU call for the batch's gate and up projections (down 0:
  * rows x[n][dim] → sc->eg, sc->eu) or down projections (down 1: rows
  * x[n][moe_inter] → sc->ys), each expert on its own rows; the rows are
@@ -564,7 +579,7 @@ static void fwd_moe_gpu(const fwd_t *f, fwd_shared *sh, int mk, int S) {
     coli_model *m = f->m;
     coli_scratch *sc = &m->sc;
     xs_store *x = &m->xs;
-    int D = m->c.dim, K = m->c.topk, I = m->c.moe_inter, cj = 0, crow = 0; /* the cursor: thread 0's */
+    int I = m->c.moe_inter, cj = 0, crow = 0; /* the cursor: thread 0's */
     int cap = m->mm.max_rows < sc->max_s ? m->mm.max_rows : sc->max_s;
     for (;;) {
         if (f->tid == 0) fwd_moe_gpu_batch(m, sh, mk, S, cap, &cj, &crow);
@@ -573,7 +588,7 @@ static void fwd_moe_gpu(const fwd_t *f, fwd_shared *sh, int mk, int S) {
         int n = sh->n, ok;
         int64_t a, b;
         fwd_share(f, n, &a, &b);
-        for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
+        fwd_moe_gather(f, a, b);
         fwd_sync(f);
         if (f->tid == 0 && fwd_moe_gpu_call(m, sh, mk, 0, sc->xs)) model_gpu_fail(m);
         fwd_sync(f);
@@ -588,7 +603,7 @@ static void fwd_moe_gpu(const fwd_t *f, fwd_shared *sh, int mk, int S) {
             fwd_sync(f); /* every thread has read gpu.failed before thread 0 requeues the jobs (next batch) */
             continue;
         }
-        for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
+        fwd_moe_scatter(f, a, b);
         fwd_sync(f); /* the scatter read sc->rows, which thread 0 refills next */
         if (f->tid == 0) {
             for (int i = 0; i < sh->bn; i++)
@@ -650,10 +665,10 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         int n = sh->n;
         int64_t a, b;
         fwd_share(f, n, &a, &b);
-        for (int64_t r = a; r < b; r++) memcpy(sc->xs + (size_t)r * D, sc->a + (size_t)(sc->rows[r] / K) * D, (size_t)D * 4);
+        fwd_moe_gather(f, a, b);
         fwd_sync(f);
         fwd_mlp(f, &jb->view[XS_GATE], &jb->view[XS_UP], &jb->view[XS_DOWN], 1, sc->xs, n, sc->eg, sc->eu, sc->ys);
-        for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
+        fwd_moe_scatter(f, a, b);
         fwd_sync(f); /* the scatter read sc->rows, which tid 0 refills next */
         if (f->tid == 0) {
             if (m->gpu.n) m->gpu.cnt.jobs++;

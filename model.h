@@ -792,7 +792,7 @@ static inline int model_pin(coli_model *m, const uint64_t *hist, int quiet) {
     if (!counts) return model_fail(m, "out of memory");
     usage_to_moe(c, hist, counts);
     for (size_t i = 0; i < (size_t)L * E; i++) /* what the GPU tier holds needs no RAM copy */
-        if (m->xs.vram && m->xs.vram[i] >= 0) counts[i] = 0;
+        if (xs_vram_slot(&m->xs, (int)(i / E), (int)(i % E)) >= 0) counts[i] = 0;
     double t0[2] = {compat_now(), 0};
     int rc = xs_pin_by_usage(&m->xs, counts, m->plan.pin_bytes, quiet ? NULL : print_progress, t0);
     free(counts);
@@ -886,6 +886,9 @@ static inline cu_mat *model_gpu_find(const coli_model *m, const qt_tensor *W) {
     }
 }
 
+/* Bytes a matrix's weights and scales take in GPU memory. */
+static inline uint64_t model_gpu_bytes_(const qt_tensor *v) { return qt_weight_bytes(v->fmt, v->O, v->I, v->gs) + 4 * qt_scale_count(v->fmt, v->O, v->I, v->gs); }
+
 /* Puts the dense matrices the integer path multiplies (every quantized
  * one but the embedding, which is looked up, not multiplied) in GPU
  * memory while they fit beside a 1 GiB reserve, in the model's order.
@@ -920,7 +923,7 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
         const w_spec *sp = &m->specs[i];
         const qt_tensor *W = sp->kind == W_ARR ? NULL : sp->mat;
         if (!W || W == &m->embed || W->fmt == QT_F32 || W->I > m->mm.max_cols || W->I > MM_IDOT_MAX_I) continue;
-        uint64_t need = qt_weight_bytes(W->fmt, W->O, W->I, W->gs) + 4 * qt_scale_count(W->fmt, W->O, W->I, W->gs);
+        uint64_t need = model_gpu_bytes_(W);
         cu_mat *d = need <= room ? cu_mat_upload((int)W->fmt, W->O, W->I, W->gs, (int64_t)qt_row_bytes(W), W->w, W->s, err, sizeof err) : NULL;
         if (!d) {
             left++;
@@ -981,9 +984,6 @@ static inline void model_gpu_admit(coli_model *m, int k, int e, const qt_tensor 
     g->cnt.fills++;
 }
 
-/* Bytes an expert matrix takes in GPU memory. */
-static inline uint64_t model_gpu_bytes_(const qt_tensor *v) { return qt_weight_bytes(v->fmt, v->O, v->I, v->gs) + 4 * qt_scale_count(v->fmt, v->O, v->I, v->gs); }
-
 /* Whether the GPU computes matrix v (the integer path, within its limits). */
 static inline int model_gpu_takes_(const coli_model *m, const xs_layout *l, int t) {
     return l->fmt[t] != QT_F32 && l->I[t] <= m->mm.max_cols && l->I[t] <= MM_IDOT_MAX_I;
@@ -992,7 +992,7 @@ static inline int model_gpu_takes_(const coli_model *m, const xs_layout *l, int 
 /* Opens the GPU expert tier: slots of the first MoE layer's expert shape
  * (layers of another shape stay off it) within CUDA_EXPERT_GB (unset:
  * what is free after the dense matrices, less 1 GiB), filled with the
- * most used experts of the usage history hist (tier_pick_vram) read from
+ * most used experts of the usage history hist (tier_pick_hot) read from
  * disk. Runs before pinning, which skips them (model_pin). Later, experts
  * that ran on the CPU move in as they get hot (model_gpu_admit). */
 static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uint64_t *hist) {
@@ -1053,7 +1053,7 @@ static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uin
     else if (hist) {
         usage_to_moe(c, hist, counts);
         for (int k = 0; k < L; k++) bytes[k] = g->xok[k] ? g->xslot_bytes : 0;
-        tier_pick_vram(counts, L, E, bytes, g->xbytes, sel, order);
+        tier_pick_hot(counts, L, E, bytes, g->xbytes, sel, order);
         for (int at = 0; at < L * E && !rc && !g->failed; at++) {
             if (!sel[at]) continue;
             qt_tensor v[3];

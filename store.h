@@ -955,7 +955,7 @@ static inline int xs_pin(xs_store *x, const uint8_t *pinned, void (*progress)(vo
 }
 
 /* Pins the most used experts by counts[L][E] within `budget` bytes (see
- * tier_pick_pins). Returns 0 or -1 with x->err. */
+ * tier_pick_hot). Returns 0 or -1 with x->err. */
 static inline int xs_pin_by_usage(xs_store *x, const uint64_t *counts, uint64_t budget, void (*progress)(void *, uint64_t, uint64_t), void *ud) {
     int L = x->n_layers, E = x->n_experts;
     uint64_t *bytes = (uint64_t *)malloc(((size_t)L + 1) * 8);
@@ -964,7 +964,7 @@ static inline int xs_pin_by_usage(xs_store *x, const uint64_t *counts, uint64_t 
     int rc = -1;
     if (bytes && order && want) {
         for (int k = 0; k < L; k++) bytes[k] = xs_expert_bytes(x, k);
-        tier_pick_pins(counts, L, E, bytes, budget, want, order);
+        tier_pick_hot(counts, L, E, bytes, budget, want, order);
         rc = xs_pin(x, want, progress, ud);
     } else xs_fail(x, "out of memory");
     free(bytes);

@@ -114,17 +114,19 @@ static inline int tier_rank_cmp_(const void *a, const void *b) {
 }
 
 /* The experts a tier takes, by usage counts count[L][E] (row-major, a row
- * per layer): the candidates (those in `among`, or with NULL those used at
- * least once) most used first (ties: lower layer, then lower expert),
- * while they fit in budget bytes given each layer's expert size (0 = no
- * experts). Sets sel[L][E]; returns the bytes chosen. `order` is scratch
- * of L×E entries. */
-static inline uint64_t tier_pick_(const uint64_t *count, const uint8_t *among, int L, int E, const uint64_t *layer_bytes, uint64_t budget,
-                                  uint8_t *sel, tier_rank *order) {
+ * per layer): those used at least once, most used first (ties: lower
+ * layer, then lower expert), while they fit in budget bytes given each
+ * layer's expert size (0 = that layer's experts stay out). Sets sel[L][E];
+ * returns the bytes chosen. `order` is scratch of L×E entries. The pinned
+ * set takes these within the pin budget; the GPU expert tier's start
+ * takes them first within its slots, and the pinned set then skips those,
+ * so GPU memory adds to what is resident instead of copying part of it. */
+static inline uint64_t tier_pick_hot(const uint64_t *count, int L, int E, const uint64_t *layer_bytes, uint64_t budget, uint8_t *sel,
+                                     tier_rank *order) {
     int n = 0;
     memset(sel, 0, (size_t)L * E);
     for (int i = 0; i < L * E; i++)
-        if ((among ? among[i] : count[i] != 0) && layer_bytes[i / E]) order[n].count = count[i], order[n++].idx = i;
+        if (count[i] && layer_bytes[i / E]) order[n].count = count[i], order[n++].idx = i;
     qsort(order, (size_t)n, sizeof *order, tier_rank_cmp_);
     uint64_t used = 0;
     for (int i = 0; i < n; i++) {
@@ -134,23 +136,6 @@ static inline uint64_t tier_pick_(const uint64_t *count, const uint8_t *among, i
         sel[order[i].idx] = 1;
     }
     return used;
-}
-
-/* The pinned hot set: experts used at least once, most used first, within
- * the pin budget (tier_pick_). */
-static inline uint64_t tier_pick_pins(const uint64_t *count, int L, int E, const uint64_t *layer_bytes, uint64_t budget, uint8_t *pinned,
-                                      tier_rank *order) {
-    return tier_pick_(count, NULL, L, E, layer_bytes, budget, pinned, order);
-}
-
-/* The GPU expert tier's start: the most used experts of all (those used
- * at least once), within budget, layer_bytes being what an expert of each
- * layer takes in GPU memory (0: that layer's experts stay off the GPU).
- * It is chosen before the pinned set, which then skips these, so GPU
- * memory adds to what is resident instead of copying part of it. */
-static inline uint64_t tier_pick_vram(const uint64_t *count, int L, int E, const uint64_t *layer_bytes, uint64_t budget, uint8_t *sel,
-                                      tier_rank *order) {
-    return tier_pick_(count, NULL, L, E, layer_bytes, budget, sel, order);
 }
 
 /* ------------------------------------------------------ LFRU and re-pin */

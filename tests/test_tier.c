@@ -44,22 +44,22 @@ static void test_pins(void) {
     uint8_t pinned[L * E];
     tier_rank order[L * E];
     /* ranking: (1,1)=9 (2,2)=9 (2,0)=7 (1,0)=5 (1,3)=5 (2,3)=2 (2,1)=1 */
-    uint64_t used = tier_pick_pins(count, L, E, bytes, 45, pinned, order);
+    uint64_t used = tier_pick_hot(count, L, E, bytes, 45, pinned, order);
     CHECK(used == 40); /* 10 + 20, then (2,0)=20 does not fit, (1,0)=10 does */
     CHECK(pinned[1 * E + 1] && pinned[2 * E + 2] && pinned[1 * E + 0] && !pinned[2 * E + 0] && !pinned[1 * E + 3]);
-    used = tier_pick_pins(count, L, E, bytes, 1000, pinned, order);
+    used = tier_pick_hot(count, L, E, bytes, 1000, pinned, order);
     CHECK(used == 10 * 3 + 20 * 4 && !pinned[1 * E + 2]); /* unused experts never pinned */
-    CHECK(tier_pick_pins(count, L, E, bytes, 0, pinned, order) == 0);
+    CHECK(tier_pick_hot(count, L, E, bytes, 0, pinned, order) == 0);
     /* the GPU tier's start: the hottest used experts, pinned or not, while they fit */
     uint8_t sel[L * E];
-    used = tier_pick_vram(count, L, E, bytes, 25, sel, order);
+    used = tier_pick_hot(count, L, E, bytes, 25, sel, order);
     CHECK(used == 20 && sel[1 * E + 1] && !sel[2 * E + 2] && sel[1 * E + 0] && !sel[1 * E + 3]); /* (2,2) does not fit after (1,1) */
-    used = tier_pick_vram(count, L, E, bytes, 1000, sel, order);
+    used = tier_pick_hot(count, L, E, bytes, 1000, sel, order);
     CHECK(used == 10 * 3 + 20 * 4 && !sel[1 * E + 2] && !sel[0]); /* never an unused one or a dense layer's */
     uint64_t gpu_bytes[L] = {0, 0, 20};                                /* layer 1's experts cannot go to the GPU */
-    used = tier_pick_vram(count, L, E, gpu_bytes, 45, sel, order);
+    used = tier_pick_hot(count, L, E, gpu_bytes, 45, sel, order);
     CHECK(used == 40 && sel[2 * E + 2] && sel[2 * E + 0] && !sel[1 * E + 1]);
-    CHECK(tier_pick_vram(count, L, E, bytes, 9, sel, order) == 0);
+    CHECK(tier_pick_hot(count, L, E, bytes, 9, sel, order) == 0);
 }
 
 static void test_vram_admission(void) {
