@@ -11,6 +11,7 @@
 #ifndef COLI_FORWARD_H
 #define COLI_FORWARD_H
 
+#include "fmath.h"
 #include "model.h"
 
 /* ------------------------------------------------------------------- math */
@@ -63,13 +64,11 @@ static inline void rope_attn(const coli_config *c, float *v, const float *cs, co
     (c->rope_interleave ? rope_apply : rope_apply_half)(v, c->qk_rope, cs, sn);
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
-
 /* In-place softmax of n scores. */
 static void softmax(float *x, int n) {
     float mx = x[0], sum = 0;
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    for (int i = 0; i < n; i++) sum += (x[i] = expf(x[i] - mx));
+    for (int i = 0; i < n; i++) sum += (x[i] = fm_expf(x[i] - mx));
     float inv = 1.0f / sum;
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
@@ -398,7 +397,7 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
 static void fwd_swiglu(const fwd_t *f, float *g, const float *u, int64_t n) {
     int64_t a, b;
     fwd_share(f, n, &a, &b);
-    for (int64_t i = a; i < b; i++) g[i] = silu(g[i]) * u[i];
+    for (int64_t i = a; i < b; i++) g[i] = fm_silu(g[i]) * u[i];
 }
 
 /* SwiGLU MLP on rows x[S][dim] → y[S][dim] with gate/up/down: dense
@@ -425,7 +424,7 @@ static void route_row(const coli_config *c, const float *logit, const float *bia
     int E = c->n_experts, per = E / c->n_group;
     float *prob = tmp, *choice = tmp + E, *gs = tmp + 2 * E;
     for (int e = 0; e < E; e++) {
-        prob[e] = 1.0f / (1.0f + expf(-logit[e]));
+        prob[e] = fm_sigmoid(logit[e]);
         choice[e] = prob[e] + bias[e];
     }
     if (c->n_group > 1) {
@@ -724,7 +723,7 @@ static void fwd_pilot(const fwd_t *f, int l, int S) {
             for (int e = 0; e < E; e++) {
                 int taken = 0;
                 for (int j = n - k; j < n; j++) taken |= sc->pred[j] == e;
-                float v = 1.0f / (1.0f + expf(-lg[e])) + N->router_bias[e];
+                float v = fm_sigmoid(lg[e]) + N->router_bias[e];
                 if (!taken && (best < 0 || v > bv)) best = e, bv = v;
             }
             sc->pred[n++] = best;
