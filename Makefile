@@ -128,7 +128,7 @@ CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 NVCCFLAGS := -O2 -std=c++17 -I. -DCOLI_HAVE_CUDA -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror $(CUDA_GENCODE)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
-build/%/backend_cuda.o: backend_cuda.cu backend_cuda.h Makefile
+build/%/backend_cuda.o: backend_cuda.cu backend_cuda.h fmath.h Makefile
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 build/%/libcolicuda.a: build/%/backend_cuda.o

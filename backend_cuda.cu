@@ -13,8 +13,12 @@
  * sums on lanes 0..15, the two halves of each 32 groups added in order),
  * in 16-byte loads where rows (and groups) are 16-byte aligned, else
  * 4-byte words, else bytes, through __dp4a; each load serves up to 8
- * activation rows. */
+ * activation rows. A routed expert's SwiGLU and the quantization of its
+ * intermediate rows (k_swiglu_quant) follow the CPU's fwd_swiglu and
+ * mm_act_quant the same way: fmath.h's fm_silu, whose every step is an
+ * __f*_rn intrinsic on the device. */
 #include "backend_cuda.h"
+#include "fmath.h"
 
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -43,9 +47,9 @@ static struct {
     size_t stage_cap[CU_STAGES];
     cudaEvent_t stage_ev[CU_STAGES]; /* the last DMA out of each */
     int stage_next;
-    int8_t *q;
-    float *xs, *y;
-    size_t qcap, xcap, ycap; /* bytes */
+    int8_t *q, *hq;
+    float *xs, *y, *hg, *hu, *hx; /* hg, hu, hq, hx: cu_experts_rows' intermediate rows */
+    size_t qcap, xcap, ycap, hgcap, hucap, hqcap, hxcap; /* bytes */
     cudaEvent_t ev[2];
     cu_stats stats;
 } G;
@@ -209,6 +213,44 @@ __global__ void k_groups(const uint8_t *__restrict__ W, const float *__restrict_
     }
 }
 
+/* SwiGLU and the activation quantization of one intermediate row per
+ * block, as the CPU's fwd_swiglu then mm_act_quant (natural order) do:
+ * h = fm_silu(g)·u into g; xs = absmax/127 and q = rne(h·(127/absmax))
+ * clamped to ±127, zero past I up to ldq; q = 0 with xs 0 (absmax below
+ * 1e-30) or NaN (a value not finite). The absmax is the largest |h| bit
+ * pattern, which orders like the values: a max, exact in any order. */
+__global__ void k_swiglu_quant(float *__restrict__ g, const float *__restrict__ u, int64_t I, int8_t *__restrict__ q, int64_t ldq,
+                               float *__restrict__ xs) {
+    __shared__ unsigned mb_all;
+    float *gr = g + (int64_t)blockIdx.x * I;
+    const float *ur = u + (int64_t)blockIdx.x * I;
+    int8_t *qr = q + (int64_t)blockIdx.x * ldq;
+    if (threadIdx.x == 0) mb_all = 0;
+    __syncthreads();
+    unsigned mb = 0;
+    for (int64_t i = threadIdx.x; i < I; i += blockDim.x) {
+        const float h = __fmul_rn(fm_silu(gr[i]), ur[i]);
+        const unsigned b = __float_as_uint(h) & 0x7FFFFFFFu;
+        gr[i] = h, mb = b > mb ? b : mb;
+    }
+    for (int o = 16; o; o >>= 1) {
+        const unsigned t = __shfl_xor_sync(FULL, mb, o);
+        mb = t > mb ? t : mb;
+    }
+    if ((threadIdx.x & 31) == 0) atomicMax(&mb_all, mb);
+    __syncthreads();
+    mb = mb_all;
+    const float amax = __uint_as_float(mb);
+    const bool zero = mb >= 0x7F800000u || !(amax >= 1e-30f);
+    const float inv = zero ? 0.0f : __fdiv_rn(127.0f, amax);
+    for (int64_t i = threadIdx.x; i < ldq; i += blockDim.x) {
+        float r = i < I && !zero ? rintf(__fmul_rn(gr[i], inv)) : 0.0f; /* rintf: to nearest, ties to even, as qt_rne */
+        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        qr[i] = (int8_t)(int)r;
+    }
+    if (threadIdx.x == 0) xs[blockIdx.x] = mb >= 0x7F800000u ? __uint_as_float(0x7FC00000u) : zero ? 0.0f : __fdiv_rn(amax, 127.0f);
+}
+
 /* ------------------------------------------------------------ the ABI */
 
 extern "C" int cu_init(int device, cu_info *info, char *err, size_t n) {
@@ -251,7 +293,7 @@ extern "C" void cu_shutdown(void) {
     if (!G.on) return;
     cudaStreamSynchronize(G.up); /* no DMA still reads a staging buffer */
     for (int k = 0; k < CU_STAGES; k++) cudaFreeHost(G.stage[k]), cudaEventDestroy(G.stage_ev[k]);
-    cudaFree(G.q), cudaFree(G.xs), cudaFree(G.y);
+    cudaFree(G.q), cudaFree(G.xs), cudaFree(G.y), cudaFree(G.hg), cudaFree(G.hu), cudaFree(G.hq), cudaFree(G.hx);
     cudaEventDestroy(G.ev[0]), cudaEventDestroy(G.ev[1]);
     cudaStreamDestroy(G.st), cudaStreamDestroy(G.up);
     memset(&G, 0, sizeof G);
@@ -348,6 +390,13 @@ static cudaError_t cu_grow(void **p, size_t *cap, size_t need) {
     return e;
 }
 
+/* Padded row width of the activations for m: a multiple of 64, at least
+ * its row's elements, so the widest loads stay inside zeroed bytes. */
+static int64_t cu_act_width(const cu_mat *m) {
+    const int64_t epb = m->fmt == CU_I8 ? 1 : m->fmt == CU_I2 ? 4 : 2;
+    return (m->rb * epb + 63) / 64 * 64;
+}
+
 /* Launches m's kernel over S rows q[S][ldd] (device) with scales xs, into y. */
 static void cu_launch(const cu_mat *m, const int8_t *q, int64_t ldd, const float *xs, int S, float *y) {
     const int warps = 8;
@@ -383,7 +432,7 @@ extern "C" int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q
     for (int i = 0; i < nm; i++) {
         if (m[i]->I != m[0]->I) return snprintf(err, n, "CUDA: matrices of %lld and %lld inputs in one call", (long long)m[0]->I, (long long)m[i]->I), -1;
         if (r0[i] < 0 || nr[i] < 0 || r0[i] > R - nr[i]) return snprintf(err, n, "CUDA: rows %d+%d of %d", r0[i], nr[i], R), -1;
-        const int64_t epb = m[i]->fmt == CU_I8 ? 1 : m[i]->fmt == CU_I2 ? 4 : 2, l = (m[i]->rb * epb + 63) / 64 * 64; /* ≥ I, zero past I */
+        const int64_t l = cu_act_width(m[i]);
         ldd = l > ldd ? l : ldd, outs += (int64_t)nr[i] * m[i]->O;
     }
     if (R < 1 || !outs) return 0;
@@ -409,6 +458,67 @@ extern "C" int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q
     if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running the matmul", e);
     G.stats.calls++, G.stats.mats += (uint64_t)nm, G.stats.rows += (uint64_t)R;
     G.stats.bytes_in += (uint64_t)(R * m[0]->I) + (uint64_t)R * 4, G.stats.bytes_out += (uint64_t)outs * 4;
+    G.stats.seconds += cu_now() - t0;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+    return 0;
+}
+
+/* Rows up once; per expert the gate and up kernels into hg and hu, one
+ * block a row for SwiGLU and quantization into hq and hx, the down kernel
+ * into y; every y back; one synchronisation. */
+extern "C" int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu_mat *const *down, int ne, const int8_t *q,
+                               int64_t ldq, const float *xs, int R, const int *r0, const int *nr, float *const *y, char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (ne < 1 || ne > CU_MAX_EXPERTS) return snprintf(err, n, "CUDA: %d experts in one call (1..%d)", ne, (int)CU_MAX_EXPERTS), -1;
+    int64_t ldd = 0, ldh = 0, outs = 0, hs = 0, hrows = 0;
+    for (int i = 0; i < ne; i++) {
+        const cu_mat *g = gate[i], *u = up[i], *d = down[i];
+        if (g->I != gate[0]->I || u->I != g->I)
+            return snprintf(err, n, "CUDA: matrices of %lld and %lld inputs in one call", (long long)gate[0]->I, (long long)(g->I != gate[0]->I ? g->I : u->I)), -1;
+        if (u->O != g->O || d->I != g->O)
+            return snprintf(err, n, "CUDA: expert %d: gate of %lld rows, up of %lld and down of %lld inputs do not chain", i, (long long)g->O, (long long)u->O,
+                            (long long)d->I), -1;
+        if (r0[i] < 0 || nr[i] < 0 || r0[i] > R - nr[i]) return snprintf(err, n, "CUDA: rows %d+%d of %d", r0[i], nr[i], R), -1;
+        const int64_t lg = cu_act_width(g) > cu_act_width(u) ? cu_act_width(g) : cu_act_width(u);
+        ldd = lg > ldd ? lg : ldd, ldh = cu_act_width(d) > ldh ? cu_act_width(d) : ldh;
+        outs += (int64_t)nr[i] * d->O, hs += (int64_t)nr[i] * g->O, hrows += nr[i];
+    }
+    if (R < 1 || !outs) return 0;
+    double t0 = cu_now();
+    cudaError_t e;
+    if ((e = cu_grow((void **)&G.q, &G.qcap, (size_t)(R * ldd))) != cudaSuccess || (e = cu_grow((void **)&G.xs, &G.xcap, (size_t)R * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.y, &G.ycap, (size_t)outs * 4)) != cudaSuccess || (e = cu_grow((void **)&G.hg, &G.hgcap, (size_t)hs * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.hu, &G.hucap, (size_t)hs * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.hq, &G.hqcap, (size_t)(hrows * ldh))) != cudaSuccess ||
+        (e = cu_grow((void **)&G.hx, &G.hxcap, (size_t)hrows * 4)) != cudaSuccess)
+        return cu_fail(err, n, "allocating activations", e);
+    if ((e = cudaMemsetAsync(G.q, 0, (size_t)(R * ldd), G.st)) != cudaSuccess ||
+        (e = cudaMemcpy2DAsync(G.q, (size_t)ldd, q, (size_t)ldq, (size_t)gate[0]->I, (size_t)R, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(G.xs, xs, (size_t)R * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
+        return cu_fail(err, n, "copying activations", e);
+    for (int i = 0; i < ne && e == cudaSuccess; i++) {
+        const cu_mat *three[3] = {gate[i], up[i], down[i]};
+        for (int t = 0; t < 3 && e == cudaSuccess; t++)
+            if (three[t]->pending) e = cudaStreamWaitEvent(G.st, three[t]->filled, 0);
+    }
+    if (e != cudaSuccess) return cu_fail(err, n, "waiting for a fill", e);
+    cudaEventRecord(G.ev[0], G.st);
+    for (int64_t i = 0, off = 0, hoff = 0, hr = 0; i < ne; off += (int64_t)nr[i] * down[i]->O, hoff += (int64_t)nr[i] * gate[i]->O, hr += nr[i], i++) {
+        if (!nr[i]) continue;
+        const int8_t *qi = G.q + (int64_t)r0[i] * ldd;
+        cu_launch(gate[i], qi, ldd, G.xs + r0[i], nr[i], G.hg + hoff);
+        cu_launch(up[i], qi, ldd, G.xs + r0[i], nr[i], G.hu + hoff);
+        k_swiglu_quant<<<(unsigned)nr[i], 256, 0, G.st>>>(G.hg + hoff, G.hu + hoff, gate[i]->O, G.hq + hr * ldh, ldh, G.hx + hr);
+        cu_launch(down[i], G.hq + hr * ldh, ldh, G.hx + hr, nr[i], G.y + off);
+    }
+    if ((e = cudaGetLastError()) != cudaSuccess) return cu_fail(err, n, "launching the experts", e);
+    cudaEventRecord(G.ev[1], G.st);
+    for (int64_t i = 0, off = 0; i < ne && e == cudaSuccess; off += (int64_t)nr[i] * down[i]->O, i++)
+        if (nr[i]) e = cudaMemcpyAsync(y[i], G.y + off, (size_t)((int64_t)nr[i] * down[i]->O) * 4, cudaMemcpyDeviceToHost, G.st);
+    if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running the experts", e);
+    G.stats.calls++, G.stats.mats += 3 * (uint64_t)ne, G.stats.rows += (uint64_t)R;
+    G.stats.bytes_in += (uint64_t)(R * gate[0]->I) + (uint64_t)R * 4, G.stats.bytes_out += (uint64_t)outs * 4;
     G.stats.seconds += cu_now() - t0;
     float ms = 0;
     if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;

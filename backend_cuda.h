@@ -9,7 +9,9 @@
  * caller quantized with mm_act_quant (natural order). The GPU forms the
  * same exact int32 sums and the same float steps in the same order as
  * mm_irows_ref (mul and add rounded separately, never fused), so its y is
- * bit for bit the CPU's: placement never changes the tokens.
+ * bit for bit the CPU's: placement never changes the tokens. Routed
+ * experts also run whole (cu_experts_rows): SwiGLU through fmath.h and the
+ * intermediate rows' quantization, both as the CPU does them.
  *
  * One process, one device; calls are synchronous (cu_mat_fill's copy
  * excepted) and not reentrant (the engine makes them from one thread).
@@ -42,12 +44,13 @@ typedef struct cu_mat cu_mat; /* a matrix in device memory */
 enum { CU_I8 = 1, CU_I4 = 2, CU_I2 = 3, CU_I4G = 4 };
 
 /* At most this many matrices share one cu_mats_idot call, and one
- * cu_mats_idot_rows call (gate and up of 32 experts). */
-enum { CU_MAX_GROUP = 4, CU_MAX_BATCH = 64 };
+ * cu_mats_idot_rows call; at most this many experts one cu_experts_rows
+ * call. */
+enum { CU_MAX_GROUP = 4, CU_MAX_BATCH = 64, CU_MAX_EXPERTS = 32 };
 
 /* Byte and call counts since cu_init (cu_stats). */
 typedef struct {
-    uint64_t calls, mats;      /* round trips (cu_mat_idot, cu_mats_idot, cu_mats_idot_rows calls); matrices multiplied */
+    uint64_t calls, mats;      /* round trips (cu_mat_idot, cu_mats_idot, cu_mats_idot_rows, cu_experts_rows calls); matrices multiplied */
     uint64_t rows;             /* activation rows sent */
     uint64_t bytes_in, bytes_out; /* host to device (activations), device to host (y) */
     uint64_t weight_bytes;     /* weights and scales resident now */
@@ -96,6 +99,18 @@ int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, c
  * on those rows. 0 ≤ r0[i], 0 ≤ nr[i], r0[i] + nr[i] ≤ R. */
 int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int R, const int *r0, const int *nr,
                       float *const *y, char *err, size_t n);
+/* A batch of routed experts in one round trip, SwiGLU on the device.
+ * Expert i (1 ≤ ne ≤ CU_MAX_EXPERTS) takes rows [r0[i], r0[i] + nr[i]) of
+ * q[R][ldq] (scales xs[R], as for cu_mats_idot_rows) and computes
+ *   g = rows·gate[i]ᵀ, u = rows·up[i]ᵀ        (cu_mat_idot's bits)
+ *   h = fm_silu(g)·u                           (fmath.h, one rounded ×)
+ *   h quantized per row as mm_act_quant does   (natural order, vb 0)
+ *   y[i][nr[i]][down[i]->O] = h·down[i]ᵀ
+ * so each y is bit for bit what those steps give on the CPU (the engine's
+ * fwd_mlp with the integer path). Every gate and up has one input width;
+ * up[i] has gate[i]'s rows and down[i] takes that many inputs. */
+int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu_mat *const *down, int ne, const int8_t *q, int64_t ldq,
+                    const float *xs, int R, const int *r0, const int *nr, float *const *y, char *err, size_t n);
 void cu_stats_get(cu_stats *st);
 /* Device memory free now, as the driver counts it (allocations rounded to
  * its pages); 0 when unknown. */
@@ -140,6 +155,11 @@ static inline int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, 
 static inline int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int R, const int *r0,
                                     const int *nr, float *const *y, char *err, size_t n) {
     (void)m, (void)nm, (void)q, (void)ldq, (void)xs, (void)R, (void)r0, (void)nr, (void)y;
+    return cu_fail_(err, n);
+}
+static inline int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu_mat *const *down, int ne, const int8_t *q,
+                                  int64_t ldq, const float *xs, int R, const int *r0, const int *nr, float *const *y, char *err, size_t n) {
+    (void)gate, (void)up, (void)down, (void)ne, (void)q, (void)ldq, (void)xs, (void)R, (void)r0, (void)nr, (void)y;
     return cu_fail_(err, n);
 }
 static inline void cu_stats_get(cu_stats *st) {

@@ -489,7 +489,7 @@ typedef struct {
     int rc;            /* -1: failed, m->err set */
     int job, n;        /* the expert job to compute, and its row count (a GPU batch: all its rows) */
     int bn;            /* a GPU batch: its entries, job bj with rows [b0, b0 + bc) of sc->rows */
-    int bj[CU_MAX_BATCH / 2], b0[CU_MAX_BATCH / 2], bc[CU_MAX_BATCH / 2], bend[CU_MAX_BATCH / 2]; /* bend: the job's last rows */
+    int bj[CU_MAX_EXPERTS], b0[CU_MAX_EXPERTS], bc[CU_MAX_EXPERTS], bend[CU_MAX_EXPERTS]; /* bend: the job's last rows */
 } fwd_shared;
 
 /* Rows [a, b) of an expert's batch: the normed input rows their routes
@@ -507,34 +507,30 @@ static void fwd_moe_scatter(const fwd_t *f, int64_t a, int64_t b) {
     for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
 }
 
-/* Thread 0: one GPU call for the batch's gate and up projections (down 0:
- * rows x[n][dim] → sc->eg, sc->eu) or down projections (down 1: rows
- * x[n][moe_inter] → sc->ys), each expert on its own rows; the rows are
- * quantized once, as the CPU's integer path does. 0, or -1 with m->gpu.err. */
-static int fwd_moe_gpu_call(coli_model *m, const fwd_shared *sh, int mk, int down, const float *x) {
+/* Thread 0: the batch's experts in one GPU call (cu_experts_rows: gate
+ * and up, SwiGLU, down, each expert on its own rows of sc->xs) into
+ * sc->ys; the rows are quantized once, as the CPU's integer path does.
+ * 0, or -1 with m->gpu.err. */
+static int fwd_moe_gpu_call(coli_model *m, const fwd_shared *sh, int mk) {
     mm_ctx *c = &m->mm;
     coli_scratch *sc = &m->sc;
     const xs_layout *l = xs_layout_of(&m->xs, mk);
-    int t = down ? XS_DOWN : XS_GATE, nm = 0;
-    int64_t I = l->I[t];
-    for (int r = 0; r < sh->n; r++) mm_act_quant(x + (size_t)r * I, I, l->fmt[t], l->gs[t], 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
+    int64_t I = l->I[XS_GATE];
+    for (int r = 0; r < sh->n; r++)
+        mm_act_quant(sc->xs + (size_t)r * I, I, l->fmt[XS_GATE], l->gs[XS_GATE], 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
     if (model_gpu_call(m)) return -1; /* COLI_CUDA_FAULT: testing the fallback */
-    const cu_mat *d[CU_MAX_BATCH];
-    int r0[CU_MAX_BATCH], nr[CU_MAX_BATCH];
-    float *y[CU_MAX_BATCH];
+    const cu_mat *g[CU_MAX_EXPERTS], *u[CU_MAX_EXPERTS], *d[CU_MAX_EXPERTS];
+    float *y[CU_MAX_EXPERTS];
     for (int i = 0; i < sh->bn; i++) {
         cu_mat *const *slot = model_gpu_expert(m, xs_job_get(&m->xs, sh->bj[i]));
-        for (int p = 0; p < (down ? 1 : 2); p++, nm++) {
-            int tt = down ? XS_DOWN : p ? XS_UP : XS_GATE;
-            float *base = down ? sc->ys : p ? sc->eu : sc->eg;
-            d[nm] = slot[tt], r0[nm] = sh->b0[i], nr[nm] = sh->bc[i], y[nm] = base + (size_t)sh->b0[i] * l->O[tt];
-        }
+        g[i] = slot[XS_GATE], u[i] = slot[XS_UP], d[i] = slot[XS_DOWN];
+        y[i] = sc->ys + (size_t)sh->b0[i] * l->O[XS_DOWN];
     }
-    return cu_mats_idot_rows(d, nm, c->qx, c->ldq, c->xs, sh->n, r0, nr, y, m->gpu.err, sizeof m->gpu.err);
+    return cu_experts_rows(g, u, d, sh->bn, c->qx, c->ldq, c->xs, sh->n, sh->b0, sh->bc, y, m->gpu.err, sizeof m->gpu.err);
 }
 
 /* Thread 0: the batch of GPU-held experts of MoE layer mk that starts at
- * job *cj, its rows from *crow on: up to CU_MAX_BATCH / 2 entries and
+ * job *cj, its rows from *crow on: up to CU_MAX_EXPERTS entries and
  * `cap` rows in all (an expert with more rows is split over batches), its
  * rows' route indices into sc->rows; advances the cursor. After a GPU
  * failure every GPU-held job not done yet is requeued instead (read from
@@ -550,7 +546,7 @@ static void fwd_moe_gpu_batch(coli_model *m, fwd_shared *sh, int mk, int S, int 
         sh->n = 0;
         return;
     }
-    while (*cj < xs_job_count(x) && sh->bn < CU_MAX_BATCH / 2 && R < cap) {
+    while (*cj < xs_job_count(x) && sh->bn < CU_MAX_EXPERTS && R < cap) {
         const xs_job *jb = xs_job_get(x, *cj);
         if (jb->vram < 0 || jb->state != XS_READY) {
             ++*cj, *crow = 0;
@@ -570,35 +566,28 @@ static void fwd_moe_gpu_batch(coli_model *m, fwd_shared *sh, int mk, int S, int 
 }
 
 /* The experts of MoE layer mk that the GPU tier holds, in batches
- * (fwd_moe_gpu_batch): two round trips a batch (gate with up; down),
- * SwiGLU on the CPU between them, outputs scattered to sc->yk. Each output
- * row is what the expert's own computation gives, so batching changes no
- * bit. A failed call is said once; the jobs left are then requeued. */
+ * (fwd_moe_gpu_batch), one round trip a batch (gate and up, SwiGLU and
+ * down on the device), outputs scattered to sc->yk. Each output row is
+ * what the expert's own computation on the CPU gives, so batching and
+ * placement change no bit. A failed call is said once; the jobs left are
+ * then requeued. */
 static void fwd_moe_gpu(const fwd_t *f, fwd_shared *sh, int mk, int S) {
     coli_model *m = f->m;
     coli_scratch *sc = &m->sc;
     xs_store *x = &m->xs;
-    int I = m->c.moe_inter, cj = 0, crow = 0; /* the cursor: thread 0's */
+    int cj = 0, crow = 0; /* the cursor: thread 0's */
     int cap = m->mm.max_rows < sc->max_s ? m->mm.max_rows : sc->max_s;
     for (;;) {
         if (f->tid == 0) fwd_moe_gpu_batch(m, sh, mk, S, cap, &cj, &crow);
         fwd_sync(f);
         if (!sh->bn) return;
-        int n = sh->n, ok;
         int64_t a, b;
-        fwd_share(f, n, &a, &b);
+        fwd_share(f, sh->n, &a, &b);
         fwd_moe_gather(f, a, b);
         fwd_sync(f);
-        if (f->tid == 0 && fwd_moe_gpu_call(m, sh, mk, 0, sc->xs)) model_gpu_fail(m);
+        if (f->tid == 0 && fwd_moe_gpu_call(m, sh, mk)) model_gpu_fail(m);
         fwd_sync(f);
-        if ((ok = !m->gpu.failed)) {
-            fwd_swiglu(f, sc->eg, sc->eu, (int64_t)n * I);
-            fwd_sync(f);
-            if (f->tid == 0 && fwd_moe_gpu_call(m, sh, mk, 1, sc->eg)) model_gpu_fail(m);
-            fwd_sync(f);
-            ok = !m->gpu.failed;
-        }
-        if (!ok) {
+        if (m->gpu.failed) {
             fwd_sync(f); /* every thread has read gpu.failed before thread 0 requeues the jobs (next batch) */
             continue;
         }

@@ -12,6 +12,7 @@
  * The device: number 0 only, compute capability 7.5, HOST_MEM bytes of
  * which matrices take their size. */
 #include "backend_cuda.h"
+#include "fmath.h"
 #include "kernels.h"
 
 #include <stdlib.h>
@@ -140,6 +141,49 @@ int cu_mats_idot(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, c
 
 int cu_mat_idot(const cu_mat *m, const int8_t *q, int64_t ldq, const float *xs, int S, float *y, char *err, size_t n) {
     return cu_mats_idot(&m, 1, q, ldq, xs, S, &y, err, n);
+}
+
+/* The same checks as backend_cuda.cu's; then each expert as the CPU's
+ * fwd_mlp computes it on the integer path. */
+int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu_mat *const *down, int ne, const int8_t *q, int64_t ldq,
+                    const float *xs, int R, const int *r0, const int *nr, float *const *y, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (ne < 1 || ne > CU_MAX_EXPERTS) return snprintf(err, n, "CUDA: %d experts in one call (1..%d)", ne, (int)CU_MAX_EXPERTS), -1;
+    uint64_t outs = 0, hmax = 0;
+    for (int i = 0; i < ne; i++) {
+        const qt_tensor *g = &gate[i]->W, *u = &up[i]->W, *d = &down[i]->W;
+        if (g->I != gate[0]->W.I || u->I != g->I)
+            return snprintf(err, n, "CUDA: matrices of %lld and %lld inputs in one call", (long long)gate[0]->W.I, (long long)(g->I != gate[0]->W.I ? g->I : u->I)), -1;
+        if (u->O != g->O || d->I != g->O)
+            return snprintf(err, n, "CUDA: expert %d: gate of %lld rows, up of %lld and down of %lld inputs do not chain", i, (long long)g->O, (long long)u->O,
+                            (long long)d->I), -1;
+        if (r0[i] < 0 || nr[i] < 0 || r0[i] > R - nr[i]) return snprintf(err, n, "CUDA: rows %d+%d of %d", r0[i], nr[i], R), -1;
+        outs += (uint64_t)nr[i] * (uint64_t)d->O;
+        hmax = (uint64_t)nr[i] * (uint64_t)g->O > hmax ? (uint64_t)nr[i] * (uint64_t)g->O : hmax;
+    }
+    if (R < 1 || !outs) return 0;
+    double t0 = host_now();
+    float *hg = (float *)malloc(hmax * 4), *hu = (float *)malloc(hmax * 4), *hx = (float *)malloc((size_t)R * 4);
+    int8_t *hq = (int8_t *)malloc(hmax);
+    int32_t *xg = (int32_t *)malloc(((size_t)(1 << 17) / 16 + 16) * 4); /* groups of ≥ 16 of at most 2^17 inputs */
+    int rc = hg && hu && hx && hq && xg ? 0 : -1;
+    for (int i = 0; i < ne && !rc; i++) {
+        const qt_tensor *d = &down[i]->W;
+        int64_t I = d->I;
+        if (!nr[i]) continue;
+        rc = mm_idot_ref(&gate[i]->W, q + (size_t)r0[i] * (size_t)ldq, ldq, xs + r0[i], nr[i], hg) ||
+             mm_idot_ref(&up[i]->W, q + (size_t)r0[i] * (size_t)ldq, ldq, xs + r0[i], nr[i], hu) ? -1 : 0;
+        for (int64_t k = 0; !rc && k < nr[i] * I; k++) hg[k] = fm_silu(hg[k]) * hu[k];
+        for (int r = 0; !rc && r < nr[i]; r++) mm_act_quant(hg + (size_t)r * (size_t)I, I, d->fmt, d->gs, 0, hq + (size_t)r * (size_t)I, hx + r, xg);
+        if (!rc) rc = mm_idot_ref(d, hq, I, hx, nr[i], y[i]);
+    }
+    free(hg), free(hu), free(hx), free(hq), free(xg);
+    if (rc) return snprintf(err, n, "CUDA: running the experts: out of memory"), -1;
+    H.stats.calls++, H.stats.mats += 3 * (uint64_t)ne, H.stats.rows += (uint64_t)R;
+    H.stats.bytes_in += (uint64_t)(R * gate[0]->W.I) + (uint64_t)R * 4, H.stats.bytes_out += outs * 4;
+    double dt = host_now() - t0;
+    H.stats.seconds += dt, H.stats.kernel_seconds += dt;
+    return 0;
 }
 
 void cu_stats_get(cu_stats *st) {

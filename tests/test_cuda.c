@@ -4,11 +4,13 @@
  * whose bytes are and are not a multiple of 4 (the word and byte paths),
  * 1..9 activation rows, zero and non-finite rows, and I up to 2^17;
  * several matrices of one input in one call, each as its own call, also
- * each on its own range of the rows (a layer's experts); and
+ * each on its own range of the rows (a layer's experts); batches of
+ * experts with SwiGLU on the device against the CPU's fwd_mlp; and
  * slots refilled with other matrices (cu_mat_fill), their sources
  * overwritten the moment the call returns. Without
  * a CUDA build or a GPU, one SKIP line says which. */
 #include "backend_cuda.h"
+#include "fmath.h"
 #include "kernels.h"
 #include "quant.h"
 
@@ -225,6 +227,107 @@ static void test_rows(void) {
     cu_mat_free(a);
 }
 
+/* A batch of ne experts in one cu_experts_rows call: gate and up [H][D]
+ * in format fg, down [D][H] in fd (group size gs), expert i on rows
+ * [r0, r0 + nr) of R (empty, overlapping and at either end); row 1 of x
+ * zero and row 2 not finite when R > 2. Each y is bit for bit the CPU's
+ * fwd_mlp on the integer path: the scalar reference's gate and up,
+ * fm_silu(g)·u, then its down (which quantizes h as mm_act_quant does).
+ * One round trip and 3·ne matrices counted. 1 when all agree. */
+static int experts_same_as_cpu(mm_ctx *ref, qt_fmt fg, qt_fmt fd, int ne, int64_t D, int64_t H, int gs, int R) {
+    cu_mat *g[CU_MAX_EXPERTS] = {0}, *u[CU_MAX_EXPERTS] = {0}, *d[CU_MAX_EXPERTS] = {0};
+    float *y0[CU_MAX_EXPERTS] = {0}, *y1[CU_MAX_EXPERTS] = {0};
+    void *blk[3 * CU_MAX_EXPERTS] = {0};
+    int r0[CU_MAX_EXPERTS], nr[CU_MAX_EXPERTS];
+    int64_t ldq = D + 7;
+    float *x = (float *)malloc((size_t)(R * D) * 4), *xs = (float *)malloc((size_t)R * 4), *hg = (float *)malloc((size_t)(R * H) * 4),
+          *hu = (float *)malloc((size_t)(R * H) * 4);
+    int8_t *q = (int8_t *)calloc((size_t)(R * ldq), 1);
+    int32_t *xg = (int32_t *)malloc((size_t)(D + 16) * 4);
+    char err[300] = "";
+    int ok = x && xs && hg && hu && q && xg;
+    for (int64_t k = 0; ok && k < R * D; k++) x[k] = frand() * 2.0f;
+    if (ok && R > 2) {
+        for (int64_t k = 0; k < D; k++) x[D + k] = 0.0f;
+        x[2 * D + D / 3] = INFINITY;
+    }
+    for (int r = 0; ok && r < R; r++) mm_act_quant(x + (size_t)r * (size_t)D, D, fg, gs, 0, q + (size_t)r * (size_t)ldq, xs + r, xg);
+    for (int i = 0; i < ne && ok; i++) {
+        r0[i] = (i * 3) % R, nr[i] = i % 5 == 4 ? 0 : 1 + (i * 7) % (R - r0[i]);
+        uint8_t *w[3];
+        float *sc[3];
+        const qt_fmt f3[3] = {fg, fg, fd};
+        const int64_t O3[3] = {H, H, D}, I3[3] = {D, D, H};
+        cu_mat **slot[3] = {&g[i], &u[i], &d[i]};
+        qt_tensor W[3];
+        for (int t = 0; t < 3 && ok; t++) {
+            ok = (blk[3 * i + t] = rand_mat(f3[t], O3[t], I3[t], gs, &w[t], &sc[t])) != NULL;
+            if (!ok) break;
+            W[t] = (qt_tensor){f3[t], O3[t], I3[t], w[t], sc[t], gs};
+            ok = (*slot[t] = cu_mat_upload((int)f3[t], O3[t], I3[t], gs, (int64_t)qt_row_bytes(&W[t]), w[t], sc[t], err, sizeof err)) != NULL;
+        }
+        y0[i] = (float *)malloc((size_t)(R * D) * 4 + 4), y1[i] = (float *)malloc((size_t)(R * D) * 4 + 4);
+        ok = ok && y0[i] && y1[i];
+        if (ok && nr[i]) { /* the CPU: fwd_mlp's three matmuls and SwiGLU */
+            const float *xi = x + (size_t)r0[i] * (size_t)D;
+            mm_matmul(ref, &W[0], xi, nr[i], hg), mm_matmul(ref, &W[1], xi, nr[i], hu);
+            for (int64_t k = 0; k < nr[i] * H; k++) hg[k] = fm_silu(hg[k]) * hu[k];
+            mm_matmul(ref, &W[2], hg, nr[i], y0[i]);
+        }
+    }
+    cu_stats a, b;
+    cu_stats_get(&a);
+    if (ok && cu_experts_rows((const cu_mat *const *)g, (const cu_mat *const *)u, (const cu_mat *const *)d, ne, q, ldq, xs, R, r0, nr, y1, err,
+                              sizeof err))
+        ok = 0;
+    cu_stats_get(&b);
+    if (!ok) fprintf(stderr, "experts: %s\n", err);
+    for (int i = 0; i < ne && ok; i++)
+        for (int64_t k = 0; k < nr[i] * D && ok; k++)
+            if (memcmp(y0[i] + k, y1[i] + k, 4) && !(isnan(y0[i][k]) && isnan(y1[i][k])))
+                ok = 0, fprintf(stderr, "experts %s/%s D=%lld H=%lld: expert %d (rows %d+%d) y[%lld] GPU %.9g, CPU %.9g\n", qt_fmt_name(fg), qt_fmt_name(fd),
+                                (long long)D, (long long)H, i, r0[i], nr[i], (long long)k, y1[i][k], y0[i][k]);
+    ok &= b.calls == a.calls + 1 && b.mats == a.mats + 3 * (uint64_t)ne;
+    for (int i = 0; i < ne; i++) cu_mat_free(g[i]), cu_mat_free(u[i]), cu_mat_free(d[i]), free(y0[i]), free(y1[i]);
+    for (int i = 0; i < 3 * ne; i++) free(blk[i]);
+    free(x), free(xs), free(hg), free(hu), free(q), free(xg);
+    return ok;
+}
+
+/* cu_experts_rows: formats, a partial last group, up to CU_MAX_EXPERTS
+ * experts, zero and non-finite rows; and what it refuses. */
+static void test_experts(mm_ctx *ref) {
+    CHECK(experts_same_as_cpu(ref, QT_I4G, QT_I4G, 8, 96, 80, 32, 8)); /* a GLM-5 decode step's shape: 8 experts, 8 rows */
+    CHECK(experts_same_as_cpu(ref, QT_I4G, QT_I4G, CU_MAX_EXPERTS, 64, 200, 16, 21));
+    CHECK(experts_same_as_cpu(ref, QT_I8, QT_I4, 3, 100, 37, 0, 5));
+    CHECK(experts_same_as_cpu(ref, QT_I2, QT_I8, 2, 63, 130, 0, 1));
+    CHECK(experts_same_as_cpu(ref, QT_I4, QT_I4G, 5, 4097, 64, 64, 3));
+    char err[300];
+    int8_t w[64 * 64] = {0}, q[64] = {0};
+    float s[64], xs[1] = {1}, y0[64], *ys[CU_MAX_EXPERTS + 1];
+    for (int i = 0; i < 64; i++) s[i] = 1;
+    for (int i = 0; i <= CU_MAX_EXPERTS; i++) ys[i] = y0;
+    cu_mat *gu = cu_mat_upload(QT_I8, 16, 32, 0, 32, w, s, err, sizeof err), *dn = cu_mat_upload(QT_I8, 32, 16, 0, 16, w, s, err, sizeof err),
+           *bad = cu_mat_upload(QT_I8, 32, 15, 0, 15, w, s, err, sizeof err);
+    CHECK(gu && dn && bad);
+    if (gu && dn && bad) {
+        const cu_mat *G[CU_MAX_EXPERTS + 1], *D[CU_MAX_EXPERTS + 1], *B[1] = {bad};
+        int r0[CU_MAX_EXPERTS + 1] = {0}, nr[CU_MAX_EXPERTS + 1] = {0};
+        for (int i = 0; i <= CU_MAX_EXPERTS; i++) G[i] = gu, D[i] = dn, nr[i] = 1;
+        CHECK(cu_experts_rows(G, G, B, 1, q, 32, xs, 1, r0, nr, ys, err, sizeof err) == -1);
+        CHECK_HAS(err, "expert 0: gate of 16 rows, up of 16 and down of 15 inputs do not chain");
+        CHECK(cu_experts_rows(G, G, D, CU_MAX_EXPERTS + 1, q, 32, xs, 1, r0, nr, ys, err, sizeof err) == -1);
+        CHECK_HAS(err, "33 experts in one call");
+        CHECK(cu_experts_rows(G, G, D, 0, q, 32, xs, 1, r0, nr, ys, err, sizeof err) == -1);
+        r0[0] = 1; /* row 1 of 1 */
+        CHECK(cu_experts_rows(G, G, D, 1, q, 32, xs, 1, r0, nr, ys, err, sizeof err) == -1);
+        CHECK_HAS(err, "rows 1+1 of 1");
+        CHECK(cu_experts_rows(G, D, D, 1, q, 32, xs, 1, nr + 1, nr, ys, err, sizeof err) == -1); /* up of 16 inputs beside a gate of 32 */
+        CHECK_HAS(err, "matrices of 32 and 16 inputs in one call");
+    }
+    cu_mat_free(gu), cu_mat_free(dn), cu_mat_free(bad);
+}
+
 /* Expert slots: one cu_mat_alloc'd matrix refilled in turn with matrices A
  * and B from a buffer that is overwritten as soon as each fill returns;
  * each multiply right after a fill gives that matrix's bits (an upload of
@@ -317,6 +420,7 @@ int main(void) {
     CHECK(st.mats == st.calls);
     test_groups();
     test_rows();
+    test_experts(&ref);
     test_fills(QT_I4G, 96, 200, 32, 3); /* an expert's gate: grouped int4, a partial last group */
     test_fills(QT_I4, 33, 4097, 0, 1);
     test_fills(QT_I8, 130, 100, 0, 9);
