@@ -25,6 +25,13 @@
 #include <string.h>
 #include <time.h>
 
+struct cu_kv {
+    int nl, kvl, rd;
+    int64_t ctx;
+    float *lat, *rope; /* [nl][ctx][kvl], [nl][ctx][rd]: one block */
+    uint64_t bytes;
+};
+
 struct cu_mat {
     int fmt, gs;
     int64_t O, I, rb, ng; /* rows, inputs, bytes per row, scales per row */
@@ -48,8 +55,11 @@ static struct {
     cudaEvent_t stage_ev[CU_STAGES]; /* the last DMA out of each */
     int stage_next;
     int8_t *q, *hq;
-    float *xs, *y, *hg, *hu, *hx; /* hg, hu, hq, hx: cu_experts_rows' intermediate rows */
+    float *xs, *y, *hg, *hu, *hx; /* hg, hu, hq, hx: cu_experts_rows' intermediate rows (cu_mla's too) */
     size_t qcap, xcap, ycap, hgcap, hucap, hqcap, hxcap; /* bytes */
+    float *mq, *mqa, *msc;        /* cu_mla: queries, latent queries then outputs, scores */
+    int *mi;                      /* cu_mla: nsel, then sel */
+    size_t mqcap, mqacap, msccap, micap;
     cudaEvent_t ev[2];
     cu_stats stats;
 } G;
@@ -110,6 +120,13 @@ __device__ __forceinline__ int32_t dot_byte(uint32_t b, const int8_t *__restrict
 
 #define SB 8 /* activation rows per pass over the weights */
 
+/* What blockIdx.y advances a kernel's pointers by (in elements): matrix
+ * rows' weights and scales, activation rows and their scales, outputs.
+ * All zero for one matrix; cu_mla's W_UV takes every head in one launch. */
+struct cu_steps {
+    int64_t w, s, q, x, y;
+};
+
 /* Σ (code − off)·q of row s over the weight bytes [b, b + V) held in u
  * (V = 16: four words; 4: one word; 1: one byte). */
 template <int F, int V>
@@ -133,7 +150,8 @@ __device__ __forceinline__ uint4 load_chunk(const uint8_t *__restrict__ w, int64
  * chunk loaded once for up to SB activation rows. */
 template <int F, int V>
 __global__ void k_rows(const uint8_t *__restrict__ W, const float *__restrict__ Sc, int64_t O, int64_t rb, const int8_t *__restrict__ q,
-                       int64_t ldq, const float *__restrict__ xs, int S, float *__restrict__ y) {
+                       int64_t ldq, const float *__restrict__ xs, int S, float *__restrict__ y, cu_steps st) {
+    W += blockIdx.y * st.w, Sc += blockIdx.y * st.s, q += blockIdx.y * st.q, xs += blockIdx.y * st.x, y += blockIdx.y * st.y;
     const int64_t o = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (o >= O) return; /* a whole warp */
@@ -163,7 +181,8 @@ __global__ void k_rows(const uint8_t *__restrict__ W, const float *__restrict__ 
  * SB activation rows per pass over the weights. */
 template <int V>
 __global__ void k_groups(const uint8_t *__restrict__ W, const float *__restrict__ Sc, int64_t O, int64_t rb, int gs, int64_t ng,
-                         const int8_t *__restrict__ q, int64_t ldq, const float *__restrict__ xs, int S, float *__restrict__ y) {
+                         const int8_t *__restrict__ q, int64_t ldq, const float *__restrict__ xs, int S, float *__restrict__ y, cu_steps st) {
+    W += blockIdx.y * st.w, Sc += blockIdx.y * st.s, q += blockIdx.y * st.q, xs += blockIdx.y * st.x, y += blockIdx.y * st.y;
     const int64_t o = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (o >= O) return;
@@ -213,42 +232,179 @@ __global__ void k_groups(const uint8_t *__restrict__ W, const float *__restrict_
     }
 }
 
+/* The largest of the block's mb (|value| bit patterns, which order like
+ * the values): a max, exact in any order. Every thread gets it. */
+__device__ unsigned block_max_bits(unsigned mb) {
+    __shared__ unsigned all;
+    if (threadIdx.x == 0) all = 0;
+    __syncthreads();
+    for (int o = 16; o; o >>= 1) {
+        const unsigned t = __shfl_xor_sync(FULL, mb, o);
+        mb = t > mb ? t : mb;
+    }
+    if ((threadIdx.x & 31) == 0) atomicMax(&all, mb);
+    __syncthreads();
+    return all;
+}
+
+/* One activation row h[I] (global memory, written by this block before
+ * block_max_bits' barrier) quantized as mm_act_quant does in natural
+ * order, from mb, the largest |h| bit pattern: xs = absmax/127 and q =
+ * rne(h·(127/absmax)) clamped to ±127, zero past I up to ldq; q = 0 with
+ * xs 0 (absmax below 1e-30) or NaN (a value not finite). */
+__device__ void block_act_quant(const float *h, int64_t I, unsigned mb, int8_t *q, int64_t ldq, float *xs) {
+    const float amax = __uint_as_float(mb);
+    const bool zero = mb >= 0x7F800000u || !(amax >= 1e-30f);
+    const float inv = zero ? 0.0f : __fdiv_rn(127.0f, amax);
+    for (int64_t i = threadIdx.x; i < ldq; i += blockDim.x) {
+        float r = i < I && !zero ? rintf(__fmul_rn(h[i], inv)) : 0.0f; /* rintf: to nearest, ties to even, as qt_rne */
+        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        q[i] = (int8_t)(int)r;
+    }
+    if (threadIdx.x == 0) *xs = mb >= 0x7F800000u ? __uint_as_float(0x7FC00000u) : zero ? 0.0f : __fdiv_rn(amax, 127.0f);
+}
+
 /* SwiGLU and the activation quantization of one intermediate row per
- * block, as the CPU's fwd_swiglu then mm_act_quant (natural order) do:
- * h = fm_silu(g)·u into g; xs = absmax/127 and q = rne(h·(127/absmax))
- * clamped to ±127, zero past I up to ldq; q = 0 with xs 0 (absmax below
- * 1e-30) or NaN (a value not finite). The absmax is the largest |h| bit
- * pattern, which orders like the values: a max, exact in any order. */
+ * block, as the CPU's fwd_swiglu then mm_act_quant do: h = fm_silu(g)·u
+ * into g, then block_act_quant. */
 __global__ void k_swiglu_quant(float *__restrict__ g, const float *__restrict__ u, int64_t I, int8_t *__restrict__ q, int64_t ldq,
                                float *__restrict__ xs) {
-    __shared__ unsigned mb_all;
     float *gr = g + (int64_t)blockIdx.x * I;
     const float *ur = u + (int64_t)blockIdx.x * I;
-    int8_t *qr = q + (int64_t)blockIdx.x * ldq;
-    if (threadIdx.x == 0) mb_all = 0;
-    __syncthreads();
     unsigned mb = 0;
     for (int64_t i = threadIdx.x; i < I; i += blockDim.x) {
         const float h = __fmul_rn(fm_silu(gr[i]), ur[i]);
         const unsigned b = __float_as_uint(h) & 0x7FFFFFFFu;
         gr[i] = h, mb = b > mb ? b : mb;
     }
+    block_act_quant(gr, I, block_max_bits(mb), q + (int64_t)blockIdx.x * ldq, ldq, xs + blockIdx.x);
+}
+
+/* ------------------------------------------------------------ attention
+ * cu_mla's steps, one (row s, head h) pair b = h·S + s per block (the
+ * CPU's order of the latent rows), each float step rounded alone as the
+ * CPU's code does it. */
+
+/* Element j of row r of an integer matrix as mm_deq1: (float)code·scale. */
+__device__ __forceinline__ float deq1(int fmt, const uint8_t *__restrict__ w, const float *__restrict__ sc, int64_t rb, int64_t ng, int gs, int64_t r,
+                                      int64_t j) {
+    const uint8_t *row = w + r * rb;
+    int v;
+    if (fmt == CU_I8) v = (int8_t)row[j];
+    else if (fmt == CU_I2) v = (int)((row[j >> 2] >> ((j & 3) * 2)) & 3u) - 2;
+    else v = (int)((row[j >> 1] >> ((j & 1) * 4)) & 15u) - 8;
+    return __fmul_rn((float)v, sc[r * ng + (fmt == CU_I4G ? j / gs : 0)]);
+}
+
+/* The query pulled into the latent space, as mm_matvec_t: qa[b][j] = Σ_o
+ * x[o]·deq(kv_b[h·kvw + o][j]) in increasing o, y + x·deq each step. */
+__global__ void k_mla_qa(const uint8_t *__restrict__ W, const float *__restrict__ Sc, int fmt, int64_t rb, int64_t ng, int gs,
+                         const float *__restrict__ q, int S, int H, int nope, int qk, int kvw, int kvl, float *__restrict__ qa) {
+    const int b = blockIdx.x, s = b % S, h = b / S;
+    const float *x = q + ((int64_t)s * H + h) * qk;
+    for (int j = threadIdx.x; j < kvl; j += blockDim.x) {
+        float y = 0.0f;
+        for (int o = 0; o < nope; o++) y = __fadd_rn(y, __fmul_rn(x[o], deq1(fmt, W, Sc, rb, ng, gs, (int64_t)h * kvw + o, j)));
+        qa[(int64_t)b * kvl + j] = y;
+    }
+}
+
+/* kernels.h's mm_dot_f32: 16 running sums (lane i mod 16), the tail into
+ * lane 0, then pairwise (j + 8, + 4, + 2, + 1). */
+__device__ __forceinline__ float dot16(const float *__restrict__ a, const float *__restrict__ b, int n) {
+    float s[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) s[j] = 0.0f;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma unroll
+        for (int j = 0; j < 16; j++) s[j] = __fadd_rn(s[j], __fmul_rn(a[i + j], b[i + j]));
+    for (; i < n; i++) s[0] = __fadd_rn(s[0], __fmul_rn(a[i], b[i]));
+#pragma unroll
+    for (int w = 8; w > 0; w >>= 1)
+#pragma unroll
+        for (int j = 0; j < w; j++) s[j] = __fadd_rn(s[j], s[j + w]);
+    return s[0];
+}
+
+/* The keys of row s that it attends to: every causal one (nsel < 0) or
+ * the indexer's. */
+__device__ __forceinline__ int64_t mla_keys(const int *__restrict__ nsel, int s, int64_t pos) { return nsel[s] < 0 ? pos + s + 1 : nsel[s]; }
+
+/* One score per thread: blockIdx.x = b, keys i of blockIdx.y's chunk:
+ * (dot(qa, lat[t]) + dot(q_rope, rope[t]))·scale into score[b][i]. */
+__global__ void k_mla_scores(const float *__restrict__ qa, const float *__restrict__ q, const float *__restrict__ lat, const float *__restrict__ kr,
+                             const int *__restrict__ nsel, const int *__restrict__ sel, int sel_stride, int S, int H, int nope, int qk, int kvl, int rd,
+                             int64_t pos, float scale, int64_t ldsc, float *__restrict__ score) {
+    const int b = blockIdx.x, s = b % S, h = b / S;
+    const int64_t i = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (i >= mla_keys(nsel, s, pos)) return;
+    const int64_t t = nsel[s] < 0 ? i : sel[(int64_t)s * sel_stride + i];
+    const float *qs = q + ((int64_t)s * H + h) * qk;
+    score[(int64_t)b * ldsc + i] = __fmul_rn(__fadd_rn(dot16(qa + (int64_t)b * kvl, lat + t * kvl, kvl), dot16(qs + nope, kr + t * rd, rd)), scale);
+}
+
+/* The largest of the block's v under a > b ? a : b (NaN never wins). */
+__device__ float block_max_f(float v) {
+    __shared__ float part[32];
     for (int o = 16; o; o >>= 1) {
-        const unsigned t = __shfl_xor_sync(FULL, mb, o);
-        mb = t > mb ? t : mb;
+        const float t = __shfl_xor_sync(FULL, v, o);
+        v = t > v ? t : v;
     }
-    if ((threadIdx.x & 31) == 0) atomicMax(&mb_all, mb);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
     __syncthreads();
-    mb = mb_all;
-    const float amax = __uint_as_float(mb);
-    const bool zero = mb >= 0x7F800000u || !(amax >= 1e-30f);
-    const float inv = zero ? 0.0f : __fdiv_rn(127.0f, amax);
-    for (int64_t i = threadIdx.x; i < ldq; i += blockDim.x) {
-        float r = i < I && !zero ? rintf(__fmul_rn(gr[i], inv)) : 0.0f; /* rintf: to nearest, ties to even, as qt_rne */
-        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
-        qr[i] = (int8_t)(int)r;
+    v = part[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) v = part[w] > v ? part[w] : v;
+    __syncthreads(); /* part is free for the next call */
+    return v;
+}
+
+/* Softmax of row b's scores as forward.h's softmax (max as its loop
+ * finds it, e = fm_expf(x − max), their sum in increasing i by one thread,
+ * e·(1/sum)), then the weighted latent o[j] = Σ_i p_i·lat[t_i][j] in
+ * increasing i (mm_axpy_f32), into o[b], quantized into hq[b], hx[b]. */
+__global__ void k_mla_softmax(float *__restrict__ score, int64_t ldsc, const int *__restrict__ nsel, const int *__restrict__ sel, int sel_stride, int S,
+                              int64_t pos, const float *__restrict__ lat, int kvl, float *__restrict__ o, int8_t *__restrict__ hq, int64_t ldh,
+                              float *__restrict__ hx) {
+    __shared__ float inv_all;
+    const int b = blockIdx.x, s = b % S;
+    const int64_t nk = mla_keys(nsel, s, pos);
+    const int *ks = nsel[s] < 0 ? NULL : sel + (int64_t)s * sel_stride;
+    float *x = score + (int64_t)b * ldsc;
+    const float x0 = x[0]; /* read before the barriers of block_max_f: thread 0 then overwrites it */
+    float m = -INFINITY;   /* the loop's mx = x[0], replaced by every later x[i] > mx */
+    for (int64_t i = 1 + threadIdx.x; i < nk; i += blockDim.x) m = x[i] > m ? x[i] : m;
+    m = block_max_f(m);
+    const float mx = x0 != x0 ? x0 : m > x0 ? m : x0;
+    for (int64_t i = threadIdx.x; i < nk; i += blockDim.x) x[i] = fm_expf(__fsub_rn(x[i], mx));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int64_t i = 0; i < nk; i++) sum = __fadd_rn(sum, x[i]);
+        inv_all = __fdiv_rn(1.0f, sum);
     }
-    if (threadIdx.x == 0) xs[blockIdx.x] = mb >= 0x7F800000u ? __uint_as_float(0x7FC00000u) : zero ? 0.0f : __fdiv_rn(amax, 127.0f);
+    __syncthreads();
+    const float inv = inv_all;
+    for (int64_t i = threadIdx.x; i < nk; i += blockDim.x) x[i] = __fmul_rn(x[i], inv);
+    __syncthreads();
+    float *ob = o + (int64_t)b * kvl;
+    unsigned mb = 0;
+    for (int j = threadIdx.x; j < kvl; j += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < nk; i++) acc = __fadd_rn(acc, __fmul_rn(x[i], lat[(ks ? ks[i] : i) * (int64_t)kvl + j]));
+        const unsigned u = __float_as_uint(acc) & 0x7FFFFFFFu;
+        ob[j] = acc, mb = u > mb ? u : mb;
+    }
+    block_act_quant(ob, kvl, block_max_bits(mb), hq + (int64_t)b * ldh, ldh, hx + b);
+}
+
+/* y[h][s][v] (W_UV's output per head) → attn[s][h][v]. */
+__global__ void k_mla_permute(const float *__restrict__ y, int S, int H, int vh, float *__restrict__ attn) {
+    const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= (int64_t)S * H * vh) return;
+    const int64_t v = k % vh, hs = k / vh, s = hs % S, h = hs / S;
+    attn[(s * H + h) * vh + v] = y[k];
 }
 
 /* ------------------------------------------------------------ the ABI */
@@ -294,6 +450,7 @@ extern "C" void cu_shutdown(void) {
     cudaStreamSynchronize(G.up); /* no DMA still reads a staging buffer */
     for (int k = 0; k < CU_STAGES; k++) cudaFreeHost(G.stage[k]), cudaEventDestroy(G.stage_ev[k]);
     cudaFree(G.q), cudaFree(G.xs), cudaFree(G.y), cudaFree(G.hg), cudaFree(G.hu), cudaFree(G.hq), cudaFree(G.hx);
+    cudaFree(G.mq), cudaFree(G.mqa), cudaFree(G.msc), cudaFree(G.mi);
     cudaEventDestroy(G.ev[0]), cudaEventDestroy(G.ev[1]);
     cudaStreamDestroy(G.st), cudaStreamDestroy(G.up);
     memset(&G, 0, sizeof G);
@@ -397,31 +554,40 @@ static int64_t cu_act_width(const cu_mat *m) {
     return (m->rb * epb + 63) / 64 * 64;
 }
 
-/* Launches m's kernel over S rows q[S][ldd] (device) with scales xs, into y. */
-static void cu_launch(const cu_mat *m, const int8_t *q, int64_t ldd, const float *xs, int S, float *y) {
+/* Launches the kernel of m's format over S rows q[S][ldd] (device) with
+ * scales xs into y[S][O]: O rows of m from row r0 on; nb times (blockIdx.y)
+ * with pointers advanced by st (cu_mla's heads), else once. */
+static void cu_launch_rows(const cu_mat *m, int64_t r0, int64_t O, int nb, cu_steps st, const int8_t *q, int64_t ldd, const float *xs, int S, float *y) {
     const int warps = 8;
-    const unsigned blocks = (unsigned)((m->O + warps - 1) / warps);
+    const dim3 grid((unsigned)((O + warps - 1) / warps), (unsigned)nb);
+    const uint8_t *w = m->w + r0 * m->rb;
+    const float *sc = m->s + r0 * m->ng;
     /* widest loads the row (and, grouped, the group) alignment allows */
     const int64_t gb = m->fmt == CU_I4G ? m->gs / 2 : 16;
     const int v = m->rb % 16 == 0 && gb % 16 == 0 ? 16 : m->rb % 4 == 0 ? 4 : 1;
 #define LAUNCH(K, ...)                                                                                                  \
     do {                                                                                                               \
-        if (v == 16) K<__VA_ARGS__ 16><<<blocks, 32 * warps, 0, G.st>>>(ARGS);                                         \
-        else if (v == 4) K<__VA_ARGS__ 4><<<blocks, 32 * warps, 0, G.st>>>(ARGS);                                      \
-        else K<__VA_ARGS__ 1><<<blocks, 32 * warps, 0, G.st>>>(ARGS);                                                  \
+        if (v == 16) K<__VA_ARGS__ 16><<<grid, 32 * warps, 0, G.st>>>(ARGS);                                           \
+        else if (v == 4) K<__VA_ARGS__ 4><<<grid, 32 * warps, 0, G.st>>>(ARGS);                                        \
+        else K<__VA_ARGS__ 1><<<grid, 32 * warps, 0, G.st>>>(ARGS);                                                    \
     } while (0)
-#define ARGS m->w, m->s, m->O, m->rb, q, ldd, xs, S, y
+#define ARGS w, sc, O, m->rb, q, ldd, xs, S, y, st
     switch (m->fmt) {
     case CU_I8: LAUNCH(k_rows, CU_I8,); break;
     case CU_I4: LAUNCH(k_rows, CU_I4,); break;
     case CU_I2: LAUNCH(k_rows, CU_I2,); break;
     default:
 #undef ARGS
-#define ARGS m->w, m->s, m->O, m->rb, m->gs, m->ng, q, ldd, xs, S, y
+#define ARGS w, sc, O, m->rb, m->gs, m->ng, q, ldd, xs, S, y, st
         LAUNCH(k_groups, );
     }
 #undef ARGS
 #undef LAUNCH
+}
+
+/* Launches m's kernel over S rows q[S][ldd] (device) with scales xs, into y. */
+static void cu_launch(const cu_mat *m, const int8_t *q, int64_t ldd, const float *xs, int S, float *y) {
+    cu_launch_rows(m, 0, m->O, 1, cu_steps{0, 0, 0, 0, 0}, q, ldd, xs, S, y);
 }
 
 extern "C" int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t ldq, const float *xs, int R, const int *r0,
@@ -519,6 +685,115 @@ extern "C" int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *u
     if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running the experts", e);
     G.stats.calls++, G.stats.mats += 3 * (uint64_t)ne, G.stats.rows += (uint64_t)R;
     G.stats.bytes_in += (uint64_t)(R * gate[0]->I) + (uint64_t)R * 4, G.stats.bytes_out += (uint64_t)outs * 4;
+    G.stats.seconds += cu_now() - t0;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+    return 0;
+}
+
+extern "C" cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), (cu_kv *)NULL;
+    if (nl < 1 || ctx < 1 || kvl < 1 || rd < 0 || ctx > (INT64_C(1) << 24) || kvl > 4096 || rd > 4096)
+        return snprintf(err, n, "CUDA: cannot hold a latent cache of %d layers x %lld positions x (%d + %d)", nl, (long long)ctx, kvl, rd), (cu_kv *)NULL;
+    cu_kv *c = (cu_kv *)calloc(1, sizeof *c);
+    if (!c) return snprintf(err, n, "out of memory"), (cu_kv *)NULL;
+    c->nl = nl, c->ctx = ctx, c->kvl = kvl, c->rd = rd, c->bytes = (uint64_t)nl * (uint64_t)ctx * (uint64_t)(kvl + rd) * 4;
+    cudaError_t e = cudaMalloc((void **)&c->lat, (size_t)c->bytes);
+    if (e != cudaSuccess) return cu_fail(err, n, "allocating the latent cache", e), free(c), (cu_kv *)NULL;
+    c->rope = c->lat + (size_t)nl * (size_t)ctx * (size_t)kvl;
+    return c;
+}
+
+/* Queued on the matmul stream, which every later call drains before it
+ * returns; the engine does not touch those host rows before its next
+ * cu_mla. */
+extern "C" int cu_kv_write(cu_kv *c, int l, int64_t p0, int64_t np, const float *lat, const float *rope, char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (!c || l < 0 || l >= c->nl || p0 < 0 || np < 0 || p0 > c->ctx - np)
+        return snprintf(err, n, "CUDA: writing positions %lld+%lld of layer %d to a latent cache of %lld", (long long)p0, (long long)np, l,
+                        (long long)(c ? c->ctx : 0)), -1;
+    if (!np) return 0;
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(c->lat + ((size_t)l * (size_t)c->ctx + (size_t)p0) * (size_t)c->kvl, lat, (size_t)np * (size_t)c->kvl * 4,
+                             cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
+        (c->rd && (e = cudaMemcpyAsync(c->rope + ((size_t)l * (size_t)c->ctx + (size_t)p0) * (size_t)c->rd, rope, (size_t)np * (size_t)c->rd * 4,
+                                       cudaMemcpyHostToDevice, G.st)) != cudaSuccess))
+        return cu_fail(err, n, "writing the latent cache", e);
+    G.stats.kv_bytes += (uint64_t)np * (uint64_t)(c->kvl + c->rd) * 4;
+    return 0;
+}
+
+extern "C" void cu_kv_free(cu_kv *c) {
+    if (!c) return;
+    if (G.on) cudaStreamSynchronize(G.st), cudaFree(c->lat);
+    free(c);
+}
+
+/* Queues cu_mla for rows [s0, s1) of a call (their scores take at most
+ * CU_MLA_SCORES bytes): the queries and kept keys go in, five launches
+ * (latent queries, scores, softmax with the weighted latents and their
+ * quantization, W_UV for every head at once, the reorder to [s][h][v]),
+ * attn comes back. nkmax: the most keys a row of them keeps. */
+static cudaError_t cu_mla_rows(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_shape *sh, const float *q, int S, int64_t pos, const int *nsel,
+                               const int *sel, float *attn, int64_t nkmax, int any) {
+    const int H = sh->H, kvl = sh->kvl, rd = sh->rd, nope = sh->nope, vh = sh->vh, kvw = nope + vh, qk = nope + rd;
+    const int64_t B = (int64_t)S * H, ldh = cu_act_width(kv_b), nint = S + (any ? (int64_t)S * sh->sel_stride : 0);
+    cudaError_t e;
+    if ((e = cu_grow((void **)&G.mq, &G.mqcap, (size_t)(B * qk) * 4)) != cudaSuccess || (e = cu_grow((void **)&G.mi, &G.micap, (size_t)nint * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.mqa, &G.mqacap, (size_t)(B * kvl) * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.msc, &G.msccap, (size_t)(B * nkmax) * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.hq, &G.hqcap, (size_t)(B * ldh))) != cudaSuccess || (e = cu_grow((void **)&G.hx, &G.hxcap, (size_t)B * 4)) != cudaSuccess ||
+        (e = cu_grow((void **)&G.y, &G.ycap, (size_t)(B * vh) * 4)) != cudaSuccess || (e = cu_grow((void **)&G.hu, &G.hucap, (size_t)(B * vh) * 4)) != cudaSuccess)
+        return e;
+    if ((e = cudaMemcpyAsync(G.mq, q, (size_t)(B * qk) * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(G.mi, nsel, (size_t)S * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
+        (any && (e = cudaMemcpyAsync(G.mi + S, sel, (size_t)S * (size_t)sh->sel_stride * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess))
+        return e;
+    const float *lat = c->lat + (size_t)l * (size_t)c->ctx * (size_t)kvl, *kr = c->rope + (size_t)l * (size_t)c->ctx * (size_t)rd;
+    k_mla_qa<<<(unsigned)B, 128, 0, G.st>>>(kv_b->w, kv_b->s, kv_b->fmt, kv_b->rb, kv_b->ng, kv_b->gs, G.mq, S, H, nope, qk, kvw, kvl, G.mqa);
+    k_mla_scores<<<dim3((unsigned)B, (unsigned)((nkmax + 127) / 128)), 128, 0, G.st>>>(G.mqa, G.mq, lat, kr, G.mi, G.mi + S, sh->sel_stride, S, H, nope, qk,
+                                                                                      kvl, rd, pos, sh->scale, nkmax, G.msc);
+    k_mla_softmax<<<(unsigned)B, 256, 0, G.st>>>(G.msc, nkmax, G.mi, G.mi + S, sh->sel_stride, S, pos, lat, kvl, G.mqa, G.hq, ldh, G.hx);
+    cu_launch_rows(kv_b, nope, vh, H, cu_steps{kvw * kv_b->rb, kvw * kv_b->ng, S * ldh, S, (int64_t)S * vh}, G.hq, ldh, G.hx, S, G.y);
+    k_mla_permute<<<(unsigned)((B * vh + 255) / 256), 256, 0, G.st>>>(G.y, S, H, vh, G.hu);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    return cudaMemcpyAsync(attn, G.hu, (size_t)(B * vh) * 4, cudaMemcpyDeviceToHost, G.st);
+}
+
+/* The score buffer's bound: rows go in chunks whose scores fit. */
+#define CU_MLA_SCORES ((int64_t)256 << 20)
+
+/* Checks everything, then the rows in chunks (cu_mla_rows) and one
+ * synchronisation. */
+extern "C" int cu_mla(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_shape *sh, const float *q, int S, int64_t pos, const int *nsel,
+                      const int *sel, float *attn, char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    const int H = sh->H, kvl = sh->kvl, rd = sh->rd, nope = sh->nope, vh = sh->vh, kvw = nope + vh, qk = nope + rd;
+    if (!c || l < 0 || l >= c->nl || kvl != c->kvl || rd != c->rd || H < 1 || nope < 1 || vh < 1 || !kv_b || kv_b->O != (int64_t)H * kvw || kv_b->I != kvl)
+        return snprintf(err, n, "CUDA: attention: the latent cache, the shape and kv_b do not agree"), -1;
+    if (S < 1 || pos < 0 || pos > c->ctx - S) return snprintf(err, n, "CUDA: attention: rows %lld+%d of a cache of %lld", (long long)pos, S, (long long)c->ctx), -1;
+    int64_t nkmax = 1, any = 0;
+    for (int s = 0; s < S; s++) {
+        if (nsel[s] > sh->sel_stride) return snprintf(err, n, "CUDA: attention: row %d keeps %d keys, more than %d", s, nsel[s], sh->sel_stride), -1;
+        for (int i = 0; i < nsel[s]; i++)
+            if (sel[(size_t)s * (size_t)sh->sel_stride + i] < 0 || sel[(size_t)s * (size_t)sh->sel_stride + i] > pos + s)
+                return snprintf(err, n, "CUDA: attention: row %d keeps key %d, not causal", s, sel[(size_t)s * (size_t)sh->sel_stride + i]), -1;
+        const int64_t nk = nsel[s] < 0 ? pos + s + 1 : nsel[s];
+        nkmax = nk > nkmax ? nk : nkmax, any |= nsel[s] >= 0;
+    }
+    const int64_t per = CU_MLA_SCORES / ((int64_t)H * nkmax * 4), chunk = per < 1 ? 1 : per < S ? per : S;
+    double t0 = cu_now();
+    cudaError_t e = kv_b->pending ? cudaStreamWaitEvent(G.st, kv_b->filled, 0) : cudaSuccess;
+    cudaEventRecord(G.ev[0], G.st);
+    for (int64_t s0 = 0; s0 < S && e == cudaSuccess; s0 += chunk) {
+        const int ns = (int)(S - s0 < chunk ? S - s0 : chunk);
+        e = cu_mla_rows(c, l, kv_b, sh, q + s0 * H * qk, ns, pos + s0, nsel + s0, sel + s0 * sh->sel_stride, attn + s0 * H * vh, nkmax, (int)any);
+    }
+    cudaEventRecord(G.ev[1], G.st);
+    if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running attention", e);
+    G.stats.calls++, G.stats.attn_calls++, G.stats.mats += 1, G.stats.rows += (uint64_t)S;
+    G.stats.bytes_in += (uint64_t)((int64_t)S * H * qk) * 4 + (uint64_t)(S + (any ? (int64_t)S * sh->sel_stride : 0)) * 4;
+    G.stats.bytes_out += (uint64_t)((int64_t)S * H * vh) * 4;
     G.stats.seconds += cu_now() - t0;
     float ms = 0;
     if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;

@@ -11,7 +11,9 @@
  * mm_irows_ref (mul and add rounded separately, never fused), so its y is
  * bit for bit the CPU's: placement never changes the tokens. Routed
  * experts also run whole (cu_experts_rows): SwiGLU through fmath.h and the
- * intermediate rows' quantization, both as the CPU does them.
+ * intermediate rows' quantization, both as the CPU does them; and so does
+ * absorbed MLA attention over a latent cache in device memory (cu_mla),
+ * step for step in the CPU's order.
  *
  * One process, one device; calls are synchronous (cu_mat_fill's copy
  * excepted) and not reentrant (the engine makes them from one thread).
@@ -38,6 +40,17 @@ typedef struct {
 } cu_info;
 
 typedef struct cu_mat cu_mat; /* a matrix in device memory */
+typedef struct cu_kv cu_kv;   /* the attention's latent cache in device memory */
+
+/* One attention layer's shape for cu_mla: H heads; per head a query of
+ * nope + rd values (no-RoPE part, then RoPE part), a value of vh; the
+ * latent of kvl values and the roped shared key of rd; kv_b is
+ * [H·(nope + vh)][kvl] (per head nope rows W_UK, then vh rows W_UV);
+ * selected keys rows of sel_stride ints. */
+typedef struct {
+    int H, nope, rd, vh, kvl, sel_stride;
+    float scale; /* the score's factor */
+} cu_mla_shape;
 
 /* The formats cu_mat_upload takes: quant.h's qt_fmt values (model.h checks
  * that they agree). */
@@ -55,6 +68,7 @@ typedef struct {
     uint64_t bytes_in, bytes_out; /* host to device (activations), device to host (y) */
     uint64_t weight_bytes;     /* weights and scales resident now */
     uint64_t fills, fill_bytes; /* cu_mat_fill calls, and the bytes they copied */
+    uint64_t attn_calls, kv_bytes; /* cu_mla calls (also in calls); bytes cu_kv_write copied up */
     double seconds;            /* wall time inside cu_mat_idot */
     double kernel_seconds;     /* of it, in the matmul kernels (CUDA events) */
 } cu_stats;
@@ -111,6 +125,31 @@ int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t l
  * up[i] has gate[i]'s rows and down[i] takes that many inputs. */
 int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu_mat *const *down, int ne, const int8_t *q, int64_t ldq,
                     const float *xs, int R, const int *r0, const int *nr, float *const *y, char *err, size_t n);
+/* The latent cache of nl layers of ctx positions, kvl latent and rd rope
+ * floats a position, in device memory (contents undefined until written).
+ * NULL with err. */
+cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, size_t n);
+/* Positions [p0, p0 + np) of layer l from lat[np][kvl] and rope[np][rd]
+ * (host memory, free on return). */
+int cu_kv_write(cu_kv *c, int l, int64_t p0, int64_t np, const float *lat, const float *rope, char *err, size_t n);
+void cu_kv_free(cu_kv *c);
+/* Absorbed MLA attention of layer l of c for S query rows at positions
+ * pos..pos+S-1, in one round trip, bit for bit the CPU's (forward.h's
+ * attn_head_latent, then W_UV on the integer path): for row s and head h,
+ * over the kept keys t (every t ≤ pos + s when nsel[s] < 0, else
+ * sel[s·sel_stride + i] for i < nsel[s]):
+ *   qa    = Σ_o q_nope[o]·deq(kv_b[h·(nope+vh) + o]) in increasing o, each
+ *           step y + x·deq (mm_matvec_t)
+ *   score = (dot(qa, lat[t]) + dot(q_rope, rope[t])) · scale, dot as
+ *           kernels.h's mm_dot_f32 (16 running sums, tail, pairwise)
+ *   p     = softmax(score): max, e = fm_expf(score − max), their sum in
+ *           increasing i, e·(1/sum)
+ *   o     = Σ_i p_i·lat[t_i] in increasing i (mm_axpy_f32)
+ *   attn[s][h][vh] = o quantized (mm_act_quant) times the vh W_UV rows
+ * q is [S][H][nope + rd]; kv_b an integer matrix in device memory; the
+ * cache must hold every position read. */
+int cu_mla(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_shape *sh, const float *q, int S, int64_t pos, const int *nsel, const int *sel,
+           float *attn, char *err, size_t n);
 void cu_stats_get(cu_stats *st);
 /* Device memory free now, as the driver counts it (allocations rounded to
  * its pages); 0 when unknown. */
@@ -160,6 +199,21 @@ static inline int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t
 static inline int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu_mat *const *down, int ne, const int8_t *q,
                                   int64_t ldq, const float *xs, int R, const int *r0, const int *nr, float *const *y, char *err, size_t n) {
     (void)gate, (void)up, (void)down, (void)ne, (void)q, (void)ldq, (void)xs, (void)R, (void)r0, (void)nr, (void)y;
+    return cu_fail_(err, n);
+}
+static inline cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, size_t n) {
+    (void)nl, (void)ctx, (void)kvl, (void)rd;
+    cu_fail_(err, n);
+    return NULL;
+}
+static inline int cu_kv_write(cu_kv *c, int l, int64_t p0, int64_t np, const float *lat, const float *rope, char *err, size_t n) {
+    (void)c, (void)l, (void)p0, (void)np, (void)lat, (void)rope;
+    return cu_fail_(err, n);
+}
+static inline void cu_kv_free(cu_kv *c) { (void)c; }
+static inline int cu_mla(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_shape *sh, const float *q, int S, int64_t pos, const int *nsel,
+                         const int *sel, float *attn, char *err, size_t n) {
+    (void)c, (void)l, (void)kv_b, (void)sh, (void)q, (void)S, (void)pos, (void)nsel, (void)sel, (void)attn;
     return cu_fail_(err, n);
 }
 static inline void cu_stats_get(cu_stats *st) {

@@ -317,6 +317,7 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     o->cuda = cuda[env_i(e, ENV_CUDA)], o->cuda_device = (int)env_i(e, ENV_CUDA_DEVICE);
     o->cuda_expert_gb = env_v(e, ENV_CUDA_EXPERT_GB)->s ? env_v(e, ENV_CUDA_EXPERT_GB)->f : -1;
     o->cuda_fill_mb = env_v(e, ENV_CUDA_FILL_MB)->f;
+    o->cuda_attn = (int)env_i(e, ENV_CUDA_ATTN);
     o->cuda_fault = env_i(e, ENV_COLI_CUDA_FAULT);
     const char *simd = env_v(e, ENV_SIMD)->s;
     o->simd = strcmp(simd, "auto") ? mm_level_parse(simd) : -1;
@@ -424,11 +425,13 @@ static void print_end(coli_model *m) {
         uint64_t calls = g.calls - m->gpu.last.calls, mats = g.mats - m->gpu.last.mats, dg = m->gpu.cnt.dense_gpu - m->gpu.cnt_last.dense_gpu,
                  dc = m->gpu.cnt.dense_cpu - m->gpu.cnt_last.dense_cpu;
         uint64_t jobs = m->gpu.cnt.jobs - m->gpu.cnt_last.jobs, xjobs = m->gpu.cnt.xjobs - m->gpu.cnt_last.xjobs;
+        uint64_t ag = m->gpu.cnt.attn_gpu - m->gpu.cnt_last.attn_gpu, ac = m->gpu.cnt.attn_cpu - m->gpu.cnt_last.attn_cpu;
+        uint64_t up = g.bytes_in - m->gpu.last.bytes_in + g.kv_bytes - m->gpu.last.kv_bytes;
         int toks = t->prompt_tokens + t->gen_tokens;
-        fprintf(stderr, "colibri: GPU: %llu matmuls in %llu calls (%.0f%% of the dense ones; routed experts %.1f%% from GPU memory), %.3f s in GPU calls, "
-                        "%.2f MB/tok up and %.2f MB/tok down%s\n",
-                (unsigned long long)mats, (unsigned long long)calls, tel_pct((double)dg, (double)(dg + dc)), tel_pct((double)xjobs, (double)jobs),
-                g.seconds - m->gpu.last.seconds, toks ? (g.bytes_in - m->gpu.last.bytes_in) / 1e6 / toks : 0.0,
+        fprintf(stderr, "colibri: GPU: %llu matmuls in %llu calls (%.0f%% of the dense ones; attention %.0f%%; routed experts %.1f%% from GPU memory), "
+                        "%.3f s in GPU calls, %.2f MB/tok up and %.2f MB/tok down%s\n",
+                (unsigned long long)mats, (unsigned long long)calls, tel_pct((double)dg, (double)(dg + dc)), tel_pct((double)ag, (double)(ag + ac)),
+                tel_pct((double)xjobs, (double)jobs), g.seconds - m->gpu.last.seconds, toks ? up / 1e6 / toks : 0.0,
                 toks ? (g.bytes_out - m->gpu.last.bytes_out) / 1e6 / toks : 0.0, m->gpu.failed ? "; a GPU call failed, the CPU took over" : "");
         if (m->gpu.nxslot)
             fprintf(stderr, "colibri: GPU expert tier: %llu experts copied in during the run, %.2f MB/tok\n",

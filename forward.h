@@ -370,7 +370,12 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
     }
     int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, s1 ? 1 : S) : m->absorb;
     int vh = c->v_head, kvw = c->qk_nope + vh;
-    if (absorbed) {
+    if (m->gpu.n) { /* absorbed: on the GPU when it holds the layer's kv_b and the latent cache */
+        if (f->tid == 0) m->gpu.attn_done = model_gpu_attention(m, l, S, pos, absorbed, sc->q, sc->nsel, sc->sel, sc->attn);
+        fwd_sync(f);
+        if (m->gpu.attn_done) absorbed = -1;
+    }
+    if (absorbed > 0) {
         for (int i = f->tid; i < H * S; i += f->nth)
             attn_head_latent(m, l, i % S, pos, i / S, sc->thr[f->tid], sc->hlat + (size_t)i * kvl);
         fwd_sync(f);
@@ -381,7 +386,7 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
             for (int s = 0; s < S; s++) memcpy(sc->attn + ((size_t)s * H + h) * vh, hout + (size_t)s * vh, (size_t)vh * 4);
         }
         fwd_sync(f);
-    } else {
+    } else if (!absorbed) {
         const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl;
         for (int h = 0; h < H; h++) {
             qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);

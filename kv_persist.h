@@ -263,6 +263,7 @@ static inline int kvp_get_(kvp_in_ *in, void *p, size_t n) {
 
 static inline int kvp_get_layers_(kvp_in_ *in, coli_model *m, int l0, int l1, int n, int keep) {
     const coli_config *c = &m->c;
+    m->kv.gen += keep != 0; /* rows replaced (even when the read fails part way): copies elsewhere are stale */
     for (int l = l0; l < l1; l++) {
         if (kvp_get_(in, keep ? m->kv.lat + (size_t)l * m->kv.ctx * c->kv_lora : NULL, (size_t)n * c->kv_lora * 4)) return -1;
         if (kvp_get_(in, keep ? m->kv.rope + (size_t)l * m->kv.ctx * c->qk_rope : NULL, (size_t)n * c->qk_rope * 4)) return -1;

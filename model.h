@@ -59,6 +59,7 @@ typedef struct {
     float *ikey;    /* [n_full][ctx][index_dim] indexer keys      */
     int *full_slot; /* [layers] index into ikey, -1 for shared layers */
     int ctx;
+    uint64_t gen;   /* bumped whenever rows are replaced other than by a forward (a KV file loaded) */
     void *block;    /* the one allocation the arrays live in */
 } coli_kv;
 
@@ -108,6 +109,7 @@ typedef struct {
     int cuda, cuda_device;  /* GPU: -1 auto, 0 off, 1 required; which device */
     double cuda_expert_gb;  /* GPU memory for routed experts; < 0: what is left */
     double cuda_fill_mb;    /* most MB a forward copies into the GPU expert tier */
+    int cuda_attn;          /* attention and its latent cache on the GPU when it holds kv_b */
     int64_t cuda_fault;     /* testing: the Nth GPU matmul fails (0: never) */
 } coli_opts;
 
@@ -138,8 +140,13 @@ typedef struct {
     uint8_t *xok;           /* [xs layers] 1: the layer's experts have the slots' shape */
     uint64_t xbytes, xslot_bytes; /* GPU memory of the slots; of one slot */
     uint64_t fill_cap, fill_left; /* bytes a forward may copy into slots; left in this one */
+    cu_kv *kv;              /* the latent cache in GPU memory (absorbed attention there), or NULL */
+    int64_t *kv_valid;      /* [layers] positions [0, v) of the GPU's cache equal the host's */
+    uint64_t kv_gen, kv_bytes; /* m->kv.gen those were written under; the cache's size */
+    int attn_done;          /* thread 0 to the team: this layer's attention came from the GPU */
     struct {
         uint64_t dense_gpu, dense_cpu; /* dense matmuls on either side */
+        uint64_t attn_gpu, attn_cpu;   /* layer passes of attention on either side (with the GPU on) */
         uint64_t jobs, xjobs;          /* expert computations, of them from GPU memory */
         uint64_t fills;                /* experts copied into the tier during the run */
     } cnt, cnt_last;        /* counted by thread 0; cnt_last and last: at the previous end line */
@@ -889,6 +896,29 @@ static inline cu_mat *model_gpu_find(const coli_model *m, const qt_tensor *W) {
 /* Bytes a matrix's weights and scales take in GPU memory. */
 static inline uint64_t model_gpu_bytes_(const qt_tensor *v) { return qt_weight_bytes(v->fmt, v->O, v->I, v->gs) + 4 * qt_scale_count(v->fmt, v->O, v->I, v->gs); }
 
+/* The latent cache in GPU memory when wanted (CUDA_ATTN), some layer's
+ * kv_b is there and the cache fits in `room` bytes: absorbed attention then runs on the GPU
+ * (model_gpu_attention). Says where attention runs, for the startup line. */
+static inline const char *model_gpu_kv_setup(coli_model *m, uint64_t room, int want) {
+    model_gpu *g = &m->gpu;
+    const coli_config *c = &m->c;
+    int nl = c->n_layers + m->mtp, any = 0;
+    for (int l = 0; l < nl; l++) any |= model_gpu_find(m, &m->L[l].kv_b) != NULL;
+    if (!any) return "attention, norms and the router on the CPU";
+    if (!want) return "attention (CUDA_ATTN=0), norms and the router on the CPU";
+    char err[300];
+    uint64_t need = (uint64_t)nl * (uint64_t)m->kv.ctx * (uint64_t)(c->kv_lora + c->qk_rope) * 4;
+    if (need > room || !(g->kv_valid = (int64_t *)calloc((size_t)nl, sizeof *g->kv_valid)) ||
+        !(g->kv = cu_kv_alloc(nl, m->kv.ctx, c->kv_lora, c->qk_rope, err, sizeof err))) {
+        free(g->kv_valid), g->kv_valid = NULL;
+        return "the latent cache did not fit: attention, norms and the router on the CPU";
+    }
+    g->kv_bytes = need, g->kv_gen = m->kv.gen;
+    static char line[96];
+    snprintf(line, sizeof line, "attention and its latent cache (%.2f GB) too; norms and the router on the CPU", need / GB);
+    return line;
+}
+
 /* Puts the dense matrices the integer path multiplies (every quantized
  * one but the embedding, which is looked up, not multiplied) in GPU
  * memory while they fit beside a 1 GiB reserve, in the model's order.
@@ -934,9 +964,10 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
         while (g->key[k]) k = (k + 1) & (uint32_t)(g->cap - 1);
         g->key[k] = W, g->val[k] = d, g->n++;
     }
+    const char *attn = model_gpu_kv_setup(m, room, o->cuda_attn);
     cu_stats_get(&g->last);
-    fprintf(stderr, "colibri: CUDA: %s (compute %d.%d, %.1f GB): %d dense matrices (%.2f GB) in GPU memory%s; attention, norms and the router on the CPU\n",
-            g->info.name, g->info.cc_major, g->info.cc_minor, g->info.mem_total / GB, g->n, g->bytes / GB, left ? ", the rest did not fit" : "");
+    fprintf(stderr, "colibri: CUDA: %s (compute %d.%d, %.1f GB): %d dense matrices (%.2f GB) in GPU memory%s; %s\n", g->info.name, g->info.cc_major,
+            g->info.cc_minor, g->info.mem_total / GB, g->n, g->bytes / GB, left ? ", the rest did not fit" : "", attn);
     return 0;
 }
 
@@ -959,6 +990,38 @@ static inline int model_gpu_call(coli_model *m) {
     if (++m->gpu.calls != m->gpu.fault_at) return 0;
     snprintf(m->gpu.err, sizeof m->gpu.err, "CUDA: call %lld failed (COLI_CUDA_FAULT)", (long long)m->gpu.calls);
     return -1;
+}
+
+/* Thread 0, every attention pass of layer l (rows [0, S) at pos, their
+ * latents already in the host's cache) while the GPU is on: when the pass
+ * is absorbed and the GPU holds the layer's kv_b and the latent cache, the
+ * attention on the GPU (cu_mla) into attn[S][H][v_head] from the roped
+ * queries q and the kept keys (nsel, sel), after the cache rows the GPU
+ * lacks went up (from the first position a forward or a loaded KV file
+ * changed since). 1 when attn is complete; 0 when the CPU computes it
+ * (after a failure: said once), the GPU's copy then valid only below pos. */
+static inline int model_gpu_attention(coli_model *m, int l, int S, int pos, int absorbed, const float *q, const int *nsel, const int *sel,
+                                      float *attn) {
+    model_gpu *g = &m->gpu;
+    const coli_config *c = &m->c;
+    if (g->kv && g->kv_gen != m->kv.gen) memset(g->kv_valid, 0, (size_t)(c->n_layers + m->mtp) * sizeof *g->kv_valid), g->kv_gen = m->kv.gen;
+    int64_t from = g->kv && g->kv_valid[l] > pos ? pos : g->kv ? g->kv_valid[l] : 0, row = (int64_t)l * m->kv.ctx + from;
+    if (g->kv) g->kv_valid[l] = from; /* rows from pos on changed on the host */
+    cu_mat *kvb = absorbed && g->kv && !g->failed ? model_gpu_find(m, &m->L[l].kv_b) : NULL;
+    if (!kvb) {
+        g->cnt.attn_cpu++;
+        return 0;
+    }
+    cu_mla_shape sh = {c->n_heads, c->qk_nope, c->qk_rope, c->v_head, c->kv_lora, c->index_topk, c->attn_scale};
+    if (model_gpu_call(m) ||
+        cu_kv_write(g->kv, l, from, pos + S - from, m->kv.lat + (size_t)row * c->kv_lora, m->kv.rope + (size_t)row * c->qk_rope, g->err, sizeof g->err) ||
+        cu_mla(g->kv, l, kvb, &sh, q, S, pos, nsel, sel, attn, g->err, sizeof g->err)) {
+        model_gpu_fail(m);
+        g->cnt.attn_cpu++;
+        return 0;
+    }
+    g->kv_valid[l] = pos + S, g->cnt.attn_gpu++;
+    return 1;
 }
 
 /* Copies expert e of MoE layer k (views v, in host memory) into GPU slot
@@ -1076,7 +1139,8 @@ static inline void model_gpu_free(coli_model *m) {
     model_gpu *g = &m->gpu;
     for (int i = 0; g->val && i < g->cap; i++) cu_mat_free(g->val[i]);
     for (size_t i = 0; g->xslot && i < (size_t)g->nxslot * 3; i++) cu_mat_free(g->xslot[i]);
-    free(g->key), free(g->val), free(g->xslot), free(g->xok);
+    cu_kv_free(g->kv);
+    free(g->key), free(g->val), free(g->xslot), free(g->xok), free(g->kv_valid);
     if (g->on) cu_shutdown();
     memset(g, 0, sizeof *g);
 }

@@ -28,8 +28,16 @@ struct cu_mat {
     uint64_t bytes;
 };
 
+struct cu_kv {
+    int nl, kvl, rd;
+    int64_t ctx;
+    float *lat, *rope; /* [nl][ctx][kvl], [nl][ctx][rd] */
+    uint64_t bytes;
+};
+
 static struct {
     int on;
+    uint64_t kv_mem; /* bytes of latent caches held */
     cu_stats stats;
 } H;
 
@@ -66,7 +74,7 @@ cu_mat *cu_mat_alloc(int fmt, int64_t O, int64_t I, int gs, int64_t row_bytes, c
                (cu_mat *)NULL;
     const int64_t ng = fmt == CU_I4G ? (I + gs - 1) / gs : 1;
     const size_t wb = (size_t)(O * row_bytes), sb = (size_t)(O * ng) * sizeof(float);
-    if (H.stats.weight_bytes + wb + sb > HOST_MEM) return snprintf(err, n, "CUDA: allocating a matrix: out of memory"), (cu_mat *)NULL;
+    if (H.stats.weight_bytes + H.kv_mem + wb + sb > HOST_MEM) return snprintf(err, n, "CUDA: allocating a matrix: out of memory"), (cu_mat *)NULL;
     cu_mat *m = (cu_mat *)calloc(1, sizeof *m);
     void *dw = malloc(wb);
     float *ds = (float *)malloc(sb);
@@ -186,11 +194,102 @@ int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu
     return 0;
 }
 
+cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), (cu_kv *)NULL;
+    if (nl < 1 || ctx < 1 || kvl < 1 || rd < 0 || ctx > (INT64_C(1) << 24) || kvl > 4096 || rd > 4096)
+        return snprintf(err, n, "CUDA: cannot hold a latent cache of %d layers x %lld positions x (%d + %d)", nl, (long long)ctx, kvl, rd), (cu_kv *)NULL;
+    uint64_t bytes = (uint64_t)nl * (uint64_t)ctx * (uint64_t)(kvl + rd) * 4;
+    if (H.stats.weight_bytes + H.kv_mem + bytes > HOST_MEM) return snprintf(err, n, "CUDA: allocating the latent cache: out of memory"), (cu_kv *)NULL;
+    cu_kv *c = (cu_kv *)calloc(1, sizeof *c);
+    float *b = (float *)malloc((size_t)bytes);
+    if (!c || !b) return free(c), free(b), snprintf(err, n, "out of memory"), (cu_kv *)NULL;
+    memset(b, 0x7f, (size_t)bytes); /* undefined until written: NaN, so a read of an unwritten position shows */
+    c->nl = nl, c->ctx = ctx, c->kvl = kvl, c->rd = rd, c->bytes = bytes;
+    c->lat = b, c->rope = b + (size_t)nl * (size_t)ctx * (size_t)kvl;
+    H.kv_mem += bytes;
+    return c;
+}
+
+int cu_kv_write(cu_kv *c, int l, int64_t p0, int64_t np, const float *lat, const float *rope, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (!c || l < 0 || l >= c->nl || p0 < 0 || np < 0 || p0 > c->ctx - np)
+        return snprintf(err, n, "CUDA: writing positions %lld+%lld of layer %d to a latent cache of %lld", (long long)p0, (long long)np, l,
+                        (long long)(c ? c->ctx : 0)), -1;
+    memcpy(c->lat + ((size_t)l * (size_t)c->ctx + (size_t)p0) * (size_t)c->kvl, lat, (size_t)np * (size_t)c->kvl * 4);
+    memcpy(c->rope + ((size_t)l * (size_t)c->ctx + (size_t)p0) * (size_t)c->rd, rope, (size_t)np * (size_t)c->rd * 4);
+    H.stats.kv_bytes += (uint64_t)np * (uint64_t)(c->kvl + c->rd) * 4;
+    return 0;
+}
+
+void cu_kv_free(cu_kv *c) {
+    if (!c) return;
+    if (H.on) H.kv_mem -= c->bytes;
+    free(c->lat), free(c);
+}
+
+/* The checks backend_cuda.cu makes, then each (row, head) as forward.h's
+ * attn_head_latent and its W_UV product compute it on the CPU. */
+int cu_mla(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_shape *sh, const float *q, int S, int64_t pos, const int *nsel, const int *sel,
+           float *attn, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    const int kvw = sh->nope + sh->vh, qk = sh->nope + sh->rd;
+    if (!c || l < 0 || l >= c->nl || sh->kvl != c->kvl || sh->rd != c->rd || sh->H < 1 || sh->nope < 1 || sh->vh < 1 || !kv_b ||
+        kv_b->W.O != (int64_t)sh->H * kvw || kv_b->W.I != sh->kvl)
+        return snprintf(err, n, "CUDA: attention: the latent cache, the shape and kv_b do not agree"), -1;
+    if (S < 1 || pos < 0 || pos > c->ctx - S) return snprintf(err, n, "CUDA: attention: rows %lld+%d of a cache of %lld", (long long)pos, S, (long long)c->ctx), -1;
+    for (int s = 0; s < S; s++) {
+        if (nsel[s] > sh->sel_stride) return snprintf(err, n, "CUDA: attention: row %d keeps %d keys, more than %d", s, nsel[s], sh->sel_stride), -1;
+        for (int i = 0; i < nsel[s]; i++)
+            if (sel[(size_t)s * (size_t)sh->sel_stride + i] < 0 || sel[(size_t)s * (size_t)sh->sel_stride + i] > pos + s)
+                return snprintf(err, n, "CUDA: attention: row %d keeps key %d, not causal", s, sel[(size_t)s * (size_t)sh->sel_stride + i]), -1;
+    }
+    double t0 = host_now();
+    const int kvl = sh->kvl, rd = sh->rd;
+    const float *lat = c->lat + (size_t)l * (size_t)c->ctx * (size_t)kvl, *kr = c->rope + (size_t)l * (size_t)c->ctx * (size_t)rd;
+    float *qa = (float *)malloc((size_t)kvl * 4), *o = (float *)malloc((size_t)kvl * 4), *d = (float *)malloc((size_t)kvl * 4),
+          *score = (float *)malloc((size_t)(pos + S) * 4), xs;
+    int8_t *hq = (int8_t *)malloc((size_t)kvl);
+    int32_t *xg = (int32_t *)malloc((size_t)(kvl + 16) * 4);
+    int rc = qa && o && d && score && hq && xg ? 0 : -1;
+    for (int h = 0; h < sh->H && !rc; h++)
+        for (int s = 0; s < S && !rc; s++) {
+            const float *qs = q + ((size_t)s * (size_t)sh->H + (size_t)h) * (size_t)qk;
+            const int *ks = nsel[s] < 0 ? NULL : sel + (size_t)s * (size_t)sh->sel_stride;
+            int nk = nsel[s] < 0 ? (int)pos + s + 1 : nsel[s];
+            memset(qa, 0, (size_t)kvl * 4); /* mm_matvec_t over the head's W_UK rows */
+            for (int r = 0; r < sh->nope; r++) {
+                qt_dequant_row(&kv_b->W, (int64_t)h * kvw + r, d);
+                for (int j = 0; j < kvl; j++) qa[j] = qa[j] + qs[r] * d[j];
+            }
+            for (int i = 0; i < nk; i++) {
+                int t = ks ? ks[i] : i;
+                score[i] = (mm_dot_f32(qa, lat + (size_t)t * (size_t)kvl, kvl) + mm_dot_f32(qs + sh->nope, kr + (size_t)t * (size_t)rd, rd)) * sh->scale;
+            }
+            float mx = score[0], sum = 0;
+            for (int i = 1; i < nk; i++) mx = score[i] > mx ? score[i] : mx;
+            for (int i = 0; i < nk; i++) sum += (score[i] = fm_expf(score[i] - mx));
+            float inv = 1.0f / sum;
+            for (int i = 0; i < nk; i++) score[i] *= inv;
+            memset(o, 0, (size_t)kvl * 4);
+            for (int i = 0; i < nk; i++) mm_axpy_f32(o, score[i], lat + (size_t)(ks ? ks[i] : i) * (size_t)kvl, kvl);
+            mm_act_quant(o, kvl, kv_b->W.fmt, kv_b->W.gs, 0, hq, &xs, xg);
+            qt_tensor uv = qt_rows(&kv_b->W, (int64_t)h * kvw + sh->nope, sh->vh);
+            if (mm_idot_ref(&uv, hq, kvl, &xs, 1, attn + ((size_t)s * (size_t)sh->H + (size_t)h) * (size_t)sh->vh)) rc = -1;
+        }
+    free(qa), free(o), free(d), free(score), free(hq), free(xg);
+    if (rc) return snprintf(err, n, "CUDA: attention: out of memory"), -1;
+    H.stats.calls++, H.stats.attn_calls++, H.stats.mats += 1, H.stats.rows += (uint64_t)S;
+    H.stats.bytes_in += (uint64_t)S * (uint64_t)sh->H * (uint64_t)qk * 4, H.stats.bytes_out += (uint64_t)S * (uint64_t)sh->H * (uint64_t)sh->vh * 4;
+    double dt = host_now() - t0;
+    H.stats.seconds += dt, H.stats.kernel_seconds += dt;
+    return 0;
+}
+
 void cu_stats_get(cu_stats *st) {
     if (st) *st = H.stats;
 }
 
-uint64_t cu_mem_free(void) { return H.on ? HOST_MEM - H.stats.weight_bytes : 0; }
+uint64_t cu_mem_free(void) { return H.on ? HOST_MEM - H.stats.weight_bytes - H.kv_mem : 0; }
 
 int cu_copy_bandwidth(uint64_t bytes, int reps, double *bytes_per_s, char *err, size_t n) {
     if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;

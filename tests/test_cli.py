@@ -547,11 +547,71 @@ class Cuda(unittest.TestCase):
                     self.assertEqual(ids_line(runs[0][2], "generated tokens"), ids_line(r[2], "generated tokens"), (fx, extra, samp))
                     self.assertEqual(runs[0][1], r[1])
                     self.assertRegex(r[2], r"colibri: GPU: [1-9]\d* matmuls")
+                    self.assertIn("; attention 100%;", r[2])  # quantized kv_b: absorbed attention on the GPU
                 self.assertIn("routed experts 0.0% from GPU memory", runs[2][2])
                 if not extra.get("DENSE_BITS") and fx != "tiny-glm5-mtp":  # integer experts: all of them computed on the GPU
                     self.assertRegex(runs[1][2], r"colibri: CUDA: an expert tier of [1-9]\d* slots \([\d.]+ GB\) in GPU memory, [1-9]\d* of them filled")
                     self.assertRegex(runs[1][2], r"routed experts [1-9][\d.]*% from GPU memory")
 
+
+    def test_attention_on_the_gpu(self):
+        """Absorbed attention runs on the GPU with its latent cache when the
+        GPU holds kv_b: over every causal key and over the indexer's choice
+        (a prompt longer than index_topk), in prefill batches and decode,
+        greedy and sampled, the tokens are CUDA=0's. Reconstructed attention
+        (ABSORB=0) and f32 weights stay on the CPU and say so."""
+        self.need_gpu()
+        words = "the small engine ran the large model on a small machine and kept every token exact while the experts streamed from disk"
+        prompt = words + ", " + words  # over 64 tokens: the indexer keeps 64 of them
+        for fx in ("tiny-q4", "tiny-q4g32", "tiny-dsv3-q4"):
+            d = os.path.join(FIXTURES, fx)
+            for extra in ({"TEMP": "0"}, {"TEMP": "0.9", "SEED": "5", "UBATCH": "7"}, {"TEMP": "0", "ABSORB": "1", "UBATCH": "64", "THREADS": "3"}):
+                env = dict(PROMPT=prompt, NGEN="20", TOKENS="1", USAGE_SAVE="0", **extra)
+                rc0, out0, err0 = run(d, dict(env, CUDA="0"))
+                rc1, out1, err1 = run(d, dict(env, CUDA="1"))
+                self.assertEqual((rc0, rc1), (0, 0), err1)
+                self.assertIn("attention and its latent cache (", err1)
+                # a long prefill batch takes the reconstructed path, on the CPU; ABSORB=1 and decode do not
+                self.assertRegex(err1, r"; attention %s%%;" % ("100" if extra.get("ABSORB") else r"[1-9]\d*"), (fx, extra))
+                self.assertEqual(ids_line(err0, "generated tokens"), ids_line(err1, "generated tokens"), (fx, extra))
+                self.assertEqual(out0, out1)
+        d = os.path.join(FIXTURES, "tiny-q4")
+        env = dict(PROMPT=prompt, NGEN="8", TOKENS="1", USAGE_SAVE="0")
+        runs = [run(d, dict(env, **c)) for c in ({"CUDA": "0"}, {"CUDA": "1", "CUDA_ATTN": "0"}, {"CUDA": "0", "ABSORB": "0"}, {"CUDA": "1", "ABSORB": "0"})]
+        for base, r in ((runs[0], runs[1]), (runs[2], runs[3])):
+            self.assertIn("; attention 0%;", r[2])
+            self.assertEqual(ids_line(base[2], "generated tokens"), ids_line(r[2], "generated tokens"))
+        self.assertIn("attention (CUDA_ATTN=0), norms and the router on the CPU", runs[1][2])
+        rc, out, err = run(os.path.join(FIXTURES, "tiny-glm5"), {"CUDA": "1", "PROMPT": "x", "NGEN": "2", "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("attention, norms and the router on the CPU", err)
+
+    def test_attention_cache_follows_the_host(self):
+        """Serve mode's prefix cache replaces the host's KV rows with a stored
+        conversation's (a KV image): the GPU's latent cache must follow, or
+        the third answer below would attend to the second conversation's
+        latents. Every answer equals a CUDA=0 server's."""
+        self.need_gpu()
+        from test_serve import Server  # noqa: E402
+        a = [{"role": "system", "content": "alpha"}, {"role": "user", "content": "Tell me about the engine"}]
+        b = [{"role": "system", "content": "beta, a much longer system prompt than the first one has, so that its cache runs further"},
+             {"role": "user", "content": "And now something else entirely, with more words than before"}]
+        answers = []
+        for cuda in ("0", "1"):
+            srv = Server({"CUDA": cuda, "CTX": "256", "USAGE_SAVE": "0"}, model=os.path.join(FIXTURES, "tiny-q4"))
+            try:
+                got = []
+                for msgs in (a, b, a + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "more"}]):
+                    st, body = srv.chat(msgs, max_tokens=6, temperature=0)
+                    self.assertEqual(st, 200, body)
+                    got.append((body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens_details"]["cached_tokens"]))
+            finally:
+                srv.stop()
+            self.assertGreater(got[2][1], 0, srv.log())  # the third request reused the first one's cache
+            if cuda == "1":
+                self.assertIn("attention and its latent cache (", srv.log())
+            answers.append(got)
+        self.assertEqual(answers[0], answers[1])
 
     def test_a_partial_expert_tier_and_idot_off(self):
         """CUDA_EXPERT_GB below what the used experts take puts some of

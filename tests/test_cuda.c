@@ -5,7 +5,8 @@
  * 1..9 activation rows, zero and non-finite rows, and I up to 2^17;
  * several matrices of one input in one call, each as its own call, also
  * each on its own range of the rows (a layer's experts); batches of
- * experts with SwiGLU on the device against the CPU's fwd_mlp; and
+ * experts with SwiGLU on the device against the CPU's fwd_mlp; absorbed
+ * MLA attention over a latent cache against the CPU's steps; and
  * slots refilled with other matrices (cu_mat_fill), their sources
  * overwritten the moment the call returns. Without
  * a CUDA build or a GPU, one SKIP line says which. */
@@ -328,6 +329,135 @@ static void test_experts(mm_ctx *ref) {
     cu_mat_free(gu), cu_mat_free(dn), cu_mat_free(bad);
 }
 
+/* Absorbed MLA by the CPU's steps (forward.h's attn_head_latent, then
+ * W_UV on the integer path), as kernels.h's API gives them: row s, head
+ * h of attn[S][H][vh]. */
+static void mla_cpu(mm_ctx *ref, const qt_tensor *kv_b, const cu_mla_shape *sh, const float *lat, const float *kr, const float *q, int S,
+                    int64_t pos, const int *nsel, const int *sel, float *attn) {
+    int kvw = sh->nope + sh->vh, qk = sh->nope + sh->rd, kvl = sh->kvl;
+    float *qa = (float *)malloc((size_t)kvl * 4), *score = (float *)malloc((size_t)(pos + S) * 4), *o = (float *)malloc((size_t)(S * kvl) * 4),
+          *y = (float *)malloc((size_t)(S * sh->vh) * 4);
+    for (int h = 0; h < sh->H; h++) {
+        for (int s = 0; s < S; s++) {
+            const float *qs = q + ((size_t)s * sh->H + h) * qk;
+            int n = nsel[s] < 0 ? (int)pos + s + 1 : nsel[s];
+            const int *ks = nsel[s] < 0 ? NULL : sel + (size_t)s * sh->sel_stride;
+            qt_tensor uk = qt_rows(kv_b, (int64_t)h * kvw, sh->nope);
+            mm_matvec_t(ref, &uk, qs, qa);
+            for (int i = 0; i < n; i++) {
+                int t = ks ? ks[i] : i;
+                score[i] = (mm_dot_f32(qa, lat + (size_t)t * kvl, kvl) + mm_dot_f32(qs + sh->nope, kr + (size_t)t * sh->rd, sh->rd)) * sh->scale;
+            }
+            float mx = score[0], sum = 0;
+            for (int i = 1; i < n; i++) mx = score[i] > mx ? score[i] : mx;
+            for (int i = 0; i < n; i++) sum += (score[i] = fm_expf(score[i] - mx));
+            float inv = 1.0f / sum;
+            for (int i = 0; i < n; i++) score[i] *= inv;
+            float *os = o + (size_t)s * kvl;
+            memset(os, 0, (size_t)kvl * 4);
+            for (int i = 0; i < n; i++) mm_axpy_f32(os, score[i], lat + (size_t)(ks ? ks[i] : i) * kvl, kvl);
+        }
+        qt_tensor uv = qt_rows(kv_b, (int64_t)h * kvw + sh->nope, sh->vh);
+        mm_matmul(ref, &uv, o, S, y);
+        for (int s = 0; s < S; s++) memcpy(attn + ((size_t)s * sh->H + h) * sh->vh, y + (size_t)s * sh->vh, (size_t)sh->vh * 4);
+    }
+    free(qa), free(score), free(o), free(y);
+}
+
+/* cu_mla on one shape: kv_b [H·(nope+vh)][kvl] in format f (group size
+ * gs), a cache of ctx positions written in two pieces, S query rows at
+ * pos, every causal key (sel 0) or a random subset of k in random order
+ * for every other row; score factor `scale` (large: most e^x underflow).
+ * 1 when attn equals mla_cpu's bit for bit (NaN payloads aside). */
+static int mla_same_as_cpu(mm_ctx *ref, qt_fmt f, int gs, int H, int nope, int rd, int vh, int kvl, int S, int64_t pos, int k, float scale) {
+    const int64_t ctx = pos + S + 5, kvw = nope + vh;
+    cu_mla_shape sh = {H, nope, rd, vh, kvl, k > 0 ? k : 1, scale};
+    uint8_t *w;
+    float *s;
+    void *blk = rand_mat(f, (int64_t)H * kvw, kvl, gs, &w, &s);
+    float *lat = (float *)malloc((size_t)(ctx * kvl) * 4), *kr = (float *)malloc((size_t)(ctx * rd) * 4 + 4),
+          *q = (float *)malloc((size_t)(S * H * (nope + rd)) * 4), *a0 = (float *)malloc((size_t)(S * H * vh) * 4),
+          *a1 = (float *)malloc((size_t)(S * H * vh) * 4);
+    int *nsel = (int *)malloc((size_t)S * 4), *sel = (int *)malloc((size_t)(S * sh.sel_stride) * 4), *perm = (int *)malloc((size_t)(pos + S) * 4);
+    char err[300] = "";
+    int ok = blk && lat && kr && q && a0 && a1 && nsel && sel && perm;
+    for (int64_t i = 0; ok && i < ctx * kvl; i++) lat[i] = frand();
+    for (int64_t i = 0; ok && i < ctx * rd; i++) kr[i] = frand() * 2.0f;
+    for (int64_t i = 0; ok && i < (int64_t)S * H * (nope + rd); i++) q[i] = frand() * 1.5f;
+    for (int r = 0; ok && r < S; r++) {
+        int T = (int)pos + r + 1;
+        nsel[r] = k > 0 && r % 2 == 1 && T > k ? k : -1;
+        if (nsel[r] < 0) continue;
+        for (int t = 0; t < T; t++) perm[t] = t;
+        for (int t = 0; t < k; t++) { /* k distinct causal keys in random order */
+            int u = t + (int)((frand() * 0.5f + 0.5f) * (float)(T - t)) % (T - t), x = perm[t];
+            perm[t] = perm[u], perm[u] = x;
+            sel[(size_t)r * sh.sel_stride + t] = perm[t];
+        }
+    }
+    qt_tensor W = {f, (int64_t)H * kvw, kvl, w, s, gs};
+    cu_mat *d = ok ? cu_mat_upload((int)f, W.O, W.I, gs, (int64_t)qt_row_bytes(&W), w, s, err, sizeof err) : NULL;
+    cu_kv *c = d ? cu_kv_alloc(2, ctx, kvl, rd, err, sizeof err) : NULL;
+    int64_t half = (pos + S) / 2, l = 1;
+    ok = ok && c && cu_kv_write(c, (int)l, 0, half, lat, kr, err, sizeof err) == 0 &&
+         cu_kv_write(c, (int)l, half, pos + S - half, lat + half * kvl, kr + half * rd, err, sizeof err) == 0;
+    cu_stats a, b;
+    cu_stats_get(&a);
+    if (ok) {
+        mla_cpu(ref, &W, &sh, lat, kr, q, S, pos, nsel, sel, a0);
+        ok = cu_mla(c, (int)l, d, &sh, q, S, pos, nsel, sel, a1, err, sizeof err) == 0;
+    }
+    cu_stats_get(&b);
+    if (!ok) fprintf(stderr, "attention: %s\n", err);
+    for (int64_t i = 0; ok && i < (int64_t)S * H * vh; i++)
+        if (memcmp(a0 + i, a1 + i, 4) && !(isnan(a0[i]) && isnan(a1[i])))
+            ok = 0, fprintf(stderr, "attention %s H=%d kvl=%d S=%d pos=%lld k=%d: attn[%lld] GPU %.9g, CPU %.9g\n", qt_fmt_name(f), H, kvl, S, (long long)pos, k,
+                            (long long)i, a1[i], a0[i]);
+    ok &= b.attn_calls == a.attn_calls + 1 && b.calls == a.calls + 1;
+    cu_kv_free(c), cu_mat_free(d);
+    free(blk), free(lat), free(kr), free(q), free(a0), free(a1), free(nsel), free(sel), free(perm);
+    return ok;
+}
+
+/* cu_mla: formats, GLM-5's head shape, every causal key and the indexer's
+ * choice, decode and several rows; the cache's writes and what cu_mla
+ * refuses. */
+static void test_mla(mm_ctx *ref) {
+    CHECK(mla_same_as_cpu(ref, QT_I8, 0, 4, 24, 8, 20, 40, 1, 0, 0, 0.17f));       /* the tiny fixtures' shape, the first token */
+    CHECK(mla_same_as_cpu(ref, QT_I8, 0, 4, 24, 8, 20, 40, 5, 30, 16, 0.17f));     /* a batch, half its rows on 16 chosen keys */
+    CHECK(mla_same_as_cpu(ref, QT_I4G, 32, 2, 192, 64, 256, 512, 1, 300, 0, 0.0723f)); /* GLM-5's head: decode over 301 keys */
+    CHECK(mla_same_as_cpu(ref, QT_I4G, 64, 3, 40, 8, 24, 200, 4, 70, 33, 0.1f));   /* a partial last group of the latent */
+    CHECK(mla_same_as_cpu(ref, QT_I4, 0, 2, 17, 5, 9, 33, 3, 9, 0, 0.2f));
+    CHECK(mla_same_as_cpu(ref, QT_I2, 0, 2, 16, 4, 16, 64, 2, 40, 7, 0.25f));
+    CHECK(mla_same_as_cpu(ref, QT_I8, 0, 2, 16, 4, 16, 64, 2, 100, 0, 40.0f));     /* most e^x underflow to 0 */
+    char err[300];
+    int8_t w[8 * 16] = {0};
+    float s[8] = {1, 1, 1, 1, 1, 1, 1, 1}, lat[16] = {0}, kr[4] = {0}, q[8] = {0}, at[4];
+    int nsel[2] = {1, -1}, sel[2] = {1, 0};
+    cu_mat *d = cu_mat_upload(QT_I8, 8, 16, 0, 16, w, s, err, sizeof err); /* 2 heads of nope 2 + vh 2 rows over kvl 16 */
+    cu_kv *c = cu_kv_alloc(1, 4, 16, 4, err, sizeof err);
+    CHECK(d && c);
+    if (d && c) {
+        cu_mla_shape sh = {2, 2, 4, 2, 16, 1, 1.0f};
+        CHECK(cu_kv_write(c, 0, 0, 1, lat, kr, err, sizeof err) == 0);
+        CHECK(cu_kv_write(c, 0, 3, 2, lat, kr, err, sizeof err) == -1);
+        CHECK_HAS(err, "writing positions 3+2 of layer 0 to a latent cache of 4");
+        CHECK(cu_kv_write(c, 1, 0, 1, lat, kr, err, sizeof err) == -1);
+        CHECK(cu_mla(c, 0, d, &sh, q, 1, 0, nsel, sel, at, err, sizeof err) == -1); /* key 1 at position 0 */
+        CHECK_HAS(err, "row 0 keeps key 1, not causal");
+        nsel[0] = 2;
+        CHECK(cu_mla(c, 0, d, &sh, q, 1, 0, nsel, sel, at, err, sizeof err) == -1);
+        CHECK_HAS(err, "row 0 keeps 2 keys, more than 1");
+        nsel[0] = -1;
+        CHECK(cu_mla(c, 0, d, &sh, q, 1, 4, nsel, sel, at, err, sizeof err) == -1);
+        CHECK_HAS(err, "rows 4+1 of a cache of 4");
+        sh.kvl = 8;
+        CHECK(cu_mla(c, 0, d, &sh, q, 1, 0, nsel, sel, at, err, sizeof err) == -1);
+        CHECK_HAS(err, "the latent cache, the shape and kv_b do not agree");
+    }
+    cu_kv_free(c), cu_mat_free(d);
+}
+
 /* Expert slots: one cu_mat_alloc'd matrix refilled in turn with matrices A
  * and B from a buffer that is overwritten as soon as each fill returns;
  * each multiply right after a fill gives that matrix's bits (an upload of
@@ -421,6 +551,7 @@ int main(void) {
     test_groups();
     test_rows();
     test_experts(&ref);
+    test_mla(&ref);
     test_fills(QT_I4G, 96, 200, 32, 3); /* an expert's gate: grouped int4, a partial last group */
     test_fills(QT_I4, 33, 4097, 0, 1);
     test_fills(QT_I8, 130, 100, 0, 9);
