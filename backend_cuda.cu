@@ -331,17 +331,19 @@ __device__ __forceinline__ float dot16(const float *__restrict__ a, const float 
  * the indexer's. */
 __device__ __forceinline__ int64_t mla_keys(const int *__restrict__ nsel, int s, int64_t pos) { return nsel[s] < 0 ? pos + s + 1 : nsel[s]; }
 
-/* One score per thread: blockIdx.x = b, keys i of blockIdx.y's chunk:
+/* One score per thread and step: blockIdx.x = b, keys i from blockIdx.y's
+ * chunk on, gridDim.y chunks apart (y is at most 65535):
  * (dot(qa, lat[t]) + dot(q_rope, rope[t]))·scale into score[b][i]. */
 __global__ void k_mla_scores(const float *__restrict__ qa, const float *__restrict__ q, const float *__restrict__ lat, const float *__restrict__ kr,
                              const int *__restrict__ nsel, const int *__restrict__ sel, int sel_stride, int S, int H, int nope, int qk, int kvl, int rd,
                              int64_t pos, float scale, int64_t ldsc, float *__restrict__ score) {
     const int b = blockIdx.x, s = b % S, h = b / S;
-    const int64_t i = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
-    if (i >= mla_keys(nsel, s, pos)) return;
-    const int64_t t = nsel[s] < 0 ? i : sel[(int64_t)s * sel_stride + i];
+    const int64_t nk = mla_keys(nsel, s, pos);
     const float *qs = q + ((int64_t)s * H + h) * qk;
-    score[(int64_t)b * ldsc + i] = __fmul_rn(__fadd_rn(dot16(qa + (int64_t)b * kvl, lat + t * kvl, kvl), dot16(qs + nope, kr + t * rd, rd)), scale);
+    for (int64_t i = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; i < nk; i += (int64_t)gridDim.y * blockDim.x) {
+        const int64_t t = nsel[s] < 0 ? i : sel[(int64_t)s * sel_stride + i];
+        score[(int64_t)b * ldsc + i] = __fmul_rn(__fadd_rn(dot16(qa + (int64_t)b * kvl, lat + t * kvl, kvl), dot16(qs + nope, kr + t * rd, rd)), scale);
+    }
 }
 
 /* The largest of the block's v under a > b ? a : b (NaN never wins). */
@@ -471,6 +473,7 @@ extern "C" cu_mat *cu_mat_alloc(int fmt, int64_t O, int64_t I, int gs, int64_t r
     size_t wb = (size_t)(O * row_bytes), sb = (size_t)(O * m->ng) * sizeof(float), soff = (wb + 16 + 255) / 256 * 256;
     cudaError_t e;
     if ((e = cudaMalloc((void **)&m->w, soff + sb)) != cudaSuccess || (e = cudaEventCreateWithFlags(&m->filled, cudaEventDisableTiming)) != cudaSuccess) {
+        cudaGetLastError(); /* an out-of-memory stop (the expert tier fills until one) is not a later launch's error */
         cu_fail(err, n, "allocating a matrix", e);
         cudaFree(m->w), free(m);
         return NULL;
@@ -544,6 +547,7 @@ static cudaError_t cu_grow(void **p, size_t *cap, size_t need) {
     *p = NULL, *cap = 0;
     cudaError_t e = cudaMalloc(p, need);
     if (e == cudaSuccess) *cap = need;
+    else cudaGetLastError(); /* reported here; not left for a later launch check to find */
     return e;
 }
 
@@ -699,7 +703,7 @@ extern "C" cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, s
     if (!c) return snprintf(err, n, "out of memory"), (cu_kv *)NULL;
     c->nl = nl, c->ctx = ctx, c->kvl = kvl, c->rd = rd, c->bytes = (uint64_t)nl * (uint64_t)ctx * (uint64_t)(kvl + rd) * 4;
     cudaError_t e = cudaMalloc((void **)&c->lat, (size_t)c->bytes);
-    if (e != cudaSuccess) return cu_fail(err, n, "allocating the latent cache", e), free(c), (cu_kv *)NULL;
+    if (e != cudaSuccess) return cudaGetLastError(), cu_fail(err, n, "allocating the latent cache", e), free(c), (cu_kv *)NULL;
     c->rope = c->lat + (size_t)nl * (size_t)ctx * (size_t)kvl;
     return c;
 }
@@ -751,7 +755,8 @@ static cudaError_t cu_mla_rows(const cu_kv *c, int l, const cu_mat *kv_b, const 
         return e;
     const float *lat = c->lat + (size_t)l * (size_t)c->ctx * (size_t)kvl, *kr = c->rope + (size_t)l * (size_t)c->ctx * (size_t)rd;
     k_mla_qa<<<(unsigned)B, 128, 0, G.st>>>(kv_b->w, kv_b->s, kv_b->fmt, kv_b->rb, kv_b->ng, kv_b->gs, G.mq, S, H, nope, qk, kvw, kvl, G.mqa);
-    k_mla_scores<<<dim3((unsigned)B, (unsigned)((nkmax + 127) / 128)), 128, 0, G.st>>>(G.mqa, G.mq, lat, kr, G.mi, G.mi + S, sh->sel_stride, S, H, nope, qk,
+    const int64_t chunks = (nkmax + 127) / 128;
+    k_mla_scores<<<dim3((unsigned)B, (unsigned)(chunks < 65535 ? chunks : 65535)), 128, 0, G.st>>>(G.mqa, G.mq, lat, kr, G.mi, G.mi + S, sh->sel_stride, S, H, nope, qk,
                                                                                       kvl, rd, pos, sh->scale, nkmax, G.msc);
     k_mla_softmax<<<(unsigned)B, 256, 0, G.st>>>(G.msc, nkmax, G.mi, G.mi + S, sh->sel_stride, S, pos, lat, kvl, G.mqa, G.hq, ldh, G.hx);
     cu_launch_rows(kv_b, nope, vh, H, cu_steps{kvw * kv_b->rb, kvw * kv_b->ng, S * ldh, S, (int64_t)S * vh}, G.hq, ldh, G.hx, S, G.y);

@@ -263,7 +263,7 @@ static inline int kvp_get_(kvp_in_ *in, void *p, size_t n) {
 
 static inline int kvp_get_layers_(kvp_in_ *in, coli_model *m, int l0, int l1, int n, int keep) {
     const coli_config *c = &m->c;
-    m->kv.gen += keep != 0; /* rows replaced (even when the read fails part way): copies elsewhere are stale */
+    m->kv.gen += keep && l1 > l0; /* rows replaced (even when the read fails part way): copies elsewhere are stale */
     for (int l = l0; l < l1; l++) {
         if (kvp_get_(in, keep ? m->kv.lat + (size_t)l * m->kv.ctx * c->kv_lora : NULL, (size_t)n * c->kv_lora * 4)) return -1;
         if (kvp_get_(in, keep ? m->kv.rope + (size_t)l * m->kv.ctx * c->qk_rope : NULL, (size_t)n * c->qk_rope * 4)) return -1;
@@ -319,7 +319,7 @@ static inline int kvp_read_(coli_model *m, const char *name, kvp_in_ *in, uint64
     if (!st->tok || (mtp && (!st->hq || !st->tq || !st->h_last))) return kvp_fail_(err, errlen, name, "out of memory");
     if (kvp_get_(in, st->tok, (size_t)h.n_tok * 4) || kvp_get_layers_(in, m, 0, c->n_layers, (int)h.n_kv, keep)) goto short_;
     if (mtp_file) { /* read (and check) it even when this run does not use it */
-        if (kvp_get_layers_(in, m, c->n_layers, c->n_layers + mtp, (int)h.mtp_pos, 1) ||
+        if (kvp_get_layers_(in, m, c->n_layers, c->n_layers + mtp, (int)h.mtp_pos, keep) ||
             (!mtp && kvp_get_(in, NULL, 4ull * h.mtp_pos * (h.kv_lora + h.qk_rope + h.mtp_full * h.index_dim))) ||
             kvp_get_(in, mtp ? st->hq : NULL, (size_t)h.mtp_nq * c->dim * 4) || kvp_get_(in, mtp ? st->tq : NULL, (size_t)h.mtp_nq * 4) ||
             kvp_get_(in, mtp ? st->h_last : NULL, (size_t)c->dim * 4))

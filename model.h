@@ -1081,7 +1081,8 @@ static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uin
         shape[t] = (qt_tensor){rl->fmt[t], rl->O[t], rl->I[t], NULL, NULL, rl->gs[t]};
         g->xslot_bytes += model_gpu_bytes_(&shape[t]);
     }
-    uint64_t reserve = (uint64_t)1 << 30, free_now = g->info.mem_free > g->bytes + reserve ? g->info.mem_free - g->bytes - reserve : 0;
+    uint64_t reserve = (uint64_t)1 << 30, taken = g->bytes + g->kv_bytes + reserve; /* dense matrices, the latent cache */
+    uint64_t free_now = g->info.mem_free > taken ? g->info.mem_free - taken : 0;
     uint64_t budget = o->cuda_expert_gb > 0 ? (uint64_t)(o->cuda_expert_gb * GB) : free_now;
     if (budget > free_now) budget = free_now;
     int nok = 0;

@@ -7,7 +7,13 @@
  *      int4, grouped int4 (g64) and int2: GB/s of weight and scale bytes
  *      inside the kernel (CUDA events) and per call as the engine sees it
  *      (activation upload, kernel, result download, synchronisation), each
- *      with its ratio to the copy bandwidth; and 8 rows (a draft batch).
+ *      with its ratio to the copy bandwidth; and 8 rows (a draft batch);
+ *   3. absorbed MLA attention of one decode row (cu_mla) at GLM-5's
+ *      layer shape (64 heads, kv_b 28672×512 int8, latents of 512 + 64)
+ *      over 512 and 2048 keys (2048: the DSA indexer's cap, what decode
+ *      reads at any longer context): time per call and per layer pass as
+ *      the engine makes it, and kv_b plus the latents read once against
+ *      the copy bandwidth.
  * Prints one line per row, or a JSON document with --json. Without a CUDA
  * build or a GPU it says why on one line and exits 0.
  * Build: make build/rel-cuda/bench_cuda
@@ -30,6 +36,60 @@ typedef struct {
     const char *name;
     int64_t O, I;
 } shape;
+
+/* Section 3 (see the header): one JSON object or line per key count.
+ * 0, or -1 with err. */
+static int bench_mla(int json, double tsec, double copy, char *err, size_t n) {
+    const int H = 64, nope = 192, rd = 64, vh = 256, kvl = 512;
+    const int64_t O = (int64_t)H * (nope + vh), ctx = 2048;
+    const uint64_t wb = qt_weight_bytes(QT_I8, O, kvl, 0), sb = 4 * qt_scale_count(QT_I8, O, kvl, 0);
+    uint8_t *w = (uint8_t *)malloc(wb);
+    float *s = (float *)malloc(sb), *lat = (float *)malloc((size_t)(ctx * kvl) * 4), *kr = (float *)malloc((size_t)(ctx * rd) * 4),
+          *q = (float *)malloc((size_t)H * (nope + rd) * 4), *attn = (float *)malloc((size_t)H * vh * 4);
+    int nsel = -1, sel = 0, rc = -1;
+    cu_mat *d = NULL;
+    cu_kv *c = NULL;
+    if (!w || !s || !lat || !kr || !q || !attn) {
+        snprintf(err, n, "out of memory");
+        goto out;
+    }
+    for (uint64_t i = 0; i < wb; i++) w[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (uint64_t i = 0; i < sb / 4; i++) s[i] = 1e-3f * (float)(1 + i % 7);
+    for (int64_t i = 0; i < ctx * kvl; i++) lat[i] = (float)((i * 40503) % 200) / 100.0f - 1.0f;
+    for (int64_t i = 0; i < ctx * rd; i++) kr[i] = (float)((i * 7919) % 200) / 100.0f - 1.0f;
+    for (int64_t i = 0; i < (int64_t)H * (nope + rd); i++) q[i] = (float)((i * 104729) % 200) / 400.0f - 0.25f;
+    cu_mla_shape sh = {H, nope, rd, vh, kvl, 1, 0.0625f};
+    if (!(d = cu_mat_upload(QT_I8, O, kvl, 0, kvl, w, s, err, n)) || !(c = cu_kv_alloc(1, ctx, kvl, rd, err, n)) ||
+        cu_kv_write(c, 0, 0, ctx, lat, kr, err, n))
+        goto out;
+    static const int keys[] = {512, 2048};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        int64_t pos = keys[k] - 1;
+        if (cu_mla(c, 0, d, &sh, q, 1, pos, &nsel, &sel, attn, err, n)) goto out; /* warm-up */
+        cu_stats a, b;
+        cu_stats_get(&a);
+        double t0 = now();
+        int calls = 0;
+        do {
+            if (cu_mla(c, 0, d, &sh, q, 1, pos, &nsel, &sel, attn, err, n)) goto out;
+            calls++;
+        } while (now() - t0 < tsec);
+        cu_stats_get(&b);
+        double kern = (b.kernel_seconds - a.kernel_seconds) / calls, call = (b.seconds - a.seconds) / calls;
+        double bytes = (double)(wb + sb) + (double)keys[k] * (kvl + rd) * 4, kbw = bytes / kern;
+        if (json)
+            printf("%s{\"keys\": %d, \"heads\": %d, \"mb\": %.2f, \"kernel_us\": %.2f, \"call_us\": %.2f, \"kernel_gbps\": %.1f, \"kernel_vs_copy\": %.3f}",
+                   k ? ", " : "", keys[k], H, bytes / 1e6, 1e6 * kern, 1e6 * call, kbw / 1e9, kbw / copy);
+        else
+            printf("attention %d keys, %d heads: %.2f MB (kv_b + latents once), kernels %8.1f us %7.0f GB/s (%3.0f%% of copy) | per call %8.1f us\n",
+                   keys[k], H, bytes / 1e6, 1e6 * kern, kbw / 1e9, 100 * kbw / copy, 1e6 * call);
+    }
+    rc = 0;
+out:
+    cu_kv_free(c), cu_mat_free(d);
+    free(w), free(s), free(lat), free(kr), free(q), free(attn);
+    return rc;
+}
 
 int main(int argc, char **argv) {
     int json = 0;
@@ -100,6 +160,8 @@ int main(int argc, char **argv) {
             cu_mat_free(d);
             free(w), free(s), free(x), free(y), free(q), free(xg);
         }
+    if (json) printf("], \"attention\": [");
+    if (bench_mla(json, tsec, copy, err, sizeof err)) return fprintf(stderr, "bench_cuda: %s\n", err), 1;
     if (json) printf("]}\n");
     cu_shutdown();
     return 0;
