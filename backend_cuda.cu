@@ -26,9 +26,9 @@
 #include <time.h>
 
 struct cu_kv {
-    int nl, kvl, rd;
+    int nl, kvl, rd, nf, id;
     int64_t ctx;
-    float *lat, *rope; /* [nl][ctx][kvl], [nl][ctx][rd]: one block */
+    float *lat, *rope, *ikey; /* [nl][ctx][kvl], [nl][ctx][rd], [nf][ctx][id]: one block */
     uint64_t bytes;
 };
 
@@ -47,6 +47,10 @@ struct cu_mat {
  * reads from there, so the source is free when the call returns. */
 enum { CU_STAGES = 4 };
 
+/* The bound on cu_mla's and cu_index_scores' score buffers: rows go in
+ * chunks whose scores fit. */
+#define CU_MLA_SCORES ((int64_t)256 << 20)
+
 static struct {
     int on;
     cudaStream_t st, up; /* matmuls; cu_mat_fill's copies */
@@ -57,7 +61,7 @@ static struct {
     int8_t *q, *hq;
     float *xs, *y, *hg, *hu, *hx; /* hg, hu, hq, hx: cu_experts_rows' intermediate rows (cu_mla's too) */
     size_t qcap, xcap, ycap, hgcap, hucap, hqcap, hxcap; /* bytes */
-    float *mq, *mqa, *msc;        /* cu_mla: queries, latent queries then outputs, scores */
+    float *mq, *mqa, *msc;        /* cu_mla: queries, latent queries then outputs, scores (cu_index_scores: queries, weights, scores) */
     int *mi;                      /* cu_mla: nsel, then sel */
     size_t mqcap, mqacap, msccap, micap;
     cudaEvent_t ev[2];
@@ -401,6 +405,24 @@ __global__ void k_mla_softmax(float *__restrict__ score, int64_t ldsc, const int
     block_act_quant(ob, kvl, block_max_bits(mb), hq + (int64_t)b * ldh, ldh, hx + b);
 }
 
+/* The DSA indexer's scores, one thread a key and step (blockIdx.x = row
+ * s, keys from blockIdx.y's chunk on, gridDim.y chunks apart), as
+ * fwd_index_scores: acc + w[h]·relu(dot(q_h, key)·sscale) over heads in
+ * increasing order, relu as d > 0 ? d : 0. */
+__global__ void k_index_scores(const float *__restrict__ qi, const float *__restrict__ w, const float *__restrict__ keys, int ih, int id, int64_t pos,
+                               float sscale, int64_t ldsc, float *__restrict__ score) {
+    const int s = blockIdx.x;
+    const float *qs = qi + (int64_t)s * ih * id, *ws = w + (int64_t)s * ih;
+    for (int64_t t = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; t <= pos + s; t += (int64_t)gridDim.y * blockDim.x) {
+        float acc = 0.0f;
+        for (int h = 0; h < ih; h++) {
+            const float d = __fmul_rn(dot16(qs + (int64_t)h * id, keys + t * id, id), sscale);
+            acc = __fadd_rn(acc, __fmul_rn(ws[h], d > 0.0f ? d : 0.0f));
+        }
+        score[(int64_t)s * ldsc + t] = acc;
+    }
+}
+
 /* y[h][s][v] (W_UV's output per head) → attn[s][h][v]. */
 __global__ void k_mla_permute(const float *__restrict__ y, int S, int H, int vh, float *__restrict__ attn) {
     const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -695,17 +717,70 @@ extern "C" int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *u
     return 0;
 }
 
-extern "C" cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, size_t n) {
+extern "C" cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, int nf, int id, char *err, size_t n) {
     if (!G.on) return snprintf(err, n, "CUDA: not initialised"), (cu_kv *)NULL;
-    if (nl < 1 || ctx < 1 || kvl < 1 || rd < 0 || ctx > (INT64_C(1) << 24) || kvl > 4096 || rd > 4096)
-        return snprintf(err, n, "CUDA: cannot hold a latent cache of %d layers x %lld positions x (%d + %d)", nl, (long long)ctx, kvl, rd), (cu_kv *)NULL;
+    if (nl < 1 || ctx < 1 || kvl < 1 || rd < 0 || ctx > (INT64_C(1) << 24) || kvl > 4096 || rd > 4096 || nf < 0 || nf > nl || id < 0 || id > 4096 || (nf && !id))
+        return snprintf(err, n, "CUDA: cannot hold a latent cache of %d layers x %lld positions x (%d + %d), %d x %d indexer keys", nl, (long long)ctx, kvl,
+                        rd, nf, id), (cu_kv *)NULL;
     cu_kv *c = (cu_kv *)calloc(1, sizeof *c);
     if (!c) return snprintf(err, n, "out of memory"), (cu_kv *)NULL;
-    c->nl = nl, c->ctx = ctx, c->kvl = kvl, c->rd = rd, c->bytes = (uint64_t)nl * (uint64_t)ctx * (uint64_t)(kvl + rd) * 4;
+    c->nl = nl, c->ctx = ctx, c->kvl = kvl, c->rd = rd, c->nf = nf, c->id = id;
+    c->bytes = (uint64_t)ctx * ((uint64_t)nl * (uint64_t)(kvl + rd) + (uint64_t)nf * (uint64_t)id) * 4;
     cudaError_t e = cudaMalloc((void **)&c->lat, (size_t)c->bytes);
     if (e != cudaSuccess) return cudaGetLastError(), cu_fail(err, n, "allocating the latent cache", e), free(c), (cu_kv *)NULL;
-    c->rope = c->lat + (size_t)nl * (size_t)ctx * (size_t)kvl;
+    c->rope = c->lat + (size_t)nl * (size_t)ctx * (size_t)kvl, c->ikey = c->rope + (size_t)nl * (size_t)ctx * (size_t)rd;
     return c;
+}
+
+extern "C" int cu_kv_write_keys(cu_kv *c, int f, int64_t p0, int64_t np, const float *key, char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (!c || f < 0 || f >= c->nf || p0 < 0 || np < 0 || p0 > c->ctx - np)
+        return snprintf(err, n, "CUDA: writing positions %lld+%lld of indexer layer %d to a key cache of %lld", (long long)p0, (long long)np, f,
+                        (long long)(c ? c->ctx : 0)), -1;
+    cudaError_t e;
+    if (np && (e = cudaMemcpyAsync(c->ikey + ((size_t)f * (size_t)c->ctx + (size_t)p0) * (size_t)c->id, key, (size_t)np * (size_t)c->id * 4,
+                                   cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
+        return cu_fail(err, n, "writing the indexer's key cache", e);
+    G.stats.kv_bytes += (uint64_t)np * (uint64_t)c->id * 4;
+    return 0;
+}
+
+/* The queries and weights go in, one launch, each row's scores come back,
+ * one synchronisation; rows in chunks whose scores fit CU_MLA_SCORES. */
+extern "C" int cu_index_scores(const cu_kv *c, int f, const float *qi, const float *w, int S, int64_t pos, int ih, float sscale, float *const *score,
+                               char *err, size_t n) {
+    if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (!c || f < 0 || f >= c->nf || ih < 1) return snprintf(err, n, "CUDA: indexer: no key cache for layer %d, or %d heads", f, ih), -1;
+    if (S < 1 || pos < 0 || pos > c->ctx - S) return snprintf(err, n, "CUDA: indexer: rows %lld+%d of a cache of %lld", (long long)pos, S, (long long)c->ctx), -1;
+    const int id = c->id;
+    const int64_t ld = pos + S, per = CU_MLA_SCORES / (ld * 4), chunk = per < 1 ? 1 : per < S ? per : S;
+    const float *keys = c->ikey + (size_t)f * (size_t)c->ctx * (size_t)id;
+    double t0 = cu_now();
+    cudaError_t e = cudaSuccess;
+    cudaEventRecord(G.ev[0], G.st);
+    for (int64_t s0 = 0; s0 < S && e == cudaSuccess; s0 += chunk) {
+        const int64_t ns = S - s0 < chunk ? S - s0 : chunk, blocks = (ld + 127) / 128;
+        if ((e = cu_grow((void **)&G.mq, &G.mqcap, (size_t)(ns * ih * id) * 4)) != cudaSuccess ||
+            (e = cu_grow((void **)&G.mqa, &G.mqacap, (size_t)(ns * ih) * 4)) != cudaSuccess ||
+            (e = cu_grow((void **)&G.msc, &G.msccap, (size_t)(ns * ld) * 4)) != cudaSuccess ||
+            (e = cudaMemcpyAsync(G.mq, qi + s0 * ih * id, (size_t)(ns * ih * id) * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
+            (e = cudaMemcpyAsync(G.mqa, w + s0 * ih, (size_t)(ns * ih) * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
+            break;
+        k_index_scores<<<dim3((unsigned)ns, (unsigned)(blocks < 65535 ? blocks : 65535)), 128, 0, G.st>>>(G.mq, G.mqa, keys, ih, id, pos + s0, sscale, ld,
+                                                                                                         G.msc);
+        if ((e = cudaGetLastError()) != cudaSuccess) break;
+        for (int64_t s = 0; s < ns && e == cudaSuccess; s++)
+            e = cudaMemcpyAsync(score[s0 + s], G.msc + s * ld, (size_t)(pos + s0 + s + 1) * 4, cudaMemcpyDeviceToHost, G.st);
+    }
+    cudaEventRecord(G.ev[1], G.st);
+    if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running the indexer", e);
+    G.stats.calls++, G.stats.attn_calls++, G.stats.rows += (uint64_t)S;
+    G.stats.bytes_in += (uint64_t)S * (uint64_t)ih * (uint64_t)(id + 1) * 4;
+    for (int s = 0; s < S; s++) G.stats.bytes_out += (uint64_t)(pos + s + 1) * 4;
+    G.stats.seconds += cu_now() - t0;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+    return 0;
 }
 
 /* Queued on the matmul stream, which every later call drains before it
@@ -764,9 +839,6 @@ static cudaError_t cu_mla_rows(const cu_kv *c, int l, const cu_mat *kv_b, const 
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     return cudaMemcpyAsync(attn, G.hu, (size_t)(B * vh) * 4, cudaMemcpyDeviceToHost, G.st);
 }
-
-/* The score buffer's bound: rows go in chunks whose scores fit. */
-#define CU_MLA_SCORES ((int64_t)256 << 20)
 
 /* Checks everything, then the rows in chunks (cu_mla_rows) and one
  * synchronisation. */

@@ -68,7 +68,7 @@ typedef struct {
     uint64_t bytes_in, bytes_out; /* host to device (activations), device to host (y) */
     uint64_t weight_bytes;     /* weights and scales resident now */
     uint64_t fills, fill_bytes; /* cu_mat_fill calls, and the bytes they copied */
-    uint64_t attn_calls, kv_bytes; /* cu_mla calls (also in calls); bytes cu_kv_write copied up */
+    uint64_t attn_calls, kv_bytes; /* cu_mla and cu_index_scores calls (also in calls); bytes cu_kv_write(_keys) copied up */
     double seconds;            /* wall time inside cu_mat_idot */
     double kernel_seconds;     /* of it, in the matmul kernels (CUDA events) */
 } cu_stats;
@@ -126,13 +126,26 @@ int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q, int64_t l
 int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu_mat *const *down, int ne, const int8_t *q, int64_t ldq,
                     const float *xs, int R, const int *r0, const int *nr, float *const *y, char *err, size_t n);
 /* The latent cache of nl layers of ctx positions, kvl latent and rd rope
- * floats a position, in device memory (contents undefined until written).
- * NULL with err. */
-cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, size_t n);
+ * floats a position, and the DSA indexer's key cache of nf layers, id
+ * floats a position (nf 0: none), in device memory (contents undefined
+ * until written). NULL with err. */
+cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, int nf, int id, char *err, size_t n);
 /* Positions [p0, p0 + np) of layer l from lat[np][kvl] and rope[np][rd]
  * (host memory, free on return). */
 int cu_kv_write(cu_kv *c, int l, int64_t p0, int64_t np, const float *lat, const float *rope, char *err, size_t n);
+/* Positions [p0, p0 + np) of indexer layer f from key[np][id], as
+ * cu_kv_write. */
+int cu_kv_write_keys(cu_kv *c, int f, int64_t p0, int64_t np, const float *key, char *err, size_t n);
 void cu_kv_free(cu_kv *c);
+/* The DSA indexer's scores of S query rows at positions pos..pos+S-1
+ * against indexer layer f's cached keys, in one round trip, bit for bit
+ * forward.h's fwd_index_scores: for row s and every key t ≤ pos + s,
+ *   score[s][t] = Σ_h w[s][h]·max(dot(qi[s][h], key[t])·sscale, 0)
+ * over heads h in increasing order (acc + w·relu, relu as d > 0 ? d : 0;
+ * dot as kernels.h's mm_dot_f32). qi is [S][ih][id], w [S][ih]; score[s]
+ * has room for pos + s + 1 floats. */
+int cu_index_scores(const cu_kv *c, int f, const float *qi, const float *w, int S, int64_t pos, int ih, float sscale, float *const *score, char *err,
+                    size_t n);
 /* Absorbed MLA attention of layer l of c for S query rows at positions
  * pos..pos+S-1, in one round trip, bit for bit the CPU's (forward.h's
  * attn_head_latent, then W_UV on the integer path): for row s and head h,
@@ -201,8 +214,8 @@ static inline int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const
     (void)gate, (void)up, (void)down, (void)ne, (void)q, (void)ldq, (void)xs, (void)R, (void)r0, (void)nr, (void)y;
     return cu_fail_(err, n);
 }
-static inline cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, size_t n) {
-    (void)nl, (void)ctx, (void)kvl, (void)rd;
+static inline cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, int nf, int id, char *err, size_t n) {
+    (void)nl, (void)ctx, (void)kvl, (void)rd, (void)nf, (void)id;
     cu_fail_(err, n);
     return NULL;
 }
@@ -210,7 +223,16 @@ static inline int cu_kv_write(cu_kv *c, int l, int64_t p0, int64_t np, const flo
     (void)c, (void)l, (void)p0, (void)np, (void)lat, (void)rope;
     return cu_fail_(err, n);
 }
+static inline int cu_kv_write_keys(cu_kv *c, int f, int64_t p0, int64_t np, const float *key, char *err, size_t n) {
+    (void)c, (void)f, (void)p0, (void)np, (void)key;
+    return cu_fail_(err, n);
+}
 static inline void cu_kv_free(cu_kv *c) { (void)c; }
+static inline int cu_index_scores(const cu_kv *c, int f, const float *qi, const float *w, int S, int64_t pos, int ih, float sscale,
+                                  float *const *score, char *err, size_t n) {
+    (void)c, (void)f, (void)qi, (void)w, (void)S, (void)pos, (void)ih, (void)sscale, (void)score;
+    return cu_fail_(err, n);
+}
 static inline int cu_mla(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_shape *sh, const float *q, int S, int64_t pos, const int *nsel,
                          const int *sel, float *attn, char *err, size_t n) {
     (void)c, (void)l, (void)kv_b, (void)sh, (void)q, (void)S, (void)pos, (void)nsel, (void)sel, (void)attn;

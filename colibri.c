@@ -426,11 +426,14 @@ static void print_end(coli_model *m) {
                  dc = m->gpu.cnt.dense_cpu - m->gpu.cnt_last.dense_cpu;
         uint64_t jobs = m->gpu.cnt.jobs - m->gpu.cnt_last.jobs, xjobs = m->gpu.cnt.xjobs - m->gpu.cnt_last.xjobs;
         uint64_t ag = m->gpu.cnt.attn_gpu - m->gpu.cnt_last.attn_gpu, ac = m->gpu.cnt.attn_cpu - m->gpu.cnt_last.attn_cpu;
+        uint64_t ig = m->gpu.cnt.idx_gpu - m->gpu.cnt_last.idx_gpu, ic = m->gpu.cnt.idx_cpu - m->gpu.cnt_last.idx_cpu;
+        char idx[48] = "";
+        if (ig + ic) snprintf(idx, sizeof idx, "; indexer %.0f%%", tel_pct((double)ig, (double)(ig + ic)));
         uint64_t up = g.bytes_in - m->gpu.last.bytes_in + g.kv_bytes - m->gpu.last.kv_bytes;
         int toks = t->prompt_tokens + t->gen_tokens;
-        fprintf(stderr, "colibri: GPU: %llu matmuls in %llu calls (%.0f%% of the dense ones; attention %.0f%%; routed experts %.1f%% from GPU memory), "
+        fprintf(stderr, "colibri: GPU: %llu matmuls in %llu calls (%.0f%% of the dense ones; attention %.0f%%%s; routed experts %.1f%% from GPU memory), "
                         "%.3f s in GPU calls, %.2f MB/tok up and %.2f MB/tok down%s\n",
-                (unsigned long long)mats, (unsigned long long)calls, tel_pct((double)dg, (double)(dg + dc)), tel_pct((double)ag, (double)(ag + ac)),
+                (unsigned long long)mats, (unsigned long long)calls, tel_pct((double)dg, (double)(dg + dc)), tel_pct((double)ag, (double)(ag + ac)), idx,
                 tel_pct((double)xjobs, (double)jobs), g.seconds - m->gpu.last.seconds, toks ? up / 1e6 / toks : 0.0,
                 toks ? (g.bytes_out - m->gpu.last.bytes_out) / 1e6 / toks : 0.0, m->gpu.failed ? "; a GPU call failed, the CPU took over" : "");
         if (m->gpu.nxslot)

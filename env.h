@@ -125,7 +125,7 @@ typedef struct {
     FLOAT(CUDA_EXPERT_GB, NULL, 0, 1e6, \
         "GPU memory for the routed-expert tier (the most used experts, computed there; hot ones move in as they run); unset = what the GPU holds after the dense matrices and a 1 GiB reserve; 0 = none.") \
     BOOL(CUDA_ATTN, "1", \
-        "1 = absorbed attention and its latent cache (every layer, CTX positions) in GPU memory when the GPU holds the attention's kv_b; 0 = attention on the CPU, its GPU memory left to the expert tier.") \
+        "1 = absorbed attention, the DSA indexer's scores and their caches (every layer, CTX positions) in GPU memory when the GPU holds the attention's kv_b; 0 = both on the CPU, their GPU memory left to the expert tier.") \
     FLOAT(CUDA_FILL_MB, "64", 0, 1e6, \
         "Most MB of experts one forward pass copies into the GPU expert tier (an expert moves in after it ran on the CPU, when clearly hotter than the coldest it would replace); 0 = the tier keeps what startup put there.") \
     CHOICE(DENSE_BITS, "16", "2|4|8|16", \

@@ -219,6 +219,36 @@ static void fwd_index_scores(coli_model *m, const float *kc, int s, int64_t t0, 
     }
 }
 
+/* The kept keys of rows [0, S) at pos of full layer l (their keys and
+ * queries ready) from scores the GPU computes (model_gpu_index_scores), a
+ * row per thread at a time, each thread then choosing its row's top k in
+ * its own scratch. 1 when every row's nsel/sel is set; 0 when the CPU must
+ * score them all (no GPU copy of the keys, or a failure, said once). */
+static int fwd_indexer_gpu(const fwd_t *f, int l, int S, int pos) {
+    coli_model *m = f->m;
+    coli_scratch *sc = &m->sc;
+    int k = m->c.index_topk, s0 = k - pos <= 0 ? 0 : k - pos < S ? k - pos : S; /* rows [0, s0) keep every key */
+    if (f->tid == 0) {
+        model_gpu_index_begin(m, l, pos);
+        for (int s = 0; s < s0; s++) sc->nsel[s] = -1;
+    }
+    for (int r = s0; r < S; r += f->nth) {
+        int n = S - r < f->nth ? S - r : f->nth;
+        if (f->tid == 0) m->gpu.idx_done = model_gpu_index_scores(m, l, S, pos, r, n, sc->thr);
+        fwd_sync(f);
+        if (!m->gpu.idx_done) return 0;
+        if (f->tid < n) {
+            int s = r + f->tid;
+            float *score = sc->thr[f->tid];
+            sc->nsel[s] = topk_select(score, pos + s + 1, k, score + m->kv.ctx, sc->sel + (size_t)s * k);
+        }
+        fwd_sync(f); /* the scratch is the next chunk's */
+    }
+    if (f->tid == 0 && s0 < S) m->gpu.cnt.idx_gpu++;
+    fwd_sync(f); /* tid 0's nsel = -1 of rows with every key kept */
+    return 1;
+}
+
 /* DSA indexer (docs/model.md §5) of full layer l for rows [0, S) at
  * positions pos..pos+S-1: caches their keys and writes each row's kept keys
  * to sc->sel/nsel (nsel = -1: every causal key is kept). Batches give each
@@ -246,6 +276,8 @@ static void fwd_indexer(const fwd_t *f, int l, int S, int pos) {
         for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
     }
     fwd_sync(f); /* every key of the batch is cached */
+    if (m->gpu.kv && fwd_indexer_gpu(f, l, S, pos)) return;
+    if (f->tid == 0 && m->gpu.n && pos + S > k) m->gpu.cnt.idx_cpu++;
     if (S >= f->nth) {
         for (int64_t s = a; s < b; s++) {
             int T = pos + (int)s + 1;

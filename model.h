@@ -142,11 +142,14 @@ typedef struct {
     uint64_t fill_cap, fill_left; /* bytes a forward may copy into slots; left in this one */
     cu_kv *kv;              /* the latent cache in GPU memory (absorbed attention there), or NULL */
     int64_t *kv_valid;      /* [layers] positions [0, v) of the GPU's cache equal the host's */
-    uint64_t kv_gen, kv_bytes; /* m->kv.gen those were written under; the cache's size */
-    int attn_done;          /* thread 0 to the team: this layer's attention came from the GPU */
+    int64_t *ikey_valid;    /* [indexer layers] the same for its copy of the indexer's keys (nf > 0) */
+    int nf;                 /* indexer layers whose keys the GPU holds (their scores computed there) */
+    uint64_t kv_gen, kv_bytes; /* m->kv.gen those were written under; the caches' size */
+    int attn_done, idx_done; /* thread 0 to the team: this layer's attention / indexer scores came from the GPU */
     struct {
         uint64_t dense_gpu, dense_cpu; /* dense matmuls on either side */
         uint64_t attn_gpu, attn_cpu;   /* layer passes of attention on either side (with the GPU on) */
+        uint64_t idx_gpu, idx_cpu;     /* indexer passes that scored keys, on either side */
         uint64_t jobs, xjobs;          /* expert computations, of them from GPU memory */
         uint64_t fills;                /* experts copied into the tier during the run */
     } cnt, cnt_last;        /* counted by thread 0; cnt_last and last: at the previous end line */
@@ -907,15 +910,19 @@ static inline const char *model_gpu_kv_setup(coli_model *m, uint64_t room, int w
     if (!any) return "attention, norms and the router on the CPU";
     if (!want) return "attention (CUDA_ATTN=0), norms and the router on the CPU";
     char err[300];
-    uint64_t need = (uint64_t)nl * (uint64_t)m->kv.ctx * (uint64_t)(c->kv_lora + c->qk_rope) * 4;
+    int nf = 0;
+    for (int l = 0; l < nl; l++) nf += c->idx_full[l] != 0;
+    uint64_t need = (uint64_t)m->kv.ctx * ((uint64_t)nl * (uint64_t)(c->kv_lora + c->qk_rope) + (uint64_t)nf * (uint64_t)c->index_dim) * 4;
     if (need > room || !(g->kv_valid = (int64_t *)calloc((size_t)nl, sizeof *g->kv_valid)) ||
-        !(g->kv = cu_kv_alloc(nl, m->kv.ctx, c->kv_lora, c->qk_rope, err, sizeof err))) {
-        free(g->kv_valid), g->kv_valid = NULL;
+        !(g->ikey_valid = (int64_t *)calloc((size_t)nf + 1, sizeof *g->ikey_valid)) ||
+        !(g->kv = cu_kv_alloc(nl, m->kv.ctx, c->kv_lora, c->qk_rope, nf, nf ? c->index_dim : 0, err, sizeof err))) {
+        free(g->kv_valid), free(g->ikey_valid), g->kv_valid = g->ikey_valid = NULL;
         return "the latent cache did not fit: attention, norms and the router on the CPU";
     }
-    g->kv_bytes = need, g->kv_gen = m->kv.gen;
-    static char line[96];
-    snprintf(line, sizeof line, "attention and its latent cache (%.2f GB) too; norms and the router on the CPU", need / GB);
+    g->kv_bytes = need, g->kv_gen = m->kv.gen, g->nf = nf;
+    static char line[128];
+    snprintf(line, sizeof line, "attention%s and %s (%.2f GB) too; norms and the router on the CPU", nf ? ", the indexer's scores" : "",
+             nf ? "their caches" : "its latent cache", need / GB);
     return line;
 }
 
@@ -992,6 +999,49 @@ static inline int model_gpu_call(coli_model *m) {
     return -1;
 }
 
+/* The GPU's caches hold nothing known equal to the host's once rows were
+ * replaced other than by a forward (a KV file or kept conversation
+ * loaded: m->kv.gen). */
+static inline void model_gpu_kv_fresh(coli_model *m) {
+    model_gpu *g = &m->gpu;
+    if (!g->kv || g->kv_gen == m->kv.gen) return;
+    memset(g->kv_valid, 0, (size_t)(m->c.n_layers + m->mtp) * sizeof *g->kv_valid);
+    memset(g->ikey_valid, 0, (size_t)g->nf * sizeof *g->ikey_valid);
+    g->kv_gen = m->kv.gen;
+}
+
+/* Thread 0, at every indexer pass of full layer l at pos (with the GPU's
+ * caches): the host's keys from pos on are being rewritten, so the GPU's
+ * copy is known equal only below pos. */
+static inline void model_gpu_index_begin(coli_model *m, int l, int pos) {
+    model_gpu *g = &m->gpu;
+    int f = m->kv.full_slot[l];
+    model_gpu_kv_fresh(m);
+    if (g->nf && f >= 0 && g->ikey_valid[f] > pos) g->ikey_valid[f] = pos;
+}
+
+/* Thread 0: the indexer scores of rows [r, r + n) of a pass of S rows at
+ * pos of full layer l on the GPU (cu_index_scores) into out[0..n), from the
+ * roped queries sc->qi and the scaled weights sc->iw, after the keys the
+ * GPU lacks went up. 1, or 0 when the CPU must score (no GPU copy of the
+ * keys, or a failure: said once). */
+static inline int model_gpu_index_scores(coli_model *m, int l, int S, int pos, int r, int n, float *const *out) {
+    model_gpu *g = &m->gpu;
+    const coli_config *c = &m->c;
+    int f = m->kv.full_slot[l], ih = c->index_heads, id = c->index_dim;
+    if (!g->nf || g->failed || f < 0) return 0;
+    int64_t from = g->ikey_valid[f];
+    const float *src = m->kv.ikey + ((size_t)f * m->kv.ctx + (size_t)from) * id;
+    if (model_gpu_call(m) || cu_kv_write_keys(g->kv, f, from, pos + S - from, src, g->err, sizeof g->err) ||
+        cu_index_scores(g->kv, f, m->sc.qi + (size_t)r * ih * id, m->sc.iw + (size_t)r * ih, n, pos + r, ih, 1.0f / sqrtf((float)id), out, g->err,
+                        sizeof g->err)) {
+        model_gpu_fail(m);
+        return 0;
+    }
+    g->ikey_valid[f] = pos + S;
+    return 1;
+}
+
 /* Thread 0, every attention pass of layer l (rows [0, S) at pos, their
  * latents already in the host's cache) while the GPU is on: when the pass
  * is absorbed and the GPU holds the layer's kv_b and the latent cache, the
@@ -1004,7 +1054,7 @@ static inline int model_gpu_attention(coli_model *m, int l, int S, int pos, int 
                                       float *attn) {
     model_gpu *g = &m->gpu;
     const coli_config *c = &m->c;
-    if (g->kv && g->kv_gen != m->kv.gen) memset(g->kv_valid, 0, (size_t)(c->n_layers + m->mtp) * sizeof *g->kv_valid), g->kv_gen = m->kv.gen;
+    model_gpu_kv_fresh(m);
     int64_t from = g->kv && g->kv_valid[l] > pos ? pos : g->kv ? g->kv_valid[l] : 0, row = (int64_t)l * m->kv.ctx + from;
     if (g->kv) g->kv_valid[l] = from; /* rows from pos on changed on the host */
     cu_mat *kvb = absorbed && g->kv && !g->failed ? model_gpu_find(m, &m->L[l].kv_b) : NULL;
@@ -1141,7 +1191,7 @@ static inline void model_gpu_free(coli_model *m) {
     for (int i = 0; g->val && i < g->cap; i++) cu_mat_free(g->val[i]);
     for (size_t i = 0; g->xslot && i < (size_t)g->nxslot * 3; i++) cu_mat_free(g->xslot[i]);
     cu_kv_free(g->kv);
-    free(g->key), free(g->val), free(g->xslot), free(g->xok), free(g->kv_valid);
+    free(g->key), free(g->val), free(g->xslot), free(g->xok), free(g->kv_valid), free(g->ikey_valid);
     if (g->on) cu_shutdown();
     memset(g, 0, sizeof *g);
 }

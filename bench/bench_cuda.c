@@ -59,7 +59,7 @@ static int bench_mla(int json, double tsec, double copy, char *err, size_t n) {
     for (int64_t i = 0; i < ctx * rd; i++) kr[i] = (float)((i * 7919) % 200) / 100.0f - 1.0f;
     for (int64_t i = 0; i < (int64_t)H * (nope + rd); i++) q[i] = (float)((i * 104729) % 200) / 400.0f - 0.25f;
     cu_mla_shape sh = {H, nope, rd, vh, kvl, 1, 0.0625f};
-    if (!(d = cu_mat_upload(QT_I8, O, kvl, 0, kvl, w, s, err, n)) || !(c = cu_kv_alloc(1, ctx, kvl, rd, err, n)) ||
+    if (!(d = cu_mat_upload(QT_I8, O, kvl, 0, kvl, w, s, err, n)) || !(c = cu_kv_alloc(1, ctx, kvl, rd, 0, 0, err, n)) ||
         cu_kv_write(c, 0, 0, ctx, lat, kr, err, n))
         goto out;
     static const int keys[] = {512, 2048};

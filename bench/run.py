@@ -1360,7 +1360,7 @@ class Bench:
             self.R["workloads"].append({"id": "cuda.decode.weights", "engine": "colibri", "model": "medium", "unit": "GB/s", "n": len(rows["1"]),
                                         "value": round(gbs, 2), "limit_name": "device copy bandwidth", "limit": j["copy_gbps"],
                                         "ratio": round(gbs / j["copy_gbps"], 3),
-                                        "what": "weight bytes per token x GPU decode tok/s (norms, the indexer and the router still on the CPU)"})
+                                        "what": "weight bytes per token x GPU decode tok/s (norms, the indexer's top-k and the router still on the CPU)"})
             self.say("  GPU decode weights: %.1f MB/token x %.2f tok/s = %.1f GB/s, %.0f%% of the device's copy bandwidth" % (
                 wb / 1e6, a, gbs, 100 * gbs / j["copy_gbps"]))
         self.R["cuda"] = g

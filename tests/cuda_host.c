@@ -29,9 +29,9 @@ struct cu_mat {
 };
 
 struct cu_kv {
-    int nl, kvl, rd;
+    int nl, kvl, rd, nf, id;
     int64_t ctx;
-    float *lat, *rope; /* [nl][ctx][kvl], [nl][ctx][rd] */
+    float *lat, *rope, *ikey; /* [nl][ctx][kvl], [nl][ctx][rd], [nf][ctx][id] */
     uint64_t bytes;
 };
 
@@ -194,18 +194,19 @@ int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *up, const cu
     return 0;
 }
 
-cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, char *err, size_t n) {
+cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, int nf, int id, char *err, size_t n) {
     if (!H.on) return snprintf(err, n, "CUDA: not initialised"), (cu_kv *)NULL;
-    if (nl < 1 || ctx < 1 || kvl < 1 || rd < 0 || ctx > (INT64_C(1) << 24) || kvl > 4096 || rd > 4096)
-        return snprintf(err, n, "CUDA: cannot hold a latent cache of %d layers x %lld positions x (%d + %d)", nl, (long long)ctx, kvl, rd), (cu_kv *)NULL;
-    uint64_t bytes = (uint64_t)nl * (uint64_t)ctx * (uint64_t)(kvl + rd) * 4;
+    if (nl < 1 || ctx < 1 || kvl < 1 || rd < 0 || ctx > (INT64_C(1) << 24) || kvl > 4096 || rd > 4096 || nf < 0 || nf > nl || id < 0 || id > 4096 || (nf && !id))
+        return snprintf(err, n, "CUDA: cannot hold a latent cache of %d layers x %lld positions x (%d + %d), %d x %d indexer keys", nl, (long long)ctx, kvl,
+                        rd, nf, id), (cu_kv *)NULL;
+    uint64_t bytes = (uint64_t)ctx * ((uint64_t)nl * (uint64_t)(kvl + rd) + (uint64_t)nf * (uint64_t)id) * 4;
     if (H.stats.weight_bytes + H.kv_mem + bytes > HOST_MEM) return snprintf(err, n, "CUDA: allocating the latent cache: out of memory"), (cu_kv *)NULL;
     cu_kv *c = (cu_kv *)calloc(1, sizeof *c);
     float *b = (float *)malloc((size_t)bytes);
     if (!c || !b) return free(c), free(b), snprintf(err, n, "out of memory"), (cu_kv *)NULL;
     memset(b, 0x7f, (size_t)bytes); /* undefined until written: NaN, so a read of an unwritten position shows */
-    c->nl = nl, c->ctx = ctx, c->kvl = kvl, c->rd = rd, c->bytes = bytes;
-    c->lat = b, c->rope = b + (size_t)nl * (size_t)ctx * (size_t)kvl;
+    c->nl = nl, c->ctx = ctx, c->kvl = kvl, c->rd = rd, c->nf = nf, c->id = id, c->bytes = bytes;
+    c->lat = b, c->rope = b + (size_t)nl * (size_t)ctx * (size_t)kvl, c->ikey = c->rope + (size_t)nl * (size_t)ctx * (size_t)rd;
     H.kv_mem += bytes;
     return c;
 }
@@ -218,6 +219,44 @@ int cu_kv_write(cu_kv *c, int l, int64_t p0, int64_t np, const float *lat, const
     memcpy(c->lat + ((size_t)l * (size_t)c->ctx + (size_t)p0) * (size_t)c->kvl, lat, (size_t)np * (size_t)c->kvl * 4);
     memcpy(c->rope + ((size_t)l * (size_t)c->ctx + (size_t)p0) * (size_t)c->rd, rope, (size_t)np * (size_t)c->rd * 4);
     H.stats.kv_bytes += (uint64_t)np * (uint64_t)(c->kvl + c->rd) * 4;
+    return 0;
+}
+
+int cu_kv_write_keys(cu_kv *c, int f, int64_t p0, int64_t np, const float *key, char *err, size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (!c || f < 0 || f >= c->nf || p0 < 0 || np < 0 || p0 > c->ctx - np)
+        return snprintf(err, n, "CUDA: writing positions %lld+%lld of indexer layer %d to a key cache of %lld", (long long)p0, (long long)np, f,
+                        (long long)(c ? c->ctx : 0)), -1;
+    memcpy(c->ikey + ((size_t)f * (size_t)c->ctx + (size_t)p0) * (size_t)c->id, key, (size_t)np * (size_t)c->id * 4);
+    H.stats.kv_bytes += (uint64_t)np * (uint64_t)c->id * 4;
+    return 0;
+}
+
+/* The checks backend_cuda.cu makes, then fwd_index_scores' loop. */
+int cu_index_scores(const cu_kv *c, int f, const float *qi, const float *w, int S, int64_t pos, int ih, float sscale, float *const *score, char *err,
+                    size_t n) {
+    if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
+    if (!c || f < 0 || f >= c->nf || ih < 1) return snprintf(err, n, "CUDA: indexer: no key cache for layer %d, or %d heads", f, ih), -1;
+    if (S < 1 || pos < 0 || pos > c->ctx - S) return snprintf(err, n, "CUDA: indexer: rows %lld+%d of a cache of %lld", (long long)pos, S, (long long)c->ctx), -1;
+    double t0 = host_now();
+    const int id = c->id;
+    const float *keys = c->ikey + (size_t)f * (size_t)c->ctx * (size_t)id;
+    for (int s = 0; s < S; s++) {
+        const float *qs = qi + (size_t)s * (size_t)ih * (size_t)id, *ws = w + (size_t)s * (size_t)ih;
+        for (int64_t t = 0; t <= pos + s; t++) {
+            float acc = 0;
+            for (int h = 0; h < ih; h++) {
+                float d = mm_dot_f32(qs + (size_t)h * (size_t)id, keys + (size_t)t * (size_t)id, id) * sscale;
+                acc += ws[h] * (d > 0 ? d : 0);
+            }
+            score[s][t] = acc;
+        }
+    }
+    H.stats.calls++, H.stats.attn_calls++, H.stats.rows += (uint64_t)S;
+    H.stats.bytes_in += (uint64_t)S * (uint64_t)ih * (uint64_t)(id + 1) * 4;
+    for (int s = 0; s < S; s++) H.stats.bytes_out += (uint64_t)(pos + s + 1) * 4;
+    double dt = host_now() - t0;
+    H.stats.seconds += dt, H.stats.kernel_seconds += dt;
     return 0;
 }
 

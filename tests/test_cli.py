@@ -563,14 +563,19 @@ class Cuda(unittest.TestCase):
         self.need_gpu()
         words = "the small engine ran the large model on a small machine and kept every token exact while the experts streamed from disk"
         prompt = words + ", " + words  # over 64 tokens: the indexer keeps 64 of them
-        for fx in ("tiny-q4", "tiny-q4g32", "tiny-dsv3-q4"):
+        for fx, dense in (("tiny-q4", {}), ("tiny-q4g32", {}), ("tiny-dsv3-q4", {}), ("tiny-dsv32", {"DENSE_BITS": "8"})):
             d = os.path.join(FIXTURES, fx)
+            indexer = fx != "tiny-dsv3-q4"  # DeepSeek-V3 has none; DeepSeek-V3.2 one on every layer (index_topk 6)
             for extra in ({"TEMP": "0"}, {"TEMP": "0.9", "SEED": "5", "UBATCH": "7"}, {"TEMP": "0", "ABSORB": "1", "UBATCH": "64", "THREADS": "3"}):
-                env = dict(PROMPT=prompt, NGEN="20", TOKENS="1", USAGE_SAVE="0", **extra)
+                env = dict(PROMPT=prompt, NGEN="20", TOKENS="1", USAGE_SAVE="0", **dense, **extra)
                 rc0, out0, err0 = run(d, dict(env, CUDA="0"))
                 rc1, out1, err1 = run(d, dict(env, CUDA="1"))
                 self.assertEqual((rc0, rc1), (0, 0), err1)
-                self.assertIn("attention and its latent cache (", err1)
+                self.assertIn("attention, the indexer's scores and their caches (" if indexer else "attention and its latent cache (", err1)
+                if indexer:  # every pass that scores keys, on the GPU
+                    self.assertIn("; indexer 100%;", err1, (fx, extra))
+                else:
+                    self.assertNotIn("indexer", err1.split("colibri: GPU:")[1])
                 # a long prefill batch takes the reconstructed path, on the CPU; ABSORB=1 and decode do not
                 self.assertRegex(err1, r"; attention %s%%;" % ("100" if extra.get("ABSORB") else r"[1-9]\d*"), (fx, extra))
                 self.assertEqual(ids_line(err0, "generated tokens"), ids_line(err1, "generated tokens"), (fx, extra))
@@ -593,8 +598,10 @@ class Cuda(unittest.TestCase):
         latents. Every answer equals a CUDA=0 server's."""
         self.need_gpu()
         from test_serve import Server  # noqa: E402
-        a = [{"role": "system", "content": "alpha"}, {"role": "user", "content": "Tell me about the engine"}]
-        b = [{"role": "system", "content": "beta, a much longer system prompt than the first one has, so that its cache runs further"},
+        words = "the small engine ran the large model on a small machine and kept every token exact "
+        # both past index_topk (64): the indexer's key cache must follow too
+        a = [{"role": "system", "content": "alpha " + words}, {"role": "user", "content": "Tell me about the engine"}]
+        b = [{"role": "system", "content": "beta, a much longer system prompt than the first one has, so that its cache runs further " + words * 2},
              {"role": "user", "content": "And now something else entirely, with more words than before"}]
         answers = []
         for cuda in ("0", "1"):
@@ -609,7 +616,7 @@ class Cuda(unittest.TestCase):
                 srv.stop()
             self.assertGreater(got[2][1], 0, srv.log())  # the third request reused the first one's cache
             if cuda == "1":
-                self.assertIn("attention and its latent cache (", srv.log())
+                self.assertIn("attention, the indexer's scores and their caches (", srv.log())
             answers.append(got)
         self.assertEqual(answers[0], answers[1])
 

@@ -6,7 +6,8 @@
  * several matrices of one input in one call, each as its own call, also
  * each on its own range of the rows (a layer's experts); batches of
  * experts with SwiGLU on the device against the CPU's fwd_mlp; absorbed
- * MLA attention over a latent cache against the CPU's steps; and
+ * MLA attention over a latent cache and the DSA indexer's scores over
+ * its key cache against the CPU's steps; and
  * slots refilled with other matrices (cu_mat_fill), their sources
  * overwritten the moment the call returns. Without
  * a CUDA build or a GPU, one SKIP line says which. */
@@ -397,7 +398,7 @@ static int mla_same_as_cpu(mm_ctx *ref, qt_fmt f, int gs, int H, int nope, int r
     }
     qt_tensor W = {f, (int64_t)H * kvw, kvl, w, s, gs};
     cu_mat *d = ok ? cu_mat_upload((int)f, W.O, W.I, gs, (int64_t)qt_row_bytes(&W), w, s, err, sizeof err) : NULL;
-    cu_kv *c = d ? cu_kv_alloc(2, ctx, kvl, rd, err, sizeof err) : NULL;
+    cu_kv *c = d ? cu_kv_alloc(2, ctx, kvl, rd, 0, 0, err, sizeof err) : NULL;
     int64_t half = (pos + S) / 2, l = 1;
     ok = ok && c && cu_kv_write(c, (int)l, 0, half, lat, kr, err, sizeof err) == 0 &&
          cu_kv_write(c, (int)l, half, pos + S - half, lat + half * kvl, kr + half * rd, err, sizeof err) == 0;
@@ -435,7 +436,7 @@ static void test_mla(mm_ctx *ref) {
     float s[8] = {1, 1, 1, 1, 1, 1, 1, 1}, lat[16] = {0}, kr[4] = {0}, q[8] = {0}, at[4];
     int nsel[2] = {1, -1}, sel[2] = {1, 0};
     cu_mat *d = cu_mat_upload(QT_I8, 8, 16, 0, 16, w, s, err, sizeof err); /* 2 heads of nope 2 + vh 2 rows over kvl 16 */
-    cu_kv *c = cu_kv_alloc(1, 4, 16, 4, err, sizeof err);
+    cu_kv *c = cu_kv_alloc(1, 4, 16, 4, 0, 0, err, sizeof err);
     CHECK(d && c);
     if (d && c) {
         cu_mla_shape sh = {2, 2, 4, 2, 16, 1, 1.0f};
@@ -456,6 +457,64 @@ static void test_mla(mm_ctx *ref) {
         CHECK_HAS(err, "the latent cache, the shape and kv_b do not agree");
     }
     cu_kv_free(c), cu_mat_free(d);
+}
+
+/* cu_index_scores on one shape: ih heads of id, S rows at pos over a key
+ * cache written in two pieces (indexer layer 1 of 2); keys with every
+ * sign, so the ReLU both cuts and passes. 1 when every row's scores equal
+ * fwd_index_scores' loop bit for bit. */
+static int index_same_as_cpu(int ih, int id, int S, int64_t pos, float sscale) {
+    const int64_t ctx = pos + S + 3;
+    float *keys = (float *)malloc((size_t)(ctx * id) * 4), *qi = (float *)malloc((size_t)(S * ih * id) * 4), *w = (float *)malloc((size_t)(S * ih) * 4),
+          *got = (float *)malloc((size_t)(S * ctx) * 4), *want = (float *)malloc((size_t)ctx * 4), *rows[64];
+    char err[300] = "";
+    int ok = keys && qi && w && got && want && S <= 64;
+    for (int64_t i = 0; ok && i < ctx * id; i++) keys[i] = frand();
+    for (int64_t i = 0; ok && i < (int64_t)S * ih * id; i++) qi[i] = frand() * 2.0f;
+    for (int64_t i = 0; ok && i < (int64_t)S * ih; i++) w[i] = frand() * 0.3f;
+    for (int s = 0; ok && s < S; s++) rows[s] = got + (size_t)s * ctx;
+    cu_kv *c = ok ? cu_kv_alloc(3, ctx, 8, 2, 2, id, err, sizeof err) : NULL;
+    int64_t half = (pos + S) / 3;
+    ok = ok && c && cu_kv_write_keys(c, 1, 0, half, keys, err, sizeof err) == 0 &&
+         cu_kv_write_keys(c, 1, half, pos + S - half, keys + half * id, err, sizeof err) == 0 &&
+         cu_index_scores(c, 1, qi, w, S, pos, ih, sscale, rows, err, sizeof err) == 0;
+    if (!ok) fprintf(stderr, "indexer: %s\n", err);
+    for (int s = 0; ok && s < S; s++) {
+        for (int64_t t = 0; t <= pos + s; t++) { /* forward.h's fwd_index_scores */
+            float acc = 0;
+            for (int h = 0; h < ih; h++) {
+                float d = mm_dot_f32(qi + ((size_t)s * ih + h) * id, keys + (size_t)t * id, id) * sscale;
+                acc += w[(size_t)s * ih + h] * (d > 0 ? d : 0);
+            }
+            want[t] = acc;
+        }
+        if (memcmp(want, rows[s], (size_t)(pos + s + 1) * 4)) ok = 0, fprintf(stderr, "indexer ih=%d id=%d S=%d pos=%lld: row %d differs\n", ih, id, S, (long long)pos, s);
+    }
+    cu_kv_free(c);
+    free(keys), free(qi), free(w), free(got), free(want);
+    return ok;
+}
+
+/* cu_index_scores: GLM-5's indexer shape, odd widths, batches; and what it
+ * refuses. */
+static void test_index(void) {
+    CHECK(index_same_as_cpu(32, 128, 1, 300, 0.0883883f)); /* GLM-5 decode: 32 heads of 128 */
+    CHECK(index_same_as_cpu(4, 16, 5, 70, 0.25f));        /* the tiny fixtures' shape, a prefill batch */
+    CHECK(index_same_as_cpu(3, 37, 2, 9, 0.5f));           /* a tail past the 16 running sums */
+    char err[300];
+    float k[8] = {0}, q[8] = {0}, w[2] = {0}, out[8], *rows[1] = {out};
+    cu_kv *c = cu_kv_alloc(1, 4, 8, 2, 1, 4, err, sizeof err), *none = cu_kv_alloc(1, 4, 8, 2, 0, 0, err, sizeof err);
+    CHECK(c && none);
+    if (c && none) {
+        CHECK(cu_kv_write_keys(c, 0, 3, 2, k, err, sizeof err) == -1);
+        CHECK_HAS(err, "writing positions 3+2 of indexer layer 0 to a key cache of 4");
+        CHECK(cu_index_scores(c, 0, q, w, 1, 4, 2, 1.0f, rows, err, sizeof err) == -1);
+        CHECK_HAS(err, "indexer: rows 4+1 of a cache of 4");
+        CHECK(cu_index_scores(none, 0, q, w, 1, 0, 2, 1.0f, rows, err, sizeof err) == -1);
+        CHECK_HAS(err, "no key cache for layer 0");
+    }
+    CHECK(cu_kv_alloc(1, 4, 8, 2, 2, 4, err, sizeof err) == NULL); /* more indexer layers than layers */
+    cu_kv_free(c), cu_kv_free(none);
 }
 
 /* Expert slots: one cu_mat_alloc'd matrix refilled in turn with matrices A
@@ -552,6 +611,7 @@ int main(void) {
     test_rows();
     test_experts(&ref);
     test_mla(&ref);
+    test_index();
     test_fills(QT_I4G, 96, 200, 32, 3); /* an expert's gate: grouped int4, a partial last group */
     test_fills(QT_I4, 33, 4097, 0, 1);
     test_fills(QT_I8, 130, 100, 0, 9);
