@@ -562,6 +562,14 @@ extern "C" void cu_mat_free(cu_mat *m) {
     free(m);
 }
 
+/* A call's wall time since t0, and its kernels' (between G.ev[0] and
+ * G.ev[1], which the synchronised stream has passed), into the stats. */
+static void cu_timed(double t0) {
+    G.stats.seconds += cu_now() - t0;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+}
+
 /* Grows device buffer *p to at least need bytes. */
 static cudaError_t cu_grow(void **p, size_t *cap, size_t need) {
     if (need <= *cap) return cudaSuccess;
@@ -571,6 +579,16 @@ static cudaError_t cu_grow(void **p, size_t *cap, size_t need) {
     if (e == cudaSuccess) *cap = need;
     else cudaGetLastError(); /* reported here; not left for a later launch check to find */
     return e;
+}
+
+/* Queues the R activation rows q[R][ldq] (I values each) into G.q, rows
+ * ldd apart and zero past I, and their scales into G.xs (both grown). */
+static cudaError_t cu_rows_up(const int8_t *q, int64_t ldq, int64_t I, const float *xs, int R, int64_t ldd) {
+    cudaError_t e;
+    if ((e = cudaMemsetAsync(G.q, 0, (size_t)(R * ldd), G.st)) != cudaSuccess ||
+        (e = cudaMemcpy2DAsync(G.q, (size_t)ldd, q, (size_t)ldq, (size_t)I, (size_t)R, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
+        return e;
+    return cudaMemcpyAsync(G.xs, xs, (size_t)R * 4, cudaMemcpyHostToDevice, G.st);
 }
 
 /* Padded row width of the activations for m: a multiple of 64, at least
@@ -633,10 +651,7 @@ extern "C" int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q
     if ((e = cu_grow((void **)&G.q, &G.qcap, (size_t)(R * ldd))) != cudaSuccess || (e = cu_grow((void **)&G.xs, &G.xcap, (size_t)R * 4)) != cudaSuccess ||
         (e = cu_grow((void **)&G.y, &G.ycap, (size_t)outs * 4)) != cudaSuccess)
         return cu_fail(err, n, "allocating activations", e);
-    if ((e = cudaMemsetAsync(G.q, 0, (size_t)(R * ldd), G.st)) != cudaSuccess ||
-        (e = cudaMemcpy2DAsync(G.q, (size_t)ldd, q, (size_t)ldq, (size_t)m[0]->I, (size_t)R, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(G.xs, xs, (size_t)R * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
-        return cu_fail(err, n, "copying activations", e);
+    if ((e = cu_rows_up(q, ldq, m[0]->I, xs, R, ldd)) != cudaSuccess) return cu_fail(err, n, "copying activations", e);
     for (int i = 0; i < nm && e == cudaSuccess; i++) /* a fill still copying: the device waits, the host does not */
         if (m[i]->pending) e = cudaStreamWaitEvent(G.st, m[i]->filled, 0);
     if (e != cudaSuccess) return cu_fail(err, n, "waiting for a fill", e);
@@ -650,9 +665,7 @@ extern "C" int cu_mats_idot_rows(const cu_mat *const *m, int nm, const int8_t *q
     if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running the matmul", e);
     G.stats.calls++, G.stats.mats += (uint64_t)nm, G.stats.rows += (uint64_t)R;
     G.stats.bytes_in += (uint64_t)(R * m[0]->I) + (uint64_t)R * 4, G.stats.bytes_out += (uint64_t)outs * 4;
-    G.stats.seconds += cu_now() - t0;
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+    cu_timed(t0);
     return 0;
 }
 
@@ -685,10 +698,7 @@ extern "C" int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *u
         (e = cu_grow((void **)&G.hq, &G.hqcap, (size_t)(hrows * ldh))) != cudaSuccess ||
         (e = cu_grow((void **)&G.hx, &G.hxcap, (size_t)hrows * 4)) != cudaSuccess)
         return cu_fail(err, n, "allocating activations", e);
-    if ((e = cudaMemsetAsync(G.q, 0, (size_t)(R * ldd), G.st)) != cudaSuccess ||
-        (e = cudaMemcpy2DAsync(G.q, (size_t)ldd, q, (size_t)ldq, (size_t)gate[0]->I, (size_t)R, cudaMemcpyHostToDevice, G.st)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(G.xs, xs, (size_t)R * 4, cudaMemcpyHostToDevice, G.st)) != cudaSuccess)
-        return cu_fail(err, n, "copying activations", e);
+    if ((e = cu_rows_up(q, ldq, gate[0]->I, xs, R, ldd)) != cudaSuccess) return cu_fail(err, n, "copying activations", e);
     for (int i = 0; i < ne && e == cudaSuccess; i++) {
         const cu_mat *three[3] = {gate[i], up[i], down[i]};
         for (int t = 0; t < 3 && e == cudaSuccess; t++)
@@ -711,9 +721,7 @@ extern "C" int cu_experts_rows(const cu_mat *const *gate, const cu_mat *const *u
     if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running the experts", e);
     G.stats.calls++, G.stats.mats += 3 * (uint64_t)ne, G.stats.rows += (uint64_t)R;
     G.stats.bytes_in += (uint64_t)(R * gate[0]->I) + (uint64_t)R * 4, G.stats.bytes_out += (uint64_t)outs * 4;
-    G.stats.seconds += cu_now() - t0;
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+    cu_timed(t0);
     return 0;
 }
 
@@ -777,9 +785,7 @@ extern "C" int cu_index_scores(const cu_kv *c, int f, const float *qi, const flo
     G.stats.calls++, G.stats.attn_calls++, G.stats.rows += (uint64_t)S;
     G.stats.bytes_in += (uint64_t)S * (uint64_t)ih * (uint64_t)(id + 1) * 4;
     for (int s = 0; s < S; s++) G.stats.bytes_out += (uint64_t)(pos + s + 1) * 4;
-    G.stats.seconds += cu_now() - t0;
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+    cu_timed(t0);
     return 0;
 }
 
@@ -871,9 +877,7 @@ extern "C" int cu_mla(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_sh
     G.stats.calls++, G.stats.attn_calls++, G.stats.mats += 1, G.stats.rows += (uint64_t)S;
     G.stats.bytes_in += (uint64_t)((int64_t)S * H * qk) * 4 + (uint64_t)(S + (any ? (int64_t)S * sh->sel_stride : 0)) * 4;
     G.stats.bytes_out += (uint64_t)((int64_t)S * H * vh) * 4;
-    G.stats.seconds += cu_now() - t0;
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, G.ev[0], G.ev[1]) == cudaSuccess) G.stats.kernel_seconds += 1e-3 * ms;
+    cu_timed(t0);
     return 0;
 }
 
