@@ -158,9 +158,10 @@ def parts_for(build, sanitize, tsan):
                         colibri))
         out.append(Part("tests/test_serve.py (HTTP threads and the compute thread)", [sys.executable, "tests/test_serve.py", "-v", "Protocol", "Lifecycle"],
                         colibri))
-        out.append(Part("tests/test_cli.py Cuda (the GPU tier's copies and fallback on the team's threads, host stand-in)",
+        out.append(Part("tests/test_cli.py Cuda (the GPU tier's copies, attention, the indexer and the fallback on the team's threads, host stand-in)",
                         [sys.executable, "tests/test_cli.py", "-v", "Cuda.test_the_expert_tier_fills_as_experts_run",
-                         "Cuda.test_a_failing_gpu_call_falls_back_to_the_cpu"], {"COLIBRI": "build/tsan-cuda-host/colibri", "COLI_EXPECT_GPU": "1"}))
+                         "Cuda.test_a_failing_gpu_call_falls_back_to_the_cpu", "Cuda.test_attention_on_the_gpu"],
+                        {"COLIBRI": "build/tsan-cuda-host/colibri", "COLI_EXPECT_GPU": "1"}))
         return out
     tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c"))
     pys = sorted(f for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".py"))
