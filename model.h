@@ -912,17 +912,23 @@ static inline const char *model_gpu_kv_setup(coli_model *m, uint64_t room, int w
     char err[300];
     int nf = 0;
     for (int l = 0; l < nl; l++) nf += c->idx_full[l] != 0;
-    uint64_t need = (uint64_t)m->kv.ctx * ((uint64_t)nl * (uint64_t)(c->kv_lora + c->qk_rope) + (uint64_t)nf * (uint64_t)c->index_dim) * 4;
-    if (need > room || !(g->kv_valid = (int64_t *)calloc((size_t)nl, sizeof *g->kv_valid)) ||
-        !(g->ikey_valid = (int64_t *)calloc((size_t)nf + 1, sizeof *g->ikey_valid)) ||
-        !(g->kv = cu_kv_alloc(nl, m->kv.ctx, c->kv_lora, c->qk_rope, nf, nf ? c->index_dim : 0, err, sizeof err))) {
+    const int has_keys = nf > 0;
+    uint64_t lat = (uint64_t)m->kv.ctx * (uint64_t)nl * (uint64_t)(c->kv_lora + c->qk_rope) * 4, keys = 0;
+    if (nf && c->index_dim <= 4096) keys = (uint64_t)m->kv.ctx * (uint64_t)nf * (uint64_t)c->index_dim * 4;
+    if (!keys || lat + keys > room) nf = 0, keys = 0; /* keys that do not fit leave the indexer's scores on the CPU, not attention */
+    if (lat > room || !(g->kv_valid = (int64_t *)calloc((size_t)nl, sizeof *g->kv_valid)) ||
+        !(g->ikey_valid = (int64_t *)calloc((size_t)nl + 1, sizeof *g->ikey_valid)))
+        g->kv = NULL;
+    else if (!(g->kv = cu_kv_alloc(nl, m->kv.ctx, c->kv_lora, c->qk_rope, nf, nf ? c->index_dim : 0, err, sizeof err)) && nf)
+        nf = 0, keys = 0, g->kv = cu_kv_alloc(nl, m->kv.ctx, c->kv_lora, c->qk_rope, 0, 0, err, sizeof err);
+    if (!g->kv) {
         free(g->kv_valid), free(g->ikey_valid), g->kv_valid = g->ikey_valid = NULL;
         return "the latent cache did not fit: attention, norms and the router on the CPU";
     }
-    g->kv_bytes = need, g->kv_gen = m->kv.gen, g->nf = nf;
-    static char line[128];
-    snprintf(line, sizeof line, "attention%s and %s (%.2f GB) too; norms and the router on the CPU", nf ? ", the indexer's scores" : "",
-             nf ? "their caches" : "its latent cache", need / GB);
+    g->kv_bytes = lat + keys, g->kv_gen = m->kv.gen, g->nf = nf;
+    static char line[160];
+    snprintf(line, sizeof line, "attention%s and %s (%.2f GB) too%s; norms and the router on the CPU", nf ? ", the indexer's scores" : "",
+             nf ? "their caches" : "its latent cache", g->kv_bytes / GB, has_keys && !nf ? " (the indexer's keys did not fit: its scores on the CPU)" : "");
     return line;
 }
 

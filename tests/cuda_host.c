@@ -10,7 +10,9 @@
  * the same reference on a real device (build/cuda).
  *
  * The device: number 0 only, compute capability 7.5, HOST_MEM bytes of
- * which matrices take their size. */
+ * which matrices take their size. With XGPU_KEYS_OOM set in the
+ * environment, a latent cache with indexer keys does not fit (the
+ * engine's retry without them is tested through it). */
 #include "backend_cuda.h"
 #include "fmath.h"
 #include "kernels.h"
@@ -200,7 +202,7 @@ cu_kv *cu_kv_alloc(int nl, int64_t ctx, int kvl, int rd, int nf, int id, char *e
         return snprintf(err, n, "CUDA: cannot hold a latent cache of %d layers x %lld positions x (%d + %d), %d x %d indexer keys", nl, (long long)ctx, kvl,
                         rd, nf, id), (cu_kv *)NULL;
     uint64_t bytes = (uint64_t)ctx * ((uint64_t)nl * (uint64_t)(kvl + rd) + (uint64_t)nf * (uint64_t)id) * 4;
-    if (H.stats.weight_bytes + H.kv_mem + bytes > HOST_MEM) return snprintf(err, n, "CUDA: allocating the latent cache: out of memory"), (cu_kv *)NULL;
+    if (H.stats.weight_bytes + H.kv_mem + bytes > HOST_MEM || (nf && getenv("XGPU_KEYS_OOM"))) return snprintf(err, n, "CUDA: allocating the latent cache: out of memory"), (cu_kv *)NULL;
     cu_kv *c = (cu_kv *)calloc(1, sizeof *c);
     float *b = (float *)malloc((size_t)bytes);
     if (!c || !b) return free(c), free(b), snprintf(err, n, "out of memory"), (cu_kv *)NULL;

@@ -590,6 +590,14 @@ class Cuda(unittest.TestCase):
         rc, out, err = run(os.path.join(FIXTURES, "tiny-glm5"), {"CUDA": "1", "PROMPT": "x", "NGEN": "2", "USAGE_SAVE": "0"})
         self.assertEqual(rc, 0, err)
         self.assertIn("attention, norms and the router on the CPU", err)
+        if "stand-in" in err:  # its XGPU_KEYS_OOM: the indexer's keys do not fit beside the latents, which still go
+            env = dict(PROMPT=prompt, NGEN="8", TOKENS="1", USAGE_SAVE="0")
+            rc0, out0, err0 = run(d, dict(env, CUDA="0"))
+            rc1, out1, err1 = run(d, dict(env, CUDA="1", XGPU_KEYS_OOM="1"))
+            self.assertEqual((rc0, rc1), (0, 0), err1)
+            self.assertIn("attention and its latent cache (0.00 GB) too (the indexer's keys did not fit: its scores on the CPU)", err1)
+            self.assertRegex(err1, r"; attention [1-9]\d*%; indexer 0%;")
+            self.assertEqual(ids_line(err0, "generated tokens"), ids_line(err1, "generated tokens"))
 
     def test_attention_cache_follows_the_host(self):
         """Serve mode's prefix cache replaces the host's KV rows with a stored
