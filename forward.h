@@ -222,14 +222,15 @@ static void fwd_index_scores(coli_model *m, const float *kc, int s, int64_t t0, 
 /* The kept keys of rows [0, S) at pos of full layer l (their keys and
  * queries ready) from scores the GPU computes (model_gpu_index_scores), a
  * row per thread at a time, each thread then choosing its row's top k in
- * its own scratch. 1 when every row's nsel/sel is set; 0 when the CPU must
- * score them all (no GPU copy of the keys, or a failure, said once). */
+ * its own scratch; the GPU holds the indexer's keys. 1 when every row's
+ * nsel/sel is set; 0 when the CPU must score them all (after a failure,
+ * said once). */
 static int fwd_indexer_gpu(const fwd_t *f, int l, int S, int pos) {
     coli_model *m = f->m;
     coli_scratch *sc = &m->sc;
     int k = m->c.index_topk, s0 = k - pos <= 0 ? 0 : k - pos < S ? k - pos : S; /* rows [0, s0) keep every key */
     if (f->tid == 0) {
-        model_gpu_index_begin(m, l, pos);
+        model_gpu_lower(m, m->gpu.ikey_valid + m->kv.full_slot[l], pos);
         for (int s = 0; s < s0; s++) sc->nsel[s] = -1;
     }
     for (int r = s0; r < S; r += f->nth) {
@@ -276,7 +277,7 @@ static void fwd_indexer(const fwd_t *f, int l, int S, int pos) {
         for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
     }
     fwd_sync(f); /* every key of the batch is cached */
-    if (m->gpu.kv && fwd_indexer_gpu(f, l, S, pos)) return;
+    if (m->gpu.nf && fwd_indexer_gpu(f, l, S, pos)) return; /* the GPU holds the indexer's keys */
     if (f->tid == 0 && m->gpu.n && pos + S > k) m->gpu.cnt.idx_cpu++;
     if (S >= f->nth) {
         for (int64_t s = a; s < b; s++) {
@@ -402,11 +403,13 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
     }
     int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, s1 ? 1 : S) : m->absorb;
     int vh = c->v_head, kvw = c->qk_nope + vh;
-    if (m->gpu.n) { /* absorbed: on the GPU when it holds the layer's kv_b and the latent cache */
-        if (f->tid == 0) m->gpu.attn_done = model_gpu_attention(m, l, S, pos, absorbed, sc->q, sc->nsel, sc->sel, sc->attn);
+    if (m->gpu.kv && f->tid == 0) model_gpu_lower(m, m->gpu.kv_valid + l, pos); /* the batch's latents were just written */
+    if (m->gpu.kv && absorbed) { /* on the GPU when it holds the layer's kv_b */
+        if (f->tid == 0) m->gpu.attn_done = model_gpu_attention(m, l, S, pos, sc->q, sc->nsel, sc->sel, sc->attn);
         fwd_sync(f);
         if (m->gpu.attn_done) absorbed = -1;
-    }
+    } else if (f->tid == 0 && m->gpu.n)
+        m->gpu.cnt.attn_cpu++;
     if (absorbed > 0) {
         for (int i = f->tid; i < H * S; i += f->nth)
             attn_head_latent(m, l, i % S, pos, i / S, sc->thr[f->tid], sc->hlat + (size_t)i * kvl);

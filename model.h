@@ -1016,26 +1016,24 @@ static inline void model_gpu_kv_fresh(coli_model *m) {
     g->kv_gen = m->kv.gen;
 }
 
-/* Thread 0, at every indexer pass of full layer l at pos (with the GPU's
- * caches): the host's keys from pos on are being rewritten, so the GPU's
- * copy is known equal only below pos. */
-static inline void model_gpu_index_begin(coli_model *m, int l, int pos) {
-    model_gpu *g = &m->gpu;
-    int f = m->kv.full_slot[l];
+/* Thread 0, at every pass that writes a cache's rows from pos on (with
+ * the GPU's copies): *valid, the positions of a GPU copy known equal to
+ * the host's, falls to pos at most. */
+static inline void model_gpu_lower(coli_model *m, int64_t *valid, int pos) {
     model_gpu_kv_fresh(m);
-    if (g->nf && f >= 0 && g->ikey_valid[f] > pos) g->ikey_valid[f] = pos;
+    if (*valid > pos) *valid = pos;
 }
 
 /* Thread 0: the indexer scores of rows [r, r + n) of a pass of S rows at
  * pos of full layer l on the GPU (cu_index_scores) into out[0..n), from the
  * roped queries sc->qi and the scaled weights sc->iw, after the keys the
- * GPU lacks went up. 1, or 0 when the CPU must score (no GPU copy of the
- * keys, or a failure: said once). */
+ * GPU lacks went up (model_gpu_lower done). 1, or 0 when the CPU must
+ * score (after a failure: said once). */
 static inline int model_gpu_index_scores(coli_model *m, int l, int S, int pos, int r, int n, float *const *out) {
     model_gpu *g = &m->gpu;
     const coli_config *c = &m->c;
     int f = m->kv.full_slot[l], ih = c->index_heads, id = c->index_dim;
-    if (!g->nf || g->failed || f < 0) return 0;
+    if (g->failed) return 0;
     int64_t from = g->ikey_valid[f];
     const float *src = m->kv.ikey + ((size_t)f * m->kv.ctx + (size_t)from) * id;
     if (model_gpu_call(m) || cu_kv_write_keys(g->kv, f, from, pos + S - from, src, g->err, sizeof g->err) ||
@@ -1048,22 +1046,18 @@ static inline int model_gpu_index_scores(coli_model *m, int l, int S, int pos, i
     return 1;
 }
 
-/* Thread 0, every attention pass of layer l (rows [0, S) at pos, their
- * latents already in the host's cache) while the GPU is on: when the pass
- * is absorbed and the GPU holds the layer's kv_b and the latent cache, the
+/* Thread 0, an absorbed attention pass of layer l (rows [0, S) at pos,
+ * their latents already in the host's cache, model_gpu_lower done) with
+ * the GPU's latent cache: when the GPU holds the layer's kv_b, the
  * attention on the GPU (cu_mla) into attn[S][H][v_head] from the roped
  * queries q and the kept keys (nsel, sel), after the cache rows the GPU
- * lacks went up (from the first position a forward or a loaded KV file
- * changed since). 1 when attn is complete; 0 when the CPU computes it
- * (after a failure: said once), the GPU's copy then valid only below pos. */
-static inline int model_gpu_attention(coli_model *m, int l, int S, int pos, int absorbed, const float *q, const int *nsel, const int *sel,
-                                      float *attn) {
+ * lacks went up. 1 when attn is complete; 0 when the CPU computes it
+ * (after a failure: said once). */
+static inline int model_gpu_attention(coli_model *m, int l, int S, int pos, const float *q, const int *nsel, const int *sel, float *attn) {
     model_gpu *g = &m->gpu;
     const coli_config *c = &m->c;
-    model_gpu_kv_fresh(m);
-    int64_t from = g->kv && g->kv_valid[l] > pos ? pos : g->kv ? g->kv_valid[l] : 0, row = (int64_t)l * m->kv.ctx + from;
-    if (g->kv) g->kv_valid[l] = from; /* rows from pos on changed on the host */
-    cu_mat *kvb = absorbed && g->kv && !g->failed ? model_gpu_find(m, &m->L[l].kv_b) : NULL;
+    int64_t from = g->kv_valid[l], row = (int64_t)l * m->kv.ctx + from;
+    cu_mat *kvb = !g->failed ? model_gpu_find(m, &m->L[l].kv_b) : NULL;
     if (!kvb) {
         g->cnt.attn_cpu++;
         return 0;
