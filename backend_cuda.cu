@@ -851,26 +851,19 @@ static cudaError_t cu_mla_rows(const cu_kv *c, int l, const cu_mat *kv_b, const 
 extern "C" int cu_mla(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_shape *sh, const float *q, int S, int64_t pos, const int *nsel,
                       const int *sel, float *attn, char *err, size_t n) {
     if (!G.on) return snprintf(err, n, "CUDA: not initialised"), -1;
-    const int H = sh->H, kvl = sh->kvl, rd = sh->rd, nope = sh->nope, vh = sh->vh, kvw = nope + vh, qk = nope + rd;
-    if (!c || l < 0 || l >= c->nl || kvl != c->kvl || rd != c->rd || H < 1 || nope < 1 || vh < 1 || !kv_b || kv_b->O != (int64_t)H * kvw || kv_b->I != kvl)
-        return snprintf(err, n, "CUDA: attention: the latent cache, the shape and kv_b do not agree"), -1;
-    if (S < 1 || pos < 0 || pos > c->ctx - S) return snprintf(err, n, "CUDA: attention: rows %lld+%d of a cache of %lld", (long long)pos, S, (long long)c->ctx), -1;
-    int64_t nkmax = 1, any = 0;
-    for (int s = 0; s < S; s++) {
-        if (nsel[s] > sh->sel_stride) return snprintf(err, n, "CUDA: attention: row %d keeps %d keys, more than %d", s, nsel[s], sh->sel_stride), -1;
-        for (int i = 0; i < nsel[s]; i++)
-            if (sel[(size_t)s * (size_t)sh->sel_stride + i] < 0 || sel[(size_t)s * (size_t)sh->sel_stride + i] > pos + s)
-                return snprintf(err, n, "CUDA: attention: row %d keeps key %d, not causal", s, sel[(size_t)s * (size_t)sh->sel_stride + i]), -1;
-        const int64_t nk = nsel[s] < 0 ? pos + s + 1 : nsel[s];
-        nkmax = nk > nkmax ? nk : nkmax, any |= nsel[s] >= 0;
-    }
+    const int H = sh->H, vh = sh->vh, qk = sh->nope + sh->rd;
+    int64_t nkmax;
+    int any;
+    if (cu_mla_check_(c != NULL, c ? c->nl : 0, c ? c->ctx : 0, c ? c->kvl : 0, c ? c->rd : 0, l, kv_b != NULL, kv_b ? kv_b->O : 0, kv_b ? kv_b->I : 0, sh,
+                      S, pos, nsel, sel, &nkmax, &any, err, n))
+        return -1;
     const int64_t per = CU_MLA_SCORES / ((int64_t)H * nkmax * 4), chunk = per < 1 ? 1 : per < S ? per : S;
     double t0 = cu_now();
     cudaError_t e = kv_b->pending ? cudaStreamWaitEvent(G.st, kv_b->filled, 0) : cudaSuccess;
     cudaEventRecord(G.ev[0], G.st);
     for (int64_t s0 = 0; s0 < S && e == cudaSuccess; s0 += chunk) {
         const int ns = (int)(S - s0 < chunk ? S - s0 : chunk);
-        e = cu_mla_rows(c, l, kv_b, sh, q + s0 * H * qk, ns, pos + s0, nsel + s0, sel + s0 * sh->sel_stride, attn + s0 * H * vh, nkmax, (int)any);
+        e = cu_mla_rows(c, l, kv_b, sh, q + s0 * H * qk, ns, pos + s0, nsel + s0, sel + s0 * sh->sel_stride, attn + s0 * H * vh, nkmax, any);
     }
     cudaEventRecord(G.ev[1], G.st);
     if (e != cudaSuccess || (e = cudaStreamSynchronize(G.st)) != cudaSuccess) return cu_fail(err, n, "running attention", e);

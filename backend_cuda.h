@@ -73,6 +73,30 @@ typedef struct {
     double kernel_seconds;     /* of it, in the matmul kernels (CUDA events) */
 } cu_stats;
 
+/* cu_mla's argument checks, shared by backend_cuda.cu and its host
+ * stand-in (tests/cuda_host.c) so both refuse the same calls: the cache
+ * (have_c: one was given; nl layers of ctx positions of kvl + rd), layer
+ * l, the shape, kv_b's O x I (have_w: one was given), the rows and the
+ * kept keys. 0 with *nkmax (the most keys a row attends to, at least 1)
+ * and *any (some row keeps the indexer's choice), or -1 with err. */
+static inline int cu_mla_check_(int have_c, int nl, int64_t ctx, int kvl, int rd, int l, int have_w, int64_t wO, int64_t wI, const cu_mla_shape *sh,
+                                int S, int64_t pos, const int *nsel, const int *sel, int64_t *nkmax, int *any, char *err, size_t n) {
+    if (!have_c || l < 0 || l >= nl || sh->kvl != kvl || sh->rd != rd || sh->H < 1 || sh->nope < 1 || sh->vh < 1 || !have_w ||
+        wO != (int64_t)sh->H * (sh->nope + sh->vh) || wI != sh->kvl)
+        return snprintf(err, n, "CUDA: attention: the latent cache, the shape and kv_b do not agree"), -1;
+    if (S < 1 || pos < 0 || pos > ctx - S) return snprintf(err, n, "CUDA: attention: rows %lld+%d of a cache of %lld", (long long)pos, S, (long long)ctx), -1;
+    *nkmax = 1, *any = 0;
+    for (int s = 0; s < S; s++) {
+        const int *ks = sel + (size_t)s * (size_t)sh->sel_stride;
+        if (nsel[s] > sh->sel_stride) return snprintf(err, n, "CUDA: attention: row %d keeps %d keys, more than %d", s, nsel[s], sh->sel_stride), -1;
+        for (int i = 0; i < nsel[s]; i++)
+            if (ks[i] < 0 || ks[i] > pos + s) return snprintf(err, n, "CUDA: attention: row %d keeps key %d, not causal", s, ks[i]), -1;
+        const int64_t nk = nsel[s] < 0 ? pos + s + 1 : nsel[s];
+        *nkmax = nk > *nkmax ? nk : *nkmax, *any |= nsel[s] >= 0;
+    }
+    return 0;
+}
+
 #ifdef COLI_HAVE_CUDA
 
 /* Opens device `device` (0 first). 0 and *info, or -1: no driver, no

@@ -274,16 +274,11 @@ int cu_mla(const cu_kv *c, int l, const cu_mat *kv_b, const cu_mla_shape *sh, co
            float *attn, char *err, size_t n) {
     if (!H.on) return snprintf(err, n, "CUDA: not initialised"), -1;
     const int kvw = sh->nope + sh->vh, qk = sh->nope + sh->rd;
-    if (!c || l < 0 || l >= c->nl || sh->kvl != c->kvl || sh->rd != c->rd || sh->H < 1 || sh->nope < 1 || sh->vh < 1 || !kv_b ||
-        kv_b->W.O != (int64_t)sh->H * kvw || kv_b->W.I != sh->kvl)
-        return snprintf(err, n, "CUDA: attention: the latent cache, the shape and kv_b do not agree"), -1;
-    if (S < 1 || pos < 0 || pos > c->ctx - S) return snprintf(err, n, "CUDA: attention: rows %lld+%d of a cache of %lld", (long long)pos, S, (long long)c->ctx), -1;
-    for (int s = 0; s < S; s++) {
-        if (nsel[s] > sh->sel_stride) return snprintf(err, n, "CUDA: attention: row %d keeps %d keys, more than %d", s, nsel[s], sh->sel_stride), -1;
-        for (int i = 0; i < nsel[s]; i++)
-            if (sel[(size_t)s * (size_t)sh->sel_stride + i] < 0 || sel[(size_t)s * (size_t)sh->sel_stride + i] > pos + s)
-                return snprintf(err, n, "CUDA: attention: row %d keeps key %d, not causal", s, sel[(size_t)s * (size_t)sh->sel_stride + i]), -1;
-    }
+    int64_t nkmax;
+    int any;
+    if (cu_mla_check_(c != NULL, c ? c->nl : 0, c ? c->ctx : 0, c ? c->kvl : 0, c ? c->rd : 0, l, kv_b != NULL, kv_b ? kv_b->W.O : 0, kv_b ? kv_b->W.I : 0,
+                      sh, S, pos, nsel, sel, &nkmax, &any, err, n))
+        return -1;
     double t0 = host_now();
     const int kvl = sh->kvl, rd = sh->rd;
     const float *lat = c->lat + (size_t)l * (size_t)c->ctx * (size_t)kvl, *kr = c->rope + (size_t)l * (size_t)c->ctx * (size_t)rd;
