@@ -768,20 +768,53 @@ static inline int gr_state_copy(gr_state *dst, const gr_state *src) {
     return dst->st.oom ? -1 : 0;
 }
 
+/* Adds to out the stacks of entering rule r alone: each alternative
+ * expanded until a character class is on top. buf: GR_MAX_DEPTH + 2. */
+static inline void gr_enter_(const gr_grammar *g, int r, uint32_t *buf, gr_stacks *out) {
+    for (uint32_t a = (uint32_t)g->start[r];;) {
+        int m = 0;
+        if (g->el[a].type != GR_END && g->el[a].type != GR_ALT) buf[m++] = a;
+        gr_expand_(g, buf, m, out, 0);
+        while (g->el[a].type != GR_END && g->el[a].type != GR_ALT) a++;
+        if (g->el[a].type == GR_END) break;
+        a++;
+    }
+}
+
 /* The start state. 0, -1 (out of memory) or -2 (more ways to start than
  * GR_MAX_STACKS, or deeper than GR_MAX_DEPTH: too ambiguous to follow). */
 static inline int gr_init(const gr_grammar *g, gr_state *s) {
     memset(s, 0, sizeof *s);
     if (!(s->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t)))) return -1;
-    for (uint32_t a = (uint32_t)g->start[g->root];;) {
-        int m = 0;
-        if (g->el[a].type != GR_END && g->el[a].type != GR_ALT) s->buf[m++] = a;
-        gr_expand_(g, s->buf, m, &s->st, 0);
-        while (g->el[a].type != GR_END && g->el[a].type != GR_ALT) a++;
-        if (g->el[a].type == GR_END) break;
-        a++;
-    }
+    gr_enter_(g, g->root, s->buf, &s->st);
     return s->st.limit ? -2 : s->st.oom ? -1 : 0;
+}
+
+/* Whether the recognizer can follow g, checked before any text: the start
+ * state, and the ways the text spreads into at every rule reference (the
+ * referenced rule's alternatives, and what follows when it can be empty,
+ * all at once), so an enum of more than GR_MAX_STACKS values is refused
+ * here rather than failing mid-answer when the text reaches it. 0, -1 (out
+ * of memory), or -2 with *rule the rule holding the first reference that
+ * takes more than GR_MAX_STACKS ways (or nests deeper than GR_MAX_DEPTH),
+ * -1 when it is the start. Ways that only add up across references (two
+ * alternatives each reaching a large enum) still reach gr_accept /
+ * gr_mask's -2 at run time. */
+static inline int gr_check(const gr_grammar *g, int *rule) {
+    gr_state s;
+    int rc = gr_init(g, &s);
+    *rule = -1;
+    for (int r = 0; r < g->n_rules && !rc; r++)
+        for (uint32_t p = (uint32_t)g->start[r]; g->el[p].type != GR_END && !rc; p++) {
+            if (g->el[p].type != GR_REF) continue;
+            gr_stacks_clear_(&s.st);
+            s.buf[0] = p;
+            gr_expand_(g, s.buf, 1, &s.st, 0);
+            rc = s.st.limit ? -2 : s.st.oom ? -1 : 0;
+            if (rc == -2) *rule = r;
+        }
+    gr_state_free(&s);
+    return rc;
 }
 
 /* Advances stacks `in` by code point cp into `out` (cleared first). */
@@ -1476,10 +1509,11 @@ static inline int gr_tool_call_(gr_js_ *c, const js_doc *d, int f) {
 
 /* GBNF text (malloc'd; root ::= ...) for GLM-5 tool calls to the functions
  * of an OpenAI `tools` array: one call to the function named `only`, or
- * (only NULL) one call (`many` 0) or one or more calls to any of them;
+ * (only NULL) one to max_calls calls to any of them (a forced turn must
+ * end: the grammar is finite in calls, and complete after the last);
  * with `think`, a reasoning block closed by "</think>" comes first (the
  * prompt ended with "<think>"). NULL with err saying why. */
-static inline char *gr_tool_calls(const js_doc *d, int tools, const char *only, int many, int think, char *err, size_t errlen) {
+static inline char *gr_tool_calls(const js_doc *d, int tools, const char *only, int max_calls, int think, char *err, size_t errlen) {
     gr_js_ c = {{0}, 0, err, errlen, 0};
     jw_lit(&c.out, gr_js_prims_);
     jw_lit(&c.out, gr_tool_prims_);
@@ -1500,7 +1534,8 @@ static inline char *gr_tool_calls(const js_doc *d, int tools, const char *only, 
         jw_lit(&c.out, "tcall ::= ");
         jw_raw(&c.out, alts.s ? alts.s : "", alts.n);
         jw_lit(&c.out, think ? "\nroot ::= traw \"</think>\" tws tcall" : "\nroot ::= tws tcall");
-        jw_lit(&c.out, many && !only ? " (tws tcall)* tws\n" : " tws\n");
+        if (max_calls > 1 && !only) jw_lit(&c.out, " (tws tcall){0,"), jw_int(&c.out, max_calls - 1), jw_lit(&c.out, "}");
+        jw_lit(&c.out, " tws\n");
     }
     int oom = alts.oom;
     jw_free(&alts);
@@ -1524,9 +1559,9 @@ enum { GR_TOOLS_DS3, GR_TOOLS_DS31, GR_TOOLS_KIMI };
  * section; Kimi K2's "<|tool_calls_section_begin|>" + calls
  * "<|tool_call_begin|>functions.NAME:I<|tool_call_argument_begin|>ARGS
  * <|tool_call_end|>" + "<|tool_calls_section_end|>". ARGS is the JSON its
- * parameters schema allows (any object without one). only, many and think
- * as gr_tool_calls. NULL with err saying why. */
-static inline char *gr_tool_calls_json(const js_doc *d, int tools, const char *only, int many, int think, int style, char *err, size_t errlen) {
+ * parameters schema allows (any object without one). only, max_calls and
+ * think as gr_tool_calls. NULL with err saying why. */
+static inline char *gr_tool_calls_json(const js_doc *d, int tools, const char *only, int max_calls, int think, int style, char *err, size_t errlen) {
     gr_js_ c = {{0}, 0, err, errlen, 0};
     jw_lit(&c.out, gr_js_prims_);
     jw_lit(&c.out, gr_tool_prims_);
@@ -1557,7 +1592,8 @@ static inline char *gr_tool_calls_json(const js_doc *d, int tools, const char *o
         jw_raw(&c.out, alts.s ? alts.s : "", alts.n);
         jw_lit(&c.out, think ? "\nroot ::= traw \"</think>\" " : "\nroot ::= ");
         jw_lit(&c.out, style == GR_TOOLS_KIMI ? "\"<|tool_calls_section_begin|>\" tcall" : "\"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>\" tcall");
-        if (many && !only) jw_lit(&c.out, style == GR_TOOLS_DS3 ? " (\"\\n\" tcall)*" : " tcall*");
+        if (max_calls > 1 && !only)
+            jw_lit(&c.out, style == GR_TOOLS_DS3 ? " (\"\\n\" tcall){0," : " tcall{0,"), jw_int(&c.out, max_calls - 1), jw_lit(&c.out, "}");
         jw_lit(&c.out, style == GR_TOOLS_KIMI ? " \"<|tool_calls_section_end|>\"\n" : " \"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>\"\n");
     }
     int oom = alts.oom;

@@ -400,36 +400,38 @@ static void test_tools(void) {
     static const char W[] = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>";
     struct {
         const char *only;
-        int many, think;
+        int max_calls, think; /* parallel_tool_calls false: 1 */
         const char *text;
         int want;
     } cases[] = {
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>", 1},
-        {NULL, 1, 0, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a < b</arg_value>\n<arg_key>days</arg_key>"
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>", 1},
+        {NULL, 3, 0, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a < b</arg_value>\n<arg_key>days</arg_key>"
                      "<arg_value>3</arg_value><arg_key>unit</arg_key><arg_value>F</arg_value>\n</tool_call>", 1},
-        {NULL, 1, 0, "<tool_call>now</tool_call>\n<tool_call>now</tool_call>", 1},
-        {NULL, 0, 0, "<tool_call>now</tool_call>\n<tool_call>now</tool_call>", 0},  /* parallel_tool_calls false */
-        {NULL, 1, 0, "<tool_call>get_weather</tool_call>", 0},                      /* city is required */
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>", 0},
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>days</arg_key>"
+        {NULL, 3, 0, "<tool_call>now</tool_call>\n<tool_call>now</tool_call>", 1},
+        {NULL, 1, 0, "<tool_call>now</tool_call>\n<tool_call>now</tool_call>", 0},  /* parallel_tool_calls false */
+        {NULL, 3, 0, "<tool_call>now</tool_call><tool_call>now</tool_call> <tool_call>now</tool_call>", 1},
+        {NULL, 3, 0, "<tool_call>now</tool_call><tool_call>now</tool_call><tool_call>now</tool_call><tool_call>now</tool_call>", 0}, /* at most 3 */
+        {NULL, 3, 0, "<tool_call>get_weather</tool_call>", 0},                      /* city is required */
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>", 0},
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>days</arg_key>"
                      "<arg_value>3.5</arg_value></tool_call>", 0},                  /* days is an integer */
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>unit</arg_key>"
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>unit</arg_key>"
                      "<arg_value>K</arg_value></tool_call>", 0},                    /* unit's enum */
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>a</b</arg_value></tool_call>", 0},
-        {NULL, 1, 0, "<tool_call>other</tool_call>", 0},
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>abc</arg_value></tool_call>", 1},
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>abcd</arg_value></tool_call>", 0},
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value></arg_value></tool_call>", 0},
-        {NULL, 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>a<b</arg_value></tool_call>", 0},
-        {NULL, 1, 0, "Sure! <tool_call>now</tool_call>", 0},
-        {"now", 1, 0, "<tool_call>now</tool_call>", 1},
-        {"now", 1, 0, "<tool_call>now</tool_call><tool_call>now</tool_call>", 0},
-        {"now", 1, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value></tool_call>", 0},
-        {NULL, 1, 1, "I should look it up.</think>\n<tool_call>now</tool_call>", 1},
-        {NULL, 1, 1, "<tool_call>now</tool_call>", 0}, /* the reasoning block is closed first */
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>a</b</arg_value></tool_call>", 0},
+        {NULL, 3, 0, "<tool_call>other</tool_call>", 0},
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>abc</arg_value></tool_call>", 1},
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>abcd</arg_value></tool_call>", 0},
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value></arg_value></tool_call>", 0},
+        {NULL, 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>tag</arg_key><arg_value>a<b</arg_value></tool_call>", 0},
+        {NULL, 3, 0, "Sure! <tool_call>now</tool_call>", 0},
+        {"now", 3, 0, "<tool_call>now</tool_call>", 1},
+        {"now", 3, 0, "<tool_call>now</tool_call><tool_call>now</tool_call>", 0},
+        {"now", 3, 0, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value></tool_call>", 0},
+        {NULL, 3, 1, "I should look it up.</think>\n<tool_call>now</tool_call>", 1},
+        {NULL, 3, 1, "<tool_call>now</tool_call>", 0}, /* the reasoning block is closed first */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char *text = gr_tool_calls(d, d->root, cases[i].only, cases[i].many, cases[i].think, err, sizeof err);
+        char *text = gr_tool_calls(d, d->root, cases[i].only, cases[i].max_calls, cases[i].think, err, sizeof err);
         gr_grammar *g = text ? parse(text) : NULL;
         CHECK(g != NULL);
         int r = g ? in_lang(g, cases[i].text) : -1;
@@ -448,6 +450,38 @@ static void test_tools(void) {
     free(t), js_free(e), js_free(d);
 }
 
+/* gr_check: a reference whose rule the recognizer cannot follow at once
+ * (more than GR_MAX_STACKS ways) is found before any text, in the rule
+ * holding it; at the start it is rule -1. The boundary is exact (GR_MAX_STACKS
+ * ways are followed), and an optional item before the reference counts
+ * (ws below: its space, or the enum at once). */
+static void test_check(void) {
+    static const char *const heads[] = {"root ::= \"{\" v \"}\"\n", "root ::= v\n", "root ::= \"{\" ws v \"}\"\nws ::= [ ]?\n"};
+    for (int where = 0; where < 3; where++)
+        for (int n = GR_MAX_STACKS - 2; n <= GR_MAX_STACKS + 1; n++) {
+            jw w = {0};
+            jw_lit(&w, heads[where]);
+            jw_lit(&w, "v ::= ");
+            for (int i = 0; i < n; i++) {
+                char b[32];
+                snprintf(b, sizeof b, "%s\"%d\"", i ? " | " : "", i);
+                jw_lit(&w, b);
+            }
+            jw_lit(&w, "\n");
+            char err[300];
+            gr_grammar *g = gr_parse(w.s, w.n, "root", err, sizeof err);
+            int rule = -9, rc = g ? gr_check(g, &rule) : -3, ways = n + (where == 2);
+            CHECK(rc == (ways > GR_MAX_STACKS ? -2 : 0));
+            if (rc == -2) CHECK(where == 1 ? rule == -1 : rule >= 0 && !strcmp(g->names[rule], "root"));
+            gr_state st;
+            if (g && !rc) {
+                CHECK(gr_init(g, &st) == 0);
+                gr_state_free(&st);
+            }
+            gr_free(g), jw_free(&w);
+        }
+}
+
 int main(void) {
     test_languages();
     test_refusals();
@@ -455,5 +489,6 @@ int main(void) {
     test_mask();
     test_schema();
     test_tools();
+    test_check();
     return check_report("test_grammar");
 }
