@@ -204,6 +204,43 @@ static inline int smp_probs(const smp_params *sp, const float *logits, int n, sm
     return best;
 }
 
+/* Log-probabilities for reporting (an API's logprobs): of the distribution
+ * smp_sample draws from when temp > 0 (logits / temp, top-k, top-p, min-p,
+ * renormalized; a filtered token is -inf), and greedy (temp 0) of the
+ * model's own softmax at temperature 1, since greedy's one-hot says
+ * nothing. *lp is id's; top_id/top_lp[0..ntop) the most likely tokens of
+ * finite log-probability, best first, ties to the lower id. Returns how
+ * many tops were written, or -1 when no logit is finite. O(n) plus
+ * sorting ntop. */
+static inline int smp_logprobs(const smp_params *sp, const float *logits, int n, int id, int ntop, smp_work *w, float *lp, int *top_id, float *top_lp) {
+    int best = smp_argmax(logits, n), keep = 0;
+    if (best < 0) return -1;
+    double inv_t = sp->temp > 0 ? 1.0 / sp->temp : 1.0, z = 0, mx = logits[best] * inv_t, s = 1;
+    if (sp->temp <= 0) {
+        for (int i = 0; i < n; i++)
+            if (isfinite(logits[i])) w->idx[keep++] = i, z += exp(logits[i] - mx);
+    } else {
+        keep = smp_keep_(sp, logits, n, best, w, &z, &mx);
+        double floor_p = sp->min_p > 0 ? sp->min_p / z : 0;
+        int k = 0;
+        s = 0;
+        for (int i = 0; i < keep; i++) { /* min-p: drop, and renormalize over what is left */
+            double p = exp(logits[w->idx[i]] * inv_t - mx) / z;
+            if (p >= floor_p) w->idx[k++] = w->idx[i], s += p;
+        }
+        keep = k;
+    }
+    double lz = log(z) + log(s); /* log p_i = l_i / t - mx - lz */
+    *lp = -INFINITY;
+    for (int i = 0; i < keep; i++)
+        if (w->idx[i] == id) *lp = (float)(logits[id] * inv_t - mx - lz);
+    int k = ntop < keep ? ntop : keep;
+    if (k > 0 && k < keep) smp_select_(logits, w->idx, keep, k);
+    smp_sort_(logits, w->idx, k);
+    for (int i = 0; i < k; i++) top_id[i] = w->idx[i], top_lp[i] = (float)(logits[w->idx[i]] * inv_t - mx - lz);
+    return k;
+}
+
 /* A draw from the weights p[n] (need not sum to 1), by the inverse CDF in
  * increasing id. Returns the id, or -1 if every weight is 0. */
 static inline int smp_draw(const float *p, int n, smp_rng *r) {

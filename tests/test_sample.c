@@ -152,6 +152,52 @@ static void test_probs(void) {
 
 /* A GLM-sized vocabulary with a flat head: top-p needs thousands of
  * candidates, so the head widens; every draw must lie in the nucleus. */
+/* smp_logprobs against the brute-force distribution: log of each
+ * probability (ids the filters drop: -inf), the tops best first; greedy
+ * reports the plain softmax. */
+static void test_logprobs(void) {
+    enum { N = 12 };
+    float lg[N] = {2.0f, 1.5f, 1.5f, 0.2f, -1.0f, 3.0f, 0.9f, -0.5f, 1.1f, 2.6f, -INFINITY, 0.0f};
+    smp_params cases[] = {{1.0f, 0, 1, 0}, {0.7f, 0, 1, 0}, {1.3f, 4, 1, 0}, {1.0f, 0, 0.8f, 0}, {1.0f, 0, 1, 0.2f}, {0.8f, 6, 0.9f, 0.05f}, {0, 0, 1, 0}};
+    smp_work w;
+    smp_work_alloc(&w, N);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        double prob[N];
+        if (cases[c].temp > 0) {
+            float fin[N];
+            for (int i = 0; i < N; i++) fin[i] = isfinite(lg[i]) ? lg[i] : -1e30f; /* expected() has no -inf */
+            expected(&cases[c], fin, N, prob);
+        } else {
+            double z = 0;
+            for (int i = 0; i < N; i++) z += isfinite(lg[i]) ? exp((double)lg[i] - 3.0) : 0;
+            for (int i = 0; i < N; i++) prob[i] = isfinite(lg[i]) ? exp((double)lg[i] - 3.0) / z : 0;
+        }
+        for (int id = 0; id < N; id++) {
+            float lp, tl[5];
+            int ti[5];
+            int k = smp_logprobs(&cases[c], lg, N, id, 5, &w, &lp, ti, tl);
+            CHECK(prob[id] > 0 ? fabs(lp - log(prob[id])) < 1e-5 : isinf(lp) && lp < 0);
+            int live = 0;
+            for (int i = 0; i < N; i++) live += prob[i] > 0;
+            CHECK(k == (live < 5 ? live : 5));
+            for (int i = 0; i < k; i++) {
+                CHECK(prob[ti[i]] > 0 && fabs(tl[i] - log(prob[ti[i]])) < 1e-5);
+                if (i) CHECK(tl[i] < tl[i - 1] || (tl[i] == tl[i - 1] && ti[i] > ti[i - 1]));
+                for (int j = 0; j < N; j++) /* nothing left out is likelier */
+                    if (prob[j] > prob[ti[i]] + 1e-12) {
+                        int in = 0;
+                        for (int q = 0; q < i; q++) in |= ti[q] == j;
+                        CHECK(in);
+                    }
+            }
+        }
+    }
+    float none[2] = {NAN, -INFINITY}, lp, tl[1];
+    int ti[1];
+    CHECK(smp_logprobs(&cases[0], none, 2, 0, 1, &w, &lp, ti, tl) == -1);
+    smp_work_free(&w);
+}
+
 static void test_large_vocab(void) {
     enum { N = 154880 };
     float *lg = malloc(N * sizeof(float));
@@ -182,6 +228,7 @@ int main(void) {
     test_rng();
     test_greedy();
     test_distribution();
+    test_logprobs();
     test_probs();
     test_large_vocab();
     return check_report("test_sample");
