@@ -560,6 +560,40 @@ static int add_chat_stop(coli_config *c, const tok *t, int fmt) {
  * tokenizer_config.json), or says why not. */
 static tok *load_tokenizer(const char *dir, char *err, size_t errlen) { return tok_load_dir(dir, err, errlen); }
 
+/* How a turn's text leaves (conv_generate): stdout, or a sink; a flag that
+ * stops it at the next token; its limit. What happened comes back: how
+ * many tokens, why it stopped, or why it failed and whether the model
+ * itself failed (then nothing more can run) or only this turn did. */
+typedef struct {
+    atomic_int *stop;
+    int (*sink)(void *ud, const char *s, size_t n); /* NULL: stdout */
+    void *ud;
+    int max_new; /* 0: NGEN */
+    /* each emitted token before its text goes to the sink (logprobs):
+     * logits are the distribution it was drawn from before the sampling
+     * filters (grammar mask applied), NULL for a token the grammar forced */
+    void (*on_token)(void *ud, int id, const float *logits);
+    /* out */
+    int generated, cached;
+    long forwards; /* decoding forwards of the main model */
+    const char *why; /* "stop token", "NGEN", "CTX", "stop string", "interrupted", "grammar..." */
+    int failed;    /* err says why */
+    int fatal;     /* ... the model failed (a read error): nothing more can run */
+    int client;    /* ... what the request asked for cannot be done (a grammar too ambiguous to follow) */
+    char err[600];
+} turn_io;
+
+/* Records why a turn failed and says it on stderr. Returns EXIT_INPUT. */
+static int turn_fail(turn_io *io, int fatal, int client, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(io->err, sizeof io->err, fmt, ap);
+    va_end(ap);
+    io->failed = 1, io->fatal = fatal, io->client = client;
+    fprintf(stderr, "colibri: %s\n", io->err);
+    return EXIT_INPUT;
+}
+
 /* What the generation loop streams to: the tokens so far and why it
  * stopped (gen_emit). */
 typedef struct {
@@ -572,8 +606,10 @@ typedef struct {
     atomic_int *stop_flag; /* set elsewhere (CHAT's Ctrl-C, a client gone, SIGTERM): stop at the next token */
     int (*sink)(void *ud, const char *s, size_t n); /* where the text goes (NULL: stdout); nonzero stops (a stop string) */
     void *ud;
+    turn_io *io;
+    const float *lg; /* the next token's distribution (turn_io.on_token), NULL when the grammar forced it */
     const char *why;
-    int failed; /* m->err says why */
+    int failed; /* io says why */
 } gen_state;
 
 /* One generated token: a stop token ends the run, anything else is
@@ -586,14 +622,16 @@ static int gen_emit(void *ud, int next) {
     if (g->stop_flag && atomic_load(g->stop_flag)) { g->why = "interrupted"; return 1; }
     g->gen[g->n++] = next;
     g->out.n = 0;
-    if (tok_stream_put(g->t, &g->st, next, &g->out)) { g->failed = model_fail(m, "out of memory"); return 1; }
+    if (g->io && g->io->on_token) g->io->on_token(g->ud, next, g->lg);
+    g->lg = NULL;
+    if (tok_stream_put(g->t, &g->st, next, &g->out)) { g->failed = 1, turn_fail(g->io, 0, 0, "out of memory decoding the text"); return 1; }
     if (g->out.n && g->sink) {
         if (g->sink(g->ud, g->out.s, g->out.n)) { g->why = "stop string"; return 1; }
     } else if (g->out.n)
         fwrite(g->out.s, 1, g->out.n, stdout), fflush(stdout);
     tel_lap(&m->tel, TEL_SAMPLE);
     if (g->n >= g->ngen) { g->why = g->n == m->kv.ctx - g->np ? "CTX" : "NGEN"; return 1; }
-    if (model_safe_point(m, g->n)) { g->failed = -1; return 1; }
+    if (model_safe_point(m, g->n)) { g->failed = 1, turn_fail(g->io, 1, 0, "%s", m->err); return 1; }
     return 0;
 }
 
@@ -801,39 +839,30 @@ static int conv_save(conv *cv, const char *path) {
     return rc;
 }
 
-/* How a turn's text leaves (conv_generate): stdout, or a sink; a flag that
- * stops it at the next token; its limit. What happened comes back. */
-typedef struct {
-    atomic_int *stop;
-    int (*sink)(void *ud, const char *s, size_t n); /* NULL: stdout */
-    void *ud;
-    int max_new; /* 0: NGEN */
-    /* out */
-    int generated, cached;
-    const char *why; /* "stop token", "NGEN", "CTX", "stop string", "interrupted" */
-} turn_io;
-
 /* Prefills cv->ids[n_kv..] (ids [before..] are this turn's prompt; the
  * ones before it were already in the conversation), then samples and
  * streams tokens until a stop token, the limit, a full context or *stop.
  * The generated ids join the conversation. Returns 0, or EXIT_INPUT
- * (said; the turn is not part of the conversation). */
+ * (said, and io says why and whether the model failed; the turn is not
+ * part of the conversation). */
 static int conv_generate(conv *cv, size_t before, turn_io *io) {
     coli_model *m = cv->m;
     const coli_gen *g = cv->g;
     coli_config *c = &m->c;
-    gen_state gs = {.m = m, .t = cv->t, .why = "NGEN", .stop_flag = io->stop, .sink = io->sink, .ud = io->ud};
-    if (cv->ids.n == before) return fprintf(stderr, "colibri: the prompt is empty\n"), EXIT_INPUT;
+    gen_state gs = {.m = m, .t = cv->t, .why = "NGEN", .stop_flag = io->stop, .sink = io->sink, .ud = io->ud, .io = io};
+    io->failed = io->fatal = io->client = 0, io->err[0] = 0, io->forwards = 0;
+    m->err[0] = 0; /* model_fail's message, from here on, is this turn's */
+    if (cv->ids.n == before) return turn_fail(io, 0, 1, "the prompt is empty");
     for (size_t i = before; i < cv->ids.n; i++)
         if (cv->ids.ids[i] < 0 || cv->ids.ids[i] >= c->vocab) {
             int bad = cv->ids.ids[i];
             cv->ids.n = before;
-            return fprintf(stderr, "colibri: %s: token id %d is outside the model's vocabulary (%d)\n", cv->t->name, bad, c->vocab), EXIT_INPUT;
+            return turn_fail(io, 0, 1, "%s: token id %d is outside the model's vocabulary (%d)", cv->t->name, bad, c->vocab);
         }
     int n = (int)cv->ids.n, start = cv->n_kv;
     if (n >= m->kv.ctx) {
         cv->ids.n = before;
-        return fprintf(stderr, "colibri: the %s has %d tokens but CTX is %d; raise CTX\n", cv->started ? "conversation" : "prompt", n, m->kv.ctx), EXIT_INPUT;
+        return turn_fail(io, 0, 1, "the %s has %d tokens but CTX is %d; raise CTX", cv->started ? "conversation" : "prompt", n, m->kv.ctx);
     }
     cv->started = 1;
     int limit = io->max_new > 0 ? io->max_new : g->ngen;
@@ -849,7 +878,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
     if (g->tokens) print_ids("prompt tokens", cv->ids.ids, cv->ids.n);
     gs.ngen = ngen, gs.np = n;
     io->generated = 0, io->cached = start, io->why = NULL;
-    if (!(gs.gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)))) return fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT;
+    if (!(gs.gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)))) return cv->ids.n = before, turn_fail(io, 0, 0, "out of memory");
     tel_start(&m->tel, m->tel.prof); /* each turn's end line counts that turn */
     xs_stats_reset(&m->xs);
     io_stats_reset(&m->io);
@@ -857,7 +886,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
     double t0 = compat_now();
     int rc = EXIT_INPUT;
     if (cv->spec ? spec_prefill(&cv->sc, cv->ids.ids, n, start) : fwd_tokens(m, cv->ids.ids + start, n - start, start, NULL)) {
-        fprintf(stderr, "colibri: %s\n", m->err);
+        turn_fail(io, 1, 0, "%s", m->err);
         goto done;
     }
     m->tel.t_prefill = compat_now() - t0;
@@ -870,8 +899,8 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         gr_state_free(&cv->gst);
         int gi = gr_init(cv->gram, &cv->gst);
         if (gi) {
-            if (gi == -2) fprintf(stderr, "colibri: the grammar is too ambiguous to follow: it can start in more than %d ways\n", GR_MAX_STACKS);
-            else fprintf(stderr, "colibri: out of memory starting the grammar\n");
+            if (gi == -2) turn_fail(io, 0, 1, "the grammar is too ambiguous to follow: it can start in more than %d ways", GR_MAX_STACKS);
+            else turn_fail(io, 0, 0, "out of memory starting the grammar");
             goto done;
         }
         cv->g_steps = cv->g_forced = cv->g_saved = 0, cv->g_mask_s = 0, cv->g_valid = 0, cv->g_alive = 1, cv->g_oom = 0;
@@ -879,7 +908,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
     }
     int *batch = cv->gram ? (int *)malloc((size_t)m->ubatch * sizeof(int)) : NULL;
     float *rows = drafting ? (float *)malloc((size_t)m->ubatch * c->vocab * sizeof(float)) : NULL;
-    if ((cv->gram && !batch) || (drafting && !rows)) { fprintf(stderr, "colibri: out of memory\n"); free(batch), free(rows); goto done; }
+    if ((cv->gram && !batch) || (drafting && !rows)) { turn_fail(io, 0, 0, "out of memory"); free(batch), free(rows); goto done; }
     for (int stop = 0, pending = -1; !stop;) {
         int forced = -1, next;
         if (pending >= 0) next = pending, pending = -1; /* sampled while verifying drafts */
@@ -887,20 +916,23 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
             if (cv->gram && !drafting && !gram_mask(cv, m->sc.logits, &forced)) {
                 gs.why = "grammar"; /* complete: nothing may follow */
                 if (!gr_can_end(&cv->gst)) gs.why = "grammar (no token can continue it)";
-                if (cv->g_oom)
-                    gs.failed = model_fail(m, cv->g_oom == 2 ? "the grammar is too ambiguous to follow: the text can continue in more than %d ways"
-                                                             : "out of memory computing the grammar's mask", GR_MAX_STACKS);
+                if (cv->g_oom == 2)
+                    gs.failed = 1, turn_fail(io, 0, 1, "the grammar is too ambiguous to follow: after %d tokens the text can continue in more than %d ways",
+                                             gs.n, GR_MAX_STACKS);
+                else if (cv->g_oom)
+                    gs.failed = 1, turn_fail(io, 0, 0, "out of memory computing the grammar's mask");
                 break;
             }
             next = forced >= 0 ? forced : smp_sample(&g->sp, m->sc.logits, c->vocab, &cv->rng, &cv->w);
             if (forced >= 0) cv->g_forced++;
+            else gs.lg = m->sc.logits;
         }
         if (!gs.n) m->tel.ttft = compat_now() - t0;
-        if (next < 0) { fprintf(stderr, "\ncolibri: the logits are not finite (NaN or infinity); stopping\n"); free(batch), free(rows); goto done; }
+        if (next < 0) { turn_fail(io, 0, 0, "the logits are not finite (NaN or infinity); stopping"); free(batch), free(rows); goto done; }
         stop = gen_emit(&gs, next);
         if (!stop && cv->spec) {
             stop = 1;
-            if (spec_decode(&cv->sc, next, n, ngen - gs.n, &g->sp, &cv->rng, &cv->w, gen_emit, &gs)) gs.failed = -1;
+            if (spec_decode(&cv->sc, next, n, ngen - gs.n, &g->sp, &cv->rng, &cv->w, gen_emit, &gs) && !gs.failed) gs.failed = 1, turn_fail(io, 1, 0, "%s", m->err);
             continue;
         }
         if (stop) break;
@@ -922,12 +954,13 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
                 tok_ids_free(&d);
             }
             if (k > 1) { /* one forward over next and its drafts; keep what the model itself samples */
-                cv->d_proposed += k - 1, cv->d_verifies++;
-                if (fwd_tokens(m, batch, k, p0, rows)) { gs.failed = -1; break; }
+                cv->d_proposed += k - 1, cv->d_verifies++, io->forwards++;
+                if (fwd_tokens(m, batch, k, p0, rows)) { gs.failed = 1, turn_fail(io, 1, 0, "%s", m->err); break; }
                 gs.fed++;
                 int i = 0;
                 for (; i < k - 1 && !stop; i++) {
                     int t = smp_sample(&g->sp, rows + (size_t)i * c->vocab, c->vocab, &cv->rng, &cv->w);
+                    gs.lg = rows + (size_t)i * c->vocab; /* the next token emitted is t, now or as pending */
                     if (t != batch[i + 1]) { pending = t; break; }
                     cv->d_accepted++;
                     stop = gen_emit(&gs, t);
@@ -952,12 +985,13 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
             }
         } else
             k = 1;
-        if (fwd_tokens(m, cv->gram ? batch : &next, k, p0, NULL)) gs.failed = -1, stop = 1;
+        io->forwards++;
+        if (fwd_tokens(m, cv->gram ? batch : &next, k, p0, NULL)) gs.failed = 1, stop = 1, turn_fail(io, 1, 0, "%s", m->err);
         else gs.fed += k, cv->g_saved += k - 1;
     }
     free(rows);
     free(batch);
-    if (gs.failed) { fprintf(stderr, "\ncolibri: %s\n", m->err); goto done; }
+    if (gs.failed) goto done;
     gs.out.n = 0;
     tok_stream_flush(&gs.st, 0, &gs.out);
     if (gs.out.n && io->sink) io->sink(io->ud, gs.out.s, gs.out.n);
@@ -982,7 +1016,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
         fprintf(stderr, "colibri: grammar: %ld masks (%.2f ms each over %d tokens), %ld tokens forced, %ld forwards saved by batching them\n",
                 cv->g_steps, cv->g_steps ? 1e3 * cv->g_mask_s / cv->g_steps : 0.0, cv->gv->n_tokens, cv->g_forced, cv->g_saved);
     /* the generated ids join the conversation; the cache covers what was fed */
-    if (tok_ids_append(&cv->ids, gs.gen, (size_t)gs.n)) { fprintf(stderr, "colibri: out of memory\n"); goto done; }
+    if (tok_ids_append(&cv->ids, gs.gen, (size_t)gs.n)) { turn_fail(io, 0, 0, "out of memory"); goto done; }
     if (cv->spec) {
         kvp_mtp k = spec_state(&cv->sc); /* the row of position pos-1 is implied by h_last and the id at pos */
         cv->n_kv = cv->sc.pos;
@@ -994,6 +1028,7 @@ static int conv_generate(conv *cv, size_t before, turn_io *io) {
     } else
         cv->n_kv = n + gs.fed;
     io->generated = gs.n, io->why = gs.why;
+    if (cv->spec) io->forwards = cv->sc.st.verifies;
     rc = 0;
 done:
     if (rc) cv->ids.n = before; /* the turn is not part of the conversation */
@@ -1005,8 +1040,8 @@ done:
 /* One turn: the prompt rendered (the whole chat template on the first
  * turn, a follow-up user turn later; raw with CHAT_TEMPLATE=0) after the
  * ids so far, then conv_generate to stdout. Returns 0, or EXIT_INPUT
- * (said). */
-static int conv_turn(conv *cv, const char *prompt, atomic_int *stop_flag) {
+ * (said; *fatal set when the model failed and nothing more can run). */
+static int conv_turn(conv *cv, const char *prompt, atomic_int *stop_flag, int *fatal) {
     const coli_gen *g = cv->g;
     char err[600];
     size_t before = cv->ids.n;
@@ -1015,7 +1050,9 @@ static int conv_turn(conv *cv, const char *prompt, atomic_int *stop_flag) {
     if (r == -2) return chat_check(cv->t, g->fmt, err, sizeof err), fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err), EXIT_INPUT;
     if (r) return cv->ids.n = before, fprintf(stderr, "colibri: out of memory encoding the prompt\n"), EXIT_INPUT;
     turn_io io = {.stop = stop_flag};
-    return conv_generate(cv, before, &io);
+    int rc = conv_generate(cv, before, &io);
+    if (fatal) *fatal = io.fatal;
+    return rc;
 }
 
 /* The grammar GRAMMAR (GBNF file) or JSON_SCHEMA (JSON schema file) asks
@@ -1040,6 +1077,15 @@ static gr_grammar *gram_from_files(const char *gpath, const char *spath, int *ba
     } else if (!(g = gr_parse(text, len, "root", err, sizeof err)))
         fprintf(stderr, "colibri: GRAMMAR=%s: %s\n", path, err);
     free(text), free(gbnf);
+    int rule, rc = g ? gr_check(g, &rule) : 0; /* refused now, not mid-answer */
+    if (rc) {
+        if (rc == -2)
+            fprintf(stderr, "colibri: %s=%s: the grammar is too ambiguous to follow: %s%s%s the text can continue in more than %d ways at once\n",
+                    gpath ? "GRAMMAR" : "JSON_SCHEMA", path, rule >= 0 ? "in its rule \"" : "at its start", rule >= 0 ? g->names[rule] : "", rule >= 0 ? "\"" : "",
+                    GR_MAX_STACKS);
+        else fprintf(stderr, "colibri: out of memory checking the grammar\n");
+        gr_free(g), g = NULL;
+    }
     if (!g) *bad = 1;
     return g;
 }
@@ -1070,7 +1116,7 @@ static int run_generate(coli_model *m, const char *dir, const coli_gen *g, tok *
         if (g->kv_load) { fprintf(stderr, "colibri: KV_LOAD=%s: no such file\n", load); goto done; }
         fprintf(stderr, "colibri: SESSION=%s: no such file yet; starting the conversation\n", load);
     }
-    rc = conv_turn(&cv, g->prompt, NULL);
+    rc = conv_turn(&cv, g->prompt, NULL, NULL);
     if (!rc && save && conv_save(&cv, save)) rc = EXIT_INPUT;
 done:
     conv_close(&cv);
@@ -1133,9 +1179,10 @@ static int run_chat(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
             continue;
         }
         if (line[0] == '/') { fprintf(stderr, "colibri: unknown command %s (/save PATH, /load PATH, /reset, /quit)\n", line); continue; }
-        if (conv_turn(&cv, line, &chat_interrupt)) {
-            if (m->err[0]) goto done; /* a read failure: the model cannot go on */
-            continue;
+        int fatal = 0;
+        if (conv_turn(&cv, line, &chat_interrupt, &fatal)) {
+            if (fatal) goto done; /* a read failure: the model cannot go on */
+            continue;             /* this turn was refused; the conversation goes on */
         }
         if (g->session && conv_save(&cv, g->session)) goto done;
     }
@@ -1330,17 +1377,55 @@ static void on_serve_signal(int sig) {
     atomic_store(&serve_stop, 1);
 }
 
-/* One request's response as it is generated. */
+/* One request's response as it is generated: the text routed by oai_out,
+ * and with logprobs the entries of the tokens so far (lp_sent of them
+ * streamed). */
 typedef struct {
     srv_job *j;
+    const tok *t;
+    const smp_params *sp;
+    smp_work *w;
     oai_out o;
     oai_meta meta;
     int first; /* no chunk sent yet */
+    oai_lp *lp;
+    int nlp, caplp, lp_sent;
+    size_t lp_offset; /* completions' text_offset of the next entry streamed */
 } serve_req;
 
+/* turn_io.on_token: the token's log-probability and its alternatives. */
+static void serve_on_token(void *ud, int id, const float *logits) {
+    serve_req *q = (serve_req *)ud;
+    if (!q->j->req.logprobs) return;
+    if (q->nlp == q->caplp) {
+        int cap = q->caplp ? q->caplp * 2 : 64;
+        oai_lp *n = (oai_lp *)realloc(q->lp, (size_t)cap * sizeof *n);
+        if (!n) return; /* the entries stop; the answer goes on */
+        q->lp = n, q->caplp = cap;
+    }
+    oai_lp *e = &q->lp[q->nlp++];
+    int top[OAI_MAX_TOP_LOGPROBS];
+    float tlp[OAI_MAX_TOP_LOGPROBS];
+    memset(e, 0, sizeof *e);
+    e->t.s = tok_piece(q->t, id, &e->t.n);
+    if (!logits) { /* forced by the grammar: the only token it allowed */
+        e->n_top = q->j->req.top_logprobs ? 1 : 0;
+        e->top[0] = e->t;
+        return;
+    }
+    int k = smp_logprobs(q->sp, logits, q->w->n, id, q->j->req.top_logprobs, q->w, &e->t.lp, top, tlp);
+    for (int i = 0; i < k; i++) e->top[i].s = tok_piece(q->t, top[i], &e->top[i].n), e->top[i].lp = tlp[i];
+    e->n_top = k > 0 ? k : 0;
+}
+
+/* A chat.completion.chunk (or text_completion chunk) with the text routed
+ * since the last one and the log-probabilities not yet streamed. */
 static void serve_chunk(serve_req *q, const char *rs, size_t rn, const char *cs, size_t cn, const oai_call *calls, int ncalls) {
     jw w = {0};
-    oai_chunk_sse(&w, &q->j->req, &q->meta, q->first, rs, rn, cs, cn, calls, ncalls, 0);
+    int k = q->nlp - q->lp_sent;
+    oai_chunk_sse(&w, &q->j->req, &q->meta, q->first, rs, rn, cs, cn, calls, ncalls, 0, q->lp + q->lp_sent, k, q->lp_offset);
+    for (int i = q->lp_sent; i < q->nlp; i++) q->lp_offset += q->lp[i].t.n;
+    q->lp_sent = q->nlp;
     q->first = 0;
     if (!w.oom) srv_emit(q->j, w.s, w.n);
     jw_free(&w);
@@ -1359,87 +1444,183 @@ static int serve_sink(void *ud, const char *s, size_t n) {
     return stop;
 }
 
-/* Answers one request with the model. Returns 0, or -1 when the model
- * failed (a read error): the server stops. */
-static int serve_job(conv *cv, kv_cache *kc, srv_job *j, const coli_gen *g0, int ngen_cap, const char *model, const char *fps) {
-    coli_model *m = cv->m;
+/* The request's sampling settings over the engine's (g0). */
+static coli_gen serve_gen(const coli_gen *g0, const oai_req *r, uint64_t clock) {
     coli_gen g = *g0;
-    const oai_req *r = &j->req;
     if (r->has_temp) g.sp.temp = (float)r->temp;
     if (r->has_top_p) g.sp.top_p = (float)r->top_p;
     if (r->has_top_k) g.sp.top_k = r->top_k;
     if (r->has_min_p) g.sp.min_p = (float)r->min_p;
-    g.seed = r->has_seed ? r->seed : (g0->seed ^ (uint64_t)compat_now() * 1000003ull ^ (uint64_t)kc->clock << 32) & ((1ull << 53) - 1);
+    g.seed = r->has_seed ? r->seed : (g0->seed ^ (uint64_t)compat_now() * 1000003ull ^ clock << 32) & ((1ull << 53) - 1);
     g.tokens = 0;
+    return g;
+}
+
+/* The finished answer: the parsed calls (a cut generation keeps only the
+ * calls it completed, never their markup as text) and the finish reason. */
+static int serve_calls(serve_req *q, const turn_io *io, oai_call *calls, const char **finish) {
+    int cut = !strcmp(io->why, "NGEN") || !strcmp(io->why, "CTX") || !strcmp(io->why, "interrupted");
+    int ncalls = q->o.tool.n ? oai_parse_calls(&q->o, calls, OAI_MAX_TOOL_CALLS, cut) : 0;
+    if (ncalls < 0) jw_raw(&q->o.content, q->o.tool.s, q->o.tool.n); /* a finished text that is not a call is text */
+    *finish = cut ? "length" : ncalls > 0 ? "tool_calls" : "stop";
+    return ncalls;
+}
+
+/* Answers one request with the model; its costs go to the server's
+ * totals. Returns 0, or -1 when the model failed (a read error): the
+ * server stops. A failure of this request alone (a grammar that cannot be
+ * followed, out of memory) ends it with an error and the server goes on. */
+static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen *g0, int ngen_cap, const char *model, const char *fps) {
+    coli_model *m = cv->m;
+    const oai_req *r = &j->req;
+    coli_gen g = serve_gen(g0, r, kc->clock);
     cv->g = &g;
     smp_seed(&cv->rng, g.seed);
     int n = (int)j->ids.n;
     int p = kvc_select(kc, cv, j->ids.ids, n);
     cv->ids.n = 0;
-    if (tok_ids_append(&cv->ids, j->ids.ids, (size_t)n)) {
-        jw w = {0};
-        oai_error_json(&w, "out of memory", "server_error", NULL);
-        srv_finish(j, 500, &w), jw_free(&w);
-        cv->n_kv = 0;
+    srv_gen_stats st = {.prompt_tokens = n, .ttft_s = -1};
+    if (tok_ids_append(&cv->ids, j->ids.ids, (size_t)n) || (r->gram && conv_grammar(cv, r->gram, kc->gv))) {
+        srv_fail(j, 500, "out of memory", "server_error", NULL);
+        cv->n_kv = 0, cv->ids.n = 0, kc->live_file[0] = 0;
+        srv_note(s, &st);
         return 0;
     }
     cv->n_kv = p, cv->started = 1;
-    if (r->gram && conv_grammar(cv, r->gram, kc->gv)) {
-        jw w = {0};
-        oai_error_json(&w, "out of memory", "server_error", NULL);
-        srv_finish(j, 500, &w), jw_free(&w);
-        return 0;
-    }
     cv->g_tools = r->gram_tools;
-    serve_req q = {.j = j, .first = 1};
+    serve_req q = {.j = j, .t = cv->t, .sp = &g.sp, .w = &cv->w, .first = 1};
     oai_out_init(&q.o, r);
     q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};
-    int limit = r->max_tokens ? r->max_tokens : m->kv.ctx;
-    if (ngen_cap && limit > ngen_cap) limit = ngen_cap;
-    turn_io io = {.stop = &j->cancel, .sink = serve_sink, .ud = &q, .max_new = limit};
+    int limit = ngen_cap && j->max_new > ngen_cap ? ngen_cap : j->max_new;
+    turn_io io = {.stop = &j->cancel, .sink = serve_sink, .ud = &q, .max_new = limit, .on_token = serve_on_token};
     int rc = conv_generate(cv, (size_t)p, &io);
     conv_grammar(cv, NULL, NULL);
+    xs_stats x;
+    xs_stats_get(&m->xs, &x); /* reset at the turn's start: this request's */
+    st.cached_tokens = io.cached, st.generated_tokens = io.generated, st.forwards = st.sequences = io.forwards;
+    st.ttft_s = io.generated ? m->tel.ttft : -1, st.decode_s = m->tel.t_decode;
+    st.hit_gpu = x.hit_vram, st.hit_pin = x.hit_pin, st.hit_lru = x.hit_lru, st.miss = x.miss, st.disk_bytes = x.bytes_read;
+    srv_note(s, &st);
     jw w = {0};
     if (rc) {
-        oai_error_json(&w, m->err[0] ? m->err : "the request failed", "server_error", NULL);
-        if (r->stream) { jw body = {0}; jw_lit(&body, "data: "), jw_raw(&body, w.s, w.n), jw_lit(&body, "\n\n"), jw_free(&w), w = body; }
-        srv_finish(j, 500, &w);
-        jw_free(&w);
+        if (io.fatal) srv_fail(j, 500, io.err, "server_error", NULL);
+        else srv_fail(j, io.client ? 400 : 500, io.err, io.client ? "invalid_request_error" : "server_error",
+                      io.client && r->gram ? (r->gram_tools ? "tools" : "response_format") : NULL);
         oai_out_free(&q.o);
+        free(q.lp);
         cv->n_kv = 0, cv->ids.n = 0, kc->live_file[0] = 0;
-        return m->err[0] ? -1 : 0;
+        if (io.fatal) return -1;
+        m->err[0] = 0; /* handled */
+        return 0;
     }
     kc->live_prompt = n;
     oai_out_finish(&q.o);
     oai_call calls[OAI_MAX_TOOL_CALLS];
-    int ncalls = q.o.tool.n ? oai_parse_calls(&q.o, calls, OAI_MAX_TOOL_CALLS) : 0;
-    if (ncalls < 0) jw_raw(&q.o.content, q.o.tool.s, q.o.tool.n); /* not a well-formed call: it is text */
+    int ncalls = serve_calls(&q, &io, calls, &q.meta.finish);
     q.meta.prompt_tokens = n, q.meta.completion_tokens = io.generated, q.meta.cached_tokens = io.cached;
-    q.meta.finish = ncalls > 0 ? "tool_calls" : !strcmp(io.why, "NGEN") || !strcmp(io.why, "CTX") ? "length" : "stop";
     if (r->stream) {
         const char *rs, *cs;
         size_t rn, cn;
         oai_out_delta(&q.o, &rs, &rn, &cs, &cn);
         const char *finish = q.meta.finish;
         q.meta.finish = NULL;
-        if (rn || cn || ncalls > 0 || q.first) serve_chunk(&q, rs, rn, cs, cn, calls, ncalls > 0 ? ncalls : 0);
+        if (rn || cn || ncalls > 0 || q.first || q.lp_sent < q.nlp) serve_chunk(&q, rs, rn, cs, cn, calls, ncalls > 0 ? ncalls : 0);
         q.meta.finish = finish;
-        oai_chunk_sse(&w, r, &q.meta, 0, NULL, 0, NULL, 0, NULL, 0, 0);
-        if (r->include_usage) oai_chunk_sse(&w, r, &q.meta, 0, NULL, 0, NULL, 0, NULL, 0, 1);
+        oai_chunk_sse(&w, r, &q.meta, 0, NULL, 0, NULL, 0, NULL, 0, 0, NULL, 0, 0);
+        if (r->include_usage) oai_chunk_sse(&w, r, &q.meta, 0, NULL, 0, NULL, 0, NULL, 0, 1, NULL, 0, 0);
         jw_lit(&w, "data: [DONE]\n\n");
     } else
-        oai_response_json(&w, r, &q.meta, &q.o, calls, ncalls);
+        oai_response_json(&w, r, &q.meta, &q.o, calls, ncalls, q.lp, q.nlp);
     if (ncalls > 0) oai_calls_free(calls, ncalls);
-    if (w.oom) {
-        jw_free(&w);
-        oai_error_json(&w, "out of memory", "server_error", NULL);
-        srv_finish(j, 500, &w);
-    } else
-        srv_finish(j, 200, &w);
+    if (w.oom) jw_free(&w), srv_fail(j, 500, "out of memory", "server_error", NULL);
+    else srv_finish(j, 200, &w);
     jw_free(&w);
     oai_out_free(&q.o);
+    free(q.lp);
     kvc_persist(kc, cv);
     return 0;
+}
+
+/* The model's name for /v1/models: SERVE_MODEL, or the directory's last
+ * component. */
+static void serve_name(const coli_env *e, const char *dir, char *name, size_t cap) {
+    const char *sm = env_v(e, ENV_SERVE_MODEL)->s;
+    if (sm) { snprintf(name, cap, "%s", sm); return; }
+    size_t l = strlen(dir);
+    while (l > 1 && (dir[l - 1] == '/' || dir[l - 1] == '\\')) l--;
+    size_t b = l;
+    while (b && dir[b - 1] != '/' && dir[b - 1] != '\\') b--;
+    snprintf(name, cap, "%.*s", (int)(l - b), dir + b);
+}
+
+/* Serve mode's API keys: COLI_API_KEY (comma-separated) and the lines of
+ * COLI_API_KEY_FILE. keys[] point into *buf. Returns the count, or -1
+ * (said). */
+#define SERVE_MAX_KEYS 256
+static int serve_keys(const coli_env *e, char **buf, const char **keys) {
+    const char *env = env_v(e, ENV_COLI_API_KEY)->s, *path = env_v(e, ENV_COLI_API_KEY_FILE)->s;
+    size_t fl = 0, el = env ? strlen(env) : 0;
+    char *file = NULL;
+    if (path) {
+        struct stat sb;
+        if (stat(path, &sb)) return fprintf(stderr, "colibri: COLI_API_KEY_FILE=%s: %s\n", path, compat_strerror(errno)), -1;
+        if (!S_ISREG(sb.st_mode)) return fprintf(stderr, "colibri: COLI_API_KEY_FILE=%s: not a regular file\n", path), -1;
+        if (!(file = compat_read_file(path, 1u << 20, &fl)))
+            return fprintf(stderr, "colibri: COLI_API_KEY_FILE=%s: %s\n", path, errno == EFBIG ? "larger than 1 MB" : compat_strerror(errno)), -1;
+    }
+    if (!(*buf = (char *)malloc(el + fl + 2))) return free(file), fprintf(stderr, "colibri: out of memory\n"), -1;
+    memcpy(*buf, env ? env : "", el), (*buf)[el] = '\n';
+    memcpy(*buf + el + 1, file ? file : "", fl), (*buf)[el + 1 + fl] = 0;
+    free(file);
+    int n = 0;
+    for (char *p = *buf, *end = *buf + el + 1 + fl; p < end;) {
+        int from_file = p > *buf + el;
+        char *e2 = p;
+        while (e2 < end && *e2 != '\n' && (from_file || *e2 != ',')) e2++;
+        char *s = p, *t = e2;
+        p = e2 + 1;
+        while (s < t && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+        while (t > s && (t[-1] == ' ' || t[-1] == '\t' || t[-1] == '\r')) t--;
+        if (s == t || (from_file && *s == '#')) continue;
+        for (char *c = s; c < t; c++)
+            if ((unsigned char)*c < 0x21 || (unsigned char)*c > 0x7e)
+                return fprintf(stderr, "colibri: %s: an API key must be printable ASCII without spaces (key %d)\n", from_file ? path : "COLI_API_KEY", n + 1), -1;
+        if (n == SERVE_MAX_KEYS) return fprintf(stderr, "colibri: more than %d API keys\n", SERVE_MAX_KEYS), -1;
+        *t = 0, keys[n++] = s;
+    }
+    if ((env || path) && !n) return fprintf(stderr, "colibri: %s holds no API key\n", path ? "COLI_API_KEY_FILE" : "COLI_API_KEY"), -1;
+    return n;
+}
+
+/* 1 when host names only loopback (127.0.0.0/8, ::1, localhost). */
+static int serve_loopback(const char *host) {
+    return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "[::1]");
+}
+
+/* GET /props: the model, the context and the knobs in force. */
+static char *serve_props(const coli_model *m, const coli_gen *g, const char *dir, const char *name, int n_keys, const srv_opts *so) {
+    jw w = {0};
+    jw_lit(&w, "{\"model_alias\":"), jw_str(&w, name);
+    jw_lit(&w, ",\"model_path\":"), jw_str(&w, dir);
+    jw_lit(&w, ",\"model_type\":"), jw_str(&w, m->c.model_type);
+    jw_lit(&w, ",\"chat_format\":"), jw_str(&w, chat_info(g->fmt)->name);
+    jw_lit(&w, ",\"n_ctx\":"), jw_int(&w, m->kv.ctx);
+    jw_lit(&w, ",\"vocab_size\":"), jw_int(&w, m->c.vocab);
+    jw_lit(&w, ",\"total_slots\":1,\"default_generation_settings\":{\"temperature\":"), jw_num(&w, g->sp.temp);
+    jw_lit(&w, ",\"top_k\":"), jw_int(&w, g->sp.top_k);
+    jw_lit(&w, ",\"top_p\":"), jw_num(&w, g->sp.top_p);
+    jw_lit(&w, ",\"min_p\":"), jw_num(&w, g->sp.min_p);
+    jw_lit(&w, ",\"thinking\":"), jw_lit(&w, g->think ? "true" : "false");
+    jw_lit(&w, "},\"limits\":{\"queue\":"), jw_int(&w, so->max_queue);
+    jw_lit(&w, ",\"connections\":"), jw_int(&w, so->max_conns);
+    jw_lit(&w, ",\"connections_per_ip\":"), jw_int(&w, so->max_conns_ip);
+    jw_lit(&w, ",\"timeout_s\":"), jw_int(&w, so->timeout_s);
+    jw_lit(&w, ",\"max_body\":"), jw_int(&w, (long long)so->max_body);
+    jw_lit(&w, ",\"max_messages\":"), jw_int(&w, so->max_messages);
+    jw_lit(&w, "},\"api_key_required\":"), jw_lit(&w, n_keys ? "true" : "false");
+    jw_lit(&w, ",\"build_info\":\"colibri " COLI_VERSION "\"}");
+    if (w.oom) jw_free(&w);
+    return w.s;
 }
 
 /* SERVE mode (--serve or SERVE=1): the OpenAI-compatible HTTP API until
@@ -1448,9 +1629,18 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     conv cv;
     kv_cache kc;
     srv s;
-    char err[600], fps[32], name[256];
+    char err[600], fps[32], name[256], *keybuf = NULL, *props = NULL;
+    const char *keys[SERVE_MAX_KEYS];
     memset(&kc, 0, sizeof kc);
-    if (conv_open(&cv, m, g, t, dir)) return EXIT_INPUT;
+    int n_keys = serve_keys(e, &keybuf, keys);
+    if (n_keys < 0) return free(keybuf), EXIT_INPUT;
+    const char *host = env_v(e, ENV_COLI_HOST)->s;
+    if (env_v(e, ENV_HOST)->set && !env_v(e, ENV_COLI_HOST)->set)
+        fprintf(stderr, "colibri: HOST=%s is not read: serve mode listens on COLI_HOST (%s)\n", env_v(e, ENV_HOST)->s ? env_v(e, ENV_HOST)->s : "", host);
+    if (env_v(e, ENV_PORT)->set && !env_v(e, ENV_COLI_PORT)->set)
+        fprintf(stderr, "colibri: PORT=%s is not read: serve mode listens on COLI_PORT (%lld)\n", env_v(e, ENV_PORT)->s ? env_v(e, ENV_PORT)->s : "",
+                env_i(e, ENV_COLI_PORT));
+    if (conv_open(&cv, m, g, t, dir)) return free(keybuf), EXIT_INPUT;
     if (cv.spec) {
         spec_free(&cv.sc), cv.spec = 0;
         if (g->draft_set && g->spec.k)
@@ -1458,47 +1648,44 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     }
     cv.fp = kc.fp = kvp_fingerprint(m, dir);
     snprintf(fps, sizeof fps, "colibri-%016llx", (unsigned long long)kc.fp);
-    const char *sm = env_v(e, ENV_SERVE_MODEL)->s;
-    if (sm) snprintf(name, sizeof name, "%s", sm);
-    else {
-        size_t l = strlen(dir);
-        while (l > 1 && dir[l - 1] == '/') l--;
-        size_t b = l;
-        while (b && dir[b - 1] != '/') b--;
-        snprintf(name, sizeof name, "%.*s", (int)(l - b), dir + b);
-    }
+    serve_name(e, dir, name, sizeof name);
     gr_vocab gv;
     if (gram_vocab(t, m->c.vocab, &gv)) {
         fprintf(stderr, "colibri: out of memory building the vocabulary trie\n");
         conv_close(&cv);
-        return EXIT_INPUT;
+        return free(keybuf), EXIT_INPUT;
     }
     kc.gv = &gv;
     kc.budget = (size_t)(env_f(e, ENV_KV_CACHE_GB) * GB);
     kc.dir = env_v(e, ENV_KV_CACHE_DIR)->s;
     if (kc.dir) kvc_load_dir(&kc, m);
-    srv_opts so = {env_v(e, ENV_HOST)->s, (int)env_i(e, ENV_PORT), (int)env_i(e, ENV_SERVE_CONNS), (int)env_i(e, ENV_SERVE_QUEUE),
+    int conns = (int)env_i(e, ENV_SERVE_CONNS), per_ip = (int)env_i(e, ENV_SERVE_CONNS_PER_IP);
+    srv_opts so = {host, (int)env_i(e, ENV_COLI_PORT), conns, per_ip < conns ? per_ip : conns, (int)env_i(e, ENV_SERVE_QUEUE),
                    (int)env_i(e, ENV_SERVE_TIMEOUT), (int)env_i(e, ENV_SERVE_MAX_MESSAGES), (size_t)env_i(e, ENV_SERVE_MAX_BODY), m->kv.ctx, name, fps,
-                   g->fmt};
+                   g->fmt, keys, n_keys, env_v(e, ENV_COLI_CORS)->s, NULL};
+    so.props = props = serve_props(m, g, dir, name, n_keys, &so);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_serve_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    int rc = 0;
     if (srv_start(&s, &so, t, err, sizeof err)) {
         fprintf(stderr, "colibri: %s\n", err);
-        conv_close(&cv);
-        gr_vocab_free(&gv);
-        return EXIT_INPUT;
+        rc = EXIT_INPUT;
+        goto out;
     }
-    fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, queue %d, KV_CACHE_GB %g): POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n",
-            name, so.host, s.port, m->kv.ctx, so.max_queue, env_f(e, ENV_KV_CACHE_GB));
-    int rc = 0, cap = env_v(e, ENV_NGEN)->set ? (int)env_i(e, ENV_NGEN) : 0;
+    fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, queue %d, KV_CACHE_GB %g%s%s): POST /v1/chat/completions, /v1/completions, "
+            "/tokenize, /detokenize; GET /v1/models, /health, /props, /metrics\n", name, so.host, s.port, m->kv.ctx, so.max_queue,
+            env_f(e, ENV_KV_CACHE_GB), n_keys ? ", API key required" : "", so.cors ? ", CORS on" : "");
+    if (!serve_loopback(host) && !n_keys)
+        fprintf(stderr, "colibri: warning: COLI_HOST=%s listens beyond this machine and no API key is set (COLI_API_KEY): anyone who can reach it can use it\n", host);
+    int cap = env_v(e, ENV_NGEN)->set ? (int)env_i(e, ENV_NGEN) : 0;
     while (!atomic_load(&serve_stop)) {
         srv_job *j = srv_next(&s, 200);
         if (!j) continue;
-        int bad = serve_job(&cv, &kc, j, g, cap, name, fps);
+        int bad = serve_job(&cv, &kc, &s, j, g, cap, name, fps);
         srv_release(&s, j);
         if (bad) {
             fprintf(stderr, "colibri: stopping the server: %s\n", m->err);
@@ -1509,10 +1696,12 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     srv_stop(&s);
     fprintf(stderr, "colibri: server stopped: %lld requests answered, %lld refused with 429 (queue full)\n", (long long)atomic_load(&s.served),
             (long long)atomic_load(&s.refused_busy));
+out:
     while (kc.n) kvc_drop(&kc, kc.n - 1, 0);
     free(kc.e);
     conv_close(&cv);
     gr_vocab_free(&gv);
+    free(keybuf), free(props);
     signal(SIGTERM, SIG_DFL), signal(SIGINT, SIG_DFL);
     return rc;
 }

@@ -73,19 +73,31 @@ typedef struct {
     BOOL(GRAMMAR_DRAFT, "0", \
         "1 = GRAMMAR / JSON_SCHEMA do not constrain: the tokens the grammar would force are drafts the model verifies in one forward; the output is the unconstrained model's, token for token.") \
     BOOL(SERVE, "0", \
-        "1 = serve the OpenAI-compatible HTTP API (as --serve) on HOST:PORT until SIGTERM or Ctrl-C.") \
-    STR(HOST, "127.0.0.1", \
-        "Serve mode: the address to listen on (a name or a numeric IPv4/IPv6 address).") \
-    INT(PORT, "8080", 0, 65535, \
+        "1 = serve the OpenAI-compatible HTTP API (as --serve) on COLI_HOST:COLI_PORT until SIGTERM or Ctrl-C.") \
+    STR(COLI_HOST, "127.0.0.1", \
+        "Serve mode: the address to listen on (a name or a numeric IPv4/IPv6 address). Anything but loopback without COLI_API_KEY is named at startup.") \
+    INT(COLI_PORT, "8080", 0, 65535, \
         "Serve mode: the TCP port; 0 = any free port (the startup line says which).") \
+    STR(HOST, NULL, \
+        "Not read (some shells export the machine's name as HOST): serve mode listens on COLI_HOST; set without it, serve mode says so.") \
+    STR(PORT, NULL, \
+        "Not read (platforms set it for their own servers): serve mode listens on COLI_PORT; set without it, serve mode says so.") \
+    STR(COLI_API_KEY, NULL, \
+        "Serve mode: API keys (comma-separated) a request must carry as 'Authorization: Bearer KEY' or 'x-api-key: KEY' (401 otherwise); GET /health and the chat page stay open.") \
+    STR(COLI_API_KEY_FILE, NULL, \
+        "Serve mode: a file of API keys, one per line (# comments and blank lines ignored), so keys stay out of ps and shell history; joins COLI_API_KEY.") \
+    STR(COLI_CORS, NULL, \
+        "Serve mode: origins whose browser pages may call the API (comma-separated, e.g. http://localhost:3000), or * for any; unset = none (no CORS headers).") \
     STR(SERVE_MODEL, NULL, \
         "Serve mode: the model name /v1/models lists and responses carry; unset = the model directory's last component.") \
     INT(SERVE_QUEUE, "16", 0, 4096, \
         "Serve mode: requests that may wait while one computes; more are refused with 429.") \
     INT(SERVE_CONNS, "64", 1, 4096, \
         "Serve mode: connections open at once (each has a thread); more are refused.") \
+    INT(SERVE_CONNS_PER_IP, "32", 1, 4096, \
+        "Serve mode: connections one client address may hold at once (at most SERVE_CONNS), so one client cannot take them all; more are refused.") \
     INT(SERVE_TIMEOUT, "60", 1, 86400, \
-        "Serve mode: seconds a connection may stay idle (a partial request included) before it is closed.") \
+        "Serve mode: seconds a whole request (headers and body) may take to arrive once its connection is ready for it (408 and closed beyond), and an idle connection may stay open.") \
     INT(SERVE_MAX_BODY, "8388608", 1024, 1073741824, \
         "Serve mode: the largest request body in bytes (413 beyond it).") \
     INT(SERVE_MAX_MESSAGES, "1024", 1, 1000000, \

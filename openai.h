@@ -31,7 +31,8 @@
 #include "grammar.h"
 #include "json.h"
 
-#define OAI_MAX_STOP 4
+#define OAI_MAX_STOP 16
+#define OAI_MAX_TOP_LOGPROBS 20
 #define OAI_MAX_TOOL_CALLS 16
 
 /* What a client may ask for at most (serve mode's bounds). */
@@ -46,12 +47,16 @@ typedef struct {
     js_doc *d;  /* the body; strings below point into it */
     char *text; /* the rendered prompt (chat) or the raw prompt (completions) */
     size_t text_len;
+    int *ids;   /* completions given token ids instead of text (ids[n_ids]), else NULL */
+    int n_ids;
     int max_tokens; /* 0: until a stop token or the context */
     int has_temp, has_top_p, has_top_k, has_min_p, has_seed;
     double temp, top_p, min_p;
     int top_k;
     uint64_t seed;
     int stream, include_usage;
+    int logprobs;     /* report each token's log-probability (chat: logprobs true; completions: logprobs N) */
+    int top_logprobs; /* ... and this many alternatives (0..OAI_MAX_TOP_LOGPROBS) */
     const char *stop[OAI_MAX_STOP];
     size_t stop_len[OAI_MAX_STOP];
     int n_stop;
@@ -67,16 +72,31 @@ typedef struct {
 static inline void oai_req_free(oai_req *r) {
     js_free(r->d);
     free(r->text);
+    free(r->ids);
     gr_free(r->gram);
     memset(r, 0, sizeof *r);
 }
 
-static inline int oai_fail_(char *err, size_t n, const char *fmt, ...) {
+/* Why a request was refused: the message, and the request field at fault
+ * (OpenAI's "param"; "" when no one field is). */
+typedef struct {
+    char msg[512];
+    char param[96];
+} oai_err;
+
+static inline int oai_fail_(oai_err *e, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     return -1;
+}
+
+/* A field path with one index ("messages[%d].content") into buf[96]. */
+static inline const char *oai_pk_(char *buf, const char *fmt, int k) {
+    snprintf(buf, 96, fmt, k);
+    return buf;
 }
 
 /* ------------------------------------------------------------ rendering */
@@ -100,7 +120,7 @@ static inline void oai_put_strip_(jw *w, const char *s, size_t n) {
 
 /* A message's content: a string, null, or an array of text parts. Appends
  * it (stripped when strip) or fails with err. */
-static inline int oai_content_(const js_doc *d, int c, jw *w, int strip, int k, char *err, size_t errlen) {
+static inline int oai_content_(const js_doc *d, int c, jw *w, int strip, int k, oai_err *e) {
     jw tmp = {0};
     jw *o = strip ? &tmp : w;
     int rc = 0;
@@ -110,13 +130,13 @@ static inline int oai_content_(const js_doc *d, int c, jw *w, int strip, int k, 
             int ty = js_get(d, p, "type"), tx = js_get(d, p, "text");
             const char *tys = js_str(d, ty);
             if (js_typeof(d, p) != JS_OBJ || !tys || strcmp(tys, "text") || js_typeof(d, tx) != JS_STR) {
-                rc = oai_fail_(err, errlen, "messages[%d].content: only text parts ({\"type\": \"text\", \"text\": ...}) are supported", k);
+                rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].content", k), "messages[%d].content: only text parts ({\"type\": \"text\", \"text\": ...}) are supported", k);
                 break;
             }
             jw_raw(o, js_str(d, tx), js_str_len(d, tx));
         }
     } else if (js_typeof(d, c) != JS_NULL)
-        rc = oai_fail_(err, errlen, "messages[%d].content must be a string or an array of text parts", k);
+        rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].content", k), "messages[%d].content must be a string or an array of text parts", k);
     if (strip) {
         if (!rc && tmp.n) oai_put_strip_(w, tmp.s, tmp.n);
         jw_free(&tmp);
@@ -134,11 +154,11 @@ static const char oai_tools_tail_[] =
 
 /* One assistant tool call of the history: {"function": {"name", "arguments"}}
  * with arguments a JSON object or a string holding one. */
-static inline int oai_render_call_(const js_doc *d, int tc, jw *w, int k, char *err, size_t errlen) {
+static inline int oai_render_call_(const js_doc *d, int tc, jw *w, int k, oai_err *e) {
     int f = js_get(d, tc, "function");
     if (f < 0) f = tc;
     const char *name = js_str(d, js_get(d, f, "name"));
-    if (!name || !*name) return oai_fail_(err, errlen, "messages[%d].tool_calls: a call without function.name", k);
+    if (!name || !*name) return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls: a call without function.name", k);
     int a = js_get(d, f, "arguments");
     js_doc *ad = NULL;
     const js_doc *src = d;
@@ -146,12 +166,12 @@ static inline int oai_render_call_(const js_doc *d, int tc, jw *w, int k, char *
     if (js_typeof(d, a) == JS_STR) {
         char jerr[120];
         ad = js_parse(js_str(d, a), js_str_len(d, a), jerr, sizeof jerr);
-        if (!ad) return oai_fail_(err, errlen, "messages[%d].tool_calls[%s].arguments is not valid JSON: %s", k, name, jerr);
+        if (!ad) return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls[%s].arguments is not valid JSON: %s", k, name, jerr);
         src = ad, obj = ad->root;
     }
     int rc = 0;
     if (js_typeof(src, obj) != JS_OBJ && js_typeof(src, obj) != JS_NULL)
-        rc = oai_fail_(err, errlen, "messages[%d].tool_calls[%s].arguments must be a JSON object", k, name);
+        rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls[%s].arguments must be a JSON object", k, name);
     else {
         jw_lit(w, "<tool_call>");
         jw_lit(w, name);
@@ -178,7 +198,7 @@ static inline int oai_known_(const char *k, const char *const *keys) {
 }
 
 /* GLM-5's rendering of the messages (and tools) into r->text. */
-static inline int oai_render_glm_(const js_doc *d, int msgs, int tools, int think, oai_req *r, char *err, size_t errlen) {
+static inline int oai_render_glm_(const js_doc *d, int msgs, int tools, int think, oai_req *r, oai_err *e) {
     jw w = {0};
     int last_user = -1, k = 0, rc = 0, prev_tool = 0;
     for (int m = js_first(d, msgs); m >= 0; m = js_next(d, m), k++) {
@@ -193,20 +213,20 @@ static inline int oai_render_glm_(const js_doc *d, int msgs, int tools, int thin
     }
     k = 0;
     for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
-        if (js_typeof(d, m) != JS_OBJ) { rc = oai_fail_(err, errlen, "messages[%d] is not an object", k); break; }
+        if (js_typeof(d, m) != JS_OBJ) { rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d]", k), "messages[%d] is not an object", k); break; }
         for (int f = js_first(d, m); f >= 0; f = js_next(d, f))
-            if (!oai_known_(js_key(d, f), oai_msg_keys_)) { rc = oai_fail_(err, errlen, "messages[%d]: unknown field \"%s\"", k, js_key(d, f)); break; }
+            if (!oai_known_(js_key(d, f), oai_msg_keys_)) { rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d]", k), "messages[%d]: unknown field \"%s\"", k, js_key(d, f)); break; }
         if (rc) break;
         const char *role = js_str(d, js_get(d, m, "role"));
         int c = js_get(d, m, "content");
-        if (!role) { rc = oai_fail_(err, errlen, "messages[%d].role is missing or not a string", k); break; }
+        if (!role) { rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].role", k), "messages[%d].role is missing or not a string", k); break; }
         int tool = !strcmp(role, "tool");
         if (!strcmp(role, "system") || !strcmp(role, "developer")) {
             jw_lit(&w, "<|system|>");
-            rc = oai_content_(d, c, &w, 0, k, err, errlen);
+            rc = oai_content_(d, c, &w, 0, k, e);
         } else if (!strcmp(role, "user")) {
             jw_lit(&w, "<|user|>");
-            rc = oai_content_(d, c, &w, 0, k, err, errlen);
+            rc = oai_content_(d, c, &w, 0, k, e);
         } else if (!strcmp(role, "assistant")) {
             jw_lit(&w, "<|assistant|>");
             int rs = js_get(d, m, "reasoning_content");
@@ -216,23 +236,23 @@ static inline int oai_render_glm_(const js_doc *d, int msgs, int tools, int thin
                 jw_lit(&w, "</think>");
             } else
                 jw_lit(&w, "</think>");
-            rc = oai_content_(d, c, &w, 1, k, err, errlen);
+            rc = oai_content_(d, c, &w, 1, k, e);
             int tcs = js_get(d, m, "tool_calls");
             if (!rc && tcs >= 0 && js_typeof(d, tcs) != JS_ARR && js_typeof(d, tcs) != JS_NULL)
-                rc = oai_fail_(err, errlen, "messages[%d].tool_calls must be an array", k);
-            for (int tc = js_first(d, tcs); tc >= 0 && !rc; tc = js_next(d, tc)) rc = oai_render_call_(d, tc, &w, k, err, errlen);
+                rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls must be an array", k);
+            for (int tc = js_first(d, tcs); tc >= 0 && !rc; tc = js_next(d, tc)) rc = oai_render_call_(d, tc, &w, k, e);
         } else if (tool) {
             if (!prev_tool) jw_lit(&w, "<|observation|>");
             jw_lit(&w, "<tool_response>");
-            rc = oai_content_(d, c, &w, 0, k, err, errlen);
+            rc = oai_content_(d, c, &w, 0, k, e);
             jw_lit(&w, "</tool_response>");
         } else
-            rc = oai_fail_(err, errlen, "messages[%d].role \"%s\" is not one of system, user, assistant, tool", k, role);
+            rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].role", k), "messages[%d].role \"%s\" is not one of system, user, assistant, tool", k, role);
         prev_tool = tool;
     }
     jw_lit(&w, "<|assistant|>");
     jw_lit(&w, think ? "<think>" : "</think>");
-    if (!rc && w.oom) rc = oai_fail_(err, errlen, "out of memory rendering the messages");
+    if (!rc && w.oom) rc = oai_fail_(e, NULL, "out of memory rendering the messages");
     if (rc) { jw_free(&w); return -1; }
     r->text = w.s, r->text_len = w.n;
     return 0;
@@ -241,34 +261,34 @@ static inline int oai_render_glm_(const js_doc *d, int msgs, int tools, int thin
 /* A message's shape, for the formats other than GLM-5 (whose renderer
  * checks as it goes): an object of known fields with a known role. Returns
  * the role, or NULL with err. */
-static inline const char *oai_msg_role_(const js_doc *d, int m, int k, char *err, size_t errlen) {
-    if (js_typeof(d, m) != JS_OBJ) return oai_fail_(err, errlen, "messages[%d] is not an object", k), NULL;
+static inline const char *oai_msg_role_(const js_doc *d, int m, int k, oai_err *e) {
+    if (js_typeof(d, m) != JS_OBJ) return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d]", k), "messages[%d] is not an object", k), NULL;
     for (int f = js_first(d, m); f >= 0; f = js_next(d, f))
-        if (!oai_known_(js_key(d, f), oai_msg_keys_)) return oai_fail_(err, errlen, "messages[%d]: unknown field \"%s\"", k, js_key(d, f)), NULL;
+        if (!oai_known_(js_key(d, f), oai_msg_keys_)) return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d]", k), "messages[%d]: unknown field \"%s\"", k, js_key(d, f)), NULL;
     const char *role = js_str(d, js_get(d, m, "role"));
-    if (!role) return oai_fail_(err, errlen, "messages[%d].role is missing or not a string", k), NULL;
+    if (!role) return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].role", k), "messages[%d].role is missing or not a string", k), NULL;
     if (!strcmp(role, "developer")) return "system";
     if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool"))
-        return oai_fail_(err, errlen, "messages[%d].role \"%s\" is not one of system, user, assistant, tool", k, role), NULL;
+        return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].role", k), "messages[%d].role \"%s\" is not one of system, user, assistant, tool", k, role), NULL;
     int tcs = js_get(d, m, "tool_calls");
     if (tcs >= 0 && js_typeof(d, tcs) != JS_ARR && js_typeof(d, tcs) != JS_NULL)
-        return oai_fail_(err, errlen, "messages[%d].tool_calls must be an array", k), NULL;
+        return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls must be an array", k), NULL;
     return role;
 }
 
 /* One history tool call's type, name and arguments text (a string as
  * given; an object written as Python's json.dumps would). */
-static inline int oai_call_parts_(const js_doc *d, int tc, int k, const char **type, const char **name, jw *args, char *err, size_t errlen) {
+static inline int oai_call_parts_(const js_doc *d, int tc, int k, const char **type, const char **name, jw *args, oai_err *e) {
     int f = js_get(d, tc, "function");
     if (f < 0) f = tc;
     *type = js_str(d, js_get(d, tc, "type"));
     if (!*type) *type = "function";
     *name = js_str(d, js_get(d, f, "name"));
-    if (!*name || !**name) return oai_fail_(err, errlen, "messages[%d].tool_calls: a call without function.name", k);
+    if (!*name || !**name) return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls: a call without function.name", k);
     int a = js_get(d, f, "arguments");
     if (js_typeof(d, a) == JS_STR) jw_raw(args, js_str(d, a), js_str_len(d, a));
     else if (js_typeof(d, a) == JS_OBJ) jw_node(args, d, a, 1);
-    else return oai_fail_(err, errlen, "messages[%d].tool_calls[%s].arguments must be a JSON object or a string holding one", k, *name);
+    else return oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls[%s].arguments must be a JSON object or a string holding one", k, *name);
     return 0;
 }
 
@@ -297,16 +317,16 @@ static inline void oai_put_after_think_(jw *w, const char *s, size_t n, int last
 /* An assistant message's tool calls in DeepSeek's formats. first carries
  * the templates' is_first flag, which V3 and R1 never reset: a later
  * message's calls continue the first one's list. */
-static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *first, jw *w, int k, char *err, size_t errlen) {
+static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *first, jw *w, int k, oai_err *e) {
     int c = js_get(d, m, "content"), v3 = fmt == CHAT_DEEPSEEK3;
     for (int tc = js_first(d, tcs); tc >= 0; tc = js_next(d, tc)) {
         const char *type, *name;
         jw args = {0};
-        if (oai_call_parts_(d, tc, k, &type, &name, &args, err, errlen)) { jw_free(&args); return -1; }
+        if (oai_call_parts_(d, tc, k, &type, &name, &args, e)) { jw_free(&args); return -1; }
         int rc = 0, opens = !*first;
         if (opens) {
             if (fmt != CHAT_DEEPSEEK_V31) jw_lit(w, CHAT_DS_ASSISTANT);
-            if (fmt != CHAT_DEEPSEEK_R1 && js_typeof(d, c) != JS_NULL) rc = oai_content_(d, c, w, 0, k, err, errlen);
+            if (fmt != CHAT_DEEPSEEK_R1 && js_typeof(d, c) != JS_NULL) rc = oai_content_(d, c, w, 0, k, e);
             jw_lit(w, OAI_DS_CALLS_BEGIN);
             *first = 1;
         } else if (fmt != CHAT_DEEPSEEK_V31)
@@ -329,18 +349,18 @@ static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *f
  * not rendered (none of the templates does). V3's template renders an
  * assistant message's calls only when its content is null, keeps reasoning
  * in earlier replies, and puts a newline between tool results. */
-static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, jw *w, char *err, size_t errlen) {
+static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, jw *w, oai_err *e) {
     int k = 0, rc = 0, v31 = fmt == CHAT_DEEPSEEK_V31, nsys = 0;
     jw_lit(w, CHAT_DS_BOS);
     jw sys = {0};
     for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
-        const char *role = oai_msg_role_(d, m, k, err, errlen);
+        const char *role = oai_msg_role_(d, m, k, e);
         if (!role) rc = -1;
         else if (!strcmp(role, "system")) {
             if (fmt == CHAT_DEEPSEEK_R1) sys.n = 0;
             else if (nsys) jw_lit(&sys, "\n\n");
             nsys++;
-            rc = oai_content_(d, js_get(d, m, "content"), &sys, 0, k, err, errlen);
+            rc = oai_content_(d, js_get(d, m, "content"), &sys, 0, k, e);
         }
     }
     if (!rc && sys.n) jw_raw(w, sys.s, sys.n);
@@ -348,13 +368,13 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
     int first = 0, is_tool = 0, out_first = 1, last_user = 0;
     k = 0;
     for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
-        const char *role = oai_msg_role_(d, m, k, err, errlen);
+        const char *role = oai_msg_role_(d, m, k, e);
         int c = js_get(d, m, "content");
         if (!strcmp(role, "user")) {
             is_tool = 0;
             if (v31) first = 0, last_user = 1;
             jw_lit(w, CHAT_DS_USER);
-            rc = oai_content_(d, c, w, 0, k, err, errlen);
+            rc = oai_content_(d, c, w, 0, k, e);
         } else if (!strcmp(role, "assistant")) {
             int tcs = js_get(d, m, "tool_calls"), cnull = c >= 0 && js_typeof(d, c) == JS_NULL;
             int calls = js_typeof(d, tcs) == JS_ARR && (fmt == CHAT_DEEPSEEK3 ? cnull : fmt != CHAT_DEEPSEEK_R1 || js_count(d, tcs));
@@ -362,11 +382,11 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
                 if (v31 && last_user) jw_lit(w, CHAT_DS_ASSISTANT "</think>");
                 if (v31) last_user = 0, first = 0;
                 is_tool = 0;
-                if ((rc = oai_ds_calls_(d, m, tcs, fmt, &first, w, k, err, errlen))) break;
+                if ((rc = oai_ds_calls_(d, m, tcs, fmt, &first, w, k, e))) break;
             }
             if (fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK3 ? cnull : calls) continue; /* V3: calls only without content */
             jw body = {0};
-            rc = oai_content_(d, c, &body, 0, k, err, errlen);
+            rc = oai_content_(d, c, &body, 0, k, e);
             if (v31) {
                 if (last_user) jw_lit(w, CHAT_DS_ASSISTANT "</think>");
                 last_user = 0;
@@ -387,7 +407,7 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
             if (!v31 && out_first) jw_lit(w, OAI_DS_OUTS_BEGIN), out_first = 0;
             else if (fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK3) jw_lit(w, "\n");
             jw_lit(w, OAI_DS_OUT_BEGIN);
-            rc = oai_content_(d, c, w, 0, k, err, errlen);
+            rc = oai_content_(d, c, w, 0, k, e);
             jw_lit(w, OAI_DS_OUT_END);
         }
     }
@@ -404,16 +424,16 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
  * json.dumps writes it), the default system message when the first message
  * is not one, each message under its role's header closed by <|im_end|>
  * (its tool calls are not rendered: the template writes content only). */
-static inline int oai_render_kimi_(const js_doc *d, int msgs, int tools, jw *w, char *err, size_t errlen) {
+static inline int oai_render_kimi_(const js_doc *d, int msgs, int tools, jw *w, oai_err *e) {
     int k = 0, rc = 0;
     if (tools >= 0) jw_lit(w, "<|im_system|>tool_declare<|im_middle|>"), jw_node(w, d, tools, 1), jw_lit(w, "<|im_end|>");
     for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
-        const char *role = oai_msg_role_(d, m, k, err, errlen);
+        const char *role = oai_msg_role_(d, m, k, e);
         if (!role) { rc = -1; break; }
         if (!k && strcmp(role, "system")) jw_lit(w, "<|im_system|>system<|im_middle|>" CHAT_KIMI_DEFAULT_SYSTEM "<|im_end|>");
         jw_lit(w, !strcmp(role, "system") ? "<|im_system|>system<|im_middle|>" : !strcmp(role, "user") ? "<|im_user|>user<|im_middle|>"
                   : !strcmp(role, "assistant") ? "<|im_assistant|>assistant<|im_middle|>" : "<|im_system|>tool<|im_middle|>");
-        rc = oai_content_(d, js_get(d, m, "content"), w, 0, k, err, errlen);
+        rc = oai_content_(d, js_get(d, m, "content"), w, 0, k, e);
         jw_lit(w, "<|im_end|>");
     }
     jw_lit(w, "<|im_assistant|>assistant<|im_middle|>");
@@ -422,11 +442,11 @@ static inline int oai_render_kimi_(const js_doc *d, int msgs, int tools, jw *w, 
 
 /* Renders the messages (and tools) of a chat request into r->text in the
  * model's chat format (r->fmt). */
-static inline int oai_render(const js_doc *d, int msgs, int tools, int think, oai_req *r, char *err, size_t errlen) {
-    if (r->fmt == CHAT_GLM5) return oai_render_glm_(d, msgs, tools, think, r, err, errlen);
+static inline int oai_render(const js_doc *d, int msgs, int tools, int think, oai_req *r, oai_err *e) {
+    if (r->fmt == CHAT_GLM5) return oai_render_glm_(d, msgs, tools, think, r, e);
     jw w = {0};
-    int rc = r->fmt == CHAT_KIMI_K2 ? oai_render_kimi_(d, msgs, tools, &w, err, errlen) : oai_render_ds_(d, msgs, r->fmt, think, &w, err, errlen);
-    if (!rc && w.oom) rc = oai_fail_(err, errlen, "out of memory rendering the messages");
+    int rc = r->fmt == CHAT_KIMI_K2 ? oai_render_kimi_(d, msgs, tools, &w, e) : oai_render_ds_(d, msgs, r->fmt, think, &w, e);
+    if (!rc && w.oom) rc = oai_fail_(e, NULL, "out of memory rendering the messages");
     if (rc) { jw_free(&w); return -1; }
     r->text = w.s, r->text_len = w.n;
     return 0;
@@ -434,69 +454,88 @@ static inline int oai_render(const js_doc *d, int msgs, int tools, int think, oa
 
 /* ------------------------------------------------------------ requests */
 
+/* The fields each endpoint reads. Fields current SDKs send that change
+ * nothing here (store, metadata, service_tier, user, prompt_cache_key,
+ * safety_identifier, verbosity, prediction) are accepted and ignored; an
+ * unknown field is refused by name, since a silently dropped field is a
+ * silently wrong answer. */
 static const char *const oai_chat_keys_[] = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
                                              "temperature", "top_p", "top_k", "min_p", "seed", "stop", "tools", "tool_choice", "n",
-                                             "response_format", "frequency_penalty", "presence_penalty", "logprobs", "user",
-                                             "parallel_tool_calls", "chat_template_kwargs", "logit_bias", NULL};
+                                             "response_format", "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "user",
+                                             "parallel_tool_calls", "chat_template_kwargs", "logit_bias", "reasoning_effort", "store",
+                                             "metadata", "service_tier", "prompt_cache_key", "safety_identifier", "verbosity", "prediction",
+                                             "modalities", NULL};
 static const char *const oai_comp_keys_[] = {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
                                              "min_p", "seed", "stop", "n", "frequency_penalty", "presence_penalty", "logprobs", "user",
-                                             "echo", "logit_bias", NULL};
+                                             "echo", "logit_bias", "suffix", "best_of", "store", "metadata", NULL};
 
 /* A number field within [lo, hi]: 1 set, 0 absent or null, -1 refused. */
-static inline int oai_num_(const js_doc *d, int obj, const char *key, double lo, double hi, int integer, double *out, char *err, size_t errlen) {
+static inline int oai_num_(const js_doc *d, int obj, const char *key, double lo, double hi, int integer, double *out, oai_err *e) {
     int i = js_get(d, obj, key);
     if (i < 0 || js_typeof(d, i) == JS_NULL) return 0;
-    if (!js_is_num(d, i) || (integer && !js_is_int(d, i))) return oai_fail_(err, errlen, "%s must be %s", key, integer ? "an integer" : "a number");
+    if (!js_is_num(d, i) || (integer && !js_is_int(d, i))) return oai_fail_(e, key, "%s must be %s", key, integer ? "an integer" : "a number");
     double v = js_num(d, i);
-    if (!(v >= lo && v <= hi)) return oai_fail_(err, errlen, "%s = %g is outside [%g, %g]", key, v, lo, hi);
+    if (!(v >= lo && v <= hi)) return oai_fail_(e, key, "%s = %g is outside [%g, %g]", key, v, lo, hi);
     *out = v;
     return 1;
 }
 
-static inline int oai_bool_(const js_doc *d, int obj, const char *key, int *out, char *err, size_t errlen) {
+static inline int oai_bool_(const js_doc *d, int obj, const char *key, int *out, oai_err *e) {
     int i = js_get(d, obj, key);
     if (i < 0 || js_typeof(d, i) == JS_NULL) return 0;
-    if (!js_is_bool(d, i)) return oai_fail_(err, errlen, "%s must be true or false", key);
+    if (!js_is_bool(d, i)) return oai_fail_(e, key, "%s must be true or false", key);
     *out = js_typeof(d, i) == JS_TRUE;
     return 1;
 }
 
 /* A field that must be absent or carry the one value this server honours. */
-static inline int oai_only_(const js_doc *d, int obj, const char *key, double want, const char *why, char *err, size_t errlen) {
+static inline int oai_only_(const js_doc *d, int obj, const char *key, double want, const char *why, oai_err *e) {
     double v = want;
-    int r = oai_num_(d, obj, key, -1e9, 1e9, 0, &v, err, errlen);
+    int r = oai_num_(d, obj, key, -1e9, 1e9, 0, &v, e);
     if (r < 0) return -1;
-    if (r && v != want) return oai_fail_(err, errlen, "%s = %g is not supported (%s)", key, v, why);
+    if (r && v != want) return oai_fail_(e, key, "%s = %g is not supported (%s)", key, v, why);
+    return 0;
+}
+
+/* Refuses a grammar the recognizer cannot follow (grammar.h gr_check), so
+ * the request fails here and not mid-answer. */
+static inline int oai_followable_(oai_req *r, const char *param, oai_err *e) {
+    int rule, rc = gr_check(r->gram, &rule);
+    if (rc == -1) return oai_fail_(e, NULL, "out of memory checking the grammar");
+    if (rc == -2)
+        return oai_fail_(e, param, "%s: the grammar written for it is too ambiguous to follow: %s%s%s the text can continue in more than %d ways at once "
+                         "(an enum or anyOf of that many values, say)", param, rule >= 0 ? "in its rule \"" : "at its start", rule >= 0 ? r->gram->names[rule] : "",
+                         rule >= 0 ? "\"" : "", GR_MAX_STACKS);
     return 0;
 }
 
 /* response_format: "text", "json_object" (any JSON object) or
  * "json_schema" ({"json_schema": {"name", "schema", "strict", ...}}):
  * the answer's grammar in r->gram. */
-static inline int oai_response_format_(const js_doc *d, int rf, oai_req *r, char *err, size_t errlen) {
+static inline int oai_response_format_(const js_doc *d, int rf, oai_req *r, oai_err *e) {
     const char *t = js_str(d, js_get(d, rf, "type"));
-    if (js_typeof(d, rf) != JS_OBJ || !t) return oai_fail_(err, errlen, "response_format must be an object with a type");
+    if (js_typeof(d, rf) != JS_OBJ || !t) return oai_fail_(e, "response_format", "response_format must be an object with a type");
     if (!strcmp(t, "text")) return 0;
     char *gbnf = NULL, gerr[300];
     if (!strcmp(t, "json_object")) {
         size_t n = strlen(gr_js_prims_) + 40;
-        if (!(gbnf = (char *)malloc(n))) return oai_fail_(err, errlen, "out of memory");
+        if (!(gbnf = (char *)malloc(n))) return oai_fail_(e, NULL, "out of memory");
         snprintf(gbnf, n, "%sroot ::= ws jobject ws\n", gr_js_prims_);
     } else if (!strcmp(t, "json_schema")) {
         int js = js_get(d, rf, "json_schema"), sc = js_get(d, js, "schema");
-        if (js_typeof(d, js) != JS_OBJ || sc < 0) return oai_fail_(err, errlen, "response_format.json_schema.schema is missing");
+        if (js_typeof(d, js) != JS_OBJ || sc < 0) return oai_fail_(e, "response_format.json_schema.schema", "response_format.json_schema.schema is missing");
         for (int f = js_first(d, js); f >= 0; f = js_next(d, f)) {
             const char *k = js_key(d, f);
             if (strcmp(k, "name") && strcmp(k, "schema") && strcmp(k, "strict") && strcmp(k, "description"))
-                return oai_fail_(err, errlen, "response_format.json_schema: unknown field \"%s\"", k);
+                return oai_fail_(e, "response_format.json_schema", "response_format.json_schema: unknown field \"%s\"", k);
         }
-        if (!(gbnf = gr_json_schema(d, sc, gerr, sizeof gerr))) return oai_fail_(err, errlen, "response_format.json_schema.schema: %s", gerr);
+        if (!(gbnf = gr_json_schema(d, sc, gerr, sizeof gerr))) return oai_fail_(e, "response_format.json_schema.schema", "response_format.json_schema.schema: %s", gerr);
     } else
-        return oai_fail_(err, errlen, "response_format type \"%s\" is not one of text, json_object, json_schema", t);
+        return oai_fail_(e, "response_format", "response_format type \"%s\" is not one of text, json_object, json_schema", t);
     r->gram = gr_parse(gbnf, strlen(gbnf), "root", gerr, sizeof gerr);
     free(gbnf);
-    if (!r->gram) return oai_fail_(err, errlen, "response_format: the grammar written for it is refused (%s)", gerr);
-    return 0;
+    if (!r->gram) return oai_fail_(e, "response_format", "response_format: the grammar written for it is refused (%s)", gerr);
+    return oai_followable_(r, "response_format", e);
 }
 
 /* tool_choice: "auto", "none" (no tools rendered), "required" (one or more
@@ -504,7 +543,7 @@ static inline int oai_response_format_(const js_doc *d, int rf, oai_req *r, char
  * "function": {"name": X}} (one call to X): the last two constrain the
  * answer to GLM-5's tool-call syntax with arguments their schemas allow
  * (r->gram, r->gram_tools). */
-static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, char *err, size_t errlen) {
+static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, oai_err *e) {
     const char *tcs = js_str(d, tc), *only = NULL;
     if (tcs && !strcmp(tcs, "none")) return r->tools = -1, 0;
     if (tcs && !strcmp(tcs, "auto")) return 0;
@@ -512,128 +551,218 @@ static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, c
         const char *ty = js_str(d, js_get(d, tc, "type"));
         only = js_str(d, js_get(d, js_get(d, tc, "function"), "name"));
         if (js_typeof(d, tc) != JS_OBJ || !ty || strcmp(ty, "function") || !only)
-            return oai_fail_(err, errlen, "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return oai_fail_(e, "tool_choice", "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
     } else if (strcmp(tcs, "required"))
-        return oai_fail_(err, errlen, "tool_choice \"%s\" is not one of auto, none, required", tcs);
-    if (r->tools < 0) return oai_fail_(err, errlen, "tool_choice %s needs tools", only ? "names a function, which" : "\"required\"");
-    if (r->gram) return oai_fail_(err, errlen, "tool_choice %s and a JSON response_format cannot both constrain the answer", only ? "naming a function" : "\"required\"");
-    int many = 1, ptc = js_get(d, o, "parallel_tool_calls");
-    if (ptc >= 0 && js_typeof(d, ptc) != JS_NULL) {
-        if (!js_is_bool(d, ptc)) return oai_fail_(err, errlen, "parallel_tool_calls must be true or false");
-        many = js_typeof(d, ptc) == JS_TRUE;
-    }
+        return oai_fail_(e, "tool_choice", "tool_choice \"%s\" is not one of auto, none, required", tcs);
+    if (r->tools < 0) return oai_fail_(e, "tool_choice", "tool_choice %s needs tools", only ? "names a function, which" : "\"required\"");
+    if (r->gram) return oai_fail_(e, "tool_choice", "tool_choice %s and a JSON response_format cannot both constrain the answer", only ? "naming a function" : "\"required\"");
+    int many = 1;
+    if (oai_bool_(d, o, "parallel_tool_calls", &many, e) < 0) return -1;
     char gerr[300];
     int style = r->fmt == CHAT_KIMI_K2 ? GR_TOOLS_KIMI : r->fmt == CHAT_DEEPSEEK_V31 ? GR_TOOLS_DS31 : GR_TOOLS_DS3;
-    char *gbnf = r->fmt == CHAT_GLM5 ? gr_tool_calls(d, r->tools, only, many, r->think, gerr, sizeof gerr)
-                                     : gr_tool_calls_json(d, r->tools, only, many, r->think, style, gerr, sizeof gerr);
-    if (!gbnf) return oai_fail_(err, errlen, "tool_choice: %s", gerr);
+    int max_calls = many ? OAI_MAX_TOOL_CALLS : 1; /* a forced turn ends: at most this many calls, then the end token */
+    char *gbnf = r->fmt == CHAT_GLM5 ? gr_tool_calls(d, r->tools, only, max_calls, r->think, gerr, sizeof gerr)
+                                     : gr_tool_calls_json(d, r->tools, only, max_calls, r->think, style, gerr, sizeof gerr);
+    if (!gbnf) return oai_fail_(e, "tool_choice", "tool_choice: %s", gerr);
     r->gram = gr_parse(gbnf, strlen(gbnf), "root", gerr, sizeof gerr);
     free(gbnf);
-    if (!r->gram) return oai_fail_(err, errlen, "tool_choice: the grammar written for the tools is refused (%s)", gerr);
+    if (!r->gram) return oai_fail_(e, "tool_choice", "tool_choice: the grammar written for the tools is refused (%s)", gerr);
     r->gram_tools = 1;
+    return oai_followable_(r, "tools", e);
+}
+
+/* stream_options: {"include_usage": bool}; SDKs may add
+ * "include_obfuscation", which changes nothing here. */
+static inline int oai_stream_options_(const js_doc *d, int so, oai_req *r, oai_err *e) {
+    if (so < 0 || js_typeof(d, so) == JS_NULL) return 0;
+    if (js_typeof(d, so) != JS_OBJ) return oai_fail_(e, "stream_options", "stream_options must be an object");
+    for (int f = js_first(d, so); f >= 0; f = js_next(d, f))
+        if (strcmp(js_key(d, f), "include_usage") && strcmp(js_key(d, f), "include_obfuscation"))
+            return oai_fail_(e, "stream_options", "stream_options: unknown field \"%s\"", js_key(d, f));
+    int ob = 0;
+    if (oai_bool_(d, so, "include_obfuscation", &ob, e) < 0) return -1;
+    return oai_bool_(d, so, "include_usage", &r->include_usage, e) < 0 ? -1 : 0;
+}
+
+/* stop: a string or up to OAI_MAX_STOP strings of at most 256 bytes. */
+static inline int oai_stop_(const js_doc *d, int st, oai_req *r, oai_err *e) {
+    if (js_typeof(d, st) == JS_STR) {
+        if (js_str_len(d, st)) r->stop[0] = js_str(d, st), r->stop_len[0] = js_str_len(d, st), r->n_stop = 1;
+    } else if (js_typeof(d, st) == JS_ARR) {
+        if (js_count(d, st) > OAI_MAX_STOP) return oai_fail_(e, "stop", "stop: at most %d sequences", OAI_MAX_STOP);
+        for (int x = js_first(d, st); x >= 0; x = js_next(d, x)) {
+            if (js_typeof(d, x) != JS_STR) return oai_fail_(e, "stop", "stop must be a string or an array of strings");
+            if (js_str_len(d, x)) r->stop[r->n_stop] = js_str(d, x), r->stop_len[r->n_stop++] = js_str_len(d, x);
+        }
+    } else if (st >= 0 && js_typeof(d, st) != JS_NULL)
+        return oai_fail_(e, "stop", "stop must be a string or an array of strings");
+    for (int i = 0; i < r->n_stop; i++)
+        if (r->stop_len[i] > 256) return oai_fail_(e, "stop", "stop: a sequence longer than 256 bytes");
+    return 0;
+}
+
+/* The fields both endpoints share: stream, max_tokens, sampling, seed,
+ * fields that must keep their neutral value, stop. */
+static inline int oai_common_(const js_doc *d, int o, int chat, oai_req *r, oai_err *e) {
+    double v;
+    int s;
+    if (oai_bool_(d, o, "stream", &r->stream, e) < 0 || oai_stream_options_(d, js_get(d, o, "stream_options"), r, e)) return -1;
+    /* max_tokens beyond the context is clamped to the room the prompt leaves (http.h), as peers do */
+    const char *mt = chat && js_get(d, o, "max_completion_tokens") >= 0 ? "max_completion_tokens" : "max_tokens";
+    if ((s = oai_num_(d, o, mt, 1, 2147483647.0, 1, &v, e)) < 0) return -1;
+    r->max_tokens = s ? (int)v : 0;
+    if ((s = oai_num_(d, o, "temperature", 0, 2, 0, &v, e)) < 0) return -1;
+    r->has_temp = s, r->temp = s ? v : 0;
+    if ((s = oai_num_(d, o, "top_p", 0, 1, 0, &v, e)) < 0) return -1;
+    r->has_top_p = s, r->top_p = s ? v : 1;
+    if ((s = oai_num_(d, o, "top_k", 0, 1 << 30, 1, &v, e)) < 0) return -1;
+    r->has_top_k = s, r->top_k = s ? (int)v : 0;
+    if ((s = oai_num_(d, o, "min_p", 0, 1, 0, &v, e)) < 0) return -1;
+    r->has_min_p = s, r->min_p = s ? v : 0;
+    if ((s = oai_num_(d, o, "seed", -9007199254740991.0, 9007199254740991.0, 1, &v, e)) < 0) return -1;
+    r->has_seed = s, r->seed = s ? (uint64_t)(int64_t)v & ((1ull << 53) - 1) : 0;
+    if (oai_only_(d, o, "n", 1, "one choice per request", e) || oai_only_(d, o, "frequency_penalty", 0, "no penalties", e) ||
+        oai_only_(d, o, "presence_penalty", 0, "no penalties", e))
+        return -1;
+    int lb = js_get(d, o, "logit_bias");
+    if (lb >= 0 && js_typeof(d, lb) != JS_NULL && (js_typeof(d, lb) != JS_OBJ || js_count(d, lb)))
+        return oai_fail_(e, "logit_bias", "logit_bias is not supported");
+    return oai_stop_(d, js_get(d, o, "stop"), r, e);
+}
+
+/* logprobs: chat's {"logprobs": bool, "top_logprobs": 0..20}, or
+ * completions' {"logprobs": 0..5} (the alternatives per token). */
+static inline int oai_logprobs_(const js_doc *d, int o, int chat, oai_req *r, oai_err *e) {
+    double v;
+    int s;
+    if (!chat) {
+        if ((s = oai_num_(d, o, "logprobs", 0, 5, 1, &v, e)) < 0) return -1;
+        r->logprobs = s, r->top_logprobs = s ? (int)v : 0;
+        return 0;
+    }
+    if (oai_bool_(d, o, "logprobs", &r->logprobs, e) < 0) return -1;
+    if ((s = oai_num_(d, o, "top_logprobs", 0, OAI_MAX_TOP_LOGPROBS, 1, &v, e)) < 0) return -1;
+    r->top_logprobs = s ? (int)v : 0;
+    if (r->top_logprobs && !r->logprobs) return oai_fail_(e, "top_logprobs", "top_logprobs needs logprobs: true");
+    return 0;
+}
+
+/* chat_template_kwargs.enable_thinking, else reasoning_effort ("none" and
+ * "minimal" off, "low" to "xhigh" on), else off: whether the generation
+ * prompt opens a thinking block (chat_thinks decides per format). */
+static inline int oai_thinking_(const js_doc *d, int o, oai_req *r, oai_err *e) {
+    int kw = js_get(d, o, "chat_template_kwargs"), set = 0;
+    r->think = 0;
+    if (kw >= 0 && js_typeof(d, kw) != JS_NULL) {
+        if (js_typeof(d, kw) != JS_OBJ) return oai_fail_(e, "chat_template_kwargs", "chat_template_kwargs must be an object");
+        for (int f = js_first(d, kw); f >= 0; f = js_next(d, f))
+            if (strcmp(js_key(d, f), "enable_thinking"))
+                return oai_fail_(e, "chat_template_kwargs", "chat_template_kwargs: unknown field \"%s\"", js_key(d, f));
+        if ((set = oai_bool_(d, kw, "enable_thinking", &r->think, e)) < 0) return -1;
+    }
+    int re = js_get(d, o, "reasoning_effort");
+    if (re >= 0 && js_typeof(d, re) != JS_NULL) {
+        static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", NULL};
+        const char *s = js_str(d, re);
+        if (!s || !oai_known_(s, efforts))
+            return oai_fail_(e, "reasoning_effort", "reasoning_effort must be one of none, minimal, low, medium, high, xhigh");
+        if (!set) r->think = strcmp(s, "none") && strcmp(s, "minimal");
+    }
+    r->think = chat_thinks(r->fmt, r->think);
+    return 0;
+}
+
+/* The chat fields that ask for what this server cannot give. */
+static inline int oai_unsupported_(const js_doc *d, int o, oai_err *e) {
+    int m = js_get(d, o, "modalities");
+    if (m >= 0 && js_typeof(d, m) != JS_NULL) {
+        int ok = js_typeof(d, m) == JS_ARR;
+        for (int x = js_first(d, m); x >= 0 && ok; x = js_next(d, x)) ok = js_str(d, x) && !strcmp(js_str(d, x), "text");
+        if (!ok) return oai_fail_(e, "modalities", "modalities: only [\"text\"] is supported");
+    }
+    const char *v = js_str(d, js_get(d, o, "verbosity")), *st = js_str(d, js_get(d, o, "service_tier"));
+    int vb = js_get(d, o, "verbosity"), sv = js_get(d, o, "service_tier");
+    if (vb >= 0 && js_typeof(d, vb) != JS_NULL && !v) return oai_fail_(e, "verbosity", "verbosity must be a string");
+    if (sv >= 0 && js_typeof(d, sv) != JS_NULL && !st) return oai_fail_(e, "service_tier", "service_tier must be a string");
+    int md = js_get(d, o, "metadata");
+    if (md >= 0 && js_typeof(d, md) != JS_NULL && js_typeof(d, md) != JS_OBJ) return oai_fail_(e, "metadata", "metadata must be an object");
+    return 0;
+}
+
+/* A completions prompt given as token ids (OpenAI's array of integers, or
+ * an array holding one): r->ids. 1 taken, 0 not ids, -1 refused. */
+static inline int oai_prompt_ids_(const js_doc *d, int p, oai_req *r, oai_err *e) {
+    if (js_typeof(d, p) == JS_ARR && js_count(d, p) == 1 && js_typeof(d, js_first(d, p)) == JS_ARR) p = js_first(d, p);
+    if (js_typeof(d, p) != JS_ARR || !js_count(d, p) || !js_is_num(d, js_first(d, p))) return 0;
+    if (!(r->ids = (int *)malloc((size_t)js_count(d, p) * sizeof(int)))) return oai_fail_(e, NULL, "out of memory");
+    for (int x = js_first(d, p); x >= 0; x = js_next(d, x)) {
+        int64_t v = js_int(d, x);
+        if (!js_is_int(d, x) || v < 0 || v > 2147483647) return oai_fail_(e, "prompt", "prompt: token ids are integers from 0");
+        r->ids[r->n_ids++] = (int)v;
+    }
+    return 1;
+}
+
+/* The completions-only fields: prompt (a string, token ids, or an array
+ * holding one of them), and echo, suffix, best_of at their neutral
+ * values. */
+static inline int oai_completion_(const js_doc *d, int o, oai_req *r, oai_err *e) {
+    int echo = 0;
+    if (oai_bool_(d, o, "echo", &echo, e) < 0 || echo) return oai_fail_(e, "echo", "echo is not supported");
+    int sf = js_get(d, o, "suffix");
+    if (sf >= 0 && js_typeof(d, sf) != JS_NULL && (js_typeof(d, sf) != JS_STR || js_str_len(d, sf)))
+        return oai_fail_(e, "suffix", "suffix is not supported");
+    if (oai_only_(d, o, "best_of", 1, "one choice per request", e)) return -1;
+    int p = js_get(d, o, "prompt"), ids = oai_prompt_ids_(d, p, r, e);
+    if (ids) return ids < 0 ? -1 : 0;
+    if (js_typeof(d, p) == JS_ARR && js_count(d, p) == 1 && js_typeof(d, js_first(d, p)) == JS_STR) p = js_first(d, p);
+    if (js_typeof(d, p) != JS_STR) return oai_fail_(e, "prompt", "prompt must be a string or token ids (or an array holding one)");
+    if (!js_str_len(d, p)) return oai_fail_(e, "prompt", "prompt is empty");
+    if (!(r->text = (char *)malloc(js_str_len(d, p) + 1))) return oai_fail_(e, NULL, "out of memory");
+    memcpy(r->text, js_str(d, p), js_str_len(d, p) + 1);
+    r->text_len = js_str_len(d, p);
     return 0;
 }
 
 /* Parses and checks a request body; for chat requests renders the prompt.
- * 0, or -1 with err saying why (a 400). */
-static inline int oai_parse(const char *body, size_t len, int chat, const oai_limits *lim, oai_req *r, char *err, size_t errlen) {
+ * 0, or -1 with e saying why and which field (a 400). */
+static inline int oai_parse(const char *body, size_t len, int chat, const oai_limits *lim, oai_req *r, oai_err *e) {
     memset(r, 0, sizeof *r);
     r->chat = chat, r->tools = -1, r->fmt = lim->fmt;
     char jerr[160];
     js_doc *d = r->d = js_parse(body, len, jerr, sizeof jerr);
-    if (!d) return oai_fail_(err, errlen, "the body is not valid JSON: %s", jerr);
+    if (!d) return oai_fail_(e, NULL, "the body is not valid JSON: %s", jerr);
     int o = d->root;
-    if (js_typeof(d, o) != JS_OBJ) return oai_fail_(err, errlen, "the body must be a JSON object");
+    if (js_typeof(d, o) != JS_OBJ) return oai_fail_(e, NULL, "the body must be a JSON object");
     for (int f = js_first(d, o); f >= 0; f = js_next(d, f))
-        if (!oai_known_(js_key(d, f), chat ? oai_chat_keys_ : oai_comp_keys_)) return oai_fail_(err, errlen, "unknown field \"%s\"", js_key(d, f));
+        if (!oai_known_(js_key(d, f), chat ? oai_chat_keys_ : oai_comp_keys_)) return oai_fail_(e, js_key(d, f), "unknown field \"%s\"", js_key(d, f));
     r->model = js_str(d, js_get(d, o, "model"));
-    double v;
-    int s;
-    if (oai_bool_(d, o, "stream", &r->stream, err, errlen) < 0) return -1;
-    int so = js_get(d, o, "stream_options");
-    if (so >= 0 && js_typeof(d, so) != JS_NULL) {
-        if (js_typeof(d, so) != JS_OBJ) return oai_fail_(err, errlen, "stream_options must be an object");
-        for (int f = js_first(d, so); f >= 0; f = js_next(d, f))
-            if (strcmp(js_key(d, f), "include_usage")) return oai_fail_(err, errlen, "stream_options: unknown field \"%s\"", js_key(d, f));
-        if (oai_bool_(d, so, "include_usage", &r->include_usage, err, errlen) < 0) return -1;
-    }
-    const char *mt = chat && js_get(d, o, "max_completion_tokens") >= 0 ? "max_completion_tokens" : "max_tokens";
-    if ((s = oai_num_(d, o, mt, 1, lim->ctx, 1, &v, err, errlen)) < 0) return -1;
-    r->max_tokens = s ? (int)v : 0;
-    if ((s = oai_num_(d, o, "temperature", 0, 2, 0, &v, err, errlen)) < 0) return -1;
-    r->has_temp = s, r->temp = s ? v : 0;
-    if ((s = oai_num_(d, o, "top_p", 0, 1, 0, &v, err, errlen)) < 0) return -1;
-    r->has_top_p = s, r->top_p = s ? v : 1;
-    if ((s = oai_num_(d, o, "top_k", 0, 1 << 30, 1, &v, err, errlen)) < 0) return -1;
-    r->has_top_k = s, r->top_k = s ? (int)v : 0;
-    if ((s = oai_num_(d, o, "min_p", 0, 1, 0, &v, err, errlen)) < 0) return -1;
-    r->has_min_p = s, r->min_p = s ? v : 0;
-    if ((s = oai_num_(d, o, "seed", -9007199254740991.0, 9007199254740991.0, 1, &v, err, errlen)) < 0) return -1;
-    r->has_seed = s, r->seed = s ? (uint64_t)(int64_t)v & ((1ull << 53) - 1) : 0;
-    if (oai_only_(d, o, "n", 1, "one choice per request", err, errlen) || oai_only_(d, o, "frequency_penalty", 0, "no penalties", err, errlen) ||
-        oai_only_(d, o, "presence_penalty", 0, "no penalties", err, errlen))
-        return -1;
-    int lp = 0;
-    if (js_typeof(d, js_get(d, o, "logprobs")) == JS_NUM || oai_bool_(d, o, "logprobs", &lp, err, errlen) < 0 || lp)
-        return oai_fail_(err, errlen, "logprobs are not supported");
-    int lb = js_get(d, o, "logit_bias");
-    if (lb >= 0 && js_typeof(d, lb) != JS_NULL && (js_typeof(d, lb) != JS_OBJ || js_count(d, lb)))
-        return oai_fail_(err, errlen, "logit_bias is not supported");
-    int echo = 0;
-    if (oai_bool_(d, o, "echo", &echo, err, errlen) < 0 || echo) return oai_fail_(err, errlen, "echo is not supported");
-    int st = js_get(d, o, "stop");
-    if (js_typeof(d, st) == JS_STR) {
-        if (js_str_len(d, st)) r->stop[0] = js_str(d, st), r->stop_len[0] = js_str_len(d, st), r->n_stop = 1;
-    } else if (js_typeof(d, st) == JS_ARR) {
-        if (js_count(d, st) > OAI_MAX_STOP) return oai_fail_(err, errlen, "stop: at most %d sequences", OAI_MAX_STOP);
-        for (int e = js_first(d, st); e >= 0; e = js_next(d, e)) {
-            if (js_typeof(d, e) != JS_STR) return oai_fail_(err, errlen, "stop must be a string or an array of strings");
-            if (js_str_len(d, e)) r->stop[r->n_stop] = js_str(d, e), r->stop_len[r->n_stop++] = js_str_len(d, e);
-        }
-    } else if (st >= 0 && js_typeof(d, st) != JS_NULL)
-        return oai_fail_(err, errlen, "stop must be a string or an array of strings");
-    for (int i = 0; i < r->n_stop; i++)
-        if (r->stop_len[i] > 256) return oai_fail_(err, errlen, "stop: a sequence longer than 256 bytes");
-    if (!chat) {
-        int p = js_get(d, o, "prompt");
-        if (js_typeof(d, p) == JS_ARR && js_count(d, p) == 1 && js_typeof(d, js_first(d, p)) == JS_STR) p = js_first(d, p);
-        if (js_typeof(d, p) != JS_STR) return oai_fail_(err, errlen, "prompt must be a string (or an array holding one)");
-        if (!js_str_len(d, p)) return oai_fail_(err, errlen, "prompt is empty");
-        if (!(r->text = (char *)malloc(js_str_len(d, p) + 1))) return oai_fail_(err, errlen, "out of memory");
-        memcpy(r->text, js_str(d, p), js_str_len(d, p) + 1);
-        r->text_len = js_str_len(d, p);
-        return 0;
-    }
+    if (oai_common_(d, o, chat, r, e) || oai_logprobs_(d, o, chat, r, e)) return -1;
+    if (!chat) return oai_completion_(d, o, r, e);
+    if (oai_unsupported_(d, o, e) || oai_thinking_(d, o, r, e)) return -1;
     int rf = js_get(d, o, "response_format");
-    if (rf >= 0 && js_typeof(d, rf) != JS_NULL && oai_response_format_(d, rf, r, err, errlen)) return -1;
-    int kw = js_get(d, o, "chat_template_kwargs");
-    r->think = 0;
-    if (kw >= 0 && js_typeof(d, kw) != JS_NULL) {
-        if (js_typeof(d, kw) != JS_OBJ) return oai_fail_(err, errlen, "chat_template_kwargs must be an object");
-        for (int f = js_first(d, kw); f >= 0; f = js_next(d, f))
-            if (strcmp(js_key(d, f), "enable_thinking")) return oai_fail_(err, errlen, "chat_template_kwargs: unknown field \"%s\"", js_key(d, f));
-        if (oai_bool_(d, kw, "enable_thinking", &r->think, err, errlen) < 0) return -1;
-    }
-    r->think = chat_thinks(r->fmt, r->think);
+    if (rf >= 0 && js_typeof(d, rf) != JS_NULL && oai_response_format_(d, rf, r, e)) return -1;
     int tools = js_get(d, o, "tools");
     if (tools >= 0 && js_typeof(d, tools) != JS_NULL) {
-        if (js_typeof(d, tools) != JS_ARR) return oai_fail_(err, errlen, "tools must be an array");
+        if (js_typeof(d, tools) != JS_ARR) return oai_fail_(e, "tools", "tools must be an array");
         int k = 0;
         for (int t = js_first(d, tools); t >= 0; t = js_next(d, t), k++) {
             const char *ty = js_str(d, js_get(d, t, "type"));
             int f = js_get(d, t, "function");
             if (!ty || strcmp(ty, "function") || js_typeof(d, f) != JS_OBJ || !js_str(d, js_get(d, f, "name")))
-                return oai_fail_(err, errlen, "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
+                return oai_fail_(e, oai_pk_((char[96]){0}, "tools[%d]", k), "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
         }
         if (js_count(d, tools)) r->tools = tools;
     }
     int tc = js_get(d, o, "tool_choice");
-    if (tc >= 0 && js_typeof(d, tc) != JS_NULL && oai_tool_choice_(d, o, tc, r, err, errlen)) return -1;
+    if (tc >= 0 && js_typeof(d, tc) != JS_NULL && oai_tool_choice_(d, o, tc, r, e)) return -1;
+    int ptc = 0;
+    if (oai_bool_(d, o, "parallel_tool_calls", &ptc, e) < 0) return -1;
     r->parse_tools = r->tools >= 0;
     int msgs = js_get(d, o, "messages");
-    if (js_typeof(d, msgs) != JS_ARR || !js_count(d, msgs)) return oai_fail_(err, errlen, "messages must be a non-empty array");
-    if (js_count(d, msgs) > lim->max_messages) return oai_fail_(err, errlen, "%d messages, at most %d", js_count(d, msgs), lim->max_messages);
-    return oai_render(d, msgs, r->tools, r->think, r, err, errlen);
+    if (js_typeof(d, msgs) != JS_ARR || !js_count(d, msgs)) return oai_fail_(e, "messages", "messages must be a non-empty array");
+    if (js_count(d, msgs) > lim->max_messages) return oai_fail_(e, "messages", "%d messages, at most %d", js_count(d, msgs), lim->max_messages);
+    return oai_render(d, msgs, r->tools, r->think, r, e);
 }
 
 /* ------------------------------------------------------------ output */
@@ -649,7 +778,8 @@ typedef struct {
     jw all;        /* every generated byte (cut at a stop string) */
     size_t done;   /* bytes of all routed */
     int state;
-    int stopped;   /* a stop string matched */
+    int stopped;   /* a stop string matched: r->stop[stop_idx] */
+    int stop_idx;
     int finished;  /* oai_out_finish: nothing more arrives */
     jw reason, content, tool; /* what was routed, whole */
     size_t reason_sent, content_sent; /* what oai_out_delta handed out */
@@ -705,14 +835,15 @@ static inline int oai_out_put(oai_out *o, const char *s, size_t n) {
     size_t from = o->all.n;
     jw_raw(&o->all, s, n);
     size_t cut = o->all.n;
+    int which = -1;
     for (int i = 0; i < o->r->n_stop; i++) {
         size_t back = o->r->stop_len[i] - 1 < from ? o->r->stop_len[i] - 1 : from;
         const char *at = oai_memmem_(o->all.s + from - back, o->all.n - (from - back), o->r->stop[i], o->r->stop_len[i]);
-        if (at && (size_t)(at - o->all.s) < cut) cut = (size_t)(at - o->all.s);
+        if (at && (size_t)(at - o->all.s) < cut) cut = (size_t)(at - o->all.s), which = i;
     }
     if (cut < o->all.n) {
         o->all.n = cut;
-        o->stopped = 1;
+        o->stopped = 1, o->stop_idx = which;
         oai_route_(o, cut);
         return 1;
     }
@@ -771,8 +902,9 @@ typedef struct {
  * v</arg_value>...</tool_call>..." into calls; values are strings when the
  * tool's schema says so (or they are not JSON), else the JSON they spell.
  * Returns the number of calls, or -1 when the text is not well formed (the
- * caller returns it as content). */
-static inline int oai_parse_calls_glm_(const oai_out *o, oai_call *calls, int max) {
+ * caller returns it as content); with cut (generation was cut short), the
+ * calls completed before the first that is not. */
+static inline int oai_parse_calls_glm_(const oai_out *o, oai_call *calls, int max, int cut) {
     const js_doc *d = o->r->d;
     const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
     int n = 0;
@@ -835,6 +967,8 @@ static inline int oai_parse_calls_glm_(const oai_out *o, oai_call *calls, int ma
     }
     return n;
 bad:
+    if (n && !calls[n - 1].args) free(calls[--n].name); /* the call being read */
+    if (cut) return n;
     for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].args);
     return -1;
 }
@@ -895,13 +1029,13 @@ static inline int oai_json_call_(int fmt, const char *b, const char *e, oai_call
  * (begin tag, body, end tag; whitespace between), and the closing section
  * tag, which may be missing when generation stopped before it. Returns as
  * oai_parse_calls. */
-static inline int oai_parse_calls_json_(const oai_out *o, oai_call *calls, int max) {
+static inline int oai_parse_calls_json_(const oai_out *o, oai_call *calls, int max, int cut) {
     int fmt = o->r->fmt, kimi = fmt == CHAT_KIMI_K2, n = 0;
     const char *open = oai_tool_tag_(fmt), *close = kimi ? "<|tool_calls_section_end|>" : OAI_DS_CALLS_END;
     const char *cb = kimi ? "<|tool_call_begin|>" : OAI_DS_CALL_BEGIN, *ce = kimi ? "<|tool_call_end|>" : OAI_DS_CALL_END;
     const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
     s = oai_skip_ws_(s, end);
-    if (!oai_at_(s, end, open)) return -1;
+    if (!oai_at_(s, end, open)) return cut ? 0 : -1;
     s += strlen(open);
     for (;;) {
         s = oai_skip_ws_(s, end);
@@ -919,15 +1053,18 @@ static inline int oai_parse_calls_json_(const oai_out *o, oai_call *calls, int m
     }
     return n;
 bad:
+    if (cut) return n;
     for (int i = 0; i < n; i++) free(calls[i].name), free(calls[i].args);
     return -1;
 }
 
 /* The tool-call text parsed into calls in the request's format. Returns
  * the number of calls, or -1 when the text is not well formed (the caller
- * returns it as content). */
-static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max) {
-    return o->r->fmt == CHAT_GLM5 ? oai_parse_calls_glm_(o, calls, max) : oai_parse_calls_json_(o, calls, max);
+ * returns it as content). With cut (max_tokens, the context or a stop cut
+ * the generation short), the calls completed before the cut and never -1:
+ * the unfinished call's markup is dropped, never returned as text. */
+static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max, int cut) {
+    return o->r->fmt == CHAT_GLM5 ? oai_parse_calls_glm_(o, calls, max, cut) : oai_parse_calls_json_(o, calls, max, cut);
 }
 
 static inline void oai_calls_free(oai_call *calls, int n) {
@@ -935,6 +1072,107 @@ static inline void oai_calls_free(oai_call *calls, int n) {
 }
 
 /* ------------------------------------------------------------ responses */
+
+/* A token's bytes (the tokenizer's piece: may be part of a UTF-8
+ * character) and its log-probability. */
+typedef struct {
+    const char *s;
+    size_t n;
+    float lp;
+} oai_tok;
+
+/* One generated token's log-probabilities: the token and the most likely
+ * alternatives, best first, from the distribution it was drawn from. */
+typedef struct {
+    oai_tok t;
+    int n_top;
+    oai_tok top[OAI_MAX_TOP_LOGPROBS];
+} oai_lp;
+
+/* {"token", "logprob", "bytes" of chat's logprobs, the object left open
+ * for the caller's last member and "}". */
+static inline void oai_tok_json_(jw *w, const oai_tok *t) {
+    jw_lit(w, "{\"token\":");
+    jw_strn(w, t->s ? t->s : "", t->n);
+    jw_lit(w, ",\"logprob\":");
+    jw_num(w, t->lp > -9999.0f ? t->lp : -9999.0f); /* JSON has no -Infinity: OpenAI's floor */
+    jw_lit(w, ",\"bytes\":[");
+    for (size_t i = 0; i < t->n; i++) jw_lit(w, i ? "," : ""), jw_int(w, (unsigned char)t->s[i]);
+    jw_lit(w, "]");
+}
+
+/* Chat's "logprobs" value for tokens lp[0..n): {"content": [...],
+ * "refusal": null}. */
+static inline void oai_chat_logprobs_(jw *w, const oai_lp *lp, int n) {
+    jw_lit(w, "{\"content\":[");
+    for (int i = 0; i < n; i++) {
+        if (i) jw_lit(w, ",");
+        oai_tok_json_(w, &lp[i].t);
+        jw_lit(w, ",\"top_logprobs\":[");
+        for (int k = 0; k < lp[i].n_top; k++) jw_lit(w, k ? "," : ""), oai_tok_json_(w, &lp[i].top[k]), jw_lit(w, "}");
+        jw_lit(w, "]}");
+    }
+    jw_lit(w, "],\"refusal\":null}");
+}
+
+/* A token's text as completions' logprobs name it: its UTF-8, or, when
+ * its bytes are not whole UTF-8 (part of a character), "bytes:\xNN..." as
+ * OpenAI writes them, so distinct tokens stay distinct keys. */
+static inline void oai_tok_text_(jw *w, const oai_tok *t) {
+    const unsigned char *u = (const unsigned char *)(t->s ? t->s : ""), *end = u + t->n;
+    int whole = 1;
+    for (const unsigned char *q = u; q < end && whole;) {
+        int l = js_utf8_valid_len(q, end);
+        whole = l > 0, q += l > 0 ? l : 1;
+    }
+    if (whole) { jw_strn(w, (const char *)u, t->n); return; }
+    jw_lit(w, "\"bytes:");
+    for (; u < end; u++) {
+        char b[8];
+        snprintf(b, sizeof b, "\\\\x%02x", *u);
+        jw_lit(w, b);
+    }
+    jw_lit(w, "\"");
+}
+
+/* Completions' "logprobs" value: tokens, token_logprobs, top_logprobs (an
+ * object per token, keyed by oai_tok_text_; an alternative whose key an
+ * earlier one took is left out, since an object has one value per key),
+ * text_offset (from `offset`, the text before these tokens). */
+static inline void oai_comp_logprobs_(jw *w, const oai_lp *lp, int n, size_t offset) {
+    jw_lit(w, "{\"tokens\":[");
+    for (int i = 0; i < n; i++) jw_lit(w, i ? "," : ""), oai_tok_text_(w, &lp[i].t);
+    jw_lit(w, "],\"token_logprobs\":[");
+    for (int i = 0; i < n; i++) jw_lit(w, i ? "," : ""), jw_num(w, lp[i].t.lp > -9999.0f ? lp[i].t.lp : -9999.0f);
+    jw_lit(w, "],\"top_logprobs\":[");
+    for (int i = 0; i < n; i++) {
+        jw_lit(w, i ? ",{" : "{");
+        jw keys[OAI_MAX_TOP_LOGPROBS];
+        int nk = 0;
+        for (int k = 0; k < lp[i].n_top && k < OAI_MAX_TOP_LOGPROBS; k++) {
+            jw key = {0};
+            oai_tok_text_(&key, &lp[i].top[k]);
+            int dup = 0;
+            for (int j = 0; j < nk && !dup; j++) dup = keys[j].n == key.n && !memcmp(keys[j].s, key.s, key.n);
+            if (dup) { jw_free(&key); continue; }
+            jw_lit(w, nk ? "," : ""), jw_raw(w, key.s ? key.s : "\"\"", key.s ? key.n : 2), jw_lit(w, ":");
+            jw_num(w, lp[i].top[k].lp > -9999.0f ? lp[i].top[k].lp : -9999.0f);
+            keys[nk++] = key;
+        }
+        for (int j = 0; j < nk; j++) jw_free(&keys[j]);
+        jw_lit(w, "}");
+    }
+    jw_lit(w, "],\"text_offset\":[");
+    for (int i = 0; i < n; i++) jw_lit(w, i ? "," : ""), jw_int(w, (long long)offset), offset += lp[i].t.n;
+    jw_lit(w, "]}");
+}
+
+/* The "logprobs" value of a choice: null when not asked for. */
+static inline void oai_logprobs_json_(jw *w, const oai_req *r, const oai_lp *lp, int n, size_t offset) {
+    if (!r->logprobs) jw_lit(w, "null");
+    else if (r->chat) oai_chat_logprobs_(w, lp, n);
+    else oai_comp_logprobs_(w, lp, n, offset);
+}
 
 /* What a response says besides the text. */
 typedef struct {
@@ -991,7 +1229,8 @@ static inline void oai_calls_json_(jw *w, const oai_call *calls, int n, const ch
 }
 
 /* The whole response of a non-streaming request. */
-static inline void oai_response_json(jw *w, const oai_req *r, const oai_meta *m, const oai_out *o, const oai_call *calls, int ncalls) {
+static inline void oai_response_json(jw *w, const oai_req *r, const oai_meta *m, const oai_out *o, const oai_call *calls, int ncalls, const oai_lp *lp,
+                                     int nlp) {
     oai_head_(w, m, r->chat ? "chat.completion" : "text_completion");
     jw_lit(w, ",\"choices\":[{\"index\":0,");
     if (r->chat) {
@@ -1006,7 +1245,9 @@ static inline void oai_response_json(jw *w, const oai_req *r, const oai_meta *m,
         jw_strn(w, o->content.s ? o->content.s : "", o->content.n);
         jw_lit(w, ",");
     }
-    jw_lit(w, "\"logprobs\":null,\"finish_reason\":");
+    jw_lit(w, "\"logprobs\":");
+    oai_logprobs_json_(w, r, lp, nlp, 0);
+    jw_lit(w, ",\"finish_reason\":");
     jw_str(w, m->finish);
     jw_lit(w, "}],");
     oai_usage_(w, m);
@@ -1018,7 +1259,7 @@ static inline void oai_response_json(jw *w, const oai_req *r, const oai_meta *m,
  * calls, and finish_reason (last); completions: text. usage_only writes
  * the usage chunk (choices empty). */
 static inline void oai_chunk_sse(jw *w, const oai_req *r, const oai_meta *m, int first, const char *rs, size_t rn, const char *cs, size_t cn,
-                                 const oai_call *calls, int ncalls, int usage_only) {
+                                 const oai_call *calls, int ncalls, int usage_only, const oai_lp *lp, int nlp, size_t offset) {
     jw_lit(w, "data: ");
     oai_head_(w, m, r->chat ? "chat.completion.chunk" : "text_completion");
     jw_lit(w, ",\"choices\":[");
@@ -1037,7 +1278,10 @@ static inline void oai_chunk_sse(jw *w, const oai_req *r, const oai_meta *m, int
             jw_strn(w, cs ? cs : "", cn);
             jw_lit(w, ",");
         }
-        jw_lit(w, "\"logprobs\":null,\"finish_reason\":");
+        jw_lit(w, "\"logprobs\":");
+        if (nlp) oai_logprobs_json_(w, r, lp, nlp, offset);
+        else jw_lit(w, "null");
+        jw_lit(w, ",\"finish_reason\":");
         if (m->finish) jw_str(w, m->finish);
         else jw_lit(w, "null");
         jw_lit(w, "}");
@@ -1047,16 +1291,21 @@ static inline void oai_chunk_sse(jw *w, const oai_req *r, const oai_meta *m, int
     jw_lit(w, "}\n\n");
 }
 
-/* OpenAI's error document. */
-static inline void oai_error_json(jw *w, const char *msg, const char *type, const char *param) {
+/* OpenAI's error document; param NULL or "" is null. code: OpenAI's
+ * short codes where one fits ("invalid_api_key", "context_length_exceeded"),
+ * else NULL. */
+static inline void oai_error_json(jw *w, const char *msg, const char *type, const char *param, const char *code) {
     jw_lit(w, "{\"error\":{\"message\":");
     jw_str(w, msg);
     jw_lit(w, ",\"type\":");
     jw_str(w, type);
     jw_lit(w, ",\"param\":");
-    if (param) jw_str(w, param);
+    if (param && *param) jw_str(w, param);
     else jw_lit(w, "null");
-    jw_lit(w, ",\"code\":null}}");
+    jw_lit(w, ",\"code\":");
+    if (code) jw_str(w, code);
+    else jw_lit(w, "null");
+    jw_lit(w, "}}");
 }
 
 #endif

@@ -291,6 +291,7 @@ static inline int st_check_index_json_(st_index *ix, const char *dir, char *err,
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     js_doc *d = js_load_object(path, 64u << 20, err, errlen);
+    if (!d && errno == ENOENT && errlen) err[0] = 0; /* no index is no error: leave no message behind */
     if (!d) return errno == ENOENT ? 0 : -1;
     int wm = js_get(d, d->root, "weight_map"), rc = 0;
     if (js_typeof(d, wm) != JS_OBJ) rc = st_err_(err, errlen, "%s: missing object 'weight_map'", path);

@@ -1105,7 +1105,7 @@ class Bench:
         """A colibri --serve on a free port (stderr to a log); (process, port, log path)."""
         full = dict(os.environ)
         full.update(self.omp_env)
-        full.update({"PORT": "0", "USAGE_SAVE": "0", "SEED": "1"})
+        full.update({"COLI_PORT": "0", "USAGE_SAVE": "0", "SEED": "1"})
         full.update(env)
         full = {k: v for k, v in full.items() if v is not None}
         self.nlog += 1

@@ -62,8 +62,9 @@ static int render_parity(const js_doc *v, int *total) {
                                                                       : ",\"chat_template_kwargs\":{\"enable_thinking\":false}}");
         oai_limits lim = {16, 4096, fmt};
         oai_req r;
-        char err[300];
-        int rc = oai_parse(body.s, body.n, 1, &lim, &r, err, sizeof err);
+        oai_err oe;
+        const char *err = oe.msg;
+        int rc = oai_parse(body.s, body.n, 1, &lim, &r, &oe);
         const char *want = js_str(v, js_get(v, c, "text"));
         int ok = rc == 0 && r.text_len == js_str_len(v, js_get(v, c, "text")) && !memcmp(r.text, want, r.text_len);
         CHECK(ok);
@@ -207,7 +208,7 @@ static int parse_back(const oai_req *r, const char *text, oai_call *c) {
     oai_out_init(&o, r);
     for (size_t i = 0, n = strlen(text); i < n; i += 5) oai_out_put(&o, text + i, n - i < 5 ? n - i : 5); /* tags cut across pieces */
     oai_out_finish(&o);
-    int k = o.tool.n ? oai_parse_calls(&o, c, OAI_MAX_TOOL_CALLS) : -1;
+    int k = o.tool.n ? oai_parse_calls(&o, c, OAI_MAX_TOOL_CALLS, 0) : -1;
     oai_out_free(&o);
     return k;
 }
@@ -245,8 +246,9 @@ static int tool_calls_back(const js_doc *v) {
         jw_lit(&body, think ? ",\"chat_template_kwargs\":{\"enable_thinking\":true}}" : "}");
         oai_limits lim = {16, 4096, fmt};
         oai_req r;
-        char err[300];
-        int ok = oai_parse(body.s, body.n, 1, &lim, &r, err, sizeof err) == 0 && r.gram_tools && r.parse_tools;
+        oai_err oe;
+        const char *err = oe.msg;
+        int ok = oai_parse(body.s, body.n, 1, &lim, &r, &oe) == 0 && r.gram_tools && r.parse_tools;
         if (!ok) fprintf(stderr, "%s/%s: %s\n", js_str(v, js_get(v, c, "format")), name, err);
         ok = ok && grammar_takes(r.gram, block);
         oai_call calls[OAI_MAX_TOOL_CALLS];
@@ -277,8 +279,8 @@ static int tool_calls_back(const js_doc *v) {
                        "<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{\"city\":\"K\xc3\xb6ln\"}<|tool_call_end|><|tool_calls_section_end|>";
     oai_limits lim = {16, 4096, CHAT_KIMI_K2};
     oai_req r;
-    char err[300];
-    CHECK(oai_parse(req, strlen(req), 1, &lim, &r, err, sizeof err) == 0 && r.gram_tools);
+    oai_err oe;
+    CHECK(oai_parse(req, strlen(req), 1, &lim, &r, &oe) == 0 && r.gram_tools);
     CHECK(grammar_takes(r.gram, kimi));
     CHECK(!grammar_takes(r.gram, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{}<|tool_call_end|>"
                                  "<|tool_calls_section_end|>")); /* city is required */
@@ -293,7 +295,7 @@ static int tool_calls_back(const js_doc *v) {
     oai_out_put(&o, cut, strlen(cut));
     oai_out_finish(&o);
     CHECK(o.content.n == 6 && !memcmp(o.content.s, "Sure. ", 6));
-    CHECK((n = oai_parse_calls(&o, calls, OAI_MAX_TOOL_CALLS)) == 1 && !strcmp(calls[0].name, "f"));
+    CHECK((n = oai_parse_calls(&o, calls, OAI_MAX_TOOL_CALLS, 0)) == 1 && !strcmp(calls[0].name, "f"));
     if (n > 0) oai_calls_free(calls, n);
     oai_out_free(&o);
     static const char *const broken[] = {
@@ -307,7 +309,7 @@ static int tool_calls_back(const js_doc *v) {
     for (size_t i = 0; i < sizeof broken / sizeof *broken; i++) CHECK(parse_back(&r, broken[i], calls) == -1);
     oai_req_free(&r);
     lim.fmt = CHAT_DEEPSEEK3;
-    CHECK(oai_parse(req, strlen(req), 1, &lim, &r, err, sizeof err) == 0);
+    CHECK(oai_parse(req, strlen(req), 1, &lim, &r, &oe) == 0);
     CHECK(parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function" OAI_DS_SEP "get_weather {}" OAI_DS_CALL_END, calls) == -1); /* no line break */
     CHECK(parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function get_weather\n{}" OAI_DS_CALL_END, calls) == -1);            /* no separator */
     CHECK((n = parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function" OAI_DS_SEP "get_weather\n{\"city\": \"x\"}" OAI_DS_CALL_END, calls)) == 1);
@@ -318,12 +320,13 @@ static int tool_calls_back(const js_doc *v) {
 
 /* Serve mode's refusals and defaults for the other formats. */
 static void serve_checks(void) {
-    char err[300];
+    oai_err oe;
+    const char *err = oe.msg;
     oai_req r;
     oai_limits lim = {16, 4096, CHAT_DEEPSEEK3};
     const char *forced = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
                          "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}";
-    CHECK(oai_parse(forced, strlen(forced), 1, &lim, &r, err, sizeof err) == -1);
+    CHECK(oai_parse(forced, strlen(forced), 1, &lim, &r, &oe) == -1);
     CHECK_HAS(err, "\"g\", which tools does not list");
     oai_req_free(&r);
     const char *bad[] = {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"foo\":1}]}", "{\"messages\":[{\"content\":\"x\"}]}",
@@ -337,7 +340,7 @@ static void serve_checks(void) {
     for (int f = CHAT_DEEPSEEK3; f < CHAT_NFMT; f++) {
         lim.fmt = f;
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-            int rc = oai_parse(bad[i], strlen(bad[i]), 1, &lim, &r, err, sizeof err);
+            int rc = oai_parse(bad[i], strlen(bad[i]), 1, &lim, &r, &oe);
             if ((f == CHAT_KIMI_K2 || f == CHAT_DEEPSEEK3) && i >= 5 && i <= 6) { /* Kimi renders no calls, V3 none beside a content */
                 CHECK(rc == 0);
                 oai_req_free(&r);
@@ -353,7 +356,7 @@ static void serve_checks(void) {
     lim.fmt = CHAT_DEEPSEEK_V31;
     const char *obj = "{\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"user\",\"content\":\"u\"},"
                       "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{\"a\":[1,\"b\"]}}}]}]}";
-    CHECK(oai_parse(obj, strlen(obj), 1, &lim, &r, err, sizeof err) == 0);
+    CHECK(oai_parse(obj, strlen(obj), 1, &lim, &r, &oe) == 0);
     CHECK(r.text && strstr(r.text, "D<\xef\xbd\x9cUser\xef\xbd\x9c>u") && strstr(r.text, "f" OAI_DS_SEP "{\"a\": [1, \"b\"]}" OAI_DS_CALL_END));
     CHECK(!r.parse_tools);
     oai_req_free(&r);

@@ -52,20 +52,105 @@ static void test_writer(void) {
 static const oai_limits LIM = {8, 256, CHAT_GLM5};
 
 static int parse_ok(const char *body, int chat, oai_req *r) {
-    char err[300];
-    int rc = oai_parse(body, strlen(body), chat, &LIM, r, err, sizeof err);
+    oai_err oe;
+    const char *err = oe.msg;
+    int rc = oai_parse(body, strlen(body), chat, &LIM, r, &oe);
     if (rc) fprintf(stderr, "refused: %s: %s\n", body, err);
     return rc == 0;
 }
 
 static int refused(const char *body, int chat, const char *why) {
-    char err[300];
+    oai_err oe;
+    const char *err = oe.msg;
     oai_req r;
-    int rc = oai_parse(body, strlen(body), chat, &LIM, &r, err, sizeof err);
+    int rc = oai_parse(body, strlen(body), chat, &LIM, &r, &oe);
     oai_req_free(&r);
     if (!rc) { fprintf(stderr, "accepted: %s\n", body); return 0; }
     if (!strstr(err, why)) { fprintf(stderr, "for %s: expected '%s' in '%s'\n", body, why, err); return 0; }
     return 1;
+}
+
+/* What current SDKs send is accepted (and honoured where it changes the
+ * answer); a refusal names the field at fault in param. */
+static void test_client_fields(void) {
+    oai_req r;
+    CHECK(parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"store\":false,\"metadata\":{\"a\":\"b\"},\"service_tier\":\"auto\","
+                   "\"user\":\"u\",\"parallel_tool_calls\":true,\"top_logprobs\":0,\"logprobs\":false,\"prompt_cache_key\":\"k\","
+                   "\"safety_identifier\":\"s\",\"verbosity\":\"low\",\"modalities\":[\"text\"],\"stream_options\":{\"include_usage\":true,"
+                   "\"include_obfuscation\":false},\"max_completion_tokens\":1000000}", 1, &r));
+    CHECK(r.max_tokens == 1000000 && !r.logprobs && !r.think); /* clamped to the context by the server, not refused */
+    oai_req_free(&r);
+    CHECK(parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":20,\"reasoning_effort\":\"high\"}", 1, &r));
+    CHECK(r.logprobs && r.top_logprobs == 20 && r.think && strstr(r.text, "<think>"));
+    oai_req_free(&r);
+    CHECK(parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"enable_thinking\":false}}", 1, &r));
+    CHECK(!r.think); /* the explicit switch wins */
+    oai_req_free(&r);
+    CHECK(parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"minimal\"}", 1, &r));
+    CHECK(!r.think);
+    oai_req_free(&r);
+    CHECK(parse_ok("{\"prompt\":\"x\",\"logprobs\":3,\"suffix\":null,\"best_of\":1}", 0, &r));
+    CHECK(r.logprobs && r.top_logprobs == 3);
+    oai_req_free(&r);
+    static const struct {
+        const char *body, *param;
+    } bad[] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"bogus\":1}", "bogus"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":9}", "temperature"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"user\",\"content\":7}]}", "messages[1].content"},
+        {"{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "messages[0].role"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"x\"}]}", "tools[0]"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"regex\"}}", "response_format"},
+        {"{\"prompt\":\"x\",\"echo\":true}", "echo"},
+        {"{\"messages\":[]}", "messages"},
+        {"{", ""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        oai_err oe;
+        int rc = oai_parse(bad[i].body, strlen(bad[i].body), bad[i].body[2] != 'p', &LIM, &r, &oe);
+        oai_req_free(&r);
+        CHECK(rc == -1 && !strcmp(oe.param, bad[i].param));
+        if (rc != -1 || strcmp(oe.param, bad[i].param)) fprintf(stderr, "%s: param '%s', want '%s'\n", bad[i].body, oe.param, bad[i].param);
+    }
+    jw w = {0};
+    oai_error_json(&w, "m", "invalid_request_error", "messages[1].content", "context_length_exceeded");
+    CHECK(w.s && strstr(w.s, "\"param\":\"messages[1].content\"") && strstr(w.s, "\"code\":\"context_length_exceeded\""));
+    jw_free(&w);
+}
+
+/* The logprobs documents: chat's content entries with bytes and
+ * alternatives, completions' parallel arrays (a repeated alternative text
+ * kept once), -inf written as OpenAI's floor; every document parses. */
+static void test_logprob_writers(void) {
+    oai_lp lp[2];
+    memset(lp, 0, sizeof lp);
+    lp[0].t = (oai_tok){"He", 2, -0.25f};
+    lp[0].n_top = 2, lp[0].top[0] = lp[0].t, lp[0].top[1] = (oai_tok){"\xc3", 1, -2.5f};
+    lp[1].t = (oai_tok){"llo", 3, -INFINITY};
+    lp[1].n_top = 2, lp[1].top[0] = (oai_tok){"x", 1, -0.1f}, lp[1].top[1] = (oai_tok){"x", 1, -3.0f};
+    oai_req r;
+    memset(&r, 0, sizeof r);
+    r.chat = 1, r.logprobs = 1;
+    jw w = {0};
+    oai_logprobs_json_(&w, &r, lp, 2, 0);
+    js_doc *d = w.s ? js_parse(w.s, w.n, NULL, 0) : NULL;
+    int c = js_get(d, d ? d->root : -1, "content"), e0 = js_at(d, c, 0), e1 = js_at(d, c, 1);
+    CHECK(d && js_count(d, c) == 2 && !strcmp(js_str(d, js_get(d, e0, "token")), "He") && js_num(d, js_get(d, e0, "logprob")) == -0.25);
+    CHECK(d && js_count(d, js_get(d, e0, "bytes")) == 2 && js_int(d, js_at(d, js_get(d, js_at(d, js_get(d, e0, "top_logprobs"), 1), "bytes"), 0)) == 0xc3);
+    CHECK(d && js_num(d, js_get(d, e1, "logprob")) == -9999);
+    js_free(d), jw_free(&w);
+    r.chat = 0;
+    oai_logprobs_json_(&w, &r, lp, 2, 7);
+    d = w.s ? js_parse(w.s, w.n, NULL, 0) : NULL;
+    int to = js_get(d, d ? d->root : -1, "text_offset"), tl = js_get(d, d ? d->root : -1, "top_logprobs");
+    CHECK(d && js_int(d, js_at(d, to, 0)) == 7 && js_int(d, js_at(d, to, 1)) == 9);
+    CHECK(d && js_count(d, js_at(d, tl, 1)) == 1 && js_num(d, js_get(d, js_at(d, tl, 1), "x")) == (double)-0.1f);
+    CHECK(d && js_num(d, js_get(d, js_at(d, tl, 0), "bytes:\\xc3")) == -2.5); /* part of a character: OpenAI's spelling */
+    js_free(d), jw_free(&w);
+    r.logprobs = 0;
+    oai_logprobs_json_(&w, &r, lp, 2, 0);
+    CHECK(w.s && !strcmp(w.s, "null"));
+    jw_free(&w);
 }
 
 static void test_requests(void) {
@@ -92,12 +177,17 @@ static void test_requests(void) {
     CHECK(refused("{\"messages\":[]}", 1, "non-empty"));
     CHECK(refused("{\"messages\":[{\"content\":\"x\"}]}", 1, "role is missing"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", 1, "max_tokens"));
-    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":257}", 1, "outside"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2147483648}", 1, "outside"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2.5}", 1, "integer"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":3}", 1, "temperature"));
-    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 1, "at most 4"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\","
+                  "\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", 1, "at most 16"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[1]}", 1, "stop must be"));
-    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 1, "logprobs"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 1, "needs logprobs"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", 1, "outside"));
+    CHECK(refused("{\"prompt\":\"x\",\"logprobs\":6}", 0, "outside"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"max\"}", 1, "reasoning_effort"));
+    CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"audio\"]}", 1, "modalities"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"frequency_penalty\":1}", 1, "penalties"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\"}}", 1, "tool_choice must be"));
     CHECK(refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 1, "needs tools"));
@@ -200,7 +290,7 @@ static void test_output(void) {
                  "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>",
              step, &c, &rs);
         oai_call calls[4];
-        int n = oai_parse_calls(&o, calls, 4);
+        int n = oai_parse_calls(&o, calls, 4, 0);
         ok_calls &= n == 2 && c.s && !strcmp(c.s, "Let me check.");
         if (n == 2) {
             ok_calls &= !strcmp(calls[0].name, "get_weather") && !strcmp(calls[0].args, "{\"city\":\"Paris\",\"zip\":\"75001\",\"days\":2}");
@@ -238,7 +328,7 @@ static void test_output(void) {
         oai_out_put(&o, bad[i], strlen(bad[i]));
         oai_out_finish(&o);
         oai_call calls[4];
-        CHECK(oai_parse_calls(&o, calls, 4) == -1);
+        CHECK(oai_parse_calls(&o, calls, 4, 0) == -1);
         oai_out_free(&o), jw_free(&c), jw_free(&rs);
     }
     /* the response documents are valid JSON with the fields clients read */
@@ -248,7 +338,7 @@ static void test_output(void) {
     oai_out_finish(&o);
     oai_meta m = {"chatcmpl-1", "tiny", "colibri-0", 1, 10, 4, 3, "stop"};
     jw w = {0};
-    oai_response_json(&w, &r, &m, &o, NULL, 0);
+    oai_response_json(&w, &r, &m, &o, NULL, 0, NULL, 0);
     js_doc *d = js_parse(w.s, w.n, NULL, 0);
     CHECK(d != NULL);
     if (d) {
@@ -261,13 +351,13 @@ static void test_output(void) {
         js_free(d);
     }
     jw_free(&w);
-    oai_chunk_sse(&w, &r, &m, 1, "r", 1, "c", 1, NULL, 0, 0);
+    oai_chunk_sse(&w, &r, &m, 1, "r", 1, "c", 1, NULL, 0, 0, NULL, 0, 0);
     CHECK(w.n > 8 && !memcmp(w.s, "data: ", 6) && !strcmp(w.s + w.n - 2, "\n\n"));
     d = js_parse(w.s + 6, w.n - 8, NULL, 0);
     CHECK(d != NULL);
     js_free(d);
     jw_free(&w);
-    oai_error_json(&w, "bad \"thing\"", "invalid_request_error", NULL);
+    oai_error_json(&w, "bad \"thing\"", "invalid_request_error", NULL, NULL);
     d = js_parse(w.s, w.n, NULL, 0);
     CHECK(d && !strcmp(js_str(d, js_get(d, js_get(d, d->root, "error"), "message")), "bad \"thing\""));
     js_free(d);
@@ -279,6 +369,8 @@ static void test_output(void) {
 int main(void) {
     test_writer();
     test_requests();
+    test_client_fields();
+    test_logprob_writers();
     test_render();
     test_output();
     return check_report("test_openai");

@@ -8,8 +8,10 @@ libmicrohttpd skips everything ("SKIP mhd")."""
 import atexit
 import http.client
 import json
+import math
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -49,7 +51,7 @@ class Server:
 
     def __init__(self, env=None, model=MODEL):
         self.logf = tempfile.TemporaryFile()
-        e = {"PORT": "0", "CTX": "4096", "SERVE_TIMEOUT": "2"}
+        e = {"COLI_PORT": "0", "CTX": "4096", "SERVE_TIMEOUT": "2"}
         e.update(env or {})
         self.p = subprocess.Popen([BIN, "--serve", model], env=env_base(e), stdout=subprocess.DEVNULL, stderr=self.logf)
         self.port = None
@@ -118,7 +120,7 @@ class Server:
 
 
 def mhd_missing():
-    e, _, err = run(MODEL, env={"PORT": "0", "SERVE": "1", "HOST": "256.0.0.1"}, args=["--serve", MODEL])
+    e, _, err = run(MODEL, env={"COLI_PORT": "0", "SERVE": "1", "COLI_HOST": "256.0.0.1"}, args=["--serve", MODEL])
     return "without libmicrohttpd" in err
 
 
@@ -324,6 +326,21 @@ class ToolChoice(MhdCase):
             # reasoning block first, may run into max_tokens on a random-weight model
             cases = [("required", False, False, 3, 300), ("required", False, True, 2, 80), ("required", True, False, 2, 80),
                      ({"type": "function", "function": {"name": "get_weather"}}, False, True, 2, 300)]
+            def check_calls(calls, choice):
+                for c in calls:
+                    args = json.loads(c["function"]["arguments"])
+                    if isinstance(choice, dict):
+                        self.assertEqual(c["function"]["name"], "get_weather")
+                    if c["function"]["name"] == "now":
+                        self.assertEqual(args, {})
+                        continue
+                    self.assertEqual(c["function"]["name"], "get_weather")
+                    self.assertTrue({"city", "days"} <= set(args) <= {"city", "days", "unit"}, args)
+                    self.assertIsInstance(args["city"], str)
+                    self.assertLessEqual(len(args["city"]), 8)
+                    self.assertIsInstance(args["days"], int)
+                    self.assertIn(args.get("unit", "C"), ("C", "F"))
+
             for i, (choice, think, ptc, seeds, limit) in enumerate(cases):
                 for seed in range(seeds):
                     kw = dict(tools=tools, tool_choice=choice, max_tokens=limit, temperature=0.4 + 0.4 * seed, seed=seed,
@@ -331,31 +348,51 @@ class ToolChoice(MhdCase):
                     st, body = srv.chat(self.msgs("Weather in Paris for 3 days?"), **kw)
                     self.assertEqual(st, 200, body)
                     ch = body["choices"][0]
+                    # a cut answer keeps the calls it completed and never returns call markup as text
+                    self.assertNotIn("<tool_call>", ch["message"]["content"] or "")
+                    self.assertNotIn("<arg_key>", ch["message"]["content"] or "")
                     if (think or (ptc and choice == "required")) and ch["finish_reason"] == "length":
-                        self.assertNotIn("tool_calls", ch["message"])
-                        if not think:
-                            self.assertTrue(ch["message"]["content"].lstrip().startswith("<tool_call>"), ch)
+                        check_calls(ch["message"].get("tool_calls") or [], choice)
                         continue
                     self.assertEqual(ch["finish_reason"], "tool_calls", (i, seed, ch))
                     calls = ch["message"]["tool_calls"]
                     self.assertTrue(calls)
                     if not ptc or isinstance(choice, dict):
                         self.assertEqual(len(calls), 1)
-                    for c in calls:
-                        args = json.loads(c["function"]["arguments"])
-                        if isinstance(choice, dict):
-                            self.assertEqual(c["function"]["name"], "get_weather")
-                        if c["function"]["name"] == "now":
-                            self.assertEqual(args, {})
-                            continue
-                        self.assertEqual(c["function"]["name"], "get_weather")
-                        self.assertTrue({"city", "days"} <= set(args) <= {"city", "days", "unit"}, args)
-                        self.assertIsInstance(args["city"], str)
-                        self.assertLessEqual(len(args["city"]), 8)
-                        self.assertIsInstance(args["days"], int)
-                        self.assertIn(args.get("unit", "C"), ("C", "F"))
+                    check_calls(calls, choice)
                     if think:
                         self.assertIn("reasoning_content", ch["message"])
+            # parallel calls allowed: the forced turn is still finite (at most 16 calls, then the
+            # end of the turn), so with room enough every seed ends in tool_calls, none in length
+            for seed in range(4):
+                st, body = srv.chat(self.msgs("Weather in Paris for 3 days?"), tools=tools, tool_choice="required", max_tokens=3000,
+                                    temperature=1.0, seed=100 + seed, parallel_tool_calls=True)
+                self.assertEqual(st, 200, body)
+                ch = body["choices"][0]
+                self.assertEqual(ch["finish_reason"], "tool_calls", (seed, ch))
+                self.assertTrue(1 <= len(ch["message"]["tool_calls"]) <= 16)
+                check_calls(ch["message"]["tool_calls"], "required")
+            # cut inside a call: the calls completed before the cut come back as tool_calls (the same
+            # calls the uncut answer of that seed begins with), finish_reason length, no markup as text
+            cut_seen = 0
+            for seed in range(40):
+                kw = dict(tools=tools, tool_choice="required", temperature=1.0, seed=200 + seed, parallel_tool_calls=True)
+                st, full = srv.chat(self.msgs("Weather in Paris for 3 days?"), max_tokens=3000, logprobs=True, **kw)
+                calls = full["choices"][0]["message"]["tool_calls"]
+                if len(calls) < 2:
+                    continue
+                toks = [t["token"] for t in full["choices"][0]["logprobs"]["content"]]
+                self.assertEqual(len(toks), full["usage"]["completion_tokens"])
+                last_close = len(toks) - 1 - toks[::-1].index("</tool_call>")  # the last call ends with this token
+                st, cut = srv.chat(self.msgs("Weather in Paris for 3 days?"), max_tokens=last_close, **kw)
+                ch = cut["choices"][0]
+                self.assertEqual(ch["finish_reason"], "length", ch)
+                self.assertNotIn("<tool_call>", ch["message"]["content"] or "")
+                self.assertEqual([(c["function"]["name"], c["function"]["arguments"]) for c in ch["message"]["tool_calls"]],
+                                 [(c["function"]["name"], c["function"]["arguments"]) for c in calls[:-1]])
+                cut_seen += 1
+                break
+            self.assertGreater(cut_seen, 0)
             try:  # the official client reads the forced call back
                 import openai
             except ImportError:
@@ -455,7 +492,7 @@ class Refusals(ServeBase):
         self.assertError(s.chat([{"role": "wizard", "content": "x"}]), 400, "wizard")
         self.assertError(s.chat([{"role": "user", "content": 5}]), 400, "content")
         self.assertError(s.chat([{"role": "user", "content": "x"}] * 5), 400, "at most 4")
-        self.assertError(s.chat([{"role": "user", "content": "x"}], max_tokens=100000), 400, "max_tokens")
+        self.assertError(s.chat([{"role": "user", "content": "x"}], max_tokens=2 ** 31), 400, "max_tokens")
         self.assertError(s.chat([{"role": "user", "content": "x"}], temperature="hot"), 400, "temperature")
         self.assertError(s.chat([{"role": "user", "content": "x"}], n=2), 400, "n = 2")
         self.assertError(s.chat([{"role": "user", "content": "x"}], response_format={"type": "regex"}), 400, "not one of text, json_object")
@@ -708,6 +745,354 @@ class OpenAIClient(ServeBase):
                                       tool_choice={"type": "function", "function": {"name": "g"}})
         comp = c.completions.create(model="m", prompt="Once", max_tokens=5, temperature=0)
         self.assertEqual(comp.choices[0].text, one_shot("Once", 5, extra={"CHAT_TEMPLATE": "0", "SYSTEM": ""})[0])
+
+
+def raw_request(port, method, path, body=None, headers=None, timeout=60):
+    """(status, headers, parsed JSON or text) of one request with headers."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+    r = c.getresponse()
+    text = r.read().decode("utf-8", "replace")
+    c.close()
+    try:
+        return r.status, dict(r.getheaders()), json.loads(text)
+    except ValueError:
+        return r.status, dict(r.getheaders()), text
+
+
+class Hostile(MhdCase):
+    """No client input stops the server (issue #32's hostile probe): each
+    hostile request gets its error and is followed by a normal request
+    that must succeed; the server exits 0 at SIGTERM."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.srv = Server({"SERVE_TIMEOUT": "2", "SERVE_CONNS": "8", "SERVE_CONNS_PER_IP": "8"}, model=synth_model())
+        assert cls.srv.port, cls.srv.log()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.srv.stop()
+        assert rc == 0, (rc, cls.srv.log())
+
+    def req(self, method, path, body=None, headers=None):
+        return raw_request(self.srv.port, method, path, body, headers)
+
+    def still_serving(self):
+        st, _, body = self.req("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+        self.assertEqual(st, 200, body)
+        self.assertIsNone(self.srv.p.poll(), self.srv.log()[-2000:])
+
+    def schema_req(self, schema, stream=False):
+        return {"messages": [{"role": "user", "content": "x"}], "max_tokens": 40, "stream": stream, "temperature": 0.8, "seed": 1,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+
+    def test_enum_overflow_refused_at_check_time(self):
+        """An enum of n values as the answer or as a property: up to 4,095
+        ways are followed (the answer is one of the values), more are
+        refused with 400 naming response_format, before any compute."""
+        for n in (4095, 4096, 100000):
+            for schema in ({"enum": list(range(n))}, {"type": "object", "properties": {"a": {"enum": list(range(n))}}, "required": ["a"]}):
+                st, _, body = self.req("POST", "/v1/chat/completions", self.schema_req(schema))
+                if n == 4095 and "properties" not in schema:
+                    self.assertEqual(st, 200, body)
+                    self.assertIn(int(body["choices"][0]["message"]["content"]), range(n))
+                elif n > 4095:
+                    self.assertEqual(st, 400, body)
+                    self.assertEqual(body["error"]["param"], "response_format")
+                    self.assertIn("too ambiguous to follow", body["error"]["message"])
+                else:  # 4,095 values after optional whitespace: 4,095 + the whitespace's ways
+                    self.assertIn(st, (200, 400), body)
+                self.still_serving()
+        # 4,096 alternatives of any kind: anyOf of that many constants
+        st, _, body = self.req("POST", "/v1/chat/completions", self.schema_req({"anyOf": [{"const": i} for i in range(4097)]}))
+        self.assertEqual(st, 400, body)
+        self.still_serving()
+
+    def test_overflow_mid_generation(self):
+        """Ways that add up only once the text reaches them (two
+        alternatives sharing a prefix, each an enum of 3,000) end that
+        request, not the server: 400 before anything was sent, an error
+        event and [DONE] in a stream."""
+        branch = {"type": "object", "properties": {"a": {"enum": list(range(3000))}}, "required": ["a"]}
+        schema = {"anyOf": [branch, dict(branch, properties={"a": {"enum": list(range(3000, 6000))}})]}
+        st, _, body = self.req("POST", "/v1/chat/completions", self.schema_req(schema))
+        self.assertEqual(st, 400, body)
+        self.assertIn("too ambiguous", body["error"]["message"])
+        self.assertEqual(body["error"]["param"], "response_format")
+        self.still_serving()
+        events = self.srv.stream("/v1/chat/completions", self.schema_req(schema))
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertIn("too ambiguous", events[-2]["error"]["message"])
+        self.still_serving()
+        self.assertNotIn("stopping the server", self.srv.log())
+
+    def test_slow_senders_are_cut_off(self):
+        """A request trickled in (headers or body, a byte at a time) gets
+        408 and its connection closed within SERVE_TIMEOUT (2 s) + 2 s;
+        8 of them (SERVE_CONNS) no longer lock everyone else out."""
+        def trickle(first, rest):
+            s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+            s.sendall(first)
+            t0 = time.time()
+            got = b""
+            try:
+                for b in rest:
+                    s.sendall(bytes([b]))
+                    r, _, _ = select.select([s], [], [], 0.3)
+                    if r:
+                        break
+                got = s.recv(4096)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            s.close()
+            return time.time() - t0, got
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n"
+        for first, rest in ((b"GET /health HTTP/1.1\r\n", b"X-Slow: " + b"a" * 100), (head, b"{" + b" " * 48 + b"}")):
+            took, got = trickle(first, rest)
+            self.assertLess(took, 2 + 2, got)
+            self.assertTrue(got.startswith(b"HTTP/1.1 408"), got[:100])
+            self.assertIn(b'"request_timeout"', got)
+        self.still_serving()
+        held = [socket.create_connection(("127.0.0.1", self.srv.port), timeout=10) for _ in range(8)]
+        for h in held:
+            h.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{")
+        t0 = time.time()
+        while time.time() - t0 < 8:
+            try:
+                if self.req("GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.assertLess(time.time() - t0, 2 + 2)
+        for h in held:
+            h.close()
+        self.still_serving()
+
+    def test_fields_clients_send(self):
+        """What the openai, langchain-openai and litellm clients send is
+        accepted; paths without /v1 work; max_tokens beyond the context is
+        clamped to the room left; errors name the field (param) and every
+        error body is JSON, 431 included."""
+        msgs = [{"role": "user", "content": "hi"}]
+        st, _, body = self.req("POST", "/v1/chat/completions", {
+            "messages": msgs, "max_tokens": 3, "store": False, "metadata": {"k": "v"}, "reasoning_effort": "low", "service_tier": "auto",
+            "user": "u1", "parallel_tool_calls": True, "top_logprobs": 0, "logprobs": False, "stream_options": None, "n": 1,
+            "frequency_penalty": 0, "presence_penalty": 0, "seed": 5, "prompt_cache_key": "c", "safety_identifier": "s"})
+        self.assertEqual(st, 200, body)
+        for method, path, b in (("POST", "/chat/completions", {"messages": msgs, "max_tokens": 2}), ("POST", "/completions", {"prompt": "x", "max_tokens": 2}),
+                                ("GET", "/models", None), ("GET", "/v1/models/", None)):
+            st, _, body = self.req(method, path, b)
+            self.assertEqual(st, 200, (path, body))
+        # max_tokens past the context: clamped to what the prompt leaves (tiny-glm5: 256 positions)
+        tiny = Server(model=MODEL, env={"CTX": "256"})
+        try:
+            ids = list(range(100, 140))
+            st, _, body = raw_request(tiny.port, "POST", "/v1/completions", {"prompt": ids, "max_tokens": 10 ** 9, "temperature": 1, "seed": 3})
+            self.assertEqual(st, 200, body)
+            u = body["usage"]
+            self.assertTrue(u["completion_tokens"] == 256 - 40 or body["choices"][0]["finish_reason"] == "stop", body)
+            self.assertLessEqual(u["prompt_tokens"] + u["completion_tokens"], 256)
+        finally:
+            self.assertEqual(tiny.stop(), 0)
+        st, _, body = self.req("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 5000}]})
+        self.assertEqual((st, body["error"]["code"], body["error"]["param"]), (400, "context_length_exceeded", "messages"))
+        st, _, body = self.req("POST", "/v1/chat/completions", {"messages": msgs, "temperature": "hot"})
+        self.assertEqual((st, body["error"]["param"]), (400, "temperature"))
+        st, _, body = self.req("POST", "/v1/chat/completions", {"messages": msgs + [{"role": "user", "content": 5}]})
+        self.assertEqual((st, body["error"]["param"]), (400, "messages[1].content"))
+        st, _, body = self.req("GET", "/v1/models/other")
+        self.assertEqual((st, body["error"]["code"]), (404, "model_not_found"))
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200000 + b"\r\n\r\n")
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.endswith(b"}}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        s.close()
+        self.assertTrue(reply.startswith(b"HTTP/1.1 431"), reply[:100])
+        self.assertIn(b"application/json", reply)
+        self.assertEqual(json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]["type"], "invalid_request_error")
+        self.still_serving()
+
+    def test_logprobs_equal_the_reference(self):
+        """Token ids as a completions prompt (tiny-glm5's ref.json prompt),
+        greedy with logprobs: the tokens are transformers' greedy
+        continuation and each logprob is log_softmax of transformers'
+        logits (within the oracle's 1e-3), the top 5 its most likely; the
+        stream's logprobs are the same entries."""
+        ref = json.load(open(os.path.join(MODEL, "ref.json")))
+        srv = Server(model=MODEL, env={"CTX": "256"})
+        try:
+            body = {"prompt": ref["prompt_ids"], "max_tokens": len(ref["greedy_ids"]), "temperature": 0, "logprobs": 5}
+            st, _, r = raw_request(srv.port, "POST", "/v1/completions", body)
+            self.assertEqual(st, 200, r)
+            lp = r["choices"][0]["logprobs"]
+            n = r["usage"]["completion_tokens"]
+            eos = json.load(open(os.path.join(MODEL, "generation_config.json")))["eos_token_id"]
+            self.assertTrue(n == len(ref["greedy_ids"]) or ref["greedy_ids"][n] in eos, (n, ref["greedy_ids"]))  # the reference ran past its stop token
+            self.assertGreater(n, 5)
+            self.assertEqual(len(lp["token_logprobs"]), n)
+            st, _, det = raw_request(srv.port, "POST", "/detokenize", {"tokens": ref["greedy_ids"][:n]})
+            self.assertEqual(r["choices"][0]["text"], det["content"])  # transformers' greedy tokens
+            for i, (g, row) in enumerate(zip(ref["greedy_ids"][:n], ref["greedy_logits"])):
+                mx = max(row)
+                lse = mx + math.log(sum(math.exp(x - mx) for x in row))
+                self.assertLess(abs(lp["token_logprobs"][i] - (row[g] - lse)), 1e-3, i)
+                best5 = sorted(range(len(row)), key=lambda k: -row[k])[:5]
+                got5 = sorted(lp["top_logprobs"][i].values(), reverse=True)
+                self.assertEqual(len(got5), 5)
+                for a, k in zip(got5, best5):
+                    self.assertLess(abs(a - (row[k] - lse)), 1e-3, (i, got5))
+            # chat: the same per-token entries in the stream as in the whole answer
+            chat = {"messages": [{"role": "user", "content": "Name three prime numbers."}], "max_tokens": 12, "temperature": 0,
+                    "logprobs": True, "top_logprobs": 3}
+            st, _, whole = raw_request(srv.port, "POST", "/v1/chat/completions", chat)
+            events = srv.stream("/v1/chat/completions", chat)
+            streamed = [e2 for ev in events[:-1] if ev.get("choices") and ev["choices"][0].get("logprobs")
+                        for e2 in ev["choices"][0]["logprobs"]["content"]]
+            self.assertEqual(streamed, whole["choices"][0]["logprobs"]["content"])
+            self.assertEqual(len(streamed), whole["usage"]["completion_tokens"])
+            for e2 in streamed:  # greedy: the chosen token is the most likely one
+                self.assertEqual(e2["top_logprobs"][0]["token"], e2["token"])
+                self.assertEqual(bytes(e2["bytes"]).decode("utf-8", "replace"), e2["token"])
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
+class KeysAndOrigins(MhdCase):
+    """API keys (COLI_API_KEY, COLI_API_KEY_FILE), CORS (COLI_CORS), the
+    listening knobs' names, and the introspection endpoints."""
+
+    def test_keys(self):
+        d = tempfile.mkdtemp()
+        try:
+            kf = os.path.join(d, "keys")
+            with open(kf, "w") as f:
+                f.write("# team keys\n\nfile-key-1\n  file-key-2  \n")
+            srv = Server({"COLI_API_KEY": "env-key", "COLI_API_KEY_FILE": kf})
+            try:
+                msgs = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+                for headers, want in (({}, 401), ({"Authorization": "Bearer wrong"}, 401), ({"Authorization": "Bearer env-key"}, 200),
+                                      ({"Authorization": "bearer file-key-2"}, 200), ({"x-api-key": "file-key-1"}, 200),
+                                      ({"x-api-key": "env-ke"}, 401), ({"Authorization": "Basic env-key"}, 401)):
+                    st, _, body = raw_request(srv.port, "POST", "/v1/chat/completions", msgs, headers)
+                    self.assertEqual(st, want, (headers, body))
+                    if st == 401:
+                        self.assertEqual((body["error"]["type"], body["error"]["code"]), ("authentication_error", "invalid_api_key"))
+                for path in ("/v1/models", "/metrics", "/props"):
+                    self.assertEqual(raw_request(srv.port, "GET", path)[0], 401, path)
+                    self.assertEqual(raw_request(srv.port, "GET", path, headers={"x-api-key": "env-key"})[0], 200, path)
+                self.assertEqual(raw_request(srv.port, "GET", "/health")[0], 200)
+                self.assertIn("API key required", srv.log())
+            finally:
+                self.assertEqual(srv.stop(), 0)
+            for env, why in (({"COLI_API_KEY": "a b"}, "printable ASCII"), ({"COLI_API_KEY_FILE": os.path.join(d, "none")}, "COLI_API_KEY_FILE"),
+                             ({"COLI_API_KEY_FILE": d}, "not a regular file")):
+                rc, _, err = run(MODEL, env=dict(env, COLI_PORT="0"), args=["--serve", MODEL])
+                self.assertEqual(rc, 2, err)
+                self.assertIn(why, err)
+            with open(kf, "w") as f:
+                f.write("# only comments\n")
+            rc, _, err = run(MODEL, env={"COLI_PORT": "0", "COLI_API_KEY_FILE": kf}, args=["--serve", MODEL])
+            self.assertEqual(rc, 2, err)
+            self.assertIn("holds no API key", err)
+        finally:
+            shutil.rmtree(d)
+
+    def test_cors(self):
+        pre = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+        srv = Server()
+        try:  # off by default: no CORS header for anyone
+            st, h, _ = raw_request(srv.port, "OPTIONS", "/v1/chat/completions", headers=pre)
+            self.assertEqual(st, 204)
+            self.assertNotIn("Access-Control-Allow-Origin", h)
+            st, h, _ = raw_request(srv.port, "GET", "/v1/models", headers={"Origin": "http://app.example"})
+            self.assertNotIn("Access-Control-Allow-Origin", h)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        srv = Server({"COLI_CORS": "http://app.example, http://other.example", "COLI_API_KEY": "k"})
+        try:
+            st, h, _ = raw_request(srv.port, "OPTIONS", "/v1/chat/completions", headers=pre)  # preflights carry no key
+            self.assertEqual((st, h.get("Access-Control-Allow-Origin")), (204, "http://app.example"))
+            self.assertIn("POST", h["Access-Control-Allow-Methods"])
+            self.assertIn("authorization", h["Access-Control-Allow-Headers"])
+            st, h, _ = raw_request(srv.port, "GET", "/v1/models", headers={"Origin": "http://other.example", "Authorization": "Bearer k"})
+            self.assertEqual((st, h.get("Access-Control-Allow-Origin")), (200, "http://other.example"))
+            st, h, _ = raw_request(srv.port, "GET", "/v1/models", headers={"Origin": "http://evil.example", "Authorization": "Bearer k"})
+            self.assertNotIn("Access-Control-Allow-Origin", h)
+            st, h, body = raw_request(srv.port, "GET", "/v1/models", headers={"Origin": "http://app.example"})
+            self.assertEqual((st, h.get("Access-Control-Allow-Origin")), (401, "http://app.example"))  # the page can read why
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_listening_names(self):
+        """HOST and PORT (a shell's machine name, a platform's port) never
+        move the server; COLI_HOST beyond loopback without a key warns."""
+        srv = Server({"HOST": "0.0.0.0", "PORT": "1"})
+        try:
+            self.assertIn("on http://127.0.0.1:", srv.log())
+            self.assertIn("HOST=0.0.0.0 is not read", srv.log())
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        rc, _, err = run(MODEL, env={"PORT": "1", "COLI_HOST": "256.0.0.1"}, args=["--serve", MODEL])  # fails fast after the notes
+        self.assertIn("PORT=1 is not read: serve mode listens on COLI_PORT (8080)", err)
+        srv = Server({"COLI_HOST": "0.0.0.0"})
+        try:
+            self.assertIn("listens beyond this machine and no API key is set", srv.log())
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_introspection(self):
+        """/tokenize gives --tokenize's ids (the tokenizer checked against
+        HF tokenizers), /detokenize inverts it, /props and /v1/models/{id}
+        describe the model, /metrics counts what was answered."""
+        text = "Hello, world! Ünïcödé and\ttabs."
+        p = subprocess.run([BIN, "--tokenize", MODEL], input=text.encode(), capture_output=True, env=env_base(), timeout=60)
+        want = [int(x) for x in p.stdout.split()]
+        srv = Server({"SERVE_MODEL": "tiny"})
+        try:
+            st, _, body = raw_request(srv.port, "POST", "/tokenize", {"content": text})
+            self.assertEqual((st, body["tokens"]), (200, want))
+            st, _, body = raw_request(srv.port, "POST", "/tokenize", {"content": text, "with_pieces": True})
+            self.assertEqual([t["id"] for t in body["tokens"]], want)
+            st, _, body = raw_request(srv.port, "POST", "/detokenize", {"tokens": want})
+            self.assertEqual((st, body["content"]), (200, text))
+            self.assertEqual(raw_request(srv.port, "POST", "/detokenize", {"tokens": [10 ** 6]})[0], 400)
+            self.assertEqual(raw_request(srv.port, "POST", "/tokenize", {"text": "x"})[0], 400)
+            st, _, props = raw_request(srv.port, "GET", "/props")
+            self.assertEqual((props["model_alias"], props["n_ctx"], props["chat_format"]), ("tiny", 256, "GLM-5"))
+            st, _, m = raw_request(srv.port, "GET", "/v1/models/tiny")
+            self.assertEqual((st, m["id"]), (200, "tiny"))
+            usage = []
+            for i in range(3):
+                st, _, r = raw_request(srv.port, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi %d" % i}], "max_tokens": 4})
+                usage.append(r["usage"])
+            raw_request(srv.port, "POST", "/v1/chat/completions", {"bogus": 1})
+            st, h, met = raw_request(srv.port, "GET", "/metrics")
+            self.assertTrue(h["Content-Type"].startswith("text/plain"))
+            vals = {}
+            for line in met.splitlines():
+                if line and not line.startswith("#"):
+                    k, v = line.rsplit(" ", 1)
+                    vals[k] = float(v)
+            self.assertEqual(vals['colibri_requests_total{endpoint="/v1/chat/completions",status="200"}'], 3)
+            self.assertEqual(vals['colibri_requests_total{endpoint="/v1/chat/completions",status="400"}'], 1)
+            self.assertEqual(vals["colibri_prompt_tokens_total"], sum(u["prompt_tokens"] for u in usage))
+            self.assertEqual(vals["colibri_generated_tokens_total"], sum(u["completion_tokens"] for u in usage))
+            self.assertEqual(vals["colibri_prompt_tokens_cached_total"], sum(u["prompt_tokens_details"]["cached_tokens"] for u in usage))
+            self.assertEqual(vals['colibri_time_to_first_token_seconds_count'], 3)
+            self.assertEqual(vals["colibri_decode_sequences_total"], vals["colibri_decode_forwards_total"])  # one conversation a forward
+            self.assertGreaterEqual(vals["colibri_decode_forwards_total"], sum(u["completion_tokens"] for u in usage) - 3)
+            self.assertEqual(vals["colibri_queue_length"], 0)
+        finally:
+            self.assertEqual(srv.stop(), 0)
 
 
 if __name__ == "__main__":

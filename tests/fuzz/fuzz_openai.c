@@ -29,20 +29,28 @@ static void fz_valid_json(const char *s, size_t n) {
 }
 
 static void fz_request(const uint8_t *p, size_t n, int chat, int fmt) {
-    char err[512];
+    oai_err oe;
+    char *err = oe.msg;
     oai_req r;
     err[0] = 0;
     oai_limits lim = fz_lim;
     lim.fmt = fmt; /* every chat format renders the same requests */
-    int rc = oai_parse((const char *)p, n, chat, &lim, &r, err, sizeof err);
+    int rc = oai_parse((const char *)p, n, chat, &lim, &r, &oe);
     if (rc) {
         FUZZ_CHECK(err[0] != 0);
         oai_req_free(&r);
         return;
     }
-    FUZZ_CHECK(r.text != NULL && r.text_len > 0);
+    FUZZ_CHECK(r.ids ? !chat && r.n_ids > 0 && !r.text : r.text != NULL && r.text_len > 0); /* completions may give token ids */
+    for (int i = 0; i < r.n_ids; i++) FUZZ_CHECK(r.ids[i] >= 0);
     FUZZ_CHECK(r.n_stop >= 0 && r.n_stop <= OAI_MAX_STOP);
-    FUZZ_CHECK(r.max_tokens >= 0 && r.max_tokens <= fz_lim.ctx);
+    FUZZ_CHECK(r.max_tokens >= 0); /* beyond the context it is clamped when the prompt's length is known */
+    FUZZ_CHECK(r.top_logprobs >= 0 && r.top_logprobs <= OAI_MAX_TOP_LOGPROBS && (!r.top_logprobs || r.logprobs));
+    if (r.gram) { /* a grammar that starts: gr_check passed (so gr_init does too) */
+        gr_state gs;
+        FUZZ_CHECK(gr_init(r.gram, &gs) == 0);
+        gr_state_free(&gs);
+    }
     for (int i = 0; i < r.n_stop; i++) FUZZ_CHECK(r.stop_len[i] > 0 && r.stop_len[i] <= 256);
     if (r.gram_tools) { /* a forced tool call: its grammar starts */
         gr_state gs;
@@ -62,11 +70,11 @@ static void fz_request(const uint8_t *p, size_t n, int chat, int fmt) {
     /* the rendered prompt as content of a response: valid JSON whatever it holds */
     oai_out o;
     oai_out_init(&o, &r);
-    oai_out_put(&o, r.text, r.text_len);
+    if (r.text) oai_out_put(&o, r.text, r.text_len);
     oai_out_finish(&o);
     oai_meta m = {"id", r.model ? r.model : "m", "fp", 1, 1, 1, 0, "stop"};
     jw w = {0};
-    oai_response_json(&w, &r, &m, &o, NULL, 0);
+    oai_response_json(&w, &r, &m, &o, NULL, 0, NULL, 0);
     FUZZ_CHECK(!w.oom);
     fz_valid_json(w.s, w.n);
     jw_free(&w);
@@ -80,11 +88,11 @@ static const char fz_fixed_req[] =
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}}}}}]}";
 
 static void fz_output(const uint8_t *p, size_t n, int fmt) {
-    char err[256];
+    oai_err oe;
     oai_req r;
     oai_limits lim = fz_lim;
     lim.fmt = fmt; /* each format's tool-call syntax parsed back */
-    FUZZ_CHECK(oai_parse(fz_fixed_req, sizeof fz_fixed_req - 1, 1, &lim, &r, err, sizeof err) == 0);
+    FUZZ_CHECK(oai_parse(fz_fixed_req, sizeof fz_fixed_req - 1, 1, &lim, &r, &oe) == 0);
     /* the first bytes choose piece sizes, the rest is the text */
     size_t k = n < 8 ? n : 8;
     const uint8_t *sizes = p, *text = p + k;
@@ -104,7 +112,7 @@ static void fz_output(const uint8_t *p, size_t n, int fmt) {
         jw_raw(&rs, a, an), jw_raw(&cs, b, bn);
         if (an || bn) {
             jw_free(&ev);
-            oai_chunk_sse(&ev, &r, &m, i == 0, a, an, b, bn, NULL, 0, 0);
+            oai_chunk_sse(&ev, &r, &m, i == 0, a, an, b, bn, NULL, 0, 0, NULL, 0, 0);
             FUZZ_CHECK(ev.n > 8 && !memcmp(ev.s, "data: ", 6));
             fz_valid_json(ev.s + 6, ev.n - 8);
         }
@@ -123,7 +131,7 @@ static void fz_output(const uint8_t *p, size_t n, int fmt) {
     for (int i = 0; i < r.n_stop; i++) /* no stop string survives in what is returned */
         FUZZ_CHECK(!o.all.s || !oai_memmem_(o.all.s, o.all.n, r.stop[i], r.stop_len[i]));
     oai_call calls[OAI_MAX_TOOL_CALLS];
-    int nc = o.tool.n ? oai_parse_calls(&o, calls, OAI_MAX_TOOL_CALLS) : 0;
+    int nc = o.tool.n ? oai_parse_calls(&o, calls, OAI_MAX_TOOL_CALLS, 0) : 0;
     FUZZ_CHECK(nc >= -1 && nc <= OAI_MAX_TOOL_CALLS);
     for (int i = 0; i < nc; i++) {
         FUZZ_CHECK(calls[i].name && calls[i].name[0] && calls[i].args);
@@ -133,10 +141,10 @@ static void fz_output(const uint8_t *p, size_t n, int fmt) {
     }
     m.finish = nc > 0 ? "tool_calls" : "stop";
     jw w = {0};
-    oai_response_json(&w, &r, &m, &o, calls, nc > 0 ? nc : 0);
+    oai_response_json(&w, &r, &m, &o, calls, nc > 0 ? nc : 0, NULL, 0);
     fz_valid_json(w.s, w.n);
     jw_free(&w);
-    oai_chunk_sse(&w, &r, &m, 0, NULL, 0, NULL, 0, calls, nc > 0 ? nc : 0, 0);
+    oai_chunk_sse(&w, &r, &m, 0, NULL, 0, NULL, 0, calls, nc > 0 ? nc : 0, 0, NULL, 0, 0);
     fz_valid_json(w.s + 6, w.n - 8);
     jw_free(&w);
     if (nc > 0) oai_calls_free(calls, nc);
