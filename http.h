@@ -2,7 +2,8 @@
  * connection) accepts the OpenAI-compatible requests, checks and
  * tokenizes them (openai.h), and hands them to the one compute thread
  * through a bounded queue; the compute thread hands back response text
- * (srv_emit, srv_finish) that the connection's thread sends.
+ * (srv_emit, srv_finish) that the connection's thread sends. GET / is
+ * the chat page (webui.h, generated from webui/index.html).
  *
  * Bounds on what a client controls: the body (max_body, 413), the header
  * block (libmicrohttpd's per-connection memory, 431), connections at once
@@ -137,6 +138,8 @@ static inline void srv_finish(srv_job *j, int status, jw *body) {
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "webui.h"
 
 /* On stop, answers already owed are sent for up to 5 s (a client that
  * stopped reading is not waited for longer); requests that reached the
@@ -324,6 +327,20 @@ static inline enum MHD_Result srv_models_(srv *s, struct MHD_Connection *c) {
     return rc;
 }
 
+/* GET / and /index.html: the chat page (webui/index.html, compiled in as
+ * webui.h). Its policy lets it reach this server only. */
+static inline enum MHD_Result srv_page_(struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(COLI_WEBUI_LEN, (void *)coli_webui_html, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                                          "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static inline enum MHD_Result srv_handle_(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
                                           const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -355,6 +372,7 @@ static inline enum MHD_Result srv_handle_(void *cls, struct MHD_Connection *c, c
         if (strcmp(method, "GET")) return srv_error_(c, 405, "use GET", "invalid_request_error");
         return atomic_load(&s->stopping) ? srv_error_(c, 503, "shutting down", "server_error") : srv_reply_(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
     }
+    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return strcmp(method, "GET") ? srv_error_(c, 405, "use GET", "invalid_request_error") : srv_page_(c);
     if (!strcmp(url, "/v1/models")) return strcmp(method, "GET") ? srv_error_(c, 405, "use GET", "invalid_request_error") : srv_models_(s, c);
     if (chat || comp) {
         if (!post) return srv_error_(c, 405, "use POST", "invalid_request_error");
