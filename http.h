@@ -240,6 +240,8 @@ static inline void srv_fail(srv_job *j, int status, const char *msg, const char 
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "webui.h"
+
 /* On stop, answers already owed are sent for up to 5 s (a client that
  * stopped reading is not waited for longer); requests that reached the
  * socket before it closed are given 100 ms to be read. */
@@ -811,6 +813,18 @@ static inline enum MHD_Result srv_metrics_(srv *s, srv_conn_ *cs, struct MHD_Con
     return rc;
 }
 
+/* GET / and /index.html: the chat page (webui/index.html, compiled in as
+ * webui.h). Its policy lets it reach this server only. */
+static inline enum MHD_Result srv_page_(srv *s, srv_conn_ *cs, struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(COLI_WEBUI_LEN, (void *)coli_webui_html, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                                          "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    return srv_queue_(s, cs, c, 200, r);
+}
+
 /* OPTIONS: a browser's preflight, answered 204 with what is allowed when
  * the origin is (no CORS headers otherwise: the browser then refuses). */
 static inline enum MHD_Result srv_preflight_(srv *s, srv_conn_ *cs, struct MHD_Connection *c) {
@@ -843,6 +857,7 @@ static inline int srv_route_(const char *url, const char **id) {
     if (!strcmp(q, "/completions")) return SRV_EP_COMPLETIONS;
     if (!strcmp(q, "/models")) return SRV_EP_MODELS;
     if (!strncmp(q, "/models/", 8) && q[8]) return *id = url + (q - p) + 8, SRV_EP_MODELS; /* url and p share this prefix */
+    if (!strcmp(p, "/") || !strcmp(p, "/index.html")) return SRV_EP_PAGE;
     if (!strcmp(p, "/health") || !strcmp(p, "/v1/health")) return SRV_EP_HEALTH;
     if (!strcmp(p, "/props")) return SRV_EP_PROPS;
     if (!strcmp(p, "/metrics")) return SRV_EP_METRICS;
@@ -901,10 +916,12 @@ static inline enum MHD_Result srv_handle_(void *cls, struct MHD_Connection *c, c
         return atomic_load(&s->stopping) ? srv_error_(s, cs, c, 503, "shutting down", "server_error", NULL, NULL)
                                          : srv_reply_(s, cs, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
     }
+    if (ep == SRV_EP_PAGE) /* open without a key: the page asks for one */
+        return get ? srv_page_(s, cs, c) : srv_error_(s, cs, c, 405, "use GET", "invalid_request_error", NULL, NULL);
     if (ep == SRV_EP_OTHER) {
         char msg[400];
         snprintf(msg, sizeof msg, "no such endpoint: %.200s (POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize; GET /v1/models, "
-                 "/health, /props, /metrics)", url);
+                 "/health, /props, /metrics, / (the chat page))", url);
         return srv_error_(s, cs, c, 404, msg, "invalid_request_error", NULL, "not_found");
     }
     if (!srv_authorized_(s, c))
