@@ -1095,5 +1095,74 @@ class KeysAndOrigins(MhdCase):
             self.assertEqual(srv.stop(), 0)
 
 
+class Clients(MhdCase):
+    """The real clients as agents use them (installed by .ci/run; each
+    skips visibly without its package): the openai SDK (logprobs,
+    .parse() into a pydantic model, a base URL without /v1, a key and none)
+    and langchain-openai, each against a server that requires a key and
+    one that does not."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.open = Server({"SERVE_MODEL": "tiny-glm5"})
+        cls.keyed = Server({"SERVE_MODEL": "tiny-glm5", "COLI_API_KEY": "sk-test-key"})
+        assert cls.open.port and cls.keyed.port, (cls.open.log(), cls.keyed.log())
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.open.stop() == 0 and cls.keyed.stop() == 0
+
+    def need(self, mod):
+        try:
+            return __import__(mod)
+        except ImportError:
+            self.skipTest("%s: the %s Python package is not installed (.ci/run installs it)" % (mod.split(".")[0], mod))
+
+    def msgs(self, user):
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+    def test_openai_sdk(self):
+        openai = self.need("openai")
+        want, _ = one_shot("Hello", 8)
+        for srv, key in ((self.open, "none"), (self.keyed, "sk-test-key")):
+            for base in ("/v1", ""):
+                c = openai.OpenAI(base_url="http://127.0.0.1:%d%s" % (srv.port, base), api_key=key, max_retries=0)
+                r = c.chat.completions.create(model="tiny-glm5", messages=self.msgs("Hello"), max_tokens=8, temperature=0, logprobs=True,
+                                              top_logprobs=2, store=False, metadata={"run": "t"}, service_tier="auto", user="u",
+                                              reasoning_effort="none", parallel_tool_calls=False)
+                self.assertEqual(r.choices[0].message.content, want)
+                lp = r.choices[0].logprobs.content
+                self.assertEqual(len(lp), r.usage.completion_tokens)
+                self.assertTrue(all(t.top_logprobs[0].token == t.token and t.logprob <= 0 for t in lp))
+        bad = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.keyed.port, api_key="wrong", max_retries=0)
+        with self.assertRaises(openai.AuthenticationError):
+            bad.models.list()
+
+    def test_openai_parse(self):
+        openai = self.need("openai")
+        pydantic = self.need("pydantic")
+
+        class Answer(pydantic.BaseModel):
+            n: int
+            ok: bool
+
+        c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.keyed.port, api_key="sk-test-key", max_retries=0)
+        r = c.chat.completions.parse(model="tiny-glm5", messages=self.msgs("Give me a number"), response_format=Answer, max_tokens=60,
+                                     temperature=0.7, seed=3)
+        p = r.choices[0].message.parsed
+        self.assertIsInstance(p, Answer)
+        self.assertEqual(Answer.model_validate_json(r.choices[0].message.content), p)
+
+    def test_langchain_openai(self):
+        lc = self.need("langchain_openai")
+        want, _ = one_shot("Hello", 8)
+        for srv, key in ((self.open, "none"), (self.keyed, "sk-test-key")):
+            llm = lc.ChatOpenAI(base_url="http://127.0.0.1:%d/v1" % srv.port, api_key=key, model="tiny-glm5", temperature=0, max_tokens=8,
+                                max_retries=0)
+            out = llm.invoke([("system", SYSTEM), ("human", "Hello")])
+            self.assertEqual(out.content, want)
+
+
 if __name__ == "__main__":
     unittest.main()
