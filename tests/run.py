@@ -156,8 +156,9 @@ def parts_for(build, sanitize, tsan):
         out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in ("test_team", "test_io", "test_store", "test_engine")]
         out.append(Part("tests/test_cli.py (threaded paths)", [sys.executable, "tests/test_cli.py", "-v", "Tiers.test_invariance_matrix", "IOFaults"],
                         colibri))
-        out.append(Part("tests/test_serve.py (HTTP threads and the compute thread)", [sys.executable, "tests/test_serve.py", "-v", "Protocol", "Lifecycle"],
-                        colibri))
+        out.append(Part("tests/test_serve.py (HTTP threads, the request watchdog, the metrics and the compute thread)",
+                        [sys.executable, "tests/test_serve.py", "-v", "Protocol", "Lifecycle", "Hostile.test_slow_senders_are_cut_off",
+                         "KeysAndOrigins.test_introspection"], colibri))
         out.append(Part("tests/test_cli.py Cuda (the GPU tier's copies, attention, the indexer and the fallback on the team's threads, host stand-in)",
                         [sys.executable, "tests/test_cli.py", "-v", "Cuda.test_the_expert_tier_fills_as_experts_run",
                          "Cuda.test_a_failing_gpu_call_falls_back_to_the_cpu", "Cuda.test_attention_on_the_gpu"],
