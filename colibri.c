@@ -1618,6 +1618,22 @@ static void on_sigbus(int sig) {
 }
 
 /* The command line: returns the process exit status. */
+/* KV_SAVE and SESSION name files written at the end of the run: one that
+ * may not be replaced (kvp_check_target: a device, FIFO, socket, directory
+ * or symbolic link there) is refused before anything is computed, not
+ * after a long generation. A SESSION that does not exist yet is fine: the
+ * conversation starts there. 0, or EXIT_INPUT (said). */
+static int check_save_targets(const coli_env *e) {
+    static const env_id knobs[] = {ENV_KV_SAVE, ENV_SESSION};
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        const char *path = env_v(e, knobs[i])->s;
+        char err[700];
+        if (path && kvp_check_target(path, err, sizeof err))
+            return fprintf(stderr, "colibri: %s: %s\n", env_knobs[knobs[i]].name, err), EXIT_INPUT;
+    }
+    return 0;
+}
+
 static int coli_main(int argc, char **argv) {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
     if (argc == 2 && !strcmp(argv[1], "--env-table")) { env_write_table(stdout); return 0; }
@@ -1643,6 +1659,7 @@ static int coli_main(int argc, char **argv) {
     int chat = chat_flag || env_i(&e, ENV_CHAT), serve = serve_flag || env_i(&e, ENV_SERVE);
     if (chat && env_v(&e, ENV_PROMPT)->s) { fprintf(stderr, "colibri: CHAT reads its turns from stdin; unset PROMPT\n"); return EXIT_INPUT; }
     if (serve && (chat || env_v(&e, ENV_PROMPT)->s)) { fprintf(stderr, "colibri: SERVE takes its prompts over HTTP; unset PROMPT and CHAT\n"); return EXIT_INPUT; }
+    if (check_save_targets(&e)) return EXIT_INPUT;
     int fmt = -1; /* the chat format, chosen once from what the model ships */
     if (env_v(&e, ENV_PROMPT)->s || chat || serve) { /* the tokenizer, and the chat format and its tokens, before any weight is read */
         char cerr[1200];

@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 import signal
+import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -1248,6 +1250,42 @@ class Session(unittest.TestCase):
             shutil.rmtree(other)
         _, err = self.gen({"PROMPT": "x", "KV_SAVE": os.path.join(self.dir, "no", "such", "dir.kv")}, rc_want=2)
         self.assertIn("cannot create", err)
+
+    def test_only_a_regular_file_is_replaced(self):
+        """Issue #32: KV_SAVE naming a device node replaced it with a
+        regular file. A FIFO, directory, symbolic link, socket or device
+        under KV_SAVE or SESSION is refused at startup (before the model is
+        loaded: no plan line), naming the knob, the file and what it is, and
+        left as it was; so is one that /save names in a chat."""
+        target = os.path.join(self.dir, "target")
+        with open(target, "w") as f:
+            f.write("keep")
+        makers = {"a FIFO": os.mkfifo, "a directory": os.mkdir, "a symbolic link": lambda p: os.symlink(target, p)}
+        if hasattr(os, "mknod") and os.geteuid() == 0:
+            makers["a character device"] = lambda p: os.mknod(p, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            makers["a socket"] = lambda p: sock.bind(p)
+            for what, make in makers.items():
+                node = os.path.join(self.dir, what.split()[-1])
+                make(node)
+                before = os.lstat(node)
+                for knob in ("KV_SAVE", "SESSION"):
+                    _, err = self.gen({"PROMPT": "Hello.", knob: node}, rc_want=2)
+                    self.assertIn("%s: %s: %s, not a regular file" % (knob, node, what), err)
+                    self.assertNotIn("plan:", err)  # refused before anything was loaded
+                    after = os.lstat(node)
+                    self.assertEqual((stat.S_IFMT(after.st_mode), after.st_ino), (stat.S_IFMT(before.st_mode), before.st_ino), what)
+                p = subprocess.run([BIN, "--chat", self.dir], input=("Hi.\n/save %s\n" % node).encode(), capture_output=True, timeout=120,
+                                   env=env_base({"TEMP": "0", "NGEN": "2", "USAGE_SAVE": "0"}))
+                self.assertEqual(p.returncode, 0)
+                self.assertIn("%s: %s, not a regular file" % (node, what), p.stderr.decode())
+                self.assertEqual(stat.S_IFMT(os.lstat(node).st_mode), stat.S_IFMT(before.st_mode), what)
+        finally:
+            sock.close()
+        with open(target) as f:
+            self.assertEqual(f.read(), "keep")  # never written through the link
+        self.assertEqual([f for f in os.listdir(self.dir) if ".tmp." in f], [])
 
 
 class Chat(unittest.TestCase):
