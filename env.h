@@ -93,9 +93,9 @@ typedef struct {
     INT(SERVE_MAX_MESSAGES, "1024", 1, 1000000, \
         "Serve mode: the most messages one chat request may carry.") \
     FLOAT(KV_CACHE_GB, "4", 0, 1048576, \
-        "Serve mode: memory for the KV state of conversations other than the current one, kept for prefix reuse and evicted least recently used; 0 = keep only the current one.") \
+        "Serve mode: memory for the KV state of conversations other than the current one, kept for prefix reuse and evicted from memory least recently used; 0 = keep only the current one.") \
     STR(KV_CACHE_DIR, NULL, \
-        "Serve mode: keep the conversations' KV state in .coli_kv files in this directory too, so a restarted server resumes them (within KV_CACHE_GB on disk).") \
+        "Serve mode: keep the conversations' KV state in .coli_kv files in this directory too, so a restarted server resumes them (the newest that fit KV_CACHE_GB); files are never deleted.") \
     BOOL(MTP, "1", \
         "1 = load the checkpoint's MTP layer (when config.json declares one) for speculative decoding; 0 = ignore it.") \
     INT(DRAFT, "-1", -1, 16, \
