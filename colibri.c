@@ -370,6 +370,32 @@ static void usage(FILE *f) {
         fprintf(f, "  %-20s default %-6s %s\n", env_knobs[i].name, env_knobs[i].def ? env_knobs[i].def : "unset", env_knobs[i].doc);
 }
 
+/* The startup line about the checkpoint's MTP layers (model.h
+ * model_find_mtp, model_check_tensors), when it has one: loaded for
+ * drafting (with what of it is not read), or not loaded and why. */
+static void print_mtp(const coli_model *m) {
+    const coli_config *c = &m->c;
+    int NL = c->n_layers;
+    if (m->mtp) {
+        fprintf(stderr, "colibri: MTP: the checkpoint's MTP layer (model.layers.%d) is loaded for speculative decoding", NL);
+        if (m->mtp_unread) fprintf(stderr, "; its own copy of embed_tokens is not read (the MTP layer embeds with model.embed_tokens)");
+        if (m->mtp_skipped)
+            fprintf(stderr, "; config.json declares %d MTP layers, colibri drafts with the first (chained): the other %d (%d tensors) not loaded", c->n_mtp,
+                    c->n_mtp - 1, m->mtp_skipped);
+        fputc('\n', stderr);
+        return;
+    }
+    if (!m->mtp_skipped) return;
+    char eh[96];
+    snprintf(eh, sizeof eh, "model.layers.%d.eh_proj.weight", NL);
+    int n = c->n_mtp > 1 ? c->n_mtp : 1;
+    char which[48] = "";
+    if (n > 1) snprintf(which, sizeof which, "..%d", NL + n - 1);
+    fprintf(stderr, "colibri: the checkpoint's MTP layer%s (model.layers.%d%s, %d tensors) %s not loaded (%s)\n", n > 1 ? "s" : "", NL, which,
+            m->mtp_skipped, n > 1 ? "are" : "is",
+            !c->n_mtp ? "config.json sets no num_nextn_predict_layers" : !st_find(&m->st, eh) ? "the checkpoint has no eh_proj for it" : "MTP=0");
+}
+
 static void print_startup(const coli_model *m, const char *dir) {
     const coli_config *c = &m->c;
     const xs_store *x = &m->xs;
@@ -407,6 +433,7 @@ static void print_startup(const coli_model *m, const char *dir) {
     if (io->ndrives > 1) fprintf(stderr, ", %d drives", io->ndrives);
     if (m->numa) fprintf(stderr, ", NUMA interleaved");
     fputc('\n', stderr);
+    print_mtp(m);
 }
 
 /* The end-of-run lines (counters from the expert store). */

@@ -1143,6 +1143,55 @@ class Speculation(unittest.TestCase):
         finally:
             shutil.rmtree(q)
 
+    def test_startup_line_says_what_the_mtp_layer_does(self):
+        """Issue #32: the startup line said "not loaded (MTP=0)" while the
+        head was loaded and drafting, when the MTP layer carries its own
+        embed_tokens copy or config.json declares 2 MTP layers. Variants of
+        tiny-glm5-mtp: the line says loaded (and what is not read), or not
+        loaded and why; the drafts and tokens are the fixture's."""
+        base, plain = self.gen(self.dir, {"DRAFT": "2"})
+        _, off = self.gen(self.dir, {"MTP": "0"})
+        st = os.path.join(self.dir, "model.safetensors")
+        hdr, data = read_st(st)
+        a, z = hdr["model.embed_tokens.weight"]["data_offsets"]
+        hdr["model.layers.4.embed_tokens.weight"] = dict(hdr["model.embed_tokens.weight"], data_offsets=[len(data), len(data) + z - a])
+        write_st(st, hdr, data + data[a:z])  # the layer's own copy of the embedding, as DeepSeek-V3's release ships
+        ids, err = self.gen(self.dir, {"DRAFT": "2"})
+        self.assertNotIn("not loaded", err)  # it said "not loaded (MTP=0)" here
+        self.assertIn("MTP layer (model.layers.4) is loaded for speculative decoding; its own copy of embed_tokens is not read", err)
+        self.assertRegex(err, r"speculation: [1-9]\d* drafted")
+        self.assertEqual(ids, base)
+        _, err = self.gen(self.dir, {"MTP": "0"})
+        self.assertIn("MTP layer (model.layers.4, 48 tensors) is not loaded (MTP=0)", err)
+        cfg = load_json(os.path.join(self.dir, "config.json"))
+        cfg["num_nextn_predict_layers"] = 0
+        save_json(cfg, os.path.join(self.dir, "config.json"))
+        _, err = self.gen(self.dir, {})
+        self.assertIn("MTP layer (model.layers.4, 48 tensors) is not loaded (config.json sets no num_nextn_predict_layers)", err)
+        # num_nextn_predict_layers 2: a second MTP layer (layer 4's tensors again, as layer 5)
+        hdr, data = read_st(st)
+        for k in [k for k in hdr if k.startswith("model.layers.4.")]:
+            a, z = hdr[k]["data_offsets"]
+            hdr["model.layers.5." + k[len("model.layers.4."):]] = dict(hdr[k], data_offsets=[len(data), len(data) + z - a])
+            data += data[a:z]
+        write_st(st, hdr, data)
+        cfg["num_nextn_predict_layers"] = 2
+        save_json(cfg, os.path.join(self.dir, "config.json"))
+        ids, err = self.gen(self.dir, {"DRAFT": "2"})
+        self.assertIn("MTP layer (model.layers.4) is loaded for speculative decoding; its own copy of embed_tokens is not read "
+                      "(the MTP layer embeds with model.embed_tokens); config.json declares 2 MTP layers, colibri drafts with the first "
+                      "(chained): the other 1 (48 tensors) not loaded", err)
+        self.assertNotIn("MTP=0", err)
+        self.assertRegex(err, r"speculation: [1-9]\d* drafted")
+        self.assertEqual(ids, base)
+        _, err = self.gen(self.dir, {"MTP": "0"})
+        self.assertIn("MTP layers (model.layers.4..5, 96 tensors) are not loaded (MTP=0)", err)
+        self.assertIn("MTP: the checkpoint's MTP layer (model.layers.4) is loaded for speculative decoding\n", plain)
+        self.assertIn("the checkpoint's MTP layer (model.layers.4, 47 tensors) is not loaded (MTP=0)", off)
+        self.assertNotIn("is loaded", off)
+        _, err = self.gen(os.path.join(FIXTURES, "tiny-glm5"), {})
+        self.assertNotIn("MTP", err)  # no MTP layer: nothing to say
+
     def test_checkpoint_without_mtp_layer(self):
         """config.json declares the layer but the shards lack it: said once,
         no speculation, the same tokens as the main model alone."""
