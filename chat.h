@@ -1,8 +1,9 @@
 /* chat.h — the chat formats colibri renders, chosen once per model.
  *
  * A model's chat template (tokenizer_config.json "chat_template", else
- * chat_template.jinja) is recognised by the markers only its family writes;
- * without a template, by the special tokens its tokenizer has. Each format
+ * chat_template.jinja; one holding a NUL is refused) is recognised by the
+ * markers only its family writes, outside Jinja comments; without a
+ * template, by the special tokens its tokenizer has. Each format
  * has its own renderer here (one-shot PROMPT/SYSTEM prompts and --chat
  * follow-up turns) and in openai.h (whole message lists). Parity against
  * transformers' rendering of the real templates: tests/test_chat.c with
@@ -71,12 +72,65 @@ static inline int chat_thinks(int fmt, int think) {
     return fmt == CHAT_DEEPSEEK_R1 ? 1 : fmt == CHAT_GLM5 || fmt == CHAT_DEEPSEEK_V31 ? think != 0 : 0;
 }
 
-/* The format a template's text is written for, or -1. The markers are the
- * role tokens each family's template spells, then what DeepSeek's templates
- * write after <｜Assistant｜> (V3.1: "</think>" for a non-thinking reply; R1:
- * "<think>"), else whether they mention "</think>" at all (R1's January
- * template cuts earlier replies at it; V3's never names it). */
-static inline int chat_fmt_of_template(const char *tpl) {
+/* Whether p (at "{%") is the block tag {% word %} (whitespace control
+ * "-" or "+" allowed on either side); *end is past its "%}". */
+static inline int chat_jinja_tag_(const char *p, const char *word, const char **end) {
+    p += 2;
+    if (*p == '-' || *p == '+') p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    size_t l = strlen(word);
+    if (strncmp(p, word, l)) return 0;
+    p += l;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (*p == '-' || *p == '+') p++;
+    if (p[0] != '%' || p[1] != '}') return 0;
+    *end = p + 2;
+    return 1;
+}
+
+/* Copies tpl into out (room for strlen(tpl) + 1) without its Jinja
+ * comments, found as Jinja's lexer finds them: "{#" ... "#}" in the text
+ * (an unclosed one runs to the end), not inside a {{ }} or {% %} block,
+ * whose quoted strings may hold "{#", and not between {% raw %} and
+ * {% endraw %}. What a comment holds is never rendered, so it is no
+ * marker of the template's format. */
+static inline void chat_jinja_uncomment_(const char *tpl, char *out) {
+    const char *p = tpl;
+    char *o = out;
+    while (*p) {
+        if (p[0] != '{' || (p[1] != '#' && p[1] != '{' && p[1] != '%')) { *o++ = *p++; continue; }
+        if (p[1] == '#') { /* a comment: dropped */
+            const char *e = strstr(p + 2, "#}");
+            p = e ? e + 2 : p + strlen(p);
+            continue;
+        }
+        const char *end;
+        if (p[1] == '%' && chat_jinja_tag_(p, "raw", &end)) { /* raw text up to {% endraw %}, comments and all */
+            const char *q = end;
+            while (*q && !(q[0] == '{' && q[1] == '%' && chat_jinja_tag_(q, "endraw", &end))) q++;
+            size_t n = (size_t)((*q ? end : q) - p);
+            memcpy(o, p, n), o += n, p += n;
+            continue;
+        }
+        char close = p[1] == '{' ? '}' : '%', quote = 0; /* a block, through its closing delimiter */
+        *o++ = *p++, *o++ = *p++;
+        while (*p && (quote || p[0] != close || p[1] != '}')) {
+            if (quote && *p == '\\' && p[1]) *o++ = *p++;
+            else if (quote ? *p == quote : (*p == '\'' || *p == '"')) quote = quote ? 0 : *p;
+            *o++ = *p++;
+        }
+        if (*p) *o++ = *p++, *o++ = *p++;
+    }
+    *o = 0;
+}
+
+/* The format of a template's text without its comments, or -1. The
+ * markers are the role tokens each family's template spells, then what
+ * DeepSeek's templates write after <｜Assistant｜> (V3.1: "</think>" for a
+ * non-thinking reply; R1: "<think>"), else whether they mention "</think>"
+ * at all (R1's January template cuts earlier replies at it; V3's never
+ * names it). */
+static inline int chat_fmt_of_text_(const char *tpl) {
     if (strstr(tpl, "<|im_user|>") && strstr(tpl, "<|im_assistant|>")) return CHAT_KIMI_K2;
     if (strstr(tpl, CHAT_DS_USER) && strstr(tpl, CHAT_DS_ASSISTANT)) {
         if (strstr(tpl, CHAT_DS_ASSISTANT "</think>")) return CHAT_DEEPSEEK_V31;
@@ -86,6 +140,17 @@ static inline int chat_fmt_of_template(const char *tpl) {
     }
     if (strstr(tpl, "[gMASK]") && strstr(tpl, "<|assistant|>")) return CHAT_GLM5;
     return -1;
+}
+
+/* The format a template is written for (chat_fmt_of_text_ after its Jinja
+ * comments are left out), -1 for none, or -2 (out of memory). */
+static inline int chat_fmt_of_template(const char *tpl) {
+    char *text = (char *)malloc(strlen(tpl) + 1);
+    if (!text) return -2;
+    chat_jinja_uncomment_(tpl, text);
+    int fmt = chat_fmt_of_text_(text);
+    free(text);
+    return fmt;
 }
 
 static inline int chat_has_added_(const tok *t, const char *s) {
@@ -131,10 +196,19 @@ static inline char *chat_template_read(const char *dir, int *bad, char *err, siz
         free(text);
         if (!d) return *bad = 1, snprintf(err, errlen, "%s: not valid JSON: %s", path, jerr), NULL;
         int ct = js_get(d, d->root, "chat_template");
+        if (js_typeof(d, ct) == JS_STR && strlen(js_str(d, ct)) != js_str_len(d, ct)) /* "\u0000": C strings would cut it there */
+            return js_free(d), *bad = 1, snprintf(err, errlen, "%s: chat_template holds a NUL character (\\u0000)", path), NULL;
         if (js_typeof(d, ct) == JS_STR) out = strdup(js_str(d, ct));
         else if (js_typeof(d, ct) == JS_ARR) {
-            for (int e = js_first(d, ct); e >= 0; e = js_next(d, e)) {
-                const char *nm = js_str(d, js_get(d, e, "name")), *tp = js_str(d, js_get(d, e, "template"));
+            int k = 0;
+            for (int e = js_first(d, ct); e >= 0; e = js_next(d, e), k++) {
+                int nn = js_get(d, e, "name"), tn = js_get(d, e, "template");
+                const char *nm = js_str(d, nn), *tp = js_str(d, tn);
+                if ((nm && strlen(nm) != js_str_len(d, nn)) || (tp && strlen(tp) != js_str_len(d, tn))) {
+                    snprintf(err, errlen, "%s: chat_template[%d].%s holds a NUL character (\\u0000)", path, k, nm && strlen(nm) != js_str_len(d, nn) ? "name" : "template");
+                    js_free(d), free(out);
+                    return *bad = 1, NULL;
+                }
                 if (nm && tp && !strcmp(nm, "default") && !out && !(out = strdup(tp)))
                     return js_free(d), *bad = 1, snprintf(err, errlen, "%s: chat_template: out of memory", path), NULL;
             }
@@ -166,6 +240,7 @@ static inline int chat_select(const char *dir, const tok *t, int *fmt, char *err
     if (tpl) {
         *fmt = chat_fmt_of_template(tpl);
         free(tpl);
+        if (*fmt == -2) return snprintf(err, errlen, "%s: out of memory reading the chat template", dir), -1;
         if (*fmt < 0) {
             snprintf(err, errlen, "%s: the chat template that ships with the model is none colibri renders (GLM-5, DeepSeek-V3, R1, V3.1, Kimi K2)", dir);
             return -1;

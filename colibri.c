@@ -370,6 +370,32 @@ static void usage(FILE *f) {
         fprintf(f, "  %-20s default %-6s %s\n", env_knobs[i].name, env_knobs[i].def ? env_knobs[i].def : "unset", env_knobs[i].doc);
 }
 
+/* The startup line about the checkpoint's MTP layers (model.h
+ * model_find_mtp, model_check_tensors), when it has one: loaded for
+ * drafting (with what of it is not read), or not loaded and why. */
+static void print_mtp(const coli_model *m) {
+    const coli_config *c = &m->c;
+    int NL = c->n_layers;
+    if (m->mtp) {
+        fprintf(stderr, "colibri: MTP: the checkpoint's MTP layer (model.layers.%d) is loaded for speculative decoding", NL);
+        if (m->mtp_unread) fprintf(stderr, "; its own copy of embed_tokens is not read (the MTP layer embeds with model.embed_tokens)");
+        if (m->mtp_skipped)
+            fprintf(stderr, "; config.json declares %d MTP layers, colibri drafts with the first (chained): the other %d (%d tensors) not loaded", c->n_mtp,
+                    c->n_mtp - 1, m->mtp_skipped);
+        fputc('\n', stderr);
+        return;
+    }
+    if (!m->mtp_skipped) return;
+    char eh[96];
+    snprintf(eh, sizeof eh, "model.layers.%d.eh_proj.weight", NL);
+    int n = c->n_mtp > 1 ? c->n_mtp : 1;
+    char which[48] = "";
+    if (n > 1) snprintf(which, sizeof which, "..%d", NL + n - 1);
+    fprintf(stderr, "colibri: the checkpoint's MTP layer%s (model.layers.%d%s, %d tensors) %s not loaded (%s)\n", n > 1 ? "s" : "", NL, which,
+            m->mtp_skipped, n > 1 ? "are" : "is",
+            !c->n_mtp ? "config.json sets no num_nextn_predict_layers" : !st_find(&m->st, eh) ? "the checkpoint has no eh_proj for it" : "MTP=0");
+}
+
 static void print_startup(const coli_model *m, const char *dir) {
     const coli_config *c = &m->c;
     const xs_store *x = &m->xs;
@@ -407,6 +433,7 @@ static void print_startup(const coli_model *m, const char *dir) {
     if (io->ndrives > 1) fprintf(stderr, ", %d drives", io->ndrives);
     if (m->numa) fprintf(stderr, ", NUMA interleaved");
     fputc('\n', stderr);
+    print_mtp(m);
 }
 
 /* The end-of-run lines (counters from the expert store). */
@@ -1199,19 +1226,23 @@ done:
 /* ------------------------------------------------------------------ serve */
 
 /* A conversation kept aside for prefix reuse (serve mode): its state as a
- * .coli_kv image (kv_persist.h) and its ids; file names its copy in
- * KV_CACHE_DIR ("" when not persisted). */
+ * .coli_kv image (kv_persist.h) and its ids (n_tok: the whole conversation;
+ * [0, n_kv) cached); file names its copy in KV_CACHE_DIR ("" when not
+ * persisted). */
 typedef struct {
     uint8_t *img;
     size_t len;
-    int *ids, n_kv;
+    int *ids, n_tok, n_kv;
     uint64_t used; /* LRU clock */
     char file[64];
 } kvc_entry;
 
 /* The conversations serve mode keeps: the live one (in the model's cache,
  * conv), the ones kept aside in memory within budget bytes, and their
- * files in dir when persisted. */
+ * files in dir when persisted. Saved state is the users' data: the server
+ * writes a conversation's file only for that conversation or one that
+ * continues it (its ids begin with all of the file's), and never deletes
+ * one; memory is what the budget bounds. */
 typedef struct {
     kvc_entry *e;
     int n, cap;
@@ -1220,32 +1251,33 @@ typedef struct {
     uint64_t clock, fp, names;
     char live_file[64]; /* the live conversation's file in dir ("" = none yet) */
     const gr_vocab *gv; /* the vocabulary trie for response_format grammars */
-    int live_prompt;    /* the live conversation's last prompt length: a request diverging before it is another conversation */
 } kv_cache;
 
-static void kvc_drop(kv_cache *kc, int i, int unlink_file) {
+/* Forgets kept conversation i from memory. Its file in KV_CACHE_DIR, if
+ * any, stays: nothing in serve mode deletes saved state. */
+static void kvc_drop(kv_cache *kc, int i) {
     kvc_entry *x = &kc->e[i];
-    if (unlink_file && kc->dir && x->file[0]) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", kc->dir, x->file);
-        unlink(path);
-    }
     kc->bytes -= x->len;
     free(x->img), free(x->ids);
     kc->e[i] = kc->e[--kc->n];
 }
 
-/* Evicts the least recently used conversations until the kept ones fit. */
+/* Evicts the least recently used conversations from memory until the kept
+ * ones fit the budget; their files stay on disk (a server started later
+ * finds them). */
 static void kvc_fit(kv_cache *kc) {
     while (kc->n && kc->bytes > kc->budget) {
         int lru = 0;
         for (int i = 1; i < kc->n; i++)
             if (kc->e[i].used < kc->e[lru].used) lru = i;
-        fprintf(stderr, "colibri: serve: evicted a kept conversation of %d tokens (%.1f MB; KV_CACHE_GB)\n", kc->e[lru].n_kv, kc->e[lru].len / 1e6);
-        kvc_drop(kc, lru, 1);
+        fprintf(stderr, "colibri: serve: evicted a kept conversation of %d tokens (%.1f MB; KV_CACHE_GB) from memory%s%s%s\n", kc->e[lru].n_kv,
+                kc->e[lru].len / 1e6, kc->e[lru].file[0] ? "; its file " : "", kc->e[lru].file, kc->e[lru].file[0] ? " stays in KV_CACHE_DIR" : "");
+        kvc_drop(kc, lru);
     }
 }
 
+/* Keeps img (taken over) with ids[0..n_tok) as a kept conversation. 0, or
+ * -1 (out of memory; img not taken). */
 static int kvc_add(kv_cache *kc, uint8_t *img, size_t len, const int *ids, int n_tok, int n_kv, const char *file, uint64_t used) {
     if (kc->n == kc->cap) {
         int cap = kc->cap ? kc->cap * 2 : 8;
@@ -1257,7 +1289,7 @@ static int kvc_add(kv_cache *kc, uint8_t *img, size_t len, const int *ids, int n
     memset(x, 0, sizeof *x);
     if (!(x->ids = (int *)malloc((size_t)n_tok * sizeof(int) + sizeof(int)))) return -1;
     memcpy(x->ids, ids, (size_t)n_tok * sizeof(int));
-    x->img = img, x->len = len, x->n_kv = n_kv, x->used = used;
+    x->img = img, x->len = len, x->n_tok = n_tok, x->n_kv = n_kv, x->used = used;
     snprintf(x->file, sizeof x->file, "%s", file ? file : "");
     kc->n++, kc->bytes += len;
     return 0;
@@ -1269,102 +1301,171 @@ static int kvc_lcp(const int *a, int na, const int *b, int nb) {
     return k;
 }
 
-/* Keeps the live conversation aside (its cached positions) before another
- * one takes the model's cache. */
+/* Whether a request of ids[0..n) continues the conversation conv[0..nc):
+ * begins with all of its ids. Only such a request may take the
+ * conversation's file over; any other is another conversation. */
+static int kvc_continues(const int *ids, int n, const int *conv, int nc) { return n >= nc && kvc_lcp(conv, nc, ids, n) == nc; }
+
+/* Keeps the live conversation aside (its whole token list, its cached
+ * positions, its file) before another one takes the model's cache; the
+ * live conversation then has no file (kvc_persist gives it a new one). The
+ * caller fits the budget (kvc_fit) once it has what it needs. */
 static void kvc_stash(kv_cache *kc, conv *cv) {
-    if (cv->n_kv < 1 || !kc->budget) { kc->live_file[0] = 0; return; }
+    int n_tok = (int)cv->ids.n < cv->m->kv.ctx ? (int)cv->ids.n : cv->m->kv.ctx - 1; /* what a load accepts: room to continue */
+    int n_kv = cv->n_kv < n_tok ? cv->n_kv : n_tok;
+    if (n_kv < 1 || !kc->budget) { kc->live_file[0] = 0; return; }
     char err[600];
     uint8_t *img;
     size_t len;
-    if (len = 0, kvp_image(cv->m, kc->fp, cv->ids.ids, cv->n_kv, cv->n_kv, &img, &len, err, sizeof err) ||
-        kvc_add(kc, img, len, cv->ids.ids, cv->n_kv, cv->n_kv, kc->live_file, ++kc->clock)) {
+    if (len = 0, kvp_image(cv->m, kc->fp, cv->ids.ids, n_tok, n_kv, &img, &len, err, sizeof err) ||
+        kvc_add(kc, img, len, cv->ids.ids, n_tok, n_kv, kc->live_file, ++kc->clock)) {
         if (len) free(img);
-        fprintf(stderr, "colibri: serve: cannot keep the conversation aside: out of memory\n");
+        fprintf(stderr, "colibri: serve: cannot keep the conversation aside in memory: out of memory%s\n",
+                kc->live_file[0] ? " (its file stays in KV_CACHE_DIR)" : "");
     }
     kc->live_file[0] = 0;
-    kvc_fit(kc);
 }
 
-/* Makes kept conversation i the live one. 0, or -1 (said; the live
- * conversation is then empty). */
-static int kvc_restore(kv_cache *kc, conv *cv, int i) {
+/* Loads kept conversation i into the model's cache as the live one. take
+ * (the request continues it): the live conversation goes on in its file
+ * and it leaves the kept list; otherwise it stays kept, in memory and in
+ * its file, and the live conversation, a copy that will diverge from it,
+ * gets a file of its own. 0, or -1 (said; the live conversation is then
+ * empty). */
+static int kvc_restore(kv_cache *kc, conv *cv, int i, int take) {
     char err[600];
     kvp_state st;
     kvc_entry *x = &kc->e[i];
     int rc = kvp_load_image(cv->m, x->file[0] ? x->file : "a kept conversation", x->img, x->len, kc->fp, &st, 1, err, sizeof err);
     cv->ids.n = 0, cv->n_kv = 0;
-    if (rc) fprintf(stderr, "colibri: serve: %s; dropped\n", err);
-    else if (tok_ids_append(&cv->ids, st.tok, (size_t)st.n_tok)) rc = -1;
+    kc->live_file[0] = 0;
+    if (rc) { /* its image cannot be used: forgotten from memory, its file left as it is */
+        fprintf(stderr, "colibri: serve: %s; dropped from memory\n", err);
+        kvc_drop(kc, i);
+        return -1;
+    }
+    if (tok_ids_append(&cv->ids, st.tok, (size_t)st.n_tok)) rc = -1;
     else cv->n_kv = st.n_kv, cv->started = 1;
-    snprintf(kc->live_file, sizeof kc->live_file, "%s", rc ? "" : x->file);
-    kvc_drop(kc, i, rc != 0);
     kvp_state_free(&st);
-    return rc;
+    if (rc) return fprintf(stderr, "colibri: serve: out of memory restoring a kept conversation\n"), -1;
+    if (take) {
+        snprintf(kc->live_file, sizeof kc->live_file, "%s", x->file);
+        kvc_drop(kc, i);
+    } else
+        x->used = ++kc->clock;
+    return 0;
 }
 
-/* At startup: the conversations persisted in KV_CACHE_DIR, newest first
- * within the budget; files of another model or damaged ones are named and
- * left alone. */
+/* One *.coli_kv file of KV_CACHE_DIR at startup. */
+typedef struct {
+    char name[64];
+    time_t mtime;
+    uint64_t size;
+} kvc_file;
+
+/* Newest first (then by name, for a fixed order). */
+static int kvc_file_cmp(const void *a, const void *b) {
+    const kvc_file *x = (const kvc_file *)a, *y = (const kvc_file *)b;
+    if (x->mtime != y->mtime) return x->mtime > y->mtime ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* At startup: the conversations persisted in KV_CACHE_DIR become kept
+ * ones, newest first while they fit KV_CACHE_GB. The rest, files of
+ * another model and damaged ones are left on disk untouched and said on
+ * stderr; none is read beyond the budget, none is deleted. */
 static void kvc_load_dir(kv_cache *kc, coli_model *m) {
     DIR *d = opendir(kc->dir);
     if (!d) { fprintf(stderr, "colibri: KV_CACHE_DIR=%s: %s\n", kc->dir, strerror(errno)); return; }
-    int loaded = 0;
+    kvc_file *f = NULL;
+    int nf = 0, capf = 0;
     for (struct dirent *de; (de = readdir(d));) {
         size_t l = strlen(de->d_name);
-        if (l < 9 || l >= 64 || strcmp(de->d_name + l - 8, ".coli_kv")) continue;
-        char path[4096], err[600];
+        if (l < 9 || strcmp(de->d_name + l - 8, ".coli_kv")) continue;
+        char path[4096];
         snprintf(path, sizeof path, "%s/%s", kc->dir, de->d_name);
         struct stat sb;
-        if (stat(path, &sb) || !S_ISREG(sb.st_mode)) continue;
-        if ((uint64_t)sb.st_size > kc->budget) { fprintf(stderr, "colibri: KV_CACHE_DIR: %s is larger than KV_CACHE_GB; left alone\n", path); continue; }
+        if (lstat(path, &sb)) continue;
+        if (!S_ISREG(sb.st_mode) || l >= sizeof f->name) {
+            fprintf(stderr, "colibri: KV_CACHE_DIR: %s is %s; left alone\n", path, !S_ISREG(sb.st_mode) ? compat_kind(sb.st_mode) : "a name too long to track");
+            continue;
+        }
+        if (nf == capf) {
+            kvc_file *nfp = (kvc_file *)realloc(f, (size_t)(capf = capf ? 2 * capf : 64) * sizeof *f);
+            if (!nfp) { fprintf(stderr, "colibri: KV_CACHE_DIR: out of memory listing %s; the rest left alone\n", kc->dir); break; }
+            f = nfp;
+        }
+        snprintf(f[nf].name, sizeof f[nf].name, "%s", de->d_name);
+        f[nf].mtime = sb.st_mtime, f[nf].size = (uint64_t)sb.st_size;
+        nf++;
+    }
+    closedir(d);
+    if (nf) qsort(f, (size_t)nf, sizeof *f, kvc_file_cmp);
+    int loaded = 0, beyond = 0;
+    uint64_t beyond_bytes = 0;
+    for (int k = 0; k < nf; k++) {
+        char path[4096], err[600];
+        snprintf(path, sizeof path, "%s/%s", kc->dir, f[k].name);
+        if (f[k].size > kc->budget - kc->bytes) { beyond++, beyond_bytes += f[k].size; continue; }
         size_t len;
-        uint8_t *img = (uint8_t *)compat_read_file(path, kc->budget, &len);
+        uint8_t *img = (uint8_t *)compat_read_file(path, kc->budget - kc->bytes, &len);
         kvp_state st;
-        if (!img) { fprintf(stderr, "colibri: KV_CACHE_DIR: %s: %s; left alone\n", path, strerror(errno)); continue; }
+        if (!img) { fprintf(stderr, "colibri: KV_CACHE_DIR: %s: %s; left alone\n", path, compat_strerror(errno)); continue; }
         if (kvp_load_image(m, path, img, len, kc->fp, &st, 0, err, sizeof err)) {
             fprintf(stderr, "colibri: KV_CACHE_DIR: %s; left alone\n", err);
             free(img);
             continue;
         }
-        if (kvc_add(kc, img, len, st.tok, st.n_tok, st.n_kv, de->d_name, (uint64_t)sb.st_mtime)) free(img);
+        if (kvc_add(kc, img, len, st.tok, st.n_tok, st.n_kv, f[k].name, 0)) free(img);
         else loaded++;
         kvp_state_free(&st);
     }
-    closedir(d);
-    kvc_fit(kc);
-    for (int i = 0; i < kc->n; i++) kc->e[i].used = ++kc->clock; /* order kept: newest file last used */
+    free(f);
+    for (int i = 0; i < kc->n; i++) kc->e[i].used = kc->clock + (uint64_t)(kc->n - i); /* added newest first: the newest file last used */
+    kc->clock += (uint64_t)kc->n;
     if (loaded) fprintf(stderr, "colibri: KV_CACHE_DIR: %d conversations resumed from %s (%.1f MB)\n", kc->n, kc->dir, kc->bytes / 1e6);
+    if (beyond)
+        fprintf(stderr, "colibri: KV_CACHE_DIR: %d older conversations (%.1f MB) beyond KV_CACHE_GB left on disk, not loaded (files are never deleted)\n", beyond,
+                beyond_bytes / 1e6);
 }
 
-/* Saves the live conversation to its file in KV_CACHE_DIR. */
+/* Saves the live conversation to its file in KV_CACHE_DIR; a conversation
+ * without one gets a name no file has yet (a restarted server, whose pid
+ * may repeat, never writes over an earlier server's file). */
 static void kvc_persist(kv_cache *kc, conv *cv) {
     if (!kc->dir || cv->n_kv < 1) return;
-    if (!kc->live_file[0]) snprintf(kc->live_file, sizeof kc->live_file, "conv-%lx-%llu.coli_kv", (long)getpid(), (unsigned long long)++kc->names);
     char path[4096], err[600];
+    struct stat sb;
+    for (int tries = 0; !kc->live_file[0] && tries < 1000; tries++) {
+        snprintf(kc->live_file, sizeof kc->live_file, "conv-%lx-%llu.coli_kv", (long)getpid(), (unsigned long long)++kc->names);
+        snprintf(path, sizeof path, "%s/%s", kc->dir, kc->live_file);
+        if (!lstat(path, &sb) || errno != ENOENT) kc->live_file[0] = 0; /* taken (or cannot tell): the next name */
+    }
+    if (!kc->live_file[0]) { fprintf(stderr, "colibri: serve: no free file name in KV_CACHE_DIR=%s; the conversation is not saved\n", kc->dir); return; }
     snprintf(path, sizeof path, "%s/%s", kc->dir, kc->live_file);
     if (kvp_save(cv->m, path, kc->fp, cv->ids.ids, (int)cv->ids.n, cv->n_kv, NULL, err, sizeof err)) fprintf(stderr, "colibri: serve: %s\n", err);
 }
 
 /* Chooses where a request of ids[0..n) starts: the live conversation or a
- * kept one, whichever shares the longest prefix, the live one kept aside
- * when the request is another conversation. Returns the positions reused. */
+ * kept one, whichever shares the longest cached prefix. A request that does
+ * not continue the live conversation (kvc_continues) is another one: the
+ * live one is kept aside first, file and all. A kept one that shares more
+ * is loaded; the request takes it over (and its file) only when it
+ * continues it, else it works on a copy and the kept one stays. Returns
+ * the positions reused. */
 static int kvc_select(kv_cache *kc, conv *cv, const int *ids, int n) {
     int p_live = kvc_lcp(cv->ids.ids, cv->n_kv, ids, n), best = -1, p_best = p_live;
     for (int i = 0; i < kc->n; i++) {
         int p = kvc_lcp(kc->e[i].ids, kc->e[i].n_kv, ids, n);
         if (p > p_best) best = i, p_best = p;
     }
-    if (best >= 0 || p_live < kc->live_prompt) {
-        uint64_t keep = best >= 0 ? kc->e[best].used : 0;
-        kvc_stash(kc, cv); /* may evict; find the chosen one again by its clock */
-        if (best >= 0) {
-            best = -1;
-            for (int i = 0; i < kc->n; i++)
-                if (kc->e[i].used == keep) best = i;
-        }
-        if (best >= 0 && kvc_restore(kc, cv, best)) p_best = 0;
+    if (best >= 0 || !kvc_continues(ids, n, cv->ids.ids, (int)cv->ids.n)) {
+        int take = best >= 0 && kvc_continues(ids, n, kc->e[best].ids, kc->e[best].n_tok);
+        kvc_stash(kc, cv); /* appends: best's index holds */
+        if (best >= 0 && kvc_restore(kc, cv, best, take)) p_best = 0;
         /* else a new conversation: the live cache's common prefix (a shared
          * system prompt) stays in use; what follows it is overwritten */
+        kvc_fit(kc); /* after the restore, so the one chosen is not evicted first */
     }
     int p = p_best < n - 1 ? p_best : n - 1; /* the last prompt token is fed again for its logits */
     if (p > cv->n_kv) p = cv->n_kv;
@@ -1513,7 +1614,6 @@ static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen 
         m->err[0] = 0; /* handled */
         return 0;
     }
-    kc->live_prompt = n;
     oai_out_finish(&q.o);
     oai_call calls[OAI_MAX_TOOL_CALLS];
     int ncalls = serve_calls(&q, &io, calls, &q.meta.finish);
@@ -1697,7 +1797,7 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     fprintf(stderr, "colibri: server stopped: %lld requests answered, %lld refused with 429 (queue full)\n", (long long)atomic_load(&s.served),
             (long long)atomic_load(&s.refused_busy));
 out:
-    while (kc.n) kvc_drop(&kc, kc.n - 1, 0);
+    while (kc.n) kvc_drop(&kc, kc.n - 1);
     free(kc.e);
     conv_close(&cv);
     gr_vocab_free(&gv);
@@ -1807,6 +1907,22 @@ static void on_sigbus(int sig) {
 }
 
 /* The command line: returns the process exit status. */
+/* KV_SAVE and SESSION name files written at the end of the run: one that
+ * may not be replaced (kvp_check_target: a device, FIFO, socket, directory
+ * or symbolic link there) is refused before anything is computed, not
+ * after a long generation. A SESSION that does not exist yet is fine: the
+ * conversation starts there. 0, or EXIT_INPUT (said). */
+static int check_save_targets(const coli_env *e) {
+    static const env_id knobs[] = {ENV_KV_SAVE, ENV_SESSION};
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        const char *path = env_v(e, knobs[i])->s;
+        char err[700];
+        if (path && kvp_check_target(path, err, sizeof err))
+            return fprintf(stderr, "colibri: %s: %s\n", env_knobs[knobs[i]].name, err), EXIT_INPUT;
+    }
+    return 0;
+}
+
 static int coli_main(int argc, char **argv) {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
     if (argc == 2 && !strcmp(argv[1], "--env-table")) { env_write_table(stdout); return 0; }
@@ -1832,6 +1948,7 @@ static int coli_main(int argc, char **argv) {
     int chat = chat_flag || env_i(&e, ENV_CHAT), serve = serve_flag || env_i(&e, ENV_SERVE);
     if (chat && env_v(&e, ENV_PROMPT)->s) { fprintf(stderr, "colibri: CHAT reads its turns from stdin; unset PROMPT\n"); return EXIT_INPUT; }
     if (serve && (chat || env_v(&e, ENV_PROMPT)->s)) { fprintf(stderr, "colibri: SERVE takes its prompts over HTTP; unset PROMPT and CHAT\n"); return EXIT_INPUT; }
+    if (check_save_targets(&e)) return EXIT_INPUT;
     int fmt = -1; /* the chat format, chosen once from what the model ships */
     if (env_v(&e, ENV_PROMPT)->s || chat || serve) { /* the tokenizer, and the chat format and its tokens, before any weight is read */
         char cerr[1200];

@@ -1,6 +1,7 @@
 /* compat.h — OS shims: full preads, aligned allocation, clocks, memory
  * figures (MemAvailable, RSS), CPU features the OS reports, atomic file
- * replacement; on Windows the POSIX calls the engine makes (open, pread,
+ * replacement (only ever over a regular file or a new name: the one rule,
+ * compat_replace, every writer goes through); on Windows the POSIX calls the engine makes (open, pread,
  * mmap, mlock, flock, fsync, rename, stat, directories, signals, sysconf)
  * mapped onto the Win32 API with UTF-8 file names through the wide-char
  * calls; on macOS F_NOCACHE, F_RDADVISE, F_FULLFSYNC and Mach's memory
@@ -971,10 +972,48 @@ static inline void compat_sweep_temps(const char *path, int dead_only) {
     closedir(d);
 }
 
+/* What a file that is not a regular one is, for messages: "a FIFO", "a
+ * character device", ... */
+static inline const char *compat_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    return "not a regular file";
+}
+
+/* The rule for every file colibri and its tools write: a name is replaced
+ * only when nothing is there yet or a regular file is, judged by lstat
+ * (the name itself, not what a link points to). A device, FIFO, socket or
+ * directory is someone else's (KV_SAVE=/dev/null must not replace
+ * /dev/null), and a symbolic link is refused too: renaming over it would
+ * replace the link, writing through it would write elsewhere. Returns NULL
+ * when path may be replaced (or lstat cannot tell: the write then fails on
+ * its own), else what is there, for the caller's message. */
+static inline const char *compat_unreplaceable(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) || S_ISREG(st.st_mode)) return NULL;
+    return compat_kind(st.st_mode);
+}
+
+/* rename(tmp, path) under compat_unreplaceable's rule: every writer's last
+ * step. 0, or -1 with errno (COMPAT_ENOTREG when path is not a regular
+ * file; nothing renamed). */
+static inline int compat_replace(const char *tmp, const char *path) {
+    if (compat_unreplaceable(path)) { errno = COMPAT_ENOTREG; return -1; }
+    return rename(tmp, path);
+}
+
 /* Writes len bytes to path atomically: a temporary file in the same
- * directory, fsync, rename over path. A crash leaves either the old file or
- * the complete new one. Returns 0 or -1 with errno set. */
+ * directory, fsync, rename over path (compat_replace: only a regular file
+ * or a new name, checked before anything is written and again at the
+ * rename). A crash leaves either the old file or the complete new one.
+ * Returns 0 or -1 with errno set (COMPAT_ENOTREG: compat_unreplaceable
+ * says what is there). */
 static inline int compat_write_atomic(const char *path, const void *data, size_t len) {
+    if (compat_unreplaceable(path)) { errno = COMPAT_ENOTREG; return -1; }
     size_t pl = strlen(path);
     char *tmp = (char *)malloc(pl + 32);
     if (!tmp) { errno = ENOMEM; return -1; }
@@ -990,7 +1029,7 @@ static inline int compat_write_atomic(const char *path, const void *data, size_t
         errno = e;
         return -1;
     }
-    if (close(fd) || rename(tmp, path)) {
+    if (close(fd) || compat_replace(tmp, path)) {
         int e = errno;
         unlink(tmp);
         free(tmp);

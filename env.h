@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { ENV_KIND_INT, ENV_KIND_FLOAT, ENV_KIND_BOOL, ENV_KIND_STR, ENV_KIND_CHOICE, ENV_KIND_FLOAT_OR } env_kind;
+typedef enum { ENV_KIND_INT, ENV_KIND_FLOAT, ENV_KIND_BOOL, ENV_KIND_STR, ENV_KIND_CHOICE, ENV_KIND_FLOAT_OR, ENV_KIND_TEXT } env_kind;
 
 typedef struct {
     const char *name;
@@ -28,14 +28,16 @@ typedef struct {
 /* The registry, as one list expanded twice: into the knob ids (ENV_<NAME>,
  * so a misspelt knob does not compile) and into the table env_knobs[].
  * INT(name, default, lo, hi, doc), FLOAT(...), BOOL(name, default, doc),
- * STR(name, default, doc), CHOICE(name, default, "a|b", doc),
- * FLOAT_OR(name, default, lo, hi, word, doc): a number in range, or one word
- * (parsed as i = 1). */
-#define ENV_REGISTRY(INT, FLOAT, BOOL, STR, CHOICE, FLOAT_OR) \
-    STR(PROMPT, NULL, \
-        "Text to continue; unset = run the oracle self-test against the model directory's ref.json.") \
-    STR(SYSTEM, NULL, \
-        "System message placed before the prompt by the chat template.") \
+ * STR(name, default, doc): non-empty text (a path, a name: empty would only
+ * ever be a mistake), TEXT(name, default, doc): any text, empty included
+ * (where empty means something, said in doc), CHOICE(name, default, "a|b",
+ * doc), FLOAT_OR(name, default, lo, hi, word, doc): a number in range, or
+ * one word (parsed as i = 1). Numbers are plain decimal (env_decimal_). */
+#define ENV_REGISTRY(INT, FLOAT, BOOL, STR, CHOICE, FLOAT_OR, TEXT) \
+    TEXT(PROMPT, NULL, \
+        "Text to continue; unset = run the oracle self-test against the model directory's ref.json; empty = an empty user turn (refused with CHAT_TEMPLATE=0).") \
+    TEXT(SYSTEM, NULL, \
+        "System message placed before the prompt by the chat template; empty = an empty system message (Kimi K2: instead of its default one).") \
     BOOL(CHAT_TEMPLATE, "1", \
         "1 = wrap PROMPT in the model's chat template (GLM-5, DeepSeek-V3/R1/V3.1, Kimi K2); 0 = tokenize PROMPT as is.") \
     BOOL(THINK, "0", \
@@ -78,10 +80,10 @@ typedef struct {
         "Serve mode: the address to listen on (a name or a numeric IPv4/IPv6 address). Anything but loopback without COLI_API_KEY is named at startup.") \
     INT(COLI_PORT, "8080", 0, 65535, \
         "Serve mode: the TCP port; 0 = any free port (the startup line says which).") \
-    STR(HOST, NULL, \
-        "Not read (some shells export the machine's name as HOST): serve mode listens on COLI_HOST; set without it, serve mode says so.") \
-    STR(PORT, NULL, \
-        "Not read (platforms set it for their own servers): serve mode listens on COLI_PORT; set without it, serve mode says so.") \
+    TEXT(HOST, NULL, \
+        "Not read (some shells export the machine's name as HOST): serve mode listens on COLI_HOST; set without it (empty = set too), serve mode says so.") \
+    TEXT(PORT, NULL, \
+        "Not read (platforms set it for their own servers): serve mode listens on COLI_PORT; set without it (empty = set too), serve mode says so.") \
     STR(COLI_API_KEY, NULL, \
         "Serve mode: API keys (comma-separated) a request must carry as 'Authorization: Bearer KEY' or 'x-api-key: KEY' (401 otherwise); GET /health and the chat page stay open.") \
     STR(COLI_API_KEY_FILE, NULL, \
@@ -103,9 +105,9 @@ typedef struct {
     INT(SERVE_MAX_MESSAGES, "1024", 1, 1000000, \
         "Serve mode: the most messages one chat request may carry.") \
     FLOAT(KV_CACHE_GB, "4", 0, 1048576, \
-        "Serve mode: memory for the KV state of conversations other than the current one, kept for prefix reuse and evicted least recently used; 0 = keep only the current one.") \
+        "Serve mode: memory for the KV state of conversations other than the current one, kept for prefix reuse and evicted from memory least recently used; 0 = keep only the current one.") \
     STR(KV_CACHE_DIR, NULL, \
-        "Serve mode: keep the conversations' KV state in .coli_kv files in this directory too, so a restarted server resumes them (within KV_CACHE_GB on disk).") \
+        "Serve mode: keep the conversations' KV state in .coli_kv files in this directory too, so a restarted server resumes them (the newest that fit KV_CACHE_GB); files are never deleted.") \
     BOOL(MTP, "1", \
         "1 = load the checkpoint's MTP layer (when config.json declares one) for speculative decoding; 0 = ignore it.") \
     INT(DRAFT, "-1", -1, 16, \
@@ -192,7 +194,7 @@ typedef struct {
         "Testing: the Nth GPU call fails as a CUDA error would, so the CPU computes from there on; 0 = off.")
 
 #define ENV_ID_(name, ...) ENV_##name,
-typedef enum { ENV_REGISTRY(ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_) ENV_COUNT } env_id;
+typedef enum { ENV_REGISTRY(ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_) ENV_COUNT } env_id;
 #undef ENV_ID_
 
 #define ENV_T_INT(name, def, lo, hi, doc) {#name, ENV_KIND_INT, def, lo, hi, NULL, doc},
@@ -201,13 +203,15 @@ typedef enum { ENV_REGISTRY(ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_, ENV_ID_
 #define ENV_T_STR(name, def, doc) {#name, ENV_KIND_STR, def, 0, 0, NULL, doc},
 #define ENV_T_CHOICE(name, def, choices, doc) {#name, ENV_KIND_CHOICE, def, 0, 0, choices, doc},
 #define ENV_T_FLOAT_OR(name, def, lo, hi, word, doc) {#name, ENV_KIND_FLOAT_OR, def, lo, hi, word, doc},
-static const env_knob env_knobs[ENV_COUNT] = {ENV_REGISTRY(ENV_T_INT, ENV_T_FLOAT, ENV_T_BOOL, ENV_T_STR, ENV_T_CHOICE, ENV_T_FLOAT_OR)};
+#define ENV_T_TEXT(name, def, doc) {#name, ENV_KIND_TEXT, def, 0, 0, NULL, doc},
+static const env_knob env_knobs[ENV_COUNT] = {ENV_REGISTRY(ENV_T_INT, ENV_T_FLOAT, ENV_T_BOOL, ENV_T_STR, ENV_T_CHOICE, ENV_T_FLOAT_OR, ENV_T_TEXT)};
 #undef ENV_T_INT
 #undef ENV_T_FLOAT
 #undef ENV_T_BOOL
 #undef ENV_T_STR
 #undef ENV_T_CHOICE
 #undef ENV_T_FLOAT_OR
+#undef ENV_T_TEXT
 
 
 
@@ -253,32 +257,78 @@ static inline void env_describe_range_(const env_knob *k, char *buf, size_t n) {
         buf[o < n ? o : n - 1] = 0;
         break;
     }
+    case ENV_KIND_STR: snprintf(buf, n, "non-empty text"); break;
     default: snprintf(buf, n, "any text"); break;
     }
 }
 
-/* Parses `raw` (NULL = use the default) for knob k into *out. Strict: no
- * leading/trailing junk, numbers in range. Returns 0, or -1 with a message
- * naming the variable and the accepted values. */
+/* Whether v is a plain decimal number, the only form number knobs take:
+ * digits, a leading '-' only when neg (the range has negatives), and only
+ * when frac a fraction (".5", "1.") and an exponent ("1e-3"). strtoll and
+ * strtod alone would also take leading whitespace, '+', hex ("0x10",
+ * "0x0.8p0"), inf and nan, none of which anyone means in a knob. */
+static inline int env_decimal_(const char *v, int neg, int frac) {
+    static const char digits[] = "0123456789";
+    const char *p = v + (neg && *v == '-');
+    size_t d = strspn(p, digits);
+    p += d;
+    if (frac && *p == '.') {
+        size_t f = strspn(p + 1, digits);
+        p += 1 + f, d += f;
+    }
+    if (!d) return 0;
+    if (frac && (*p == 'e' || *p == 'E')) {
+        p += 1 + (p[1] == '+' || p[1] == '-');
+        size_t e = strspn(p, digits);
+        if (!e) return 0;
+        p += e;
+    }
+    return *p == 0;
+}
+
+/* v for a message: control characters escaped (\n, \xNN), cut after 48
+ * bytes, so a value cannot break or flood the line. */
+static inline void env_quote_(const char *v, char *buf, size_t n) {
+    size_t o = 0, i = 0;
+    for (; v[i] && i < 48 && o + 8 < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '\n') buf[o++] = '\\', buf[o++] = 'n';
+        else if (c == '\t') buf[o++] = '\\', buf[o++] = 't';
+        else if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    if (v[i] && o + 4 < n) buf[o++] = '.', buf[o++] = '.', buf[o++] = '.';
+    buf[o < n ? o : n - 1] = 0;
+}
+
+/* Parses `raw` (NULL = use the default) for knob k into *out. Strict: the
+ * whole string is the value; numbers plain decimal and in range; STR knobs
+ * non-empty. Returns 0, or -1 with a message naming the variable and the
+ * accepted values. */
 static inline int env_parse(const env_knob *k, const char *raw, env_val *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->set = raw != NULL;
     const char *v = raw ? raw : k->def;
     if (!v) return 0;
     out->s = v;
-    char want[160];
+    char want[160], form[160] = "", shown[256];
     env_describe_range_(k, want, sizeof want);
     char *end = NULL;
     errno = 0;
     switch (k->kind) {
-    case ENV_KIND_STR: return 0;
+    case ENV_KIND_TEXT: return 0;
+    case ENV_KIND_STR:
+        if (*v) return 0;
+        snprintf(form, sizeof form, " (unset it for the default)");
+        break;
     case ENV_KIND_CHOICE:
         out->i = env_choice_index(k->choices, v);
         if (out->i >= 0) return 0;
         break;
     case ENV_KIND_INT:
     case ENV_KIND_BOOL: {
-        if (*v == '\0' || *v == ' ' || *v == '\t' || *v == '+') break;
+        snprintf(form, sizeof form, ", written in decimal digits%s (no spaces, '+' or hex)", k->lo < 0 ? " with an optional leading -" : "");
+        if (!env_decimal_(v, k->lo < 0, 0)) break;
         long long x = strtoll(v, &end, 10);
         if (errno || *end || x < k->lo || x > k->hi) break;
         out->i = x;
@@ -291,14 +341,16 @@ static inline int env_parse(const env_knob *k, const char *raw, env_val *out, ch
         }
         /* fall through */
     case ENV_KIND_FLOAT: {
-        if (*v == '\0' || *v == ' ' || *v == '\t') break;
+        snprintf(form, sizeof form, ", written in decimal such as 2, 0.5 or 1e-3 (no spaces, '+', hex, inf or nan)");
+        if (!env_decimal_(v, k->lo < 0, 1)) break;
         double x = strtod(v, &end);
         if (errno || *end || !isfinite(x) || x < k->lo || x > k->hi) break;
         out->f = x;
         return 0;
     }
     }
-    snprintf(err, errlen, "%s=%s is invalid: expected %s", k->name, v, want);
+    env_quote_(v, shown, sizeof shown);
+    snprintf(err, errlen, "%s=%s is invalid: expected %s%s", k->name, shown, want, form);
     return -1;
 }
 

@@ -422,11 +422,11 @@ static inline void srv_sock_busy_(srv *s, struct MHD_Connection *c, int busy) {
  * one) and shut down, which ends MHD's read on it. */
 static inline void *srv_watch_(void *arg) {
     srv *s = (srv *)arg;
-    jw body = {0};
+    jw body = {0}, msg = {0}; /* the whole answer, sent with one call */
     oai_error_json(&body, "the request did not arrive in time (SERVE_TIMEOUT): the connection is closed", "invalid_request_error", NULL, "request_timeout");
     char head[256];
-    int hn = snprintf(head, sizeof head, "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
-                      body.n);
+    snprintf(head, sizeof head, "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n", body.n);
+    jw_lit(&msg, head), jw_raw(&msg, body.s ? body.s : "", body.n);
     while (!atomic_load(&s->stopping)) {
         struct timespec t = {0, 100000000L};
         nanosleep(&t, NULL);
@@ -434,8 +434,8 @@ static inline void *srv_watch_(void *arg) {
         pthread_mutex_lock(&s->cmu);
         for (srv_sock_ *k = (srv_sock_ *)s->socks; k; k = k->next) {
             if (k->busy || k->expired || k->fd < 0 || now - k->ready < s->o.timeout_s) continue;
-            if (k->line) {
-                if (send(k->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT) == hn && body.s) send(k->fd, body.s, body.n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k->line && msg.s) {
+                if (send(k->fd, msg.s, msg.n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* the client is gone: nothing to tell it */ }
                 atomic_fetch_add(&s->counts[SRV_EP_OTHER][srv_status_slot_(408)], 1);
             }
             shutdown(k->fd, SHUT_RDWR);
@@ -443,7 +443,7 @@ static inline void *srv_watch_(void *arg) {
         }
         pthread_mutex_unlock(&s->cmu);
     }
-    jw_free(&body);
+    jw_free(&body), jw_free(&msg);
     return NULL;
 }
 

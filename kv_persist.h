@@ -19,7 +19,9 @@
  * but not yet fed (the last generated token) and are fed on resume.
  *
  * Written to a temporary name beside the file, fsync'd and renamed, so a
- * crash leaves the old file or the whole new one. Read in bounded pieces
+ * crash leaves the old file or the whole new one; only over a regular file
+ * or to a new name (compat_replace's rule: a device, FIFO, directory or
+ * symbolic link there is refused by name). Read in bounded pieces
  * straight into the KV cache; used only when the magic, version,
  * fingerprint, every dimension, the lengths (against the model's context)
  * and the checksum agree. Prefix: kvp_. Must not: read the environment,
@@ -190,12 +192,22 @@ static inline int kvp_args_(const coli_model *m, const char *path, int n_tok, in
     return 0;
 }
 
+#define KVP_NOT_REPLACED_ "%s, not a regular file; not replaced (a state is written only under a new name or over a regular file)"
+
+/* Whether kvp_save may write path (compat_replace's rule), asked before a
+ * run computes what it would save there. 0, or -1 with err naming the
+ * file and what it is. */
+static inline int kvp_check_target(const char *path, char *err, size_t errlen) {
+    const char *what = compat_unreplaceable(path);
+    return what ? kvp_fail_(err, errlen, path, KVP_NOT_REPLACED_, what) : 0;
+}
+
 /* Saves tokens tok[0..n_tok) with the model's caches of positions
  * [0, n_kv) (and the MTP part when mtp is given) to path, atomically.
  * 0, or -1 with err naming the file. */
 static inline int kvp_save(const coli_model *m, const char *path, uint64_t fp, const int *tok, int n_tok, int n_kv, const kvp_mtp *mtp,
                            char *err, size_t errlen) {
-    if (kvp_args_(m, path, n_tok, n_kv, err, errlen)) return -1;
+    if (kvp_args_(m, path, n_tok, n_kv, err, errlen) || kvp_check_target(path, err, errlen)) return -1;
     kvp_header h;
     kvp_plan_(m, n_tok, n_kv, &mtp, &h);
     h.fingerprint = fp;
@@ -214,9 +226,11 @@ static inline int kvp_save(const coli_model *m, const char *path, uint64_t fp, c
     kvp_write_(&o, m, &h, tok, mtp);
     int e = o.failed ? o.failed : fsync(o.fd) ? errno : 0;
     if (close(o.fd) && !e) e = errno;
-    if (!e && rename(tmp, path)) e = errno;
+    if (!e && compat_replace(tmp, path)) e = errno;
     if (e) unlink(tmp);
     free(tmp);
+    if (e == COMPAT_ENOTREG) /* it became one while we wrote */
+        return kvp_fail_(err, errlen, path, KVP_NOT_REPLACED_, compat_unreplaceable(path) ? compat_unreplaceable(path) : "not a regular file");
     return e ? kvp_fail_(err, errlen, path, "cannot write: %s (the previous file, if any, is unchanged)", strerror(e)) : 0;
 }
 

@@ -170,6 +170,8 @@ typedef struct {
      * the store when mtp = 1; the head's own output layer when the
      * checkpoint has shared_head.head, else mtp_head = lm_head. */
     int mtp;
+    int mtp_unread, mtp_skipped; /* tensors of the loaded MTP layer left unread (its own embed_tokens copy) and of
+                                  * MTP layers not loaded (model_check_tensors), for the startup line */
     float *mtp_enorm, *mtp_hnorm, *mtp_norm; /* [dim] */
     qt_tensor mtp_eh, mtp_head;              /* eh_proj [dim][2 dim]; output layer */
     xs_store xs;                /* routed experts: pinned set + LRU */
@@ -488,7 +490,10 @@ static inline const char *model_unused_hint(const char *name) {
 }
 
 /* Every tensor of the checkpoint is read by the configured model, or
- * belongs to its MTP layers (noted once), or is refused when it shows that
+ * belongs to its MTP layers (counted in m->mtp_unread: the loaded MTP
+ * layer's own embed_tokens copy, the model's embedding serving it; and
+ * m->mtp_skipped: MTP layers not loaded, for the startup line), or is
+ * refused when it shows that
  * config.json does not describe this checkpoint (an unused tensor of the
  * model's own layers, lm_head.weight with tie_word_embeddings, a layer past
  * the MTP layers); anything else unused is listed as a warning. Headers
@@ -498,7 +503,8 @@ static inline int model_check_tensors(coli_model *m) {
     uint8_t *used = (uint8_t *)calloc((size_t)m->st.nt + 1, 1);
     if (!used) return model_fail(m, "out of memory");
     uint64_t dummy;
-    int rc = model_weights(m, 0, &dummy, used), mtp = 0, other = 0;
+    int rc = model_weights(m, 0, &dummy, used), other = 0;
+    m->mtp_unread = m->mtp_skipped = 0;
     for (int k = 0; !rc && k < m->xs.n_layers; k++)
         for (int e = 0; e < m->xs.n_experts; e++) {
             const st_tensor *w[3], *s[3];
@@ -520,7 +526,7 @@ static inline int model_check_tensors(coli_model *m) {
         if (used[i]) continue;
         const st_tensor *t = &m->st.t[i];
         int l = model_name_layer(t->name);
-        if (l >= c->n_layers && l < c->n_layers + n_mtp) mtp++;
+        if (l >= c->n_layers && l < c->n_layers + n_mtp) ++*(m->mtp && l == c->n_layers ? &m->mtp_unread : &m->mtp_skipped);
         else if (l >= 0 && l < c->n_layers)
             rc = model_fail(m, "%s: tensor '%s' is not used by the model config.json describes: check %s", tensor_path(m, t), t->name,
                             model_unused_hint(t->name));
@@ -535,8 +541,6 @@ static inline int model_check_tensors(coli_model *m) {
     }
     free(used);
     if (rc) return -1;
-    if (mtp) fprintf(stderr, "colibri: the checkpoint's MTP layer (model.layers.%d, %d tensors) is not loaded (%s)\n", c->n_layers, mtp,
-                     c->n_mtp ? "MTP=0" : "config.json sets no num_nextn_predict_layers");
     if (modal) fprintf(stderr, "colibri: %s: the %d tensors outside %s (the vision tower) are not loaded: colibri runs the text model\n",
                        c->model_type, modal, c->wprefix);
     if (other) fprintf(stderr, "colibri: warning: %d tensor%s not used by the model, e.g. '%s'\n", other, other > 1 ? "s are" : " is", first_other);

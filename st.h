@@ -460,7 +460,9 @@ static inline int st_read_raw(const st_index *ix, const st_tensor *t, void *dst,
  * with st_writer_add, then st_writer_begin writes the header to
  * "<path>.tmp" and st_writer_data appends the tensors' bytes in declaration
  * order; st_writer_finish checks that every byte came, syncs and renames to
- * <path>, so a crash never leaves a half-written file under the real name. */
+ * <path>, so a crash never leaves a half-written file under the real name.
+ * <path> must be new or a regular file (compat_replace), checked at begin
+ * and again at the rename. */
 
 typedef struct {
     char *name;
@@ -574,6 +576,8 @@ static inline int st_writer_begin(st_writer *w, const char *path, const char *co
     rc |= st_buf_put_(&h, &len, &cap, "}", 1);
     while (!rc && (8 + len) % 8) rc |= st_buf_put_(&h, &len, &cap, " ", 1); /* data starts 8-aligned */
     if (rc) { free(h); return st_err_(err, errlen, "%s: out of memory for the header", path); }
+    const char *what = compat_unreplaceable(path); /* before anything is written */
+    if (what) { free(h); return st_err_(err, errlen, "%s is %s, not a regular file; not replaced", path, what); }
     size_t pl = strlen(path);
     w->path = strdup(path);
     w->tmp = (char *)malloc(pl + 8);
@@ -605,7 +609,9 @@ static inline int st_writer_finish(st_writer *w, char *err, size_t errlen) {
     else if (fsync(w->fd)) rc = st_err_(err, errlen, "%s: %s", w->tmp, strerror(errno));
     if (close(w->fd) && !rc) rc = st_err_(err, errlen, "%s: %s", w->tmp, strerror(errno));
     w->fd = -1;
-    if (!rc && rename(w->tmp, w->path)) rc = st_err_(err, errlen, "%s: %s", w->path, strerror(errno));
+    if (!rc && compat_replace(w->tmp, w->path))
+        rc = errno == COMPAT_ENOTREG ? st_err_(err, errlen, "%s is %s, not a regular file; not replaced", w->path, compat_unreplaceable(w->path) ? compat_unreplaceable(w->path) : "not a regular file")
+                                     : st_err_(err, errlen, "%s: %s", w->path, strerror(errno));
     if (rc) unlink(w->tmp);
     return rc;
 }

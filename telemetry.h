@@ -228,6 +228,10 @@ static inline int tel_usage_save(const char *path, int L, int E, uint32_t engine
     if (!text) return tel_fail_(err, errlen, "out of memory");
     int rc = compat_write_atomic(path, text, len);
     free(text);
+    if (rc && errno == COMPAT_ENOTREG) { /* compat_replace's rule: left as it is */
+        const char *what = compat_unreplaceable(path);
+        return tel_fail_(err, errlen, "%s is %s, not a regular file; not replaced", path, what ? what : "not a regular file");
+    }
     return rc ? tel_fail_(err, errlen, "%s", strerror(errno)) : 0;
 }
 
@@ -259,7 +263,11 @@ static inline int tel_usage_merge(const char *path, int L, int E, uint32_t engin
     char why[300];
     int lr = tel_usage_load(path, L, E, engine, cur, why, sizeof why);
     if (lr < 0) { /* keep what was there; start a new history */
-        if (rename(path, aside)) { tel_fail_(err, errlen, "%s is unusable (%s) and cannot be moved aside: %s", path, why, strerror(errno)); goto out; }
+        if (compat_replace(path, aside)) { /* never over a non-regular <path>.unusable */
+            tel_fail_(err, errlen, "%s is unusable (%s) and cannot be moved aside: %s", path, why,
+                      errno == COMPAT_ENOTREG ? "the .unusable name is taken by something not a regular file" : strerror(errno));
+            goto out;
+        }
         *moved = 1;
         memset(cur, 0, (size_t)L * E * sizeof *cur);
     }

@@ -1719,27 +1719,35 @@ static inline int tok_tt_ranks_(tok *t, const char *buf, size_t len, char *err, 
 
 /* The special tokens, ids n_vocab .. n_vocab + TOK_KIMI_SPECIALS - 1, as
  * tokenization_kimi.py names them: the content added_tokens_decoder gives
- * the id in tokenizer_config.json cfg[0..len) (file name cname), else
- * "<|reserved_token_<id>|>". All are special and matched in text. */
+ * the id in tokenizer_config.json cfg[0..len) (file name cname; its keys
+ * are ids in canonical decimal, each once), else "<|reserved_token_<id>|>".
+ * All are special and matched in text. */
 static inline int tok_tt_specials_(tok *t, const char *cfg, size_t len, const char *cname, char *err, size_t errlen) {
     char jerr[160], q[200];
     js_doc *d = js_parse(cfg, len, jerr, sizeof jerr);
     if (!d) { tok_errf_(err, errlen, "%s: not valid JSON: %s", cname, jerr); return -1; }
     int rc = -1, dec = js_get(d, d->root, "added_tokens_decoder"), nv = t->n_vocab;
-    int name[TOK_KIMI_SPECIALS];
+    int name[TOK_KIMI_SPECIALS]; /* the content node of each id */
     for (int i = 0; i < TOK_KIMI_SPECIALS; i++) name[i] = -1;
     if (js_typeof(d, d->root) != JS_OBJ || js_typeof(d, dec) != JS_OBJ) {
         tok_errf_(err, errlen, "%s: added_tokens_decoder: must be an object (the special tokens by id)", cname);
         goto out;
     }
     for (int c = js_first(d, dec); c >= 0; c = js_next(d, c)) {
-        const char *key = js_key(d, c), *end;
-        errno = 0;
-        long id = strtol(key, (char **)&end, 10);
+        const char *key = js_key(d, c);
+        size_t kl = js_key_len(d, c);
+        /* an id in canonical decimal: digits, no leading zero, sign or
+         * space, so that one id has one key ("03970" and "3970" would both
+         * be 3970, and one would silently win) */
+        long id = kl >= 1 && kl <= 9 && strspn(key, "0123456789") == kl && (key[0] != '0' || kl == 1) ? strtol(key, NULL, 10) : -1;
         int cont = js_get(d, c, "content");
-        if (end != key + js_key_len(d, c) || errno || key[0] < '0' || key[0] > '9' || id < nv || id >= nv + TOK_KIMI_SPECIALS) {
-            tok_errf_(err, errlen, "%s: added_tokens_decoder[\"%s\"]: ids must be %d..%d (the special tokens after tiktoken.model's %d)",
-                      cname, tok_quote_(key, js_key_len(d, c), q, sizeof q), nv, nv + TOK_KIMI_SPECIALS - 1, nv);
+        if (id < nv || id >= nv + TOK_KIMI_SPECIALS) {
+            tok_errf_(err, errlen, "%s: added_tokens_decoder[\"%s\"]: ids must be %d..%d in plain decimal (the special tokens after tiktoken.model's %d)",
+                      cname, tok_quote_(key, kl, q, sizeof q), nv, nv + TOK_KIMI_SPECIALS - 1, nv);
+            goto out;
+        }
+        if (name[id - nv] >= 0) { /* canonical keys and json.h's refusal of duplicate keys leave none; the rule stands anyway */
+            tok_errf_(err, errlen, "%s: added_tokens_decoder[\"%s\"]: id %ld is given twice", cname, tok_quote_(key, kl, q, sizeof q), id);
             goto out;
         }
         if (js_typeof(d, c) != JS_OBJ || js_typeof(d, cont) != JS_STR || !js_str_len(d, cont) || js_str_len(d, cont) > TOK_MAX_PIECE) {

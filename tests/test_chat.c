@@ -119,6 +119,19 @@ static void detection(void) {
     CHECK(chat_fmt_of_template("{{'<\xef\xbd\x9cUser\xef\xbd\x9c>'}}{{'<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>'}}<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>") == CHAT_DEEPSEEK_V31);
     CHECK(chat_fmt_of_template("<|im_user|>user<|im_middle|>{{x}}<|im_end|><|im_assistant|>") == CHAT_KIMI_K2);
     CHECK(chat_fmt_of_template("{% for m in messages %}<|im_start|>{{ m.role }}\n{% endfor %}") == -1);
+    /* Jinja comments render nothing, so markers in them do not count (issue
+     * #32: GLM-5's markers only in a {# #} comment made a GLM-5 template);
+     * what counts as a comment is what jinja2's lexer takes for one */
+    CHECK(chat_fmt_of_template("{# [gMASK]<|assistant|> #}{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}") == -1);
+    CHECK(chat_fmt_of_template("[gMASK]<sop>{#- <|assistant|> -#}{{ m.content }}") == -1);
+    CHECK(chat_fmt_of_template("[gMASK]{# a #}<|assistant|>") == CHAT_GLM5);
+    CHECK(chat_fmt_of_template("[gMA{# a #}SK]<|assistant|>") == CHAT_GLM5); /* the text around a comment joins up */
+    CHECK(chat_fmt_of_template("{{'<\xef\xbd\x9cUser\xef\xbd\x9c>'}}{{'<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>'}}{# <\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think> #}") == CHAT_DEEPSEEK3);
+    CHECK(chat_fmt_of_template("{{ '{#' }}[gMASK]<|assistant|>{{ '#}' }}") == CHAT_GLM5);        /* in a block's string: no comment */
+    CHECK(chat_fmt_of_template("{% set s = \"%}{#\" %}[gMASK]<|assistant|>{# #}") == CHAT_GLM5); /* "%}" in a string ends no block */
+    CHECK(chat_fmt_of_template("{% raw %}{# [gMASK]<|assistant|> #}{% endraw %}") == CHAT_GLM5); /* raw text is rendered as is */
+    CHECK(chat_fmt_of_template("{%- raw -%}[gMASK]{%- endraw -%}{# <|assistant|> #}") == -1);
+    CHECK(chat_fmt_of_template("[gMASK]{# <|assistant|>") == -1); /* an unclosed comment runs to the end */
     for (int f = 0; f < CHAT_NFMT; f++) CHECK(chat_info(f)->name && chat_info(f)->tokens[0]);
     CHECK(chat_thinks(CHAT_DEEPSEEK_R1, 0) == 1 && chat_thinks(CHAT_DEEPSEEK3, 1) == 0 && chat_thinks(CHAT_KIMI_K2, 1) == 0);
     CHECK(chat_thinks(CHAT_DEEPSEEK_V31, 1) == 1 && chat_thinks(CHAT_GLM5, 0) == 0);
@@ -169,7 +182,28 @@ static void selection(const tok *ds, const tok *glm) {
     put_file(dir, "tokenizer_config.json", "{\"chat_template\": \"{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}\"}");
     CHECK(chat_select(dir, ds, &fmt, err, sizeof err) == -1);
     CHECK_HAS(err, "is none colibri renders");
+    /* a NUL ("\u0000") would cut the template short in C: refused, naming the file and field (issue #32) */
+    put_file(dir, "tokenizer_config.json", "{\"chat_template\": \"[gMASK]<sop><|user|>{{ m }}<|assistant|>\\u0000\"}");
+    CHECK(chat_select(dir, glm, &fmt, err, sizeof err) == -1);
+    CHECK_HAS(err, "tokenizer_config.json: chat_template holds a NUL character");
+    put_file(dir, "tokenizer_config.json", "{\"chat_template\": [{\"name\": \"default\", \"template\": \"[gMASK]\\u0000<|assistant|>\"}]}");
+    CHECK(chat_select(dir, glm, &fmt, err, sizeof err) == -1);
+    CHECK_HAS(err, "tokenizer_config.json: chat_template[0].template holds a NUL character");
+    put_file(dir, "tokenizer_config.json", "{\"chat_template\": [{\"name\": \"x\", \"template\": \"y\"}, {\"name\": \"default\\u0000x\", \"template\": \"[gMASK]<|assistant|>\"}]}");
+    CHECK(chat_select(dir, glm, &fmt, err, sizeof err) == -1);
+    CHECK_HAS(err, "tokenizer_config.json: chat_template[1].name holds a NUL character");
+    put_file(dir, "tokenizer_config.json", "{\"chat_template\": \"{# [gMASK]<sop><|user|><|assistant|> #}{{ m }}\"}");
+    CHECK(chat_select(dir, glm, &fmt, err, sizeof err) == -1); /* markers only in a comment */
+    CHECK_HAS(err, "is none colibri renders");
     put_file(dir, "tokenizer_config.json", "{\"eos_token\": \"x\"}"); /* no template in it: chat_template.jinja */
+    {
+        char path[512];
+        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite("[gMASK]<|assistant|>\0x", 1, 22, f) == 22 && fclose(f) == 0);
+        CHECK(chat_select(dir, glm, &fmt, err, sizeof err) == -1);
+        CHECK_HAS(err, "chat_template.jinja: holds a NUL byte");
+    }
     put_file(dir, "chat_template.jinja", "<|im_user|>user<|im_middle|><|im_end|><|im_assistant|>assistant<|im_middle|>");
     CHECK(chat_select(dir, ds, &fmt, err, sizeof err) == -1 && fmt == CHAT_KIMI_K2);
     CHECK_HAS(err, "no \"<|im_system|>\" (the Kimi K2 chat template needs it)");

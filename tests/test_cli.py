@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 import signal
+import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -1140,6 +1142,55 @@ class Speculation(unittest.TestCase):
         finally:
             shutil.rmtree(q)
 
+    def test_startup_line_says_what_the_mtp_layer_does(self):
+        """Issue #32: the startup line said "not loaded (MTP=0)" while the
+        head was loaded and drafting, when the MTP layer carries its own
+        embed_tokens copy or config.json declares 2 MTP layers. Variants of
+        tiny-glm5-mtp: the line says loaded (and what is not read), or not
+        loaded and why; the drafts and tokens are the fixture's."""
+        base, plain = self.gen(self.dir, {"DRAFT": "2"})
+        _, off = self.gen(self.dir, {"MTP": "0"})
+        st = os.path.join(self.dir, "model.safetensors")
+        hdr, data = read_st(st)
+        a, z = hdr["model.embed_tokens.weight"]["data_offsets"]
+        hdr["model.layers.4.embed_tokens.weight"] = dict(hdr["model.embed_tokens.weight"], data_offsets=[len(data), len(data) + z - a])
+        write_st(st, hdr, data + data[a:z])  # the layer's own copy of the embedding, as DeepSeek-V3's release ships
+        ids, err = self.gen(self.dir, {"DRAFT": "2"})
+        self.assertNotIn("not loaded", err)  # it said "not loaded (MTP=0)" here
+        self.assertIn("MTP layer (model.layers.4) is loaded for speculative decoding; its own copy of embed_tokens is not read", err)
+        self.assertRegex(err, r"speculation: [1-9]\d* drafted")
+        self.assertEqual(ids, base)
+        _, err = self.gen(self.dir, {"MTP": "0"})
+        self.assertIn("MTP layer (model.layers.4, 48 tensors) is not loaded (MTP=0)", err)
+        cfg = load_json(os.path.join(self.dir, "config.json"))
+        cfg["num_nextn_predict_layers"] = 0
+        save_json(cfg, os.path.join(self.dir, "config.json"))
+        _, err = self.gen(self.dir, {})
+        self.assertIn("MTP layer (model.layers.4, 48 tensors) is not loaded (config.json sets no num_nextn_predict_layers)", err)
+        # num_nextn_predict_layers 2: a second MTP layer (layer 4's tensors again, as layer 5)
+        hdr, data = read_st(st)
+        for k in [k for k in hdr if k.startswith("model.layers.4.")]:
+            a, z = hdr[k]["data_offsets"]
+            hdr["model.layers.5." + k[len("model.layers.4."):]] = dict(hdr[k], data_offsets=[len(data), len(data) + z - a])
+            data += data[a:z]
+        write_st(st, hdr, data)
+        cfg["num_nextn_predict_layers"] = 2
+        save_json(cfg, os.path.join(self.dir, "config.json"))
+        ids, err = self.gen(self.dir, {"DRAFT": "2"})
+        self.assertIn("MTP layer (model.layers.4) is loaded for speculative decoding; its own copy of embed_tokens is not read "
+                      "(the MTP layer embeds with model.embed_tokens); config.json declares 2 MTP layers, colibri drafts with the first "
+                      "(chained): the other 1 (48 tensors) not loaded", err)
+        self.assertNotIn("MTP=0", err)
+        self.assertRegex(err, r"speculation: [1-9]\d* drafted")
+        self.assertEqual(ids, base)
+        _, err = self.gen(self.dir, {"MTP": "0"})
+        self.assertIn("MTP layers (model.layers.4..5, 96 tensors) are not loaded (MTP=0)", err)
+        self.assertIn("MTP: the checkpoint's MTP layer (model.layers.4) is loaded for speculative decoding\n", plain)
+        self.assertIn("the checkpoint's MTP layer (model.layers.4, 47 tensors) is not loaded (MTP=0)", off)
+        self.assertNotIn("is loaded", off)
+        _, err = self.gen(os.path.join(FIXTURES, "tiny-glm5"), {})
+        self.assertNotIn("MTP", err)  # no MTP layer: nothing to say
+
     def test_checkpoint_without_mtp_layer(self):
         """config.json declares the layer but the shards lack it: said once,
         no speculation, the same tokens as the main model alone."""
@@ -1247,6 +1298,42 @@ class Session(unittest.TestCase):
             shutil.rmtree(other)
         _, err = self.gen({"PROMPT": "x", "KV_SAVE": os.path.join(self.dir, "no", "such", "dir.kv")}, rc_want=2)
         self.assertIn("cannot create", err)
+
+    def test_only_a_regular_file_is_replaced(self):
+        """Issue #32: KV_SAVE naming a device node replaced it with a
+        regular file. A FIFO, directory, symbolic link, socket or device
+        under KV_SAVE or SESSION is refused at startup (before the model is
+        loaded: no plan line), naming the knob, the file and what it is, and
+        left as it was; so is one that /save names in a chat."""
+        target = os.path.join(self.dir, "target")
+        with open(target, "w") as f:
+            f.write("keep")
+        makers = {"a FIFO": os.mkfifo, "a directory": os.mkdir, "a symbolic link": lambda p: os.symlink(target, p)}
+        if hasattr(os, "mknod") and os.geteuid() == 0:
+            makers["a character device"] = lambda p: os.mknod(p, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            makers["a socket"] = lambda p: sock.bind(p)
+            for what, make in makers.items():
+                node = os.path.join(self.dir, what.split()[-1])
+                make(node)
+                before = os.lstat(node)
+                for knob in ("KV_SAVE", "SESSION"):
+                    _, err = self.gen({"PROMPT": "Hello.", knob: node}, rc_want=2)
+                    self.assertIn("%s: %s: %s, not a regular file" % (knob, node, what), err)
+                    self.assertNotIn("plan:", err)  # refused before anything was loaded
+                    after = os.lstat(node)
+                    self.assertEqual((stat.S_IFMT(after.st_mode), after.st_ino), (stat.S_IFMT(before.st_mode), before.st_ino), what)
+                p = subprocess.run([BIN, "--chat", self.dir], input=("Hi.\n/save %s\n" % node).encode(), capture_output=True, timeout=120,
+                                   env=env_base({"TEMP": "0", "NGEN": "2", "USAGE_SAVE": "0"}))
+                self.assertEqual(p.returncode, 0)
+                self.assertIn("%s: %s, not a regular file" % (node, what), p.stderr.decode())
+                self.assertEqual(stat.S_IFMT(os.lstat(node).st_mode), stat.S_IFMT(before.st_mode), what)
+        finally:
+            sock.close()
+        with open(target) as f:
+            self.assertEqual(f.read(), "keep")  # never written through the link
+        self.assertEqual([f for f in os.listdir(self.dir) if ".tmp." in f], [])
 
 
 class Chat(unittest.TestCase):

@@ -43,6 +43,92 @@ static void test_parse(void) {
     }
 }
 
+/* Numbers are plain decimal for every number knob: what strtoll/strtod
+ * would also take (hex, hex floats, inf/nan, '+', whitespace anywhere) is
+ * refused, naming the variable and the form (issue #32: TEMP=0x10 ran at
+ * temperature 16, NGEN=$'\n5' ran 5 tokens). */
+static void test_decimal(void) {
+    env_val v;
+    char err[256];
+    CHECK(parses("TEMP", "0.7", &v) && v.f == 0.7);
+    CHECK(parses("TEMP", "1e-3", &v) && v.f == 1e-3);
+    CHECK(parses("TEMP", "2E+1", &v) && v.f == 20);
+    CHECK(parses("TEMP", ".5", &v) && v.f == 0.5);
+    CHECK(parses("TEMP", "1.", &v) && v.f == 1);
+    CHECK(parses("DRAFT", "-1", &v) && v.i == -1); /* the range has negatives */
+    CHECK(parses("SEED", "9007199254740991", &v) && v.i == 9007199254740991LL);
+    CHECK(parses("PIN_GB", "all", &v) && v.i == 1);
+    CHECK(parses("PIN_GB", "2.5", &v) && v.f == 2.5);
+    static const char *const bad_float[] = {"0x10", "0X10", "0x0.8p0", "0x1p-1", "inf", "INF", "infinity", "nan", "NAN(1)", "+1", "-0", "-1",
+                                            " 1", "1 ", "\n1", "1\n", "\t1", "\v1", "\f1", "\r1", "1e", "1e+", "e3", ".", "-", "", "1..2",
+                                            "1e3.5", "1,5", "\xef\xbc\x91"};
+    static const char *const bad_int[] = {"0x10", "0X1", "010x", "+1", " 1", "1 ", "\n5", "5\n", "\t5", "\v5", "1e3", "1.0", "1.", ".5", "-",
+                                          "--1", "", "inf", "nan"};
+    for (int k = 0; k < ENV_COUNT; k++) {
+        const env_knob *kn = &env_knobs[k];
+        if (kn->kind == ENV_KIND_FLOAT || kn->kind == ENV_KIND_FLOAT_OR) {
+            for (size_t i = 0; i < sizeof bad_float / sizeof *bad_float; i++) {
+                int r = env_parse(kn, bad_float[i], &v, err, sizeof err);
+                CHECK(r == -1);
+                if (r != -1) fprintf(stderr, "%s accepted %s\n", kn->name, bad_float[i]);
+            }
+            CHECK(env_parse(kn, "0", &v, err, sizeof err) == 0 && v.f == 0);
+        } else if (kn->kind == ENV_KIND_INT || kn->kind == ENV_KIND_BOOL) {
+            for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++) {
+                int r = env_parse(kn, bad_int[i], &v, err, sizeof err);
+                CHECK(r == -1);
+                if (r != -1) fprintf(stderr, "%s accepted %s\n", kn->name, bad_int[i]);
+            }
+            char lo[32];
+            snprintf(lo, sizeof lo, "%.0f", kn->lo);
+            CHECK(env_parse(kn, lo, &v, err, sizeof err) == 0 && v.i == (long long)kn->lo);
+        }
+    }
+    int i = env_index("TEMP");
+    CHECK(env_parse(&env_knobs[i], "0x10", &v, err, sizeof err) == -1);
+    CHECK_HAS(err, "TEMP=0x10 is invalid: expected a number in [0, 100]");
+    CHECK_HAS(err, "decimal");
+    CHECK_HAS(err, "hex");
+    i = env_index("NGEN");
+    CHECK(env_parse(&env_knobs[i], "\n5", &v, err, sizeof err) == -1);
+    CHECK_HAS(err, "NGEN=\\n5 is invalid: expected an integer in [1, 1048576], written in decimal digits");
+    CHECK(strchr(err, '\n') == NULL); /* the value cannot break the message's line */
+    i = env_index("DRAFT");
+    CHECK(env_parse(&env_knobs[i], "+2", &v, err, sizeof err) == -1);
+    CHECK_HAS(err, "optional leading -");
+}
+
+/* STR knobs refuse an empty value (a path or a name that is empty is a
+ * mistake: issue #32's SERVE_MODEL="" served a model named ""); TEXT knobs
+ * take it where it means something, and say what. */
+static void test_empty(void) {
+    env_val v;
+    char err[256];
+    int strs = 0;
+    for (int k = 0; k < ENV_COUNT; k++) {
+        const env_knob *kn = &env_knobs[k];
+        if (kn->kind == ENV_KIND_STR) {
+            strs++;
+            CHECK(env_parse(kn, "", &v, err, sizeof err) == -1);
+            char want[96];
+            snprintf(want, sizeof want, "%s= is invalid: expected non-empty text", kn->name);
+            CHECK_HAS(err, want);
+            CHECK(env_parse(kn, "x", &v, err, sizeof err) == 0 && !strcmp(v.s, "x"));
+        } else if (kn->kind == ENV_KIND_TEXT) {
+            CHECK(env_parse(kn, "", &v, err, sizeof err) == 0 && v.set && !strcmp(v.s, ""));
+            CHECK_HAS(kn->doc, "empty =");
+        } else if (kn->kind == ENV_KIND_CHOICE) {
+            CHECK(env_parse(kn, "", &v, err, sizeof err) == -1);
+        }
+    }
+    CHECK(strs >= 11);
+    CHECK(env_knobs[ENV_SERVE_MODEL].kind == ENV_KIND_STR && env_knobs[ENV_COLI_MODEL_MIRROR].kind == ENV_KIND_STR);
+    CHECK(env_knobs[ENV_KV_SAVE].kind == ENV_KIND_STR && env_knobs[ENV_COLI_HOST].kind == ENV_KIND_STR);
+    CHECK(env_knobs[ENV_HOST].kind == ENV_KIND_TEXT); /* not read: a shell's empty HOST must not stop serve mode */
+    CHECK(parses("PROMPT", "", &v) && v.set);
+    CHECK(parses("SYSTEM", "", &v) && v.set);
+}
+
 /* The ids the engine uses name their knobs, and every name finds its id. */
 static void test_ids(void) {
     CHECK(!strcmp(env_knobs[ENV_CAP].name, "CAP"));
@@ -140,6 +226,8 @@ static void test_readme(void) {
 
 int main(void) {
     test_parse();
+    test_decimal();
+    test_empty();
     test_ids();
     test_suggest();
     test_doc();

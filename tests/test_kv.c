@@ -7,11 +7,20 @@
  * a regular file, is refused with a message naming the file; turns in one
  * process (conv_turn, as CHAT runs them) continue from the cache, an
  * interrupted turn ends cleanly, a turn past CTX leaves the conversation
- * as it was. */
+ * as it was; every writer (compat_write_atomic, kvp_save, st.h's writer,
+ * the usage history) replaces only a regular file or a new name. */
 #define COLI_NO_MAIN
 #include "../colibri.c"
 
 #include "check.h"
+
+#ifndef _WIN32
+#include <sys/socket.h>
+#include <sys/un.h>
+#endif
+#ifdef __linux__
+#include <sys/sysmacros.h>
+#endif
 
 static const char *FIX5 = "tests/fixtures/tiny-glm5", *FIXM = "tests/fixtures/tiny-glm5-mtp", *FIX52 = "tests/fixtures/tiny-glm52";
 
@@ -255,6 +264,125 @@ static void test_hostile(void) {
     model_free(&m), model_free(&o);
 }
 
+/* Puts a non-regular file of the given kind at path (target: what a
+ * symbolic link points to). 0, or -1 where this system or user cannot
+ * make one (Windows: only directories; a device needs root). */
+static int make_node(const char *kind, const char *path, const char *target) {
+    if (!strcmp(kind, "a directory")) return mkdir(path, 0700);
+    if (!strcmp(kind, "a FIFO")) return mkfifo(path, 0600);
+#ifndef _WIN32
+    if (!strcmp(kind, "a symbolic link")) return symlink(target, path);
+    if (!strcmp(kind, "a socket")) {
+        struct sockaddr_un a;
+        memset(&a, 0, sizeof a);
+        a.sun_family = AF_UNIX;
+        if (strlen(path) >= sizeof a.sun_path) return -1;
+        memcpy(a.sun_path, path, strlen(path));
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0), rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&a, sizeof a);
+        if (fd >= 0) close(fd); /* the name stays */
+        return rc;
+    }
+#endif
+#ifdef __linux__
+    if (!strcmp(kind, "a character device")) return mknod(path, S_IFCHR | 0600, makedev(1, 3)); /* /dev/null's */
+#endif
+    (void)target;
+    errno = ENOSYS;
+    return -1;
+}
+
+/* Issue #32: KV_SAVE naming a device node replaced it. Every writer now
+ * goes through compat_replace's rule: a FIFO, directory, symbolic link,
+ * socket or device under the name is refused, naming the file and what it
+ * is, and stays exactly as it was (a link's target too); nothing is left
+ * beside it. A regular file and a new name are still written, and a name
+ * taken while a writer was at work is refused at the rename. */
+static void test_replace_rule(void) {
+    static coli_model m;
+    char dir[256], target[300], path[300], err[600];
+    tmpname(dir, sizeof dir, "nodes");
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(target, sizeof target, "%s/target", dir);
+    spit(target, "keep", 4);
+    if (load(&m, FIX5)) { CHECK(0); return; }
+    uint64_t fp = kvp_fingerprint(&m, FIX5);
+    int tok[32];
+    int n_kv = first_turn(&m, tok);
+    uint64_t counts[2] = {1, 2};
+    int64_t shape[1] = {2};
+    static const char *const kinds[] = {"a FIFO", "a directory", "a symbolic link", "a socket", "a character device"};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        snprintf(path, sizeof path, "%s/node%zu", dir, k);
+        if (make_node(kinds[k], path, target)) {
+            SKIP("replace", "%s cannot be made here (%s)", kinds[k], strerror(errno));
+            continue;
+        }
+        struct stat before, after;
+        CHECK(lstat(path, &before) == 0);
+        const char *what = compat_unreplaceable(path);
+        CHECK(what && !strcmp(what, kinds[k]));
+        errno = 0;
+        CHECK(compat_write_atomic(path, "x", 1) == -1 && errno == COMPAT_ENOTREG);
+        CHECK(kvp_check_target(path, err, sizeof err) == -1);
+        CHECK_HAS(err, path);
+        CHECK_HAS(err, kinds[k]);
+        err[0] = 0;
+        CHECK(kvp_save(&m, path, fp, tok, 18, n_kv, NULL, err, sizeof err) == -1);
+        CHECK_HAS(err, path);
+        CHECK_HAS(err, kinds[k]);
+        st_writer w;
+        st_writer_init(&w);
+        CHECK(st_writer_add(&w, "x", ST_F32, 1, shape) == 0);
+        err[0] = 0;
+        CHECK(st_writer_begin(&w, path, NULL, err, sizeof err) == -1);
+        CHECK_HAS(err, path);
+        CHECK_HAS(err, kinds[k]);
+        st_writer_free(&w);
+        err[0] = 0;
+        CHECK(tel_usage_save(path, 1, 2, 0, counts, err, sizeof err) == -1);
+        CHECK_HAS(err, path);
+        CHECK_HAS(err, kinds[k]);
+        CHECK(lstat(path, &after) == 0 && (after.st_mode & S_IFMT) == (before.st_mode & S_IFMT) && after.st_ino == before.st_ino);
+        if ((before.st_mode & S_IFMT) == S_IFDIR) CHECK(rmdir(path) == 0);
+        else CHECK(unlink(path) == 0);
+    }
+    size_t n;
+    char *t = slurp(target, &n);
+    CHECK(t && n == 4 && !memcmp(t, "keep", 4)); /* never written through a link */
+    free(t);
+    /* taken while the writer was at work: refused at the rename */
+    snprintf(path, sizeof path, "%s/late", dir);
+    st_writer w;
+    st_writer_init(&w);
+    CHECK(st_writer_add(&w, "x", ST_F32, 1, shape) == 0);
+    CHECK(st_writer_begin(&w, path, NULL, err, sizeof err) == 0);
+    float two[2] = {1, 2};
+    CHECK(st_writer_data(&w, two, sizeof two, err, sizeof err) == 0);
+    if (mkdir(path, 0700) == 0) {
+        err[0] = 0;
+        CHECK(st_writer_finish(&w, err, sizeof err) == -1);
+        CHECK_HAS(err, path);
+        CHECK_HAS(err, "a directory");
+        struct stat st;
+        CHECK(lstat(path, &st) == 0 && S_ISDIR(st.st_mode));
+        CHECK(rmdir(path) == 0);
+    }
+    st_writer_free(&w);
+    /* a regular file and a new name are written as before */
+    snprintf(path, sizeof path, "%s/state", dir);
+    CHECK(kvp_save(&m, path, fp, tok, 18, n_kv, NULL, err, sizeof err) == 0);
+    CHECK(kvp_save(&m, path, fp, tok, 18, n_kv, NULL, err, sizeof err) == 0);
+    CHECK(compat_write_atomic(target, "new", 3) == 0);
+    CHECK(unlink(path) == 0 && unlink(target) == 0);
+    DIR *d = opendir(dir); /* nothing left behind: no temporaries */
+    int left = 0;
+    for (struct dirent *e; d && (e = readdir(d));) left += e->d_name[0] != '.';
+    if (d) closedir(d);
+    CHECK(left == 0);
+    rmdir(dir);
+    model_free(&m);
+}
+
 /* A conversation's turns in one process (conv_turn, as CHAT runs them):
  * an interrupted turn ends cleanly with what it had, and the next turn
  * continues from the cached positions; a turn's ids join the
@@ -303,6 +431,7 @@ int main(void) {
     test_resume_plain();
     test_resume_spec();
     test_hostile();
+    test_replace_rule();
     test_turns();
     return check_report("test_kv");
 }

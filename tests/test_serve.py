@@ -6,6 +6,7 @@ and the hostile clients; the real `openai` Python client when it is
 installed (skipped visibly, "SKIP openai", without it). A build without
 libmicrohttpd skips everything ("SKIP mhd")."""
 import atexit
+import hashlib
 import http.client
 import json
 import math
@@ -15,6 +16,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -633,11 +635,13 @@ class Lifecycle(MhdCase):
             st, r3 = c.chat(turn2, max_tokens=6, temperature=0)
             c.stop()
             self.assertEqual(r2["choices"][0]["message"]["content"], r3["choices"][0]["message"]["content"])
-            # a damaged file is named and left alone
-            path = os.path.join(d, files[0])
-            with open(path, "r+b") as f:
-                f.seek(100)
-                f.write(b"\xff\xff\xff\xff")
+            # a damaged file is named and left alone (every file: the fixture's
+            # noise reply does not re-tokenize as generated, so turn 2 does not
+            # continue the first conversation and was saved in a file of its own)
+            for name in os.listdir(d):
+                with open(os.path.join(d, name), "r+b") as f:
+                    f.seek(100)
+                    f.write(b"\xff\xff\xff\xff")
             e = Server({"KV_CACHE_DIR": d})
             st, r4 = e.chat(turn2, max_tokens=6, temperature=0)
             e.stop()
@@ -845,7 +849,11 @@ class Hostile(MhdCase):
                     r, _, _ = select.select([s], [], [], 0.3)
                     if r:
                         break
-                got = s.recv(4096)
+                while True:  # the answer, to the close
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
             except (BrokenPipeError, ConnectionResetError):
                 pass
             s.close()
@@ -1162,6 +1170,102 @@ class Clients(MhdCase):
                                 max_retries=0)
             out = llm.invoke([("system", SYSTEM), ("human", "Hello")])
             self.assertEqual(out.content, want)
+
+def coli_kv_ids(path):
+    """The token ids a .coli_kv file holds (docs/container.md section 8)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n_tok = struct.unpack("<I", raw[24:28])[0]
+    return list(struct.unpack("<%di" % n_tok, raw[72:72 + 4 * n_tok]))
+
+
+def tokenize(text, model=MODEL):
+    p = subprocess.run([BIN, "--tokenize", "--jsonl", model], input=(json.dumps(text) + "\n").encode(), env=env_base(), capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return [int(x) for x in p.stdout.split()]
+
+
+class KeptFiles(MhdCase):
+    """Issue #32: saved conversations in KV_CACHE_DIR are the users' data. A
+    server with a smaller KV_CACHE_GB deleted them at startup, evictions
+    deleted them, and a request sharing a prefix with a saved conversation
+    took it over and overwrote its file. Now memory is what the budget
+    bounds: files are never deleted; only a request that continues a
+    conversation (its ids begin with all of the file's) writes its file;
+    one that diverges gets a file of its own and the conversation stays
+    kept, in memory and on disk. Completions (raw prompts) so the token ids
+    are the test's to choose; each server is stopped before the directory
+    is read (a file is written after the response)."""
+
+    def setUp(self):
+        self.d = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.d)
+
+    def snapshot(self):
+        """{file name: SHA-256 of its bytes} of the directory."""
+        out = {}
+        for name in os.listdir(self.d):
+            with open(os.path.join(self.d, name), "rb") as f:
+                out[name] = hashlib.sha256(f.read()).hexdigest()
+        return out
+
+    def complete(self, srv, prompt, n=3):
+        st, r = srv.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0})
+        self.assertEqual(st, 200, r)
+        return r
+
+    def serve(self, prompts, env=None):
+        """A server on the directory answering prompts (each a string, 3
+        tokens, or (string, tokens)); (log, responses)."""
+        srv = Server(dict({"KV_CACHE_DIR": self.d}, **(env or {})))
+        try:
+            rs = [self.complete(srv, *(p if isinstance(p, tuple) else (p,))) for p in prompts]
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.log())
+        return srv.log(), rs
+
+    def test_a_smaller_budget_deletes_nothing(self):
+        self.serve(["Alpha story", "Beta story", "Gamma story"])
+        saved = self.snapshot()
+        self.assertEqual(len(saved), 3, list(saved))
+        for budget in ("0.000012", "0"):  # room for one tiny conversation; none
+            log, _ = self.serve([], {"KV_CACHE_GB": budget})
+            self.assertEqual(self.snapshot(), saved, budget)
+            self.assertRegex(log, r"KV_CACHE_DIR: [1-3] older conversations \(.* MB\) beyond KV_CACHE_GB left on disk", budget)
+        # evictions while serving free memory only
+        log, _ = self.serve(["Delta story", "Epsilon story", "Zeta story"], {"KV_CACHE_GB": "0.000012"})
+        self.assertIn("evicted a kept conversation", log)
+        now = self.snapshot()
+        self.assertEqual(len(now), 6, list(now))
+        self.assertEqual({k: now[k] for k in saved}, saved)
+
+    def test_a_diverging_request_keeps_the_conversation_and_its_file(self):
+        base = "Once upon a time"
+        _, (x,) = self.serve([(base, 2)])  # two tokens its text gives back as they were (the fixture's replies are noise)
+        (name, before), = self.snapshot().items()
+        ids = coli_kv_ids(os.path.join(self.d, name))
+        # a request sharing a prefix, then the conversation's own prompt again
+        # (a prefix of it: it does not continue it either; one token, so its
+        # own conversation never shares more with what follows than this one)
+        log, (y, again) = self.serve([base + " there was a hill", (base, 1)])
+        self.assertGreater(y["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertEqual(again["usage"]["prompt_tokens_details"]["cached_tokens"], again["usage"]["prompt_tokens"] - 1)  # still kept in memory
+        files = self.snapshot()
+        self.assertEqual(files[name], before)  # never overwritten
+        self.assertEqual(len(files), 3, list(files))  # each diverging request in a file of its own
+        # a request that continues it (begins with all of its ids) takes the file over
+        more = base + x["choices"][0]["text"] + " and more"
+        self.assertEqual(tokenize(more)[:len(ids)], ids, "the continuation must begin with the saved ids")
+        _, (z,) = self.serve([more])
+        self.assertGreaterEqual(z["usage"]["prompt_tokens_details"]["cached_tokens"], len(ids) - 1)
+        after = self.snapshot()
+        self.assertEqual(set(after), set(files))  # no new file
+        grown = coli_kv_ids(os.path.join(self.d, name))
+        self.assertEqual(grown[:len(ids)], ids)
+        self.assertGreater(len(grown), len(ids))
+        self.assertEqual({k: v for k, v in after.items() if k != name}, {k: v for k, v in files.items() if k != name})
 
 
 if __name__ == "__main__":

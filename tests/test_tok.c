@@ -736,6 +736,17 @@ static size_t kimi_hostile(size_t *total) {
         {NULL, NULL, "{\"added_tokens_decoder\":{\"516\":{\"content\":\"x\"}}}", "c: added_tokens_decoder[\"516\"]: ids must be"},
         {NULL, NULL, "{\"added_tokens_decoder\":{\"300x\":{\"content\":\"x\"}}}", "c: added_tokens_decoder[\"300x\"]: ids must be"},
         {NULL, NULL, "{\"added_tokens_decoder\":{\"-1\":{\"content\":\"x\"}}}", "c: added_tokens_decoder[\"-1\"]: ids must be"},
+        /* issue #32: "0300" and "300" were both id 300, one dropped silently; ids are canonical decimal */
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":{\"content\":\"a\"},\"0300\":{\"content\":\"b\"}}}",
+         "c: added_tokens_decoder[\"0300\"]: ids must be 258..515 in plain decimal"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"0300\":{\"content\":\"b\"}}}", "c: added_tokens_decoder[\"0300\"]: ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"+300\":{\"content\":\"b\"}}}", "c: added_tokens_decoder[\"+300\"]: ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\" 300\":{\"content\":\"b\"}}}", "c: added_tokens_decoder[\" 300\"]: ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"300 \":{\"content\":\"b\"}}}", "c: added_tokens_decoder[\"300 \"]: ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"\\n300\":{\"content\":\"b\"}}}", "ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"\":{\"content\":\"b\"}}}", "c: added_tokens_decoder[\"\"]: ids must be"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":{\"content\":\"a\"},\"300\":{\"content\":\"b\"}}}", "c: not valid JSON"},
+        {NULL, NULL, "{\"added_tokens_decoder\":{\"258\":{\"content\":\"[BOS]\"},\"515\":{\"content\":\"[EOS]\"}}}", NULL}, /* the ends of the range */
         {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":\"x\"}}", "c: added_tokens_decoder[\"300\"]: needs a \"content\" string"},
         {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":{\"content\":\"\"}}}", "c: added_tokens_decoder[\"300\"]: needs a \"content\""},
         {NULL, NULL, "{\"added_tokens_decoder\":{\"300\":{\"content\":\"a\"},\"301\":{\"content\":\"a\"}}}",

@@ -806,15 +806,6 @@ static int cv_plan_build(cv_plan *p, const cv_config *c, const cv_opts *o, const
 
 /* ================================================================ DST files */
 
-/* What a non-regular file is, for messages. */
-static const char *cv_kind(mode_t m) {
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISLNK(m)) return "a symbolic link";
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISSOCK(m)) return "a socket";
-    return S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
-}
-
 /* Checks that DST/name is absent or a regular file, by lstat: a FIFO
  * would block the open that writes it and a symbolic link would send the
  * bytes elsewhere. Called before every file written in DST (st.h and
@@ -826,7 +817,7 @@ static int cv_dst_regular(const char *dst, const char *name) {
     snprintf(path, sizeof path, "%s/%s", dst, name);
     if (lstat(path, &st)) return errno == ENOENT ? 0 : cv_fail("%s: %s", path, strerror(errno));
     if (S_ISREG(st.st_mode)) return 0;
-    return cv_fail("%s is %s, not a regular file; colibri-convert writes or reads this name: remove it", path, cv_kind(st.st_mode));
+    return cv_fail("%s is %s, not a regular file; colibri-convert writes or reads this name: remove it", path, compat_kind(st.st_mode));
 }
 
 /* compat_write_atomic into DST/name, after checking the name and the
@@ -1248,7 +1239,7 @@ static int cv_dst_lock(const char *dst, int *lock) {
     if (*lock < 0)
         return cv_fail("%s: %s", path, errno == ELOOP ? "a symbolic link; remove it (the lock file must be a regular file)" : strerror(errno));
     if (fstat(*lock, &st)) return cv_fail("%s: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return cv_fail("%s is %s, not a regular file; remove it", path, cv_kind(st.st_mode));
+    if (!S_ISREG(st.st_mode)) return cv_fail("%s is %s, not a regular file; remove it", path, compat_kind(st.st_mode));
     if (flock(*lock, LOCK_EX | LOCK_NB))
         return cv_fail("%s: %s", path,
                        errno == EWOULDBLOCK ? "another colibri-convert is writing this DST (lock held)" : strerror(errno));
@@ -1299,7 +1290,7 @@ static int cv_dst_prepare(const cv_opts *o, const cv_plan *p, int *lock) {
             rc = cv_fail("%s/%s: not a shard of this conversion (the engine would index it); use an empty DST", o->dst, de->d_name);
         } else if (!S_ISREG(st.st_mode)) { /* we never make one: someone else's, so not ours to remove */
             rc = cv_fail("%s/%s is %s, not a regular file; colibri-convert writes or reads this name: remove it", o->dst, de->d_name,
-                         cv_kind(st.st_mode));
+                         compat_kind(st.st_mode));
         } else if (kind == DN_TMP) { /* left by an earlier run that did not finish; we hold the lock */
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/%s", o->dst, de->d_name);

@@ -122,7 +122,10 @@ TURNS = [  # (system, user1, reply, user2, think)
 
 
 def detect(t):
-    """chat.h chat_fmt_of_template, restated: the markers colibri recognises a template by."""
+    """chat.h chat_fmt_of_template, restated: the markers colibri recognises a
+    template by, outside Jinja comments (found by jinja2's own lexer)."""
+    import jinja2
+    t = "".join(v for _, kind, v in jinja2.Environment().lex(t) if not kind.startswith("comment"))
     if "<|im_user|>" in t and "<|im_assistant|>" in t:
         return "kimi-k2"
     if "<｜User｜>" in t and "<｜Assistant｜>" in t:
