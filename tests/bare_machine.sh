@@ -43,7 +43,7 @@ cleanup() {
     MOUNTED=""
     if [ -n "$INSTALL" ]; then
         chroot "$ROOT" /usr/bin/env DEBIAN_FRONTEND=noninteractive sh -c \
-            "apt-get purge -y -qq $INSTALL >/dev/null && apt-get autoremove --purge -y -qq >/dev/null" || true
+            "apt-get -o Dpkg::Use-Pty=0 purge -y -qq $INSTALL >/dev/null && apt-get -o Dpkg::Use-Pty=0 autoremove --purge -y -qq >/dev/null" || true
         INSTALL=""
     fi
 }
@@ -60,7 +60,7 @@ cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
 
 echo "== apt-get install gcc make python3 $INSTALL"
 chroot "$ROOT" /usr/bin/env DEBIAN_FRONTEND=noninteractive sh -c \
-    "apt-get update -qq && apt-get install -y -qq gcc make python3 $INSTALL >/dev/null"
+    "apt-get update -qq && apt-get -o Dpkg::Use-Pty=0 install -y -qq gcc make python3 $INSTALL >/dev/null"
 # bare means bare: none of the optional tools or headers (unless INSTALL asked)
 chroot "$ROOT" /bin/sh -c 'for t in clang clang-16 nvcc wine qemu-aarch64 aarch64-linux-gnu-gcc x86_64-w64-mingw32-gcc chromium chromedriver pip3; do
     command -v $t >/dev/null && echo "note: $t is installed in the chroot"; done
