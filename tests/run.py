@@ -175,7 +175,7 @@ def parts_for(build, sanitize, tsan):
                     {"COLIBRI": "build/portable/colibri"}))
     # build/nolibs: no liburing, libnuma, libmicrohttpd or OpenMP (what
     # macOS builds without Homebrew's libomp)
-    nolibs = {"COLIBRI": "build/nolibs/colibri"}
+    nolibs = {"COLIBRI": "build/nolibs/colibri", "COLI_EXPECT_NOLIBS": "1"}
     out.append(Part("build/nolibs/test_io (no optional library, no OpenMP)", ["build/nolibs/test_io"], by_design=NOLIBS))
     out.append(Part("build/nolibs/colibri (no optional library, no OpenMP): every oracle", [sys.executable, "tests/test_cli.py", "-v", "NoLibs",
                     "Oracle.test_every_fixture_passes"], nolibs, NOLIBS))

@@ -146,12 +146,12 @@ class Grammar(unittest.TestCase):
         rc, out, err = run(MODELS[0], {"PROMPT": "x", "GRAMMAR": os.path.join(self.dir, "missing.gbnf")})
         self.assertEqual(rc, 2)
         self.assertIn("missing.gbnf", err)
-        # more ways to go on than the recognizer follows (4096): said, at the start or after "b"
-        for lead, where in (("", "it can start in more than 4096 ways"), ('"b" ', "the text can continue in more than 4096 ways")):
+        # more ways to go on than the recognizer follows (4096): refused before any text (gr_check), saying where, at the start or in a rule
+        for lead, where in (("", "at its start"), ('"b" ', 'in its rule "root"')):
             amb = self.write("amb.gbnf", "root ::= %s%s\nx ::= \"a\" | \"\"\n" % (lead, "x " * 4100))
             rc, out, err = run(MODELS[0], {"PROMPT": "x", "GRAMMAR": amb})
             self.assertEqual(rc, 2)
-            self.assertIn("the grammar is too ambiguous to follow: " + where, err)
+            self.assertIn("GRAMMAR=%s: the grammar is too ambiguous to follow: %s the text can continue in more than 4096 ways at once" % (amb, where), err)
 
     def test_grammar_completes(self):
         p = self.write("done.gbnf", 'root ::= "yes" | "no"\n')
