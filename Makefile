@@ -147,35 +147,42 @@ DEPFLAGS = -MMD -MP -MF $@.d
 # flavour whose kernel archive it links (kernels use no optional library),
 # $(5) and $(6) = a compiler and archiver other than $(CC) and $(AR) (the
 # aarch64 cross build)
+#
+# $(1)/.flags holds the flavour's compiler, flags and libraries, rewritten
+# only when they change: every object depends on it, so a library found
+# (or lost) since the last build rebuilds what it changes.
 define flavour
-$(1)/kernels/%.o: kernels/%.c Makefile
+$(1)/.flags: FORCE
+	@mkdir -p $$(@D)
+	@printf '%s\n' '$(or $(5),$(CC)) $(2) $(3)' | cmp -s - $$@ || printf '%s\n' '$(or $(5),$(CC)) $(2) $(3)' > $$@
+$(1)/kernels/%.o: kernels/%.c Makefile $(1)/.flags
 	@mkdir -p $$(@D)
 	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -c -o $$@ $$<
 $(1)/libkernels.a: $(patsubst kernels/%.c,$(1)/kernels/%.o,$(KERNEL_SRC))
 	@rm -f $$@
 	$(or $(6),$$(AR)) rcs $$@ $$^
-$(1)/colibri.o: colibri.c Makefile
+$(1)/colibri.o: colibri.c Makefile $(1)/.flags
 	@mkdir -p $$(@D)
 	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -c -o $$@ $$<
 $(1)/colibri$(EXE): $(1)/colibri.o $(4)/libkernels.a
 	$(or $(5),$$(CC)) $(2) -o $$@ $$^ $(3)
-$(1)/colibri-synth$(EXE): tools/make_synth.c Makefile
+$(1)/colibri-synth$(EXE): tools/make_synth.c Makefile $(1)/.flags
 	@mkdir -p $$(@D)
 	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
-$(1)/colibri-convert$(EXE): tools/convert.c Makefile
+$(1)/colibri-convert$(EXE): tools/convert.c Makefile $(1)/.flags
 	@mkdir -p $$(@D)
 	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -o $$@ $$< $(3)
-$(1)/test_%$(EXE): tests/test_%.c $(4)/libkernels.a Makefile
+$(1)/test_%$(EXE): tests/test_%.c $(4)/libkernels.a Makefile $(1)/.flags
 	@mkdir -p $$(@D)
 	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
-$(1)/fault.o: tests/fault.c Makefile
+$(1)/fault.o: tests/fault.c Makefile $(1)/.flags
 	@mkdir -p $$(@D)
 	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -c -o $$@ $$<
 $(1)/colibri-fault: $(1)/colibri.o $(1)/fault.o $(4)/libkernels.a
 	$(or $(5),$$(CC)) $(2) $$(WRAPS) -o $$@ $$^ $(3)
-$(1)/colibri-convert-fault: tools/convert.c $(1)/fault.o Makefile
+$(1)/colibri-convert-fault: tools/convert.c $(1)/fault.o Makefile $(1)/.flags
 	$(or $(5),$$(CC)) $(2) $$(WRAPS) -o $$@ $$< $(1)/fault.o $(3)
-$(1)/bench_%: bench/bench_%.c $(4)/libkernels.a Makefile
+$(1)/bench_%: bench/bench_%.c $(4)/libkernels.a Makefile $(1)/.flags
 	@mkdir -p $$(@D)
 	$(or $(5),$$(CC)) $(2) $$(DEPFLAGS) -o $$@ $$< $(4)/libkernels.a $(3)
 -include $(wildcard $(1)/*.d $(1)/kernels/*.d)
@@ -344,6 +351,7 @@ fuzz-smoke:
 clean:
 	rm -rf build colibri colibri-synth colibri-convert
 
-.PHONY: all test test-build arm-build arm-clang-build test-windows sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke
+.PHONY: all test test-build arm-build arm-clang-build test-windows sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke FORCE
+FORCE:
 .SECONDARY:
 .DELETE_ON_ERROR:
