@@ -12,7 +12,8 @@
  *   2  generated text for a fixed request (thinking on, two stop strings, a
  *      tool with a string and an integer argument; itself translated from
  *      an Anthropic body), fed through oai_out in pieces whose sizes come
- *      from the first 8 bytes, each delta through the stream writer, then
+ *      from the first 8 bytes (at most 384 bytes of text: the writers work
+ *      per delta, and a longer text only costs time), each delta through the stream writer, then
  *      the calls and the finish (ant_stream_finish), or an error at a
  *      point the input picks: every event is "event: T\ndata: JSON" with
  *      "type" T; message_start first; blocks start, get deltas of their
@@ -141,7 +142,7 @@ static void fz_output(const uint8_t *p, size_t n, int fmt, int omit) {
     q.omit_thinking = omit;
     size_t k = n < 8 ? n : 8;
     const uint8_t *sizes = p, *text = p + k;
-    size_t tn = n - k, err_at = k ? (size_t)sizes[0] * 7 : 0; /* sizes[0] % 4 == 3: an error after err_at bytes */
+    size_t tn = n - k < 384 ? n - k : 384, err_at = k ? (size_t)sizes[0] % 64 * 6 : 0; /* sizes[0] % 4 == 3: an error after err_at bytes */
     int fail = k && sizes[0] % 4 == 3;
     oai_out o;
     oai_out_init(&o, &r);

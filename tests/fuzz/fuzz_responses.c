@@ -17,7 +17,8 @@
  *   1  generated text for a fixed request (reasoning effort high, a tool
  *      with a string and an integer argument; itself a Responses body),
  *      fed through oai_out in pieces whose sizes come from the first 8
- *      bytes, each delta through the stream writer, then the calls and the
+ *      bytes (at most 384 bytes of text: the writers work per delta, and a
+ *      longer text only costs time), each delta through the stream writer, then the calls and the
  *      finish (resp_stream_finish), or an error at a point the input picks:
  *      every event is "event: T\ndata: JSON" with "type" T and sequence
  *      numbers 0, 1, ...; response.created first; items added with output
@@ -192,7 +193,7 @@ static void fz_output(const uint8_t *p, size_t n, int fmt) {
     FUZZ_CHECK(oai_parse(rq.chat.s, rq.chat.n, 1, &lim, &r, err, sizeof err) == 0);
     size_t k = n < 8 ? n : 8;
     const uint8_t *sizes = p, *text = p + k;
-    size_t tn = n - k, err_at = k ? (size_t)sizes[0] * 7 : 0;
+    size_t tn = n - k < 384 ? n - k : 384, err_at = k ? (size_t)sizes[0] % 64 * 6 : 0;
     int fail = k && sizes[0] % 4 == 3, errored = 0;
     oai_out o;
     oai_out_init(&o, &r);
