@@ -138,7 +138,7 @@ static inline void ant_msg_open_(ant_cx_ *cx, const char *role) {
     jw_str(cx->w, role);
 }
 
-static const char *const ant_result_keys_[] = {"type", "tool_use_id", "content", "is_error", "cache_control", NULL};
+static const char *const ant_result_keys_[] = {"type", "tool_use_id", "content", "is_error", "cache_control", "toolset_name", NULL};
 
 /* A tool_result block as a tool message. is_error is accepted and not
  * rendered: the chat formats have no place for it (the result's text
@@ -210,7 +210,7 @@ static inline int ant_user_(ant_cx_ *cx, int c, const char *path) {
 
 static const char *const ant_thinking_keys_[] = {"type", "thinking", "signature", "cache_control", NULL};
 static const char *const ant_redacted_keys_[] = {"type", "data", "cache_control", NULL};
-static const char *const ant_use_keys_[] = {"type", "id", "name", "input", "cache_control", "caller", NULL};
+static const char *const ant_use_keys_[] = {"type", "id", "name", "input", "cache_control", "caller", "toolset_name", NULL};
 
 /* A tool_use block as a chat tool call, the input written as compact JSON
  * text (as the chat front returns arguments, so a round trip renders the

@@ -175,6 +175,16 @@ static inline int resp_keys_(resp_cx_ *cx, int obj, const char *path, const char
     return 0;
 }
 
+/* A function name: 1..256 bytes of one line (the call syntaxes put it between tags). */
+static inline int resp_name_ok_(const js_doc *d, int s) {
+    const char *p = js_str(d, s);
+    size_t n = js_str_len(d, s);
+    if (!p || !n || n > 256) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] < 0x20) return 0;
+    return 1;
+}
+
 /* Starts conversation message cx->nmsg: {"role": role (the caller closes it). */
 static inline void resp_msg_open_(resp_cx_ *cx, const char *role) {
     jw_lit(cx->w, cx->nmsg++ ? ",{\"role\":" : "{\"role\":");
@@ -276,7 +286,7 @@ static inline int resp_function_call_(resp_cx_ *cx, int it, const char *path) {
     if (resp_keys_(cx, it, path, keys)) return -1;
     int cid = js_get(d, it, "call_id"), name = js_get(d, it, "name"), args = js_get(d, it, "arguments");
     if (js_typeof(d, cid) != JS_STR) return snprintf(p, sizeof p, "%s.call_id", path), RESP_FAIL_(cx, p, "must be a string");
-    if (!js_str_len(d, name) || js_str_len(d, name) > 256) return snprintf(p, sizeof p, "%s.name", path), RESP_FAIL_(cx, p, "must be a function name");
+    if (!resp_name_ok_(d, name)) return snprintf(p, sizeof p, "%s.name", path), RESP_FAIL_(cx, p, "must be a function name (1 to 256 bytes, one line)");
     snprintf(p, sizeof p, "%s.arguments", path);
     if (js_typeof(d, args) != JS_STR) return RESP_FAIL_(cx, p, "must be a string (a JSON object)");
     js_doc *a = js_parse(js_str(d, args), js_str_len(d, args), NULL, 0);
@@ -405,10 +415,7 @@ static inline int resp_tools_(resp_cx_ *cx, int tools, jw *w) {
         if (strcmp(ty, "function")) return RESP_FAIL_(cx, p, "built-in tool \"%.48s\" is not supported (only function tools)", ty);
         if (resp_keys_(cx, t, p, keys)) return -1;
         int name = js_get(d, t, "name"), desc = resp_opt_(d, t, "description"), par = resp_opt_(d, t, "parameters"), st = resp_opt_(d, t, "strict");
-        const char *nm = js_str(d, name);
-        int ok = nm && js_str_len(d, name) && js_str_len(d, name) <= 256;
-        for (size_t i = 0; ok && i < js_str_len(d, name); i++) ok = (unsigned char)nm[i] >= 0x20;
-        if (!ok) return snprintf(f, sizeof f, "%s.name", p), RESP_FAIL_(cx, f, "must be a function name (1 to 256 bytes, one line)");
+        if (!resp_name_ok_(d, name)) return snprintf(f, sizeof f, "%s.name", p), RESP_FAIL_(cx, f, "must be a function name (1 to 256 bytes, one line)");
         if (desc >= 0 && js_typeof(d, desc) != JS_STR) return snprintf(f, sizeof f, "%s.description", p), RESP_FAIL_(cx, f, "must be a string");
         if (par >= 0 && js_typeof(d, par) != JS_OBJ) return snprintf(f, sizeof f, "%s.parameters", p), RESP_FAIL_(cx, f, "must be a JSON schema object");
         if (st >= 0 && !js_is_bool(d, st)) return snprintf(f, sizeof f, "%s.strict", p), RESP_FAIL_(cx, f, "must be true or false");

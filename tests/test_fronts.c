@@ -617,6 +617,7 @@ static void test_resp_refusals(void) {
     CHECK(resp_refused(RB("{'input':[{'role':'critic','content':'a'}]}"), NULL, "input[0].role", "must be one of"));
     CHECK(resp_refused(RB("{'input':[{'role':'user','content':'a','name':'n'}]}"), NULL, "input[0].name", "unknown field"));
     CHECK(resp_refused(RB("{'input':[{'type':'function_call','call_id':'c','name':'f','arguments':'{oops'}]}"), NULL, "input[0].arguments", "JSON object"));
+    CHECK(resp_refused(RB("{'input':[{'type':'function_call','call_id':'c','name':'f\\ng','arguments':'{}'}]}"), NULL, "input[0].name", "one line"));
     CHECK(resp_refused(RB("{'input':[{'type':'reasoning','id':'r','summary':[{'type':'reasoning_text','text':'a'}]}]}"), NULL, "input[0].summary[0]",
                        "summary_text"));
     CHECK(resp_refused(RB("{'input':'x','tools':[{'type':'function','name':'f','parameters':{}},{'type':'web_search'}]}"), NULL, "tools[1]",
