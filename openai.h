@@ -765,6 +765,14 @@ static inline int oai_parse(const char *body, size_t len, int chat, const oai_li
     return oai_render(d, msgs, r->tools, r->think, r, e);
 }
 
+/* oai_parse for callers that report the message alone (err, errlen). */
+static inline int oai_parse_msg(const char *body, size_t len, int chat, const oai_limits *lim, oai_req *r, char *err, size_t errlen) {
+    oai_err e;
+    int rc = oai_parse(body, len, chat, lim, r, &e);
+    if (rc && errlen) snprintf(err, errlen, "%s", e.msg);
+    return rc;
+}
+
 /* ------------------------------------------------------------ output */
 
 enum { OAI_REASON, OAI_CONTENT, OAI_TOOL };
@@ -1307,5 +1315,59 @@ static inline void oai_error_json(jw *w, const char *msg, const char *type, cons
     else jw_lit(w, "null");
     jw_lit(w, "}}");
 }
+
+/* ================================================ protocol fronts (shared)
+ * What anthropic.h and responses.h share: a finished reply in plain
+ * values (their writers read it), built from the output state by
+ * oai_reply_of, and a refusal that names the offending field (param). */
+
+/* A finished reply in plain values, for the protocol fronts' writers. */
+typedef struct {
+    const char *id, *model; /* the reply's id ("msg_...", "resp_..."), the served model */
+    long long created;      /* Unix seconds */
+    int prompt_tokens, cached_tokens, completion_tokens;
+    int reasoning_tokens;   /* of completion_tokens, those inside the thinking block (0: not counted) */
+    const char *reasoning; size_t reasoning_len; /* the thinking block's text */
+    const char *content; size_t content_len;
+    const oai_call *calls; int ncalls;
+    const char *finish;   /* "stop" (stop token), "stop_string", "length" (max tokens, the context, or a cut), "tool_calls" */
+    const char *stop_seq; /* the stop string that matched, or NULL */
+    size_t stop_seq_len;
+} oai_reply;
+
+/* The text, calls, finish reason and matched stop string of a finished
+ * output (after oai_out_finish, with the tool text already moved into
+ * content when its calls did not parse, as serve mode does); length: the
+ * generation was cut short (max_tokens, the context, the server stopping),
+ * which the finish says even when calls completed before the cut. Ids,
+ * model and token counts are the caller's. The pointers stay valid while
+ * o and calls do. */
+static inline oai_reply oai_reply_of(const oai_out *o, const oai_call *calls, int ncalls, int length) {
+    oai_reply y;
+    memset(&y, 0, sizeof y);
+    y.reasoning = o->reason.s ? o->reason.s : "", y.reasoning_len = o->reason.n;
+    y.content = o->content.s ? o->content.s : "", y.content_len = o->content.n;
+    y.calls = ncalls > 0 ? calls : NULL, y.ncalls = ncalls > 0 ? ncalls : 0;
+    y.finish = length ? "length" : y.ncalls ? "tool_calls" : o->stopped ? "stop_string" : "stop";
+    if (o->stopped && !y.ncalls && o->stop_idx >= 0 && o->stop_idx < o->r->n_stop)
+        y.stop_seq = o->r->stop[o->stop_idx], y.stop_seq_len = o->r->stop_len[o->stop_idx];
+    return y;
+}
+
+/* A refusal naming the field: param gets path (e.g. "messages[2].content[0]",
+ * "" for the body as a whole), err "path: why" (or "why" without a path).
+ * Returns -1. */
+static inline int oai_refuse(char *err, size_t errlen, char *param, size_t paramlen, const char *path, const char *fmt, ...) {
+    char why[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (param && paramlen) snprintf(param, paramlen, "%s", path ? path : "");
+    if (path && *path) snprintf(err, errlen, "%s: %s", path, why);
+    else snprintf(err, errlen, "%s", why);
+    return -1;
+}
+/* ============================================ end of protocol fronts (shared) */
 
 #endif

@@ -149,4 +149,23 @@ static inline int fuzz_utf8_ok(const char *s, size_t n) {
 }
 #endif
 
+/* One server-sent event "event: NAME\ndata: DATA\n\n" at *p (the protocol
+ * fronts' streams): 1 with name (NUL-terminated, truncated to nn) and data,
+ * 0 at the end, -1 when malformed (a data line holding a line break would
+ * end the event early). */
+static inline int fuzz_sse_next(const char **p, const char *end, char *name, size_t nn, const char **data, size_t *dn) {
+    if (*p == end) return 0;
+    const char *s = *p, *nl = (const char *)memchr(s, '\n', (size_t)(end - s));
+    if ((size_t)(end - s) < 7 || memcmp(s, "event: ", 7) || !nl) return -1;
+    snprintf(name, nn, "%.*s", (int)(nl - s - 7), s + 7);
+    s = nl + 1;
+    if ((size_t)(end - s) < 6 || memcmp(s, "data: ", 6)) return -1;
+    s += 6;
+    nl = (const char *)memchr(s, '\n', (size_t)(end - s));
+    if (!nl || nl + 1 >= end || nl[1] != '\n') return -1;
+    *data = s, *dn = (size_t)(nl - s);
+    *p = nl + 2;
+    return 1;
+}
+
 #endif

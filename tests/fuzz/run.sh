@@ -14,7 +14,8 @@
 #                                       safetensors, ...) and show its report
 #
 # Environment:
-#   FUZZ_TARGETS        targets to run (default: json safetensors tokenizer config usage format openai kv grammar)
+#   FUZZ_TARGETS        targets to run (default: json safetensors tokenizer config usage format openai kv grammar
+#                       anthropic responses)
 #   FUZZ_JOBS           targets run at once (default: CPUs, at most 6)
 #   FUZZ_ENGINE         libfuzzer | plain (default: libfuzzer when it builds)
 #   FUZZ_CC             compiler for libFuzzer builds (default clang)
@@ -36,7 +37,7 @@
 # sanitizer report or failed to build.
 set -u
 
-ALL_TARGETS="json safetensors tokenizer config usage format openai kv grammar"
+ALL_TARGETS="json safetensors tokenizer config usage format openai kv grammar anthropic responses"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 OUT=build/fuzz
 SRC=tests/fuzz

@@ -18,7 +18,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(ROOT, "tests", "fixtures")
 SEP = b"\n@@colibri-fuzz-part@@\n"  # fuzz_common.h FUZZ_SEP
-TARGETS = ("json", "safetensors", "tokenizer", "config", "usage", "format", "openai", "kv", "grammar")
+TARGETS = ("json", "safetensors", "tokenizer", "config", "usage", "format", "openai", "kv", "grammar", "anthropic", "responses")
 MAX_SEED = 256 * 1024
 MAX_CORPUS = 2 * 1024 * 1024
 
@@ -488,6 +488,99 @@ def seeds_openai():
         put("openai", name, b"\x02" + bytes([3, 1, 7, 2, 5, 1, 1, 9]) + t.encode("utf-8"))
 
 
+# ---------------------------------------------------------------- anthropic, responses
+
+# generated texts for the fronts' output modes: thinking, a stop string, GLM-5 and DeepSeek tool calls
+FRONT_OUTS = {
+    "think": "plan</think>The answer is 4.",
+    "stop": "</think>one two STOP three",
+    "utf8": "caf\u00e9 \U0001F642</think>\u00e9 \u00e9\u00e9 x",
+    "tool": "</think>ok<tool_call>f<arg_key>s</arg_key><arg_value>text</arg_value><arg_key>n</arg_key>"
+            "<arg_value>12</arg_value></tool_call>\n<tool_call>f</tool_call>",
+    "bad-tool": "</think><tool_call>f<arg_key>s</arg_key>",
+}
+DS_CALL = ("<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>function<\uff5ctool\u2581sep\uff5c>f\n"
+           "```json\n{\"s\": \"x\", \"n\": 2}\n```<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>")
+FRONT_OUTS["ds-tool"] = "</think>calling" + DS_CALL
+
+
+def seeds_anthropic():
+    tools = [{"name": "get_weather", "description": "Weather", "cache_control": {"type": "ephemeral"},
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}]
+    turns = [{"role": "user", "content": [{"type": "text", "text": "Weather in "}, {"type": "text", "text": "Paris?"}]},
+             {"role": "assistant", "content": [{"type": "thinking", "thinking": "need data", "signature": "sig"},
+                                               {"type": "redacted_thinking", "data": "x"}, {"type": "text", "text": "Checking."},
+                                               {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris", "days": 2}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "18C"}],
+                                           "is_error": False}, {"type": "text", "text": "and tomorrow?"}]}]
+    base = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    bodies = {
+        "min": base,
+        "sampling": dict(base, system="Be brief.", temperature=0.5, top_p=0.9, top_k=40, stop_sequences=["END", "\n\n"], stream=True,
+                         metadata={"user_id": "u"}, service_tier="auto", speed="standard"),
+        "agent": {"model": "m", "max_tokens": 256, "system": [{"type": "text", "text": "You code.", "cache_control": {"type": "ephemeral"}}],
+                  "tools": tools, "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+                  "thinking": {"type": "enabled", "budget_tokens": 1024}, "messages": turns},
+        "any": dict(base, tools=tools, tool_choice={"type": "any"}, thinking={"type": "adaptive", "display": "omitted"}),
+        "named": dict(base, tools=tools, tool_choice={"type": "tool", "name": "get_weather"}, thinking={"type": "disabled"}),
+        "format": dict(base, output_config={"effort": "low", "format": {"type": "json_schema", "schema": {
+            "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}),
+        "system-role": dict(base, messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]),
+        "image": dict(base, messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                                                  "data": "AA=="}}]}]),
+        "server-tool": dict(base, tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]),
+        "prefill": dict(base, messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "Sure, "}]),
+    }
+    for name, b in bodies.items():
+        put("anthropic", "msg-" + name, b"\x00" + dumps(b))
+    count = {"model": "m", "system": "S", "tools": tools, "messages": turns, "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    put("anthropic", "count", b"\x01" + dumps(count))
+    put("anthropic", "msg-agent-deepseek", bytes([3]) + dumps(bodies["agent"]))
+    for name, t in FRONT_OUTS.items():
+        fmt = 1 if name == "ds-tool" else 0
+        put("anthropic", "out-" + name, bytes([2 + 3 * fmt]) + bytes([3, 1, 7, 2, 5, 1, 1, 9]) + t.encode("utf-8"))
+    put("anthropic", "out-omitted-error", bytes([2 + 18]) + bytes([3, 1, 7, 2, 5, 1, 1, 9]) + FRONT_OUTS["think"].encode("utf-8"))
+
+
+def seeds_responses():
+    tools = [{"type": "function", "name": "get_weather", "description": "Weather", "strict": True,
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}]
+    items = [{"role": "developer", "content": "Use tools."},
+             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+             {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "sum"}],
+              "content": [{"type": "reasoning_text", "text": "need data"}], "encrypted_content": None},
+             {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+              "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]},
+             {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+             {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "18C"}]},
+             {"role": "user", "content": "Thanks"}]
+    bodies = {
+        "min": {"input": "hi"},
+        "options": {"model": "m", "instructions": "Be brief.", "input": "Hello", "max_output_tokens": 50, "temperature": 0.2, "top_p": 0.8,
+                    "stream": True, "store": False, "metadata": {"k": "v"}, "user": "u", "prompt_cache_key": "p", "truncation": "auto",
+                    "include": ["reasoning.encrypted_content"], "service_tier": "auto", "safety_identifier": "s", "top_logprobs": 0,
+                    "stream_options": {"include_obfuscation": False}},
+        "agent": {"model": "m", "instructions": "You are Codex.", "input": items, "tools": tools, "tool_choice": "auto", "parallel_tool_calls": True,
+                  "reasoning": {"effort": "medium", "summary": "auto"}, "text": {"format": {"type": "text"}, "verbosity": "low"}},
+        "previous": {"previous_response_id": "resp_seed", "instructions": "I2", "tools": tools,
+                     "input": [{"type": "function_call_output", "call_id": "call_seed_0", "output": "ok"}]},
+        "previous-missing": {"previous_response_id": "resp_gone", "input": "x"},
+        "required": {"input": "hi", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}, "reasoning": {"effort": "minimal"}},
+        "schema": {"input": "hi", "text": {"format": {"type": "json_schema", "name": "out", "strict": True, "schema": {
+            "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}},
+        "image": {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}]},
+        "builtin": {"input": "x", "tools": [{"type": "web_search"}]},
+        "reference": {"input": [{"type": "item_reference", "id": "msg_1"}]},
+    }
+    for name, b in bodies.items():
+        put("responses", "req-" + name, b"\x00" + dumps(b))
+    put("responses", "req-agent-kimi", bytes([2 * 4]) + dumps(bodies["agent"]))
+    for name, t in FRONT_OUTS.items():
+        fmt = 1 if name == "ds-tool" else 0
+        put("responses", "out-" + name, bytes([1 + 2 * fmt]) + bytes([3, 1, 7, 2, 5, 1, 1, 9]) + t.encode("utf-8"))
+    put("responses", "out-error", b"\x01" + bytes([7, 1, 7, 2, 5, 1, 1, 10]) + FRONT_OUTS["tool"].encode("utf-8"))
+
+
 # ---------------------------------------------------------------- kv
 
 def kv_state(n_tok, n_kv, mtp=None, fp=0x1234567890abcdef, version=1):
@@ -583,6 +676,8 @@ def main():
     seeds_openai()
     seeds_kv()
     seeds_grammar()
+    seeds_anthropic()
+    seeds_responses()
     for t in TARGETS:
         files = os.listdir(os.path.join(out_dir, t))
         print("seeds: %-12s %3d files, %7d bytes" % (t, len(files), written.get(t, 0)))
