@@ -1479,8 +1479,8 @@ static void on_serve_signal(int sig) {
 }
 
 /* One request's response as it is generated: the text routed by oai_out,
- * and with logprobs the entries of the tokens so far (lp_sent of them
- * streamed). */
+ * with logprobs the entries of the tokens so far (lp_sent of them
+ * streamed), and the Messages or Responses stream's state. */
 typedef struct {
     srv_job *j;
     const tok *t;
@@ -1488,10 +1488,13 @@ typedef struct {
     smp_work *w;
     oai_out o;
     oai_meta meta;
+    oai_reply y; /* the Messages and Responses writers' view of the reply */
     int first; /* no chunk sent yet */
     oai_lp *lp;
     int nlp, caplp, lp_sent;
     size_t lp_offset; /* completions' text_offset of the next entry streamed */
+    ant_stream as;
+    resp_stream rs;
 } serve_req;
 
 /* turn_io.on_token: the token's log-probability and its alternatives. */
@@ -1532,17 +1535,80 @@ static void serve_chunk(serve_req *q, const char *rs, size_t rn, const char *cs,
     jw_free(&w);
 }
 
+/* Streams the text routed since the last call in the request's protocol. */
+static void serve_delta(serve_req *q) {
+    const char *rs, *cs;
+    size_t rn, cn;
+    oai_out_delta(&q->o, &rs, &rn, &cs, &cn);
+    if (!rn && !cn) return;
+    jw w = {0};
+    if (q->j->api == SRV_MESSAGES) ant_stream_delta(&q->as, &w, rs, rn, cs, cn);
+    else if (q->j->api == SRV_RESPONSES) resp_stream_delta(&q->rs, &w, rs, rn, cs, cn);
+    else serve_chunk(q, rs, rn, cs, cn, NULL, 0);
+    if (w.n && !w.oom) srv_emit(q->j, w.s, w.n);
+    jw_free(&w);
+}
+
 static int serve_sink(void *ud, const char *s, size_t n) {
     serve_req *q = (serve_req *)ud;
     int stop = oai_out_put(&q->o, s, n);
     if (atomic_load(&serve_stop)) atomic_store(&q->j->cancel, 1); /* SIGTERM: the answer ends at the next token */
-    if (q->j->req.stream) {
+    if (q->j->req.stream) serve_delta(q);
+    return stop;
+}
+
+/* The first events of a Messages or Responses stream (message_start;
+ * response.created and response.in_progress), sent before compute. */
+static void serve_start(serve_req *q) {
+    if (!q->j->req.stream || (q->j->api != SRV_MESSAGES && q->j->api != SRV_RESPONSES)) return;
+    jw w = {0};
+    if (q->j->api == SRV_MESSAGES) ant_stream_start(&q->as, &w, &q->j->ant, &q->y);
+    else resp_stream_start(&q->rs, &w, &q->j->rr, &q->y);
+    if (!w.oom) srv_emit(q->j, w.s, w.n);
+    jw_free(&w);
+    q->first = 0;
+}
+
+/* Ends the request with an error in its protocol's shape: before anything
+ * was sent, srv_fail's document or events; a Messages or Responses stream
+ * already begun ends with its error events. */
+static void serve_fail(serve_req *q, int status, const char *msg, const char *type, const char *param) {
+    srv_job *j = q->j;
+    if (q->first || !j->req.stream || (j->api != SRV_MESSAGES && j->api != SRV_RESPONSES)) {
+        srv_fail(j, q->meta.model, status, msg, type, param);
+        return;
+    }
+    jw w = {0};
+    if (j->api == SRV_MESSAGES) ant_stream_error(&w, ant_error_type(status), msg);
+    else resp_stream_error(&q->rs, &w, &j->rr, &q->y, msg);
+    srv_finish(j, status, &w);
+    jw_free(&w);
+}
+
+/* The finished answer in the request's protocol: the last events of a
+ * stream, or the whole document. */
+static void serve_answer(serve_req *q, jw *w, const oai_call *calls, int ncalls) {
+    srv_job *j = q->j;
+    const oai_req *r = &j->req;
+    if (j->api == SRV_MESSAGES || j->api == SRV_RESPONSES) {
+        if (r->stream) serve_delta(q); /* what the end of generation released */
+        if (j->api == SRV_MESSAGES) r->stream ? ant_stream_finish(&q->as, w, &q->y) : ant_message_json(w, &j->ant, &q->y);
+        else r->stream ? resp_stream_finish(&q->rs, w, &j->rr, &q->y) : resp_response_json(w, &j->rr, &q->y);
+        return;
+    }
+    if (r->stream) {
         const char *rs, *cs;
         size_t rn, cn;
         oai_out_delta(&q->o, &rs, &rn, &cs, &cn);
-        if (rn || cn) serve_chunk(q, rs, rn, cs, cn, NULL, 0);
-    }
-    return stop;
+        const char *finish = q->meta.finish;
+        q->meta.finish = NULL;
+        if (rn || cn || ncalls > 0 || q->first || q->lp_sent < q->nlp) serve_chunk(q, rs, rn, cs, cn, calls, ncalls > 0 ? ncalls : 0);
+        q->meta.finish = finish;
+        oai_chunk_sse(w, r, &q->meta, 0, NULL, 0, NULL, 0, NULL, 0, 0, NULL, 0, 0);
+        if (r->include_usage) oai_chunk_sse(w, r, &q->meta, 0, NULL, 0, NULL, 0, NULL, 0, 1, NULL, 0, 0);
+        jw_lit(w, "data: [DONE]\n\n");
+    } else
+        oai_response_json(w, r, &q->meta, &q->o, calls, ncalls, q->lp, q->nlp);
 }
 
 /* The request's sampling settings over the engine's (g0). */
@@ -1558,12 +1624,17 @@ static coli_gen serve_gen(const coli_gen *g0, const oai_req *r, uint64_t clock) 
 }
 
 /* The finished answer: the parsed calls (a cut generation keeps only the
- * calls it completed, never their markup as text) and the finish reason. */
-static int serve_calls(serve_req *q, const turn_io *io, oai_call *calls, const char **finish) {
+ * calls it completed, never their markup as text), the finish reason, and
+ * the fronts' view of it (q->y). */
+static int serve_calls(serve_req *q, const turn_io *io, oai_call *calls) {
     int cut = !strcmp(io->why, "NGEN") || !strcmp(io->why, "CTX") || !strcmp(io->why, "interrupted");
     int ncalls = q->o.tool.n ? oai_parse_calls(&q->o, calls, OAI_MAX_TOOL_CALLS, cut) : 0;
     if (ncalls < 0) jw_raw(&q->o.content, q->o.tool.s, q->o.tool.n); /* a finished text that is not a call is text */
-    *finish = cut ? "length" : ncalls > 0 ? "tool_calls" : "stop";
+    q->meta.finish = cut ? "length" : ncalls > 0 ? "tool_calls" : "stop";
+    oai_reply y = oai_reply_of(&q->o, calls, ncalls, cut);
+    y.id = q->y.id, y.model = q->y.model, y.created = q->y.created;
+    y.prompt_tokens = q->meta.prompt_tokens, y.cached_tokens = io->cached, y.completion_tokens = io->generated;
+    q->y = y;
     return ncalls;
 }
 
@@ -1581,17 +1652,19 @@ static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen 
     int p = kvc_select(kc, cv, j->ids.ids, n);
     cv->ids.n = 0;
     srv_gen_stats st = {.prompt_tokens = n, .ttft_s = -1};
+    serve_req q = {.j = j, .t = cv->t, .sp = &g.sp, .w = &cv->w, .first = 1};
+    q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};
+    q.y.id = j->id, q.y.model = model, q.y.created = j->created, q.y.prompt_tokens = n, q.y.cached_tokens = p;
     if (tok_ids_append(&cv->ids, j->ids.ids, (size_t)n) || (r->gram && conv_grammar(cv, r->gram, kc->gv))) {
-        srv_fail(j, 500, "out of memory", "server_error", NULL);
+        serve_fail(&q, 500, "out of memory", "server_error", NULL);
         cv->n_kv = 0, cv->ids.n = 0, kc->live_file[0] = 0;
         srv_note(s, &st);
         return 0;
     }
     cv->n_kv = p, cv->started = 1;
     cv->g_tools = r->gram_tools;
-    serve_req q = {.j = j, .t = cv->t, .sp = &g.sp, .w = &cv->w, .first = 1};
     oai_out_init(&q.o, r);
-    q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};
+    serve_start(&q);
     int limit = ngen_cap && j->max_new > ngen_cap ? ngen_cap : j->max_new;
     turn_io io = {.stop = &j->cancel, .sink = serve_sink, .ud = &q, .max_new = limit, .on_token = serve_on_token};
     int rc = conv_generate(cv, (size_t)p, &io);
@@ -1604,10 +1677,11 @@ static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen 
     srv_note(s, &st);
     jw w = {0};
     if (rc) {
-        if (io.fatal) srv_fail(j, 500, io.err, "server_error", NULL);
-        else srv_fail(j, io.client ? 400 : 500, io.err, io.client ? "invalid_request_error" : "server_error",
-                      io.client && r->gram ? (r->gram_tools ? "tools" : "response_format") : NULL);
+        if (io.fatal) serve_fail(&q, 500, io.err, "server_error", NULL);
+        else serve_fail(&q, io.client ? 400 : 500, io.err, io.client ? "invalid_request_error" : "server_error",
+                        io.client && r->gram ? (r->gram_tools ? "tools" : "response_format") : NULL);
         oai_out_free(&q.o);
+        resp_stream_free(&q.rs);
         free(q.lp);
         cv->n_kv = 0, cv->ids.n = 0, kc->live_file[0] = 0;
         if (io.fatal) return -1;
@@ -1616,26 +1690,17 @@ static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen 
     }
     oai_out_finish(&q.o);
     oai_call calls[OAI_MAX_TOOL_CALLS];
-    int ncalls = serve_calls(&q, &io, calls, &q.meta.finish);
     q.meta.prompt_tokens = n, q.meta.completion_tokens = io.generated, q.meta.cached_tokens = io.cached;
-    if (r->stream) {
-        const char *rs, *cs;
-        size_t rn, cn;
-        oai_out_delta(&q.o, &rs, &rn, &cs, &cn);
-        const char *finish = q.meta.finish;
-        q.meta.finish = NULL;
-        if (rn || cn || ncalls > 0 || q.first || q.lp_sent < q.nlp) serve_chunk(&q, rs, rn, cs, cn, calls, ncalls > 0 ? ncalls : 0);
-        q.meta.finish = finish;
-        oai_chunk_sse(&w, r, &q.meta, 0, NULL, 0, NULL, 0, NULL, 0, 0, NULL, 0, 0);
-        if (r->include_usage) oai_chunk_sse(&w, r, &q.meta, 0, NULL, 0, NULL, 0, NULL, 0, 1, NULL, 0, 0);
-        jw_lit(&w, "data: [DONE]\n\n");
-    } else
-        oai_response_json(&w, r, &q.meta, &q.o, calls, ncalls, q.lp, q.nlp);
+    int ncalls = serve_calls(&q, &io, calls);
+    serve_answer(&q, &w, calls, ncalls);
+    if (j->api == SRV_RESPONSES && j->rr.store && s->rs_ok && resp_store_reply(&s->rs, &j->rr, &q.y))
+        fprintf(stderr, "colibri: serve: response %s not kept for previous_response_id (larger than the store, or out of memory)\n", j->id);
     if (ncalls > 0) oai_calls_free(calls, ncalls);
-    if (w.oom) jw_free(&w), srv_fail(j, 500, "out of memory", "server_error", NULL);
+    if (w.oom) jw_free(&w), serve_fail(&q, 500, "out of memory", "server_error", NULL);
     else srv_finish(j, 200, &w);
     jw_free(&w);
     oai_out_free(&q.o);
+    resp_stream_free(&q.rs);
     free(q.lp);
     kvc_persist(kc, cv);
     return 0;
@@ -1777,7 +1842,7 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
         goto out;
     }
     fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, queue %d, KV_CACHE_GB %g%s%s): POST /v1/chat/completions, /v1/completions, "
-            "/tokenize, /detokenize; GET /v1/models, /health, /props, /metrics\n", name, so.host, s.port, m->kv.ctx, so.max_queue,
+            "/v1/messages, /v1/responses, /tokenize, /detokenize; GET /v1/models, /health, /props, /metrics, / (chat page)\n", name, so.host, s.port, m->kv.ctx, so.max_queue,
             env_f(e, ENV_KV_CACHE_GB), n_keys ? ", API key required" : "", so.cors ? ", CORS on" : "");
     if (!serve_loopback(host) && !n_keys)
         fprintf(stderr, "colibri: warning: COLI_HOST=%s listens beyond this machine and no API key is set (COLI_API_KEY): anyone who can reach it can use it\n", host);

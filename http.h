@@ -32,19 +32,30 @@
 #include <string.h>
 #include <time.h>
 
+#include "anthropic.h"
 #include "openai.h"
+#include "responses.h"
 #include "tok.h"
 
-/* The protocol a generation request speaks. */
-enum { SRV_CHAT, SRV_COMPLETIONS };
+/* The protocol a generation request speaks: OpenAI's chat completions and
+ * completions, Anthropic's Messages, OpenAI's Responses (the last two
+ * translated into a chat request: anthropic.h, responses.h). */
+enum { SRV_CHAT, SRV_COMPLETIONS, SRV_MESSAGES, SRV_RESPONSES };
+
+/* previous_response_id's store: the conversations of this many responses,
+ * within this many bytes, the least recently used forgotten first. */
+#define SRV_RESP_ITEMS 1024
+#define SRV_RESP_BYTES ((size_t)64 << 20)
 
 typedef struct srv_job srv_job;
 struct srv_job {
     oai_req req;
+    ant_req ant;     /* SRV_MESSAGES: the Anthropic request's translation */
+    resp_req rr;     /* SRV_RESPONSES: the Responses request's translation */
     tok_ids ids;     /* the prompt's ids */
     int api;         /* SRV_* */
     int max_new;     /* tokens to generate at most: max_tokens clamped to the room the prompt leaves */
-    char id[48];     /* "chatcmpl-..." / "cmpl-..." */
+    char id[48];     /* "chatcmpl-...", "cmpl-...", "msg_...", "resp_..." */
     long long created;
     atomic_int cancel; /* the client went away, or the server is stopping */
     /* guarded by mu */
@@ -73,10 +84,11 @@ typedef struct {
 } srv_opts;
 
 /* Endpoints, for the request counters of /metrics. */
-enum { SRV_EP_CHAT, SRV_EP_COMPLETIONS, SRV_EP_MODELS, SRV_EP_HEALTH, SRV_EP_PROPS, SRV_EP_METRICS, SRV_EP_TOKENIZE, SRV_EP_DETOKENIZE,
-       SRV_EP_PAGE, SRV_EP_PREFLIGHT, SRV_EP_OTHER, SRV_EP_N };
-static const char *const srv_ep_names_[SRV_EP_N] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/props", "/metrics",
-                                                    "/tokenize", "/detokenize", "/", "OPTIONS", "other"};
+enum { SRV_EP_CHAT, SRV_EP_COMPLETIONS, SRV_EP_MESSAGES, SRV_EP_COUNT_TOKENS, SRV_EP_RESPONSES, SRV_EP_MODELS, SRV_EP_HEALTH, SRV_EP_PROPS,
+       SRV_EP_METRICS, SRV_EP_TOKENIZE, SRV_EP_DETOKENIZE, SRV_EP_PAGE, SRV_EP_PREFLIGHT, SRV_EP_OTHER, SRV_EP_N };
+static const char *const srv_ep_names_[SRV_EP_N] = {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
+                                                    "/v1/responses", "/v1/models", "/health", "/props", "/metrics", "/tokenize", "/detokenize", "/",
+                                                    "OPTIONS", "other"};
 /* Statuses counted one by one; others as "other". */
 static const int srv_statuses_[] = {200, 204, 400, 401, 403, 404, 405, 408, 413, 429, 431, 500, 503};
 #define SRV_NSTATUS ((int)(sizeof srv_statuses_ / sizeof srv_statuses_[0]) + 1)
@@ -122,6 +134,8 @@ typedef struct {
     atomic_llong served, refused_busy;
     atomic_llong counts[SRV_EP_N][SRV_NSTATUS];
     srv_totals tot;
+    resp_store rs; /* previous_response_id's conversations: HTTP threads read, the compute thread writes */
+    int rs_ok;
     uint64_t seq;
     double started;
     /* connections, for the request deadline (srv_watch_) */
@@ -133,6 +147,8 @@ typedef struct {
 
 static inline void srv_job_free_(srv_job *j) {
     oai_req_free(&j->req);
+    ant_req_free(&j->ant);
+    resp_req_free(&j->rr);
     tok_ids_free(&j->ids);
     jw_free(&j->out);
     pthread_mutex_destroy(&j->mu);
@@ -214,20 +230,35 @@ static inline void srv_finish(srv_job *j, int status, jw *body) {
     pthread_mutex_unlock(&j->mu);
 }
 
-/* An error of a generation request in its protocol's shape: the document,
- * or for a stream that has started, the error event and the end of the
- * stream. type is OpenAI's ("invalid_request_error", "server_error"). */
-static inline void srv_error_body(jw *w, const char *msg, const char *type, const char *param, int in_stream) {
-    if (in_stream) jw_lit(w, "data: ");
-    oai_error_json(w, msg, type, param, NULL);
-    if (in_stream) jw_lit(w, "\n\ndata: [DONE]\n\n");
+/* An error of a generation request that has sent nothing yet, in its
+ * protocol's shape: the document, or for a stream (its 200 already sent)
+ * the error events that end it. type is OpenAI's ("invalid_request_error",
+ * "server_error"); Anthropic's follows from the status. */
+static inline void srv_error_body(jw *w, const srv_job *j, const char *model, int status, const char *msg, const char *type, const char *param) {
+    if (j->api == SRV_MESSAGES) {
+        if (j->req.stream) ant_stream_error(w, ant_error_type(status), msg);
+        else ant_error_json(w, ant_error_type(status), msg);
+    } else if (j->api == SRV_RESPONSES && j->req.stream) {
+        resp_stream st;
+        oai_reply y;
+        memset(&y, 0, sizeof y);
+        y.id = j->id, y.model = model, y.created = j->created;
+        resp_stream_start(&st, w, &j->rr, &y);
+        resp_stream_error(&st, w, &j->rr, &y, msg);
+        resp_stream_free(&st);
+    } else {
+        if (j->req.stream) jw_lit(w, "data: ");
+        oai_error_json(w, msg, type, param, NULL);
+        if (j->req.stream) jw_lit(w, "\n\ndata: [DONE]\n\n");
+    }
 }
 
-/* Ends a request with an error: its status (a non-streaming request) or
- * the error event (a stream, whose status was 200). */
-static inline void srv_fail(srv_job *j, int status, const char *msg, const char *type, const char *param) {
+/* Ends a request that has sent nothing with an error: its status (a
+ * non-streaming request) or the error events (a stream, whose status was
+ * 200). */
+static inline void srv_fail(srv_job *j, const char *model, int status, const char *msg, const char *type, const char *param) {
     jw w = {0};
-    srv_error_body(&w, msg, type, param, j->req.stream);
+    srv_error_body(&w, j, model, status, msg, type, param);
     srv_finish(j, status, &w);
     jw_free(&w);
 }
@@ -358,7 +389,8 @@ static inline enum MHD_Result srv_json_(srv *s, srv_conn_ *cs, struct MHD_Connec
 static inline enum MHD_Result srv_error_(srv *s, srv_conn_ *cs, struct MHD_Connection *c, unsigned status, const char *msg, const char *type,
                                          const char *param, const char *code) {
     jw w = {0};
-    oai_error_json(&w, msg, type, param, code);
+    if (cs && (cs->ep == SRV_EP_MESSAGES || cs->ep == SRV_EP_COUNT_TOKENS)) ant_error_json(&w, ant_error_type((int)status), msg); /* Anthropic's shape */
+    else oai_error_json(&w, msg, type, param, code);
     return srv_json_(s, cs, c, status, &w);
 }
 
@@ -537,7 +569,7 @@ static inline int srv_enqueue_(srv *s, srv_job *j) {
  * leave room for one token; max_tokens is clamped to the room left.
  * 0, or the status with e saying why (*code: OpenAI's short code). */
 static inline int srv_prepare_(srv *s, srv_job *j, oai_err *e, const char **code) {
-    const char *what = j->req.chat ? "messages" : "prompt";
+    const char *what = j->api == SRV_RESPONSES ? "input" : j->req.chat ? "messages" : "prompt";
     if (j->req.ids) {
         for (int i = 0; i < j->req.n_ids; i++)
             if (j->req.ids[i] >= tok_n_ids(s->t)) return oai_fail_(e, what, "prompt: token id %d is not one of this model's (0 to %d)", j->req.ids[i], tok_n_ids(s->t) - 1), 400;
@@ -554,6 +586,44 @@ static inline int srv_prepare_(srv *s, srv_job *j, oai_err *e, const char **code
     return 0;
 }
 
+/* Checks a generation request of j->api into j->req: OpenAI's bodies
+ * directly, Anthropic's and the Responses API's translated into a chat
+ * body first (their refusals name their own fields). 0, or -1 with e. */
+static inline int srv_parse_(srv *s, srv_job *j, const char *body, size_t len, const oai_limits *lim, oai_err *e) {
+    if (j->api == SRV_MESSAGES) {
+        if (ant_parse(body, len, ANT_MESSAGES, lim, &j->ant, e->msg, sizeof e->msg, e->param, sizeof e->param)) return -1;
+        return oai_parse(j->ant.chat.s, j->ant.chat.n, 1, lim, &j->req, e);
+    }
+    if (j->api == SRV_RESPONSES) {
+        if (resp_parse(body, len, lim, s->rs_ok ? &s->rs : NULL, &j->rr, e->msg, sizeof e->msg, e->param, sizeof e->param)) return -1;
+        return oai_parse(j->rr.chat.s, j->rr.chat.n, 1, lim, &j->req, e);
+    }
+    return oai_parse(body, len, j->api == SRV_CHAT, lim, &j->req, e);
+}
+
+/* POST /v1/messages/count_tokens: the prompt's tokens as the request would
+ * render, nothing generated. */
+static inline enum MHD_Result srv_count_tokens_(srv *s, srv_conn_ *cs, struct MHD_Connection *c, const char *body, size_t len) {
+    oai_err e = {{0}, {0}};
+    oai_limits lim = {s->o.max_messages, s->o.ctx, s->o.chat_fmt};
+    ant_req q;
+    oai_req r;
+    memset(&r, 0, sizeof r);
+    tok_ids ids = {0};
+    int bad = ant_parse(body, len, ANT_COUNT_TOKENS, &lim, &q, e.msg, sizeof e.msg, e.param, sizeof e.param) ||
+              oai_parse(q.chat.s, q.chat.n, 1, &lim, &r, &e);
+    int tk = !bad && tok_encode(s->t, r.text, r.text_len, &ids);
+    ant_req_free(&q), oai_req_free(&r);
+    if (bad || tk) {
+        tok_ids_free(&ids);
+        return srv_error_(s, cs, c, 400, bad ? e.msg : "the prompt could not be tokenized", "invalid_request_error", e.param, NULL);
+    }
+    jw w = {0};
+    ant_count_json(&w, (int)ids.n);
+    tok_ids_free(&ids);
+    return srv_json_(s, cs, c, 200, &w);
+}
+
 static inline enum MHD_Result srv_generate_(srv *s, srv_conn_ *cs, struct MHD_Connection *c, int api, const char *body, size_t len) {
     oai_err e = {{0}, {0}};
     oai_limits lim = {s->o.max_messages, s->o.ctx, s->o.chat_fmt};
@@ -563,7 +633,7 @@ static inline enum MHD_Result srv_generate_(srv *s, srv_conn_ *cs, struct MHD_Co
     pthread_cond_init(&j->cv, NULL);
     j->api = api;
     const char *code = NULL;
-    int st = oai_parse(body, len, api == SRV_CHAT, &lim, &j->req, &e) ? 400 : srv_prepare_(s, j, &e, &code);
+    int st = srv_parse_(s, j, body, len, &lim, &e) ? 400 : srv_prepare_(s, j, &e, &code);
     if (st) {
         srv_job_free_(j);
         return srv_error_(s, cs, c, (unsigned)st, e.msg, st == 500 ? "server_error" : "invalid_request_error", e.param, code);
@@ -574,7 +644,8 @@ static inline enum MHD_Result srv_generate_(srv *s, srv_conn_ *cs, struct MHD_Co
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     j->created = (long long)ts.tv_sec;
-    snprintf(j->id, sizeof j->id, "%s-%llx%04llx", api == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)ts.tv_sec, (unsigned long long)(seq & 0xffff));
+    static const char *const prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_"};
+    snprintf(j->id, sizeof j->id, "%s%llx%04llx", prefix[api], (unsigned long long)ts.tv_sec, (unsigned long long)(seq & 0xffff));
     int q = srv_enqueue_(s, j);
     if (q) {
         srv_job_free_(j);
@@ -855,6 +926,9 @@ static inline int srv_route_(const char *url, const char **id) {
     const char *q = !strncmp(p, "/v1/", 4) ? p + 3 : p;
     if (!strcmp(q, "/chat/completions")) return SRV_EP_CHAT;
     if (!strcmp(q, "/completions")) return SRV_EP_COMPLETIONS;
+    if (!strcmp(q, "/messages")) return SRV_EP_MESSAGES;
+    if (!strcmp(q, "/messages/count_tokens")) return SRV_EP_COUNT_TOKENS;
+    if (!strcmp(q, "/responses")) return SRV_EP_RESPONSES;
     if (!strcmp(q, "/models")) return SRV_EP_MODELS;
     if (!strncmp(q, "/models/", 8) && q[8]) return *id = url + (q - p) + 8, SRV_EP_MODELS; /* url and p share this prefix */
     if (!strcmp(p, "/") || !strcmp(p, "/index.html")) return SRV_EP_PAGE;
@@ -920,19 +994,23 @@ static inline enum MHD_Result srv_handle_(void *cls, struct MHD_Connection *c, c
         return get ? srv_page_(s, cs, c) : srv_error_(s, cs, c, 405, "use GET", "invalid_request_error", NULL, NULL);
     if (ep == SRV_EP_OTHER) {
         char msg[400];
-        snprintf(msg, sizeof msg, "no such endpoint: %.200s (POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize; GET /v1/models, "
-                 "/health, /props, /metrics, / (the chat page))", url);
+        snprintf(msg, sizeof msg, "no such endpoint: %.200s (POST /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, "
+                 "/v1/responses, /tokenize, /detokenize; GET /v1/models, /health, /props, /metrics, / (the chat page))", url);
         return srv_error_(s, cs, c, 404, msg, "invalid_request_error", NULL, "not_found");
     }
     if (!srv_authorized_(s, c))
         return srv_error_(s, cs, c, 401, "a valid API key is required: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'", "authentication_error",
                           NULL, "invalid_api_key");
-    int wants_post = ep == SRV_EP_CHAT || ep == SRV_EP_COMPLETIONS || ep == SRV_EP_TOKENIZE || ep == SRV_EP_DETOKENIZE;
+    int wants_post = ep == SRV_EP_CHAT || ep == SRV_EP_COMPLETIONS || ep == SRV_EP_MESSAGES || ep == SRV_EP_COUNT_TOKENS || ep == SRV_EP_RESPONSES ||
+                     ep == SRV_EP_TOKENIZE || ep == SRV_EP_DETOKENIZE;
     if (wants_post ? !post : !get) return srv_error_(s, cs, c, 405, wants_post ? "use POST" : "use GET", "invalid_request_error", NULL, NULL);
     const char *b = cs->body.s ? cs->body.s : "";
     switch (ep) {
     case SRV_EP_CHAT: return srv_generate_(s, cs, c, SRV_CHAT, b, cs->body.n);
     case SRV_EP_COMPLETIONS: return srv_generate_(s, cs, c, SRV_COMPLETIONS, b, cs->body.n);
+    case SRV_EP_MESSAGES: return srv_generate_(s, cs, c, SRV_MESSAGES, b, cs->body.n);
+    case SRV_EP_COUNT_TOKENS: return srv_count_tokens_(s, cs, c, b, cs->body.n);
+    case SRV_EP_RESPONSES: return srv_generate_(s, cs, c, SRV_RESPONSES, b, cs->body.n);
     case SRV_EP_MODELS: return srv_models_(s, cs, c, id);
     case SRV_EP_TOKENIZE: return srv_tokenize_(s, cs, c, b, cs->body.n);
     case SRV_EP_DETOKENIZE: return srv_detokenize_(s, cs, c, b, cs->body.n);
@@ -957,13 +1035,17 @@ static inline int srv_start(srv *s, const srv_opts *o, const tok *t, char *err, 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->cmu, NULL);
+    s->rs_ok = resp_store_init(&s->rs, SRV_RESP_ITEMS, SRV_RESP_BYTES) == 0; /* without it, previous_response_id finds nothing */
     struct addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC, hints.ai_socktype = SOCK_STREAM, hints.ai_flags = AI_PASSIVE;
     char port[16];
     snprintf(port, sizeof port, "%d", o->port);
     int g = getaddrinfo(o->host, port, &hints, &ai);
-    if (g || !ai) return snprintf(err, errlen, "COLI_HOST=%s: %s", o->host, g ? gai_strerror(g) : "no address"), -1;
+    if (g || !ai) {
+        if (s->rs_ok) resp_store_free(&s->rs), s->rs_ok = 0;
+        return snprintf(err, errlen, "COLI_HOST=%s: %s", o->host, g ? gai_strerror(g) : "no address"), -1;
+    }
     /* MHD_USE_ITC: srv_stop quiesces the daemon before stopping it */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -973,7 +1055,10 @@ static inline int srv_start(srv *s, const srv_opts *o, const tok *t, char *err, 
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SRV_MHD_POOL, MHD_OPTION_NOTIFY_COMPLETED, srv_done_, s, MHD_OPTION_NOTIFY_CONNECTION,
         srv_notify_conn_, s, MHD_OPTION_URI_LOG_CALLBACK, srv_uri_, s, MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!d) return snprintf(err, errlen, "cannot listen on %s:%d (in use, or not an address of this machine)", o->host, o->port), -1;
+    if (!d) {
+        if (s->rs_ok) resp_store_free(&s->rs), s->rs_ok = 0;
+        return snprintf(err, errlen, "cannot listen on %s:%d (in use, or not an address of this machine)", o->host, o->port), -1;
+    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     s->daemon = d, s->port = di ? di->port : o->port;
     s->started = srv_now_();
@@ -995,7 +1080,7 @@ static inline void srv_stop(srv *s) {
     pthread_mutex_unlock(&s->mu);
     while (j) {
         srv_job *next = j->next;
-        srv_fail(j, 503, "the server is shutting down", "server_error", NULL);
+        srv_fail(j, s->o.model, 503, "the server is shutting down", "server_error", NULL);
         srv_release(s, j);
         j = next;
     }
@@ -1013,6 +1098,7 @@ static inline void srv_stop(srv *s) {
         if (lfd != MHD_INVALID_SOCKET) close(lfd);
     }
     s->daemon = NULL;
+    if (s->rs_ok) resp_store_free(&s->rs), s->rs_ok = 0;
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->cmu);

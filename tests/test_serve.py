@@ -1273,5 +1273,158 @@ class KeptFiles(MhdCase):
         self.assertEqual({k: v for k, v in after.items() if k != name}, {k: v for k, v in files.items() if k != name})
 
 
+class Fronts(MhdCase):
+    """Anthropic's Messages API and OpenAI's Responses API map onto the same
+    rendering as chat completions: greedy answers through /v1/messages and
+    /v1/responses (whole and streamed) equal /v1/chat/completions and the
+    one-shot PROMPT output; the real anthropic and openai clients read them,
+    with tools, count_tokens, previous_response_id and errors."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.srv = Server({"SERVE_MODEL": "tiny-glm5", "TEMP": "0", "COLI_API_KEY": "sk-k"})
+        assert cls.srv.port, cls.srv.log()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.srv.stop() == 0, cls.srv.log()
+
+    def post(self, path, body, key="sk-k"):
+        return raw_request(self.srv.port, "POST", path, body, {"x-api-key": key})
+
+    def sse(self, path, body):
+        """The (event, data) pairs of a streamed request."""
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=60)
+        c.request("POST", path, body=json.dumps(dict(body, stream=True)), headers={"Content-Type": "application/json", "x-api-key": "sk-k"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        text = r.read().decode()
+        c.close()
+        out = []
+        for block in text.split("\n\n"):
+            if not block.strip():
+                continue
+            ev = [l[7:] for l in block.split("\n") if l.startswith("event: ")]
+            data = [l[6:] for l in block.split("\n") if l.startswith("data: ")]
+            out.append((ev[0] if ev else None, json.loads(data[0])))
+        return out
+
+    def test_greedy_equal_everywhere(self):
+        for user, n in (("Hello", 8), ("Name three prime numbers.", 200)):
+            want, _ = one_shot(user, n)
+            st, _, chat = self.post("/v1/chat/completions", {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+                                                              "max_tokens": n})
+            self.assertEqual(chat["choices"][0]["message"]["content"], want)
+            st, _, m = self.post("/v1/messages", {"model": "tiny-glm5", "max_tokens": n, "system": SYSTEM, "messages": [{"role": "user", "content": user}]})
+            self.assertEqual(st, 200, m)
+            self.assertEqual("".join(b["text"] for b in m["content"] if b["type"] == "text"), want)
+            self.assertEqual((m["usage"]["input_tokens"] + m["usage"]["cache_read_input_tokens"], m["usage"]["output_tokens"]),
+                             (chat["usage"]["prompt_tokens"], chat["usage"]["completion_tokens"]))
+            self.assertEqual(m["stop_reason"], {"length": "max_tokens", "stop": "end_turn"}[chat["choices"][0]["finish_reason"]])
+            events = self.sse("/v1/messages", {"model": "tiny-glm5", "max_tokens": n, "system": SYSTEM, "messages": [{"role": "user", "content": user}]})
+            self.assertEqual([e for e, _ in events][0], "message_start")
+            self.assertEqual([e for e, _ in events][-2:], ["message_delta", "message_stop"])
+            self.assertEqual("".join(d["delta"]["text"] for e, d in events if e == "content_block_delta" and d["delta"]["type"] == "text_delta"), want)
+            st, _, r = self.post("/v1/responses", {"model": "tiny-glm5", "instructions": SYSTEM, "input": user, "max_output_tokens": n})
+            self.assertEqual(st, 200, r)
+            text = "".join(c["text"] for it in r["output"] if it["type"] == "message" for c in it["content"])
+            self.assertEqual(text, want)
+            self.assertEqual(r["status"], "incomplete" if chat["choices"][0]["finish_reason"] == "length" else "completed")
+            events = self.sse("/v1/responses", {"model": "tiny-glm5", "instructions": SYSTEM, "input": user, "max_output_tokens": n})
+            self.assertEqual(events[0][0], "response.created")
+            self.assertIn(events[-1][0], ("response.completed", "response.incomplete"))
+            self.assertEqual([d["sequence_number"] for _, d in events], list(range(len(events))))
+            self.assertEqual("".join(d["delta"] for e, d in events if e == "response.output_text.delta"), want)
+
+    def test_errors_in_each_shape(self):
+        st, _, body = self.post("/v1/messages", {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}, key="bad")
+        self.assertEqual((st, body["type"], body["error"]["type"]), (401, "error", "authentication_error"))
+        st, _, body = self.post("/v1/messages", {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]})
+        self.assertEqual((st, body["error"]["type"]), (400, "invalid_request_error"))
+        self.assertIn("messages[0].content[0]", body["error"]["message"])
+        st, _, body = self.post("/v1/responses", {"model": "m", "input": "x", "previous_response_id": "resp_nope"})
+        self.assertEqual((st, body["error"]["param"]), (400, "previous_response_id"))
+        st, _, body = self.post("/v1/responses", {"model": "m", "input": "x", "tools": [{"type": "web_search"}]})
+        self.assertEqual(st, 400, body)
+        # the schema overflow through each front: refused before compute, the server goes on
+        schema = {"type": "object", "properties": {"a": {"enum": list(range(5000))}}, "required": ["a"]}
+        st, _, body = self.post("/v1/messages", {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+                                                 "output_config": {"format": {"type": "json_schema", "schema": schema}}})
+        self.assertEqual((st, body["type"]), (400, "error"))
+        st, _, body = self.post("/v1/responses", {"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "a", "schema": schema}}})
+        self.assertEqual(st, 400, body)
+        self.assertEqual(self.post("/v1/messages", {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]})[0], 200)
+
+    def test_anthropic_sdk(self):
+        try:
+            import anthropic
+        except ImportError:
+            self.skipTest("anthropic: the anthropic Python package is not installed (.ci/run installs it)")
+        a = anthropic.Anthropic(base_url="http://127.0.0.1:%d" % self.srv.port, api_key="sk-k", max_retries=0)
+        want, _ = one_shot("Hello", 8)
+        m = a.messages.create(model="tiny-glm5", max_tokens=8, system=SYSTEM, messages=[{"role": "user", "content": "Hello"}])
+        self.assertEqual(m.content[0].text, want)
+        with a.messages.stream(model="tiny-glm5", max_tokens=8, system=SYSTEM, messages=[{"role": "user", "content": "Hello"}]) as s:
+            self.assertEqual("".join(s.text_stream), want)
+            self.assertEqual(s.get_final_message().content[0].text, want)
+        n = a.messages.count_tokens(model="tiny-glm5", system=SYSTEM, messages=[{"role": "user", "content": "Hello"}]).input_tokens
+        self.assertEqual(n, m.usage.input_tokens + m.usage.cache_read_input_tokens)
+        tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}]
+        big = Server(model=synth_model())  # the tools block needs more than tiny-glm5's 256 positions
+        try:
+            b = anthropic.Anthropic(base_url="http://127.0.0.1:%d" % big.port, api_key="none", max_retries=0)
+            m = b.messages.create(model="m", max_tokens=300, messages=[{"role": "user", "content": "Weather?"}], tools=tools,
+                                  tool_choice={"type": "tool", "name": "get_weather"})
+            uses = [c for c in m.content if c.type == "tool_use"]
+            self.assertEqual((m.stop_reason, len(uses), uses[0].name), ("tool_use", 1, "get_weather"))
+            self.assertLessEqual(len(uses[0].input["city"]), 8)
+            # the call and its result continue the conversation
+            m2 = b.messages.create(model="m", max_tokens=4, tools=tools, messages=[
+                {"role": "user", "content": "Weather?"}, {"role": "assistant", "content": m.content},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "sunny"}]}])
+            self.assertEqual(m2.type, "message")
+            self.assertGreater(m2.usage.cache_read_input_tokens, 0)
+        finally:
+            self.assertEqual(big.stop(), 0)
+        with self.assertRaises(anthropic.AuthenticationError):
+            anthropic.Anthropic(base_url="http://127.0.0.1:%d" % self.srv.port, api_key="bad", max_retries=0).messages.create(
+                model="m", max_tokens=2, messages=[{"role": "user", "content": "x"}])
+
+    def test_openai_responses_sdk(self):
+        try:
+            import openai
+        except ImportError:
+            self.skipTest("openai: the openai Python package is not installed (.ci/run installs it)")
+        o = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.srv.port, api_key="sk-k", max_retries=0)
+        want, _ = one_shot("Name three prime numbers.", 200)
+        r = o.responses.create(model="tiny-glm5", instructions=SYSTEM, input="Name three prime numbers.", max_output_tokens=200)
+        self.assertEqual(r.output_text, want)
+        with o.responses.stream(model="tiny-glm5", instructions=SYSTEM, input="Name three prime numbers.", max_output_tokens=200) as s:
+            for _ in s:
+                pass
+            self.assertEqual(s.get_final_response().output_text, want)
+        # previous_response_id: the stored conversation continues, its prompt reused from the KV cache
+        r2 = o.responses.create(model="tiny-glm5", instructions=SYSTEM, previous_response_id=r.id, input="And two more?", max_output_tokens=4)
+        self.assertGreaterEqual(r2.usage.input_tokens_details.cached_tokens, r.usage.input_tokens - 1)
+        self.assertGreater(r2.usage.input_tokens, r.usage.input_tokens + r.usage.output_tokens - 1)
+        tools = [{"type": "function", "name": "now", "description": "the time", "parameters": {"type": "object", "properties": {}}}]
+        big = Server(model=synth_model())  # the tools block needs more than tiny-glm5's 256 positions
+        try:
+            b = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % big.port, api_key="none", max_retries=0)
+            r3 = b.responses.create(model="m", input="Time?", tools=tools, tool_choice="required", parallel_tool_calls=False, max_output_tokens=300)
+            calls = [it for it in r3.output if it.type == "function_call"]
+            self.assertEqual([(c.name, json.loads(c.arguments)) for c in calls], [("now", {})])
+            r4 = b.responses.create(model="m", previous_response_id=r3.id, tools=tools, max_output_tokens=3,
+                                    input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "noon"}])
+            self.assertIn(r4.status, ("completed", "incomplete"))
+            self.assertGreater(r4.usage.input_tokens_details.cached_tokens, 0)
+        finally:
+            self.assertEqual(big.stop(), 0)
+        with self.assertRaises(openai.BadRequestError):
+            o.responses.create(model="m", input="x", previous_response_id="resp_unknown")
+
+
 if __name__ == "__main__":
     unittest.main()
