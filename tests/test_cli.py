@@ -1370,6 +1370,16 @@ class Chat(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         return ids_line(err, "generated tokens")
 
+    def test_a_refused_turn_does_not_end_the_chat(self):
+        """A turn too long for CTX is refused with its reason and the chat
+        answers the next line (it used to exit 2 with a stale loading error
+        about model.safetensors.index.json)."""
+        rc, turns, err = self.chat(["hi", "word " * 400, "hello"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(turns), 2, err)
+        self.assertIn("but CTX is 256; raise CTX", err)
+        self.assertNotIn("index.json", err)
+
     def test_turns_match_resumed_one_shot_runs(self):
         for draft in ("0", "2"):
             rc, turns, err = self.chat(["First turn.", "Second turn.", "Third."], {"DRAFT": draft})
