@@ -303,7 +303,7 @@ arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED
 build/arm/qemu/%: tests/qemu_arm.sh
 	@mkdir -p $(@D)
 	ln -sf ../../../tests/qemu_arm.sh $@
-sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine build/tsan-cuda-host/colibri
+sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine build/tsan/test_fronts build/tsan-cuda-host/colibri
 
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) test-build

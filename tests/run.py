@@ -14,7 +14,7 @@ under wine (tests/run_windows.py), the engine's GPU paths against the
 host stand-in for the backend (build/cuda-host, tests/cuda_host.c), and the
 CUDA build's backend test and GPU engine tests (build/cuda, skipped without
 a GPU). --tsan runs the threaded
-paths only (the I/O engine, the store, the engine, the invariance matrix,
+paths only (the I/O engine, the store, the engine, the Responses store, the invariance matrix,
 the I/O tests of the CLI, and the GPU tier's tests on the host stand-in,
 build/tsan-cuda-host). --arm runs the aarch64 parts only (BUILD_DIR
 is then the x86-64 build the tokens are compared with). Each part's output is shown
@@ -153,7 +153,7 @@ def macos_parts(build):
 def parts_for(build, sanitize, tsan):
     colibri = {"COLIBRI": os.path.join(build, "colibri")}
     if tsan:
-        out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in ("test_team", "test_io", "test_store", "test_engine")]
+        out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in ("test_team", "test_io", "test_store", "test_engine", "test_fronts")]
         out.append(Part("tests/test_cli.py (threaded paths)", [sys.executable, "tests/test_cli.py", "-v", "Tiers.test_invariance_matrix", "IOFaults"],
                         colibri))
         out.append(Part("tests/test_serve.py (HTTP threads, the request watchdog, the metrics and the compute thread)",
