@@ -214,6 +214,7 @@ static inline int smp_probs(const smp_params *sp, const float *logits, int n, sm
  * sorting ntop. */
 static inline int smp_logprobs(const smp_params *sp, const float *logits, int n, int id, int ntop, smp_work *w, float *lp, int *top_id, float *top_lp) {
     int best = smp_argmax(logits, n), keep = 0;
+    *lp = -INFINITY;
     if (best < 0) return -1;
     double inv_t = sp->temp > 0 ? 1.0 / sp->temp : 1.0, z = 0, mx = logits[best] * inv_t, s = 1;
     if (sp->temp <= 0) {
@@ -231,7 +232,6 @@ static inline int smp_logprobs(const smp_params *sp, const float *logits, int n,
         keep = k;
     }
     double lz = log(z) + log(s); /* log p_i = l_i / t - mx - lz */
-    *lp = -INFINITY;
     for (int i = 0; i < keep; i++)
         if (w->idx[i] == id) *lp = (float)(logits[id] * inv_t - mx - lz);
     int k = ntop < keep ? ntop : keep;
