@@ -58,21 +58,11 @@ typedef struct {
 
 #define ANT_FAIL_(cx, path, ...) oai_refuse((cx)->err, (cx)->errlen, (cx)->param, (cx)->paramlen, (path), __VA_ARGS__)
 
-/* obj's member key when present and not null, else -1. */
-static inline int ant_opt_(const js_doc *d, int obj, const char *key) {
-    int i = js_get(d, obj, key);
-    return js_typeof(d, i) == JS_NULL ? -1 : i;
-}
+static inline int ant_opt_(const js_doc *d, int obj, const char *key) { return oai_opt(d, obj, key); }
 
 /* Refuses obj's first member that keys does not list: 0 or -1. */
 static inline int ant_keys_(ant_cx_ *cx, int obj, const char *path, const char *const *keys) {
-    for (int f = js_first(cx->d, obj); f >= 0; f = js_next(cx->d, f))
-        if (!oai_known_(js_key(cx->d, f), keys)) {
-            char p[256];
-            snprintf(p, sizeof p, "%s%s%.64s", path, *path ? "." : "", js_key(cx->d, f));
-            return ANT_FAIL_(cx, p, "unknown field");
-        }
-    return 0;
+    return oai_refuse_unknown(cx->d, obj, path, keys, cx->err, cx->errlen, cx->param, cx->paramlen);
 }
 
 /* A block's type (string) or NULL with the refusal written. */

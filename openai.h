@@ -1368,6 +1368,24 @@ static inline int oai_refuse(char *err, size_t errlen, char *param, size_t param
     else snprintf(err, errlen, "%s", why);
     return -1;
 }
+/* obj's member key when present and not null, else -1. */
+static inline int oai_opt(const js_doc *d, int obj, const char *key) {
+    int i = js_get(d, obj, key);
+    return js_typeof(d, i) == JS_NULL ? -1 : i;
+}
+
+/* Refuses obj's first member that keys does not list, naming it under
+ * path ("messages[2].content[0].bogus"): 0 or -1 (oai_refuse). */
+static inline int oai_refuse_unknown(const js_doc *d, int obj, const char *path, const char *const *keys, char *err, size_t errlen, char *param,
+                                     size_t paramlen) {
+    for (int f = js_first(d, obj); f >= 0; f = js_next(d, f))
+        if (!oai_known_(js_key(d, f), keys)) {
+            char p[256];
+            snprintf(p, sizeof p, "%s%s%.64s", path, *path ? "." : "", js_key(d, f));
+            return oai_refuse(err, errlen, param, paramlen, p, "unknown field");
+        }
+    return 0;
+}
 /* ============================================ end of protocol fronts (shared) */
 
 #endif

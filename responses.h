@@ -159,20 +159,11 @@ typedef struct {
 
 #define RESP_FAIL_(cx, path, ...) oai_refuse((cx)->err, (cx)->errlen, (cx)->param, (cx)->paramlen, (path), __VA_ARGS__)
 
-static inline int resp_opt_(const js_doc *d, int obj, const char *key) {
-    int i = js_get(d, obj, key);
-    return js_typeof(d, i) == JS_NULL ? -1 : i;
-}
+static inline int resp_opt_(const js_doc *d, int obj, const char *key) { return oai_opt(d, obj, key); }
 
 /* Refuses obj's first member that keys does not list: 0 or -1. */
 static inline int resp_keys_(resp_cx_ *cx, int obj, const char *path, const char *const *keys) {
-    for (int f = js_first(cx->d, obj); f >= 0; f = js_next(cx->d, f))
-        if (!oai_known_(js_key(cx->d, f), keys)) {
-            char p[256];
-            snprintf(p, sizeof p, "%s%s%.64s", path, *path ? "." : "", js_key(cx->d, f));
-            return RESP_FAIL_(cx, p, "unknown field");
-        }
-    return 0;
+    return oai_refuse_unknown(cx->d, obj, path, keys, cx->err, cx->errlen, cx->param, cx->paramlen);
 }
 
 /* A function name: 1..256 bytes of one line (the call syntaxes put it between tags). */
