@@ -58,8 +58,6 @@ typedef struct {
 
 #define ANT_FAIL_(cx, path, ...) oai_refuse((cx)->err, (cx)->errlen, (cx)->param, (cx)->paramlen, (path), __VA_ARGS__)
 
-static inline int ant_opt_(const js_doc *d, int obj, const char *key) { return oai_opt(d, obj, key); }
-
 /* Refuses obj's first member that keys does not list: 0 or -1. */
 static inline int ant_keys_(ant_cx_ *cx, int obj, const char *path, const char *const *keys) {
     return oai_refuse_unknown(cx->d, obj, path, keys, cx->err, cx->errlen, cx->param, cx->paramlen);
@@ -137,7 +135,7 @@ static inline int ant_tool_result_(ant_cx_ *cx, int b, const char *path) {
     const js_doc *d = cx->d;
     char p[200];
     if (ant_keys_(cx, b, path, ant_result_keys_)) return -1;
-    int id = js_get(d, b, "tool_use_id"), c = ant_opt_(d, b, "content"), ie = ant_opt_(d, b, "is_error");
+    int id = js_get(d, b, "tool_use_id"), c = oai_opt(d, b, "content"), ie = oai_opt(d, b, "is_error");
     if (js_typeof(d, id) != JS_STR) return snprintf(p, sizeof p, "%s.tool_use_id", path), ANT_FAIL_(cx, p, "must be a string");
     if (ie >= 0 && !js_is_bool(d, ie)) return snprintf(p, sizeof p, "%s.is_error", path), ANT_FAIL_(cx, p, "must be true or false");
     ant_msg_open_(cx, "tool");
@@ -160,19 +158,22 @@ static inline const char *ant_unsupported_(const char *t) {
     return NULL;
 }
 
+/* A message whose content is one string c: the chat message of role. 0. */
+static inline int ant_text_msg_(ant_cx_ *cx, const char *role, int c) {
+    ant_msg_open_(cx, role);
+    jw_lit(cx->w, ",\"content\":");
+    jw_strn(cx->w, js_str(cx->d, c), js_str_len(cx->d, c));
+    jw_lit(cx->w, "}");
+    return 0;
+}
+
 /* A user message: tool_result blocks as tool messages first, then one user
  * message with the text blocks (when there are any). */
 static inline int ant_user_(ant_cx_ *cx, int c, const char *path) {
     const js_doc *d = cx->d;
     char cp[96];
     snprintf(cp, sizeof cp, "%s.content", path);
-    if (js_typeof(d, c) == JS_STR) {
-        ant_msg_open_(cx, "user");
-        jw_lit(cx->w, ",\"content\":");
-        jw_strn(cx->w, js_str(d, c), js_str_len(d, c));
-        jw_lit(cx->w, "}");
-        return 0;
-    }
+    if (js_typeof(d, c) == JS_STR) return ant_text_msg_(cx, "user", c);
     if (js_typeof(d, c) != JS_ARR || !js_count(d, c)) return ANT_FAIL_(cx, cp, "must be a string or a non-empty array of content blocks");
     jw parts = {0};
     int j = 0, n = 0, rc = 0;
@@ -234,13 +235,7 @@ static inline int ant_assistant_(ant_cx_ *cx, int c, const char *path) {
     const js_doc *d = cx->d;
     char cp[96];
     snprintf(cp, sizeof cp, "%s.content", path);
-    if (js_typeof(d, c) == JS_STR) {
-        ant_msg_open_(cx, "assistant");
-        jw_lit(cx->w, ",\"content\":");
-        jw_strn(cx->w, js_str(d, c), js_str_len(d, c));
-        jw_lit(cx->w, "}");
-        return 0;
-    }
+    if (js_typeof(d, c) == JS_STR) return ant_text_msg_(cx, "assistant", c);
     if (js_typeof(d, c) != JS_ARR) return ANT_FAIL_(cx, cp, "must be a string or an array of content blocks");
     jw parts = {0}, reason = {0}, calls = {0};
     int j = 0, n = 0, nthink = 0, ncalls = 0, rc = 0;
@@ -251,7 +246,7 @@ static inline int ant_assistant_(ant_cx_ *cx, int c, const char *path) {
         if (!t) rc = -1;
         else if (!strcmp(t, "text")) rc = ant_text_part_(cx, b, p, &parts, &n);
         else if (!strcmp(t, "thinking")) {
-            int th = js_get(d, b, "thinking"), sg = ant_opt_(d, b, "signature");
+            int th = js_get(d, b, "thinking"), sg = oai_opt(d, b, "signature");
             if (!(rc = ant_keys_(cx, b, p, ant_thinking_keys_))) {
                 if (js_typeof(d, th) != JS_STR || (sg >= 0 && js_typeof(d, sg) != JS_STR))
                     rc = ANT_FAIL_(cx, p, "a thinking block needs \"thinking\" and \"signature\" strings");
@@ -330,7 +325,7 @@ static inline int ant_tools_(ant_cx_ *cx, int tools, jw *w) {
         char p[48], f[80];
         snprintf(p, sizeof p, "tools[%d]", k);
         if (js_typeof(d, t) != JS_OBJ) return ANT_FAIL_(cx, p, "must be an object");
-        int ty = ant_opt_(d, t, "type"), name = js_get(d, t, "name"), desc = ant_opt_(d, t, "description"), sc = js_get(d, t, "input_schema");
+        int ty = oai_opt(d, t, "type"), name = js_get(d, t, "name"), desc = oai_opt(d, t, "description"), sc = js_get(d, t, "input_schema");
         if (ty >= 0 && (!js_str(d, ty) || strcmp(js_str(d, ty), "custom"))) {
             snprintf(f, sizeof f, "%s.type", p);
             if (!js_str(d, ty)) return ANT_FAIL_(cx, f, "must be a string");
@@ -368,7 +363,7 @@ static inline int ant_tool_choice_(ant_cx_ *cx, int tc, int tools, jw *w) {
     const char *t = js_str(d, js_get(d, tc, "type"));
     if (js_typeof(d, tc) != JS_OBJ || !t) return ANT_FAIL_(cx, "tool_choice", "must be an object with a type");
     if (ant_keys_(cx, tc, "tool_choice", keys)) return -1;
-    int name = js_get(d, tc, "name"), dp = ant_opt_(d, tc, "disable_parallel_tool_use");
+    int name = js_get(d, tc, "name"), dp = oai_opt(d, tc, "disable_parallel_tool_use");
     if (dp >= 0 && !js_is_bool(d, dp)) return ANT_FAIL_(cx, "tool_choice.disable_parallel_tool_use", "must be true or false");
     if ((!strcmp(t, "tool") || !strcmp(t, "any")) && !js_count(d, tools)) return ANT_FAIL_(cx, "tool_choice", "{\"type\": \"%s\"} needs tools", t);
     if (!strcmp(t, "tool")) {
@@ -397,7 +392,7 @@ static inline int ant_thinking_(ant_cx_ *cx, int th, ant_req *q, jw *w) {
     const char *t = js_str(d, js_get(d, th, "type"));
     if (js_typeof(d, th) != JS_OBJ || !t) return ANT_FAIL_(cx, "thinking", "must be an object with a type");
     if (ant_keys_(cx, th, "thinking", keys)) return -1;
-    int on = !strcmp(t, "enabled") || !strcmp(t, "adaptive"), bt = js_get(d, th, "budget_tokens"), disp = ant_opt_(d, th, "display");
+    int on = !strcmp(t, "enabled") || !strcmp(t, "adaptive"), bt = js_get(d, th, "budget_tokens"), disp = oai_opt(d, th, "display");
     if (!on && strcmp(t, "disabled")) return ANT_FAIL_(cx, "thinking.type", "\"%.40s\" is not one of enabled, adaptive, disabled", t);
     if (!strcmp(t, "enabled") && (!js_is_int(d, bt) || js_int(d, bt) < 0))
         return ANT_FAIL_(cx, "thinking.budget_tokens", "must be a non-negative integer");
@@ -420,7 +415,7 @@ static inline int ant_output_config_(ant_cx_ *cx, int oc, jw *w) {
     static const char *const fkeys[] = {"type", "schema", NULL};
     if (js_typeof(d, oc) != JS_OBJ) return ANT_FAIL_(cx, "output_config", "must be an object");
     if (ant_keys_(cx, oc, "output_config", keys)) return -1;
-    int ef = ant_opt_(d, oc, "effort"), f = ant_opt_(d, oc, "format");
+    int ef = oai_opt(d, oc, "effort"), f = oai_opt(d, oc, "format");
     if (ef >= 0 && (!js_str(d, ef) || !oai_known_(js_str(d, ef), efforts)))
         return ANT_FAIL_(cx, "output_config.effort", "must be one of low, medium, high, xhigh, max");
     if (f < 0) return 0;
@@ -438,7 +433,7 @@ static inline int ant_output_config_(ant_cx_ *cx, int oc, jw *w) {
 /* A number member within [lo, hi] copied into the chat body under the
  * same name (its digits kept): 0 (absent or null) or 1, -1 refused. */
 static inline int ant_num_(ant_cx_ *cx, int o, const char *key, double lo, double hi, int integer, jw *w) {
-    int i = ant_opt_(cx->d, o, key);
+    int i = oai_opt(cx->d, o, key);
     if (i < 0) return 0;
     if (!js_is_num(cx->d, i) || (integer && !js_is_int(cx->d, i))) return ANT_FAIL_(cx, key, "must be %s", integer ? "an integer" : "a number");
     double v = js_num(cx->d, i);
@@ -471,23 +466,23 @@ static inline int ant_ignored_(ant_cx_ *cx, int o) {
     static const char *const mkeys[] = {"user_id", NULL}, *const tiers[] = {"auto", "standard_only", NULL}, *const speeds[] = {"standard", "fast", NULL};
     static const char *const strs[] = {"inference_geo", "user_profile_id", "workspace_id", NULL};
     int v;
-    if ((v = ant_opt_(d, o, "metadata")) >= 0) {
+    if ((v = oai_opt(d, o, "metadata")) >= 0) {
         if (js_typeof(d, v) != JS_OBJ) return ANT_FAIL_(cx, "metadata", "must be an object");
         if (ant_keys_(cx, v, "metadata", mkeys)) return -1;
-        int u = ant_opt_(d, v, "user_id");
+        int u = oai_opt(d, v, "user_id");
         if (u >= 0 && js_typeof(d, u) != JS_STR) return ANT_FAIL_(cx, "metadata.user_id", "must be a string");
     }
-    if ((v = ant_opt_(d, o, "service_tier")) >= 0 && (!js_str(d, v) || !oai_known_(js_str(d, v), tiers)))
+    if ((v = oai_opt(d, o, "service_tier")) >= 0 && (!js_str(d, v) || !oai_known_(js_str(d, v), tiers)))
         return ANT_FAIL_(cx, "service_tier", "must be \"auto\" or \"standard_only\"");
-    if ((v = ant_opt_(d, o, "speed")) >= 0 && (!js_str(d, v) || !oai_known_(js_str(d, v), speeds)))
+    if ((v = oai_opt(d, o, "speed")) >= 0 && (!js_str(d, v) || !oai_known_(js_str(d, v), speeds)))
         return ANT_FAIL_(cx, "speed", "must be \"standard\" or \"fast\"");
     for (int i = 0; strs[i]; i++)
-        if ((v = ant_opt_(d, o, strs[i])) >= 0 && js_typeof(d, v) != JS_STR) return ANT_FAIL_(cx, strs[i], "must be a string");
-    if ((v = ant_opt_(d, o, "diagnostics")) >= 0 && js_typeof(d, v) != JS_OBJ) return ANT_FAIL_(cx, "diagnostics", "must be an object");
-    if ((v = ant_opt_(d, o, "cache_control")) >= 0 && js_typeof(d, v) != JS_OBJ) return ANT_FAIL_(cx, "cache_control", "must be an object");
-    if (ant_opt_(d, o, "container") >= 0) return ANT_FAIL_(cx, "container", "is not supported (no code execution here)");
-    if (ant_opt_(d, o, "mcp_servers") >= 0) return ANT_FAIL_(cx, "mcp_servers", "is not supported (no MCP server is called from here)");
-    if (ant_opt_(d, o, "context_management") >= 0) return ANT_FAIL_(cx, "context_management", "is not supported (the conversation is rendered as sent)");
+        if ((v = oai_opt(d, o, strs[i])) >= 0 && js_typeof(d, v) != JS_STR) return ANT_FAIL_(cx, strs[i], "must be a string");
+    if ((v = oai_opt(d, o, "diagnostics")) >= 0 && js_typeof(d, v) != JS_OBJ) return ANT_FAIL_(cx, "diagnostics", "must be an object");
+    if ((v = oai_opt(d, o, "cache_control")) >= 0 && js_typeof(d, v) != JS_OBJ) return ANT_FAIL_(cx, "cache_control", "must be an object");
+    if (oai_opt(d, o, "container") >= 0) return ANT_FAIL_(cx, "container", "is not supported (no code execution here)");
+    if (oai_opt(d, o, "mcp_servers") >= 0) return ANT_FAIL_(cx, "mcp_servers", "is not supported (no MCP server is called from here)");
+    if (oai_opt(d, o, "context_management") >= 0) return ANT_FAIL_(cx, "context_management", "is not supported (the conversation is rendered as sent)");
     return 0;
 }
 
@@ -500,16 +495,16 @@ static inline int ant_options_(ant_cx_ *cx, int o, ant_req *q, const oai_limits 
         int mt = js_get(d, o, "max_tokens");
         if (mt < 0) return ANT_FAIL_(cx, "max_tokens", "is required");
         if (ant_num_(cx, o, "max_tokens", 1, lim->ctx, 1, w) <= 0)
-            return ant_opt_(d, o, "max_tokens") < 0 ? ANT_FAIL_(cx, "max_tokens", "must be an integer") : -1;
+            return oai_opt(d, o, "max_tokens") < 0 ? ANT_FAIL_(cx, "max_tokens", "must be an integer") : -1;
         if (ant_num_(cx, o, "temperature", 0, 1, 0, w) < 0 || ant_num_(cx, o, "top_p", 0, 1, 0, w) < 0 ||
             ant_num_(cx, o, "top_k", 0, 1 << 30, 1, w) < 0)
             return -1;
-        if ((v = ant_opt_(d, o, "stream")) >= 0) {
+        if ((v = oai_opt(d, o, "stream")) >= 0) {
             if (!js_is_bool(d, v)) return ANT_FAIL_(cx, "stream", "must be true or false");
             q->stream = js_typeof(d, v) == JS_TRUE;
             jw_lit(w, q->stream ? ",\"stream\":true" : ",\"stream\":false");
         }
-        if ((v = ant_opt_(d, o, "stop_sequences")) >= 0) {
+        if ((v = oai_opt(d, o, "stop_sequences")) >= 0) {
             if (js_typeof(d, v) != JS_ARR) return ANT_FAIL_(cx, "stop_sequences", "must be an array of strings");
             if (js_count(d, v) > OAI_MAX_STOP) return ANT_FAIL_(cx, "stop_sequences", "at most %d sequences", OAI_MAX_STOP);
             for (int e = js_first(d, v); e >= 0; e = js_next(d, e))
@@ -518,10 +513,10 @@ static inline int ant_options_(ant_cx_ *cx, int o, ant_req *q, const oai_limits 
             jw_node(w, d, v, 0);
         }
     }
-    if ((v = ant_opt_(d, o, "tools")) >= 0 && ant_tools_(cx, v, w)) return -1;
-    if ((v = ant_opt_(d, o, "tool_choice")) >= 0 && ant_tool_choice_(cx, v, ant_opt_(d, o, "tools"), w)) return -1;
-    if ((v = ant_opt_(d, o, "thinking")) >= 0 && ant_thinking_(cx, v, q, w)) return -1;
-    if ((v = ant_opt_(d, o, "output_config")) >= 0 && ant_output_config_(cx, v, w)) return -1;
+    if ((v = oai_opt(d, o, "tools")) >= 0 && ant_tools_(cx, v, w)) return -1;
+    if ((v = oai_opt(d, o, "tool_choice")) >= 0 && ant_tool_choice_(cx, v, oai_opt(d, o, "tools"), w)) return -1;
+    if ((v = oai_opt(d, o, "thinking")) >= 0 && ant_thinking_(cx, v, q, w)) return -1;
+    if ((v = oai_opt(d, o, "output_config")) >= 0 && ant_output_config_(cx, v, w)) return -1;
     return ant_ignored_(cx, o);
 }
 
@@ -545,7 +540,7 @@ static inline int ant_parse(const char *body, size_t len, int kind, const oai_li
     if (!d) oai_refuse(err, errlen, param, paramlen, "", "the body is not valid JSON: %s", jerr);
     else if (js_typeof(d, o) != JS_OBJ) oai_refuse(err, errlen, param, paramlen, "", "the body must be a JSON object");
     else if (!ant_keys_(&cx, o, "", q->count ? ant_count_keys_ : ant_create_keys_)) {
-        int model = js_get(d, o, "model"), sys = ant_opt_(d, o, "system");
+        int model = js_get(d, o, "model"), sys = oai_opt(d, o, "system");
         jw *w = &q->chat;
         if (js_typeof(d, model) != JS_STR) ANT_FAIL_(&cx, "model", "is required (a string)");
         else if (sys >= 0 && js_typeof(d, sys) != JS_STR && js_typeof(d, sys) != JS_ARR) ANT_FAIL_(&cx, "system", "must be a string or an array of text blocks");

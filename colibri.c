@@ -1104,13 +1104,9 @@ static gr_grammar *gram_from_files(const char *gpath, const char *spath, int *ba
     } else if (!(g = gr_parse(text, len, "root", err, sizeof err)))
         fprintf(stderr, "colibri: GRAMMAR=%s: %s\n", path, err);
     free(text), free(gbnf);
-    int rule, rc = g ? gr_check(g, &rule) : 0; /* refused now, not mid-answer */
-    if (rc) {
-        if (rc == -2)
-            fprintf(stderr, "colibri: %s=%s: the grammar is too ambiguous to follow: %s%s%s the text can continue in more than %d ways at once\n",
-                    gpath ? "GRAMMAR" : "JSON_SCHEMA", path, rule >= 0 ? "in its rule \"" : "at its start", rule >= 0 ? g->names[rule] : "", rule >= 0 ? "\"" : "",
-                    GR_MAX_STACKS);
-        else fprintf(stderr, "colibri: out of memory checking the grammar\n");
+    int rule;
+    if (g && gr_check(g, &rule, err, sizeof err)) { /* refused now, not mid-answer */
+        fprintf(stderr, "colibri: %s=%s: %s\n", gpath ? "GRAMMAR" : "JSON_SCHEMA", path, err);
         gr_free(g), g = NULL;
     }
     if (!g) *bad = 1;
@@ -1630,8 +1626,8 @@ static int serve_calls(serve_req *q, const turn_io *io, oai_call *calls) {
     int cut = !strcmp(io->why, "NGEN") || !strcmp(io->why, "CTX") || !strcmp(io->why, "interrupted");
     int ncalls = q->o.tool.n ? oai_parse_calls(&q->o, calls, OAI_MAX_TOOL_CALLS, cut) : 0;
     if (ncalls < 0) jw_raw(&q->o.content, q->o.tool.s, q->o.tool.n); /* a finished text that is not a call is text */
-    q->meta.finish = cut ? "length" : ncalls > 0 ? "tool_calls" : "stop";
     oai_reply y = oai_reply_of(&q->o, calls, ncalls, cut);
+    q->meta.finish = strcmp(y.finish, "stop_string") ? y.finish : "stop"; /* OpenAI's reasons: a stop string is "stop" */
     y.id = q->y.id, y.model = q->y.model, y.created = q->y.created;
     y.prompt_tokens = q->meta.prompt_tokens, y.cached_tokens = io->cached, y.completion_tokens = io->generated;
     q->y = y;

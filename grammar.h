@@ -797,10 +797,11 @@ static inline int gr_init(const gr_grammar *g, gr_state *s) {
  * here rather than failing mid-answer when the text reaches it. 0, -1 (out
  * of memory), or -2 with *rule the rule holding the first reference that
  * takes more than GR_MAX_STACKS ways (or nests deeper than GR_MAX_DEPTH),
- * -1 when it is the start. Ways that only add up across references (two
- * alternatives each reaching a large enum) still reach gr_accept /
- * gr_mask's -2 at run time. */
-static inline int gr_check(const gr_grammar *g, int *rule) {
+ * -1 when it is the start; why[whylen] says which, for the caller to
+ * prefix with what the grammar was written for. Ways that only add up
+ * across references (two alternatives each reaching a large enum) still
+ * reach gr_accept / gr_mask's -2 at run time. */
+static inline int gr_check(const gr_grammar *g, int *rule, char *why, size_t whylen) {
     gr_state s;
     int rc = gr_init(g, &s);
     *rule = -1;
@@ -814,6 +815,11 @@ static inline int gr_check(const gr_grammar *g, int *rule) {
             if (rc == -2) *rule = r;
         }
     gr_state_free(&s);
+    if (rc == -1) snprintf(why, whylen, "out of memory checking the grammar");
+    else if (rc == -2)
+        snprintf(why, whylen, "the grammar is too ambiguous to follow: %s%s%s the text can continue in more than %d ways at once (an enum or anyOf of "
+                 "that many values, say)", *rule >= 0 ? "in its rule \"" : "at its start", *rule >= 0 ? g->names[*rule] : "", *rule >= 0 ? "\"" : "",
+                 GR_MAX_STACKS);
     return rc;
 }
 

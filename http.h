@@ -750,12 +750,7 @@ static inline enum MHD_Result srv_tokenize_(srv *s, srv_conn_ *cs, struct MHD_Co
         size_t pn = 0;
         const char *p = tok_piece(s->t, ids.ids[k], &pn);
         jw_lit(&w, "{\"id\":"), jw_int(&w, ids.ids[k]), jw_lit(&w, ",\"piece\":");
-        int whole = 1;
-        for (size_t b = 0; b < pn && whole;) {
-            int l = js_utf8_valid_len((const unsigned char *)p + b, (const unsigned char *)p + pn);
-            whole = l > 0, b += (size_t)(l > 0 ? l : 1);
-        }
-        if (whole) jw_strn(&w, p ? p : "", pn);
+        if (!p || js_utf8_prefix((const unsigned char *)p, pn) == pn) jw_strn(&w, p ? p : "", pn);
         else {
             jw_lit(&w, "[");
             for (size_t b = 0; b < pn; b++) jw_lit(&w, b ? "," : ""), jw_int(&w, (unsigned char)p[b]);

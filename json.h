@@ -144,6 +144,28 @@ static inline int js_utf8_valid_len(const unsigned char *p, const unsigned char 
     return n;
 }
 
+/* Length of the valid UTF-8 prefix of s[0..n) (n: all of it is whole UTF-8);
+ * ASCII runs checked eight bytes at a time. */
+static inline size_t js_utf8_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            while (i + 8 <= n) {
+                uint64_t w;
+                memcpy(&w, s + i, 8);
+                if (w & 0x8080808080808080ull) break;
+                i += 8;
+            }
+            while (i < n && s[i] < 0x80) i++;
+            continue;
+        }
+        int l = js_utf8_valid_len(s + i, s + n);
+        if (!l) return i;
+        i += (size_t)l;
+    }
+    return n;
+}
+
 /* Parses a string at ps->p (which points at '"'); stores offset/length. */
 static inline int js_string_(js_parser_ *ps, uint32_t *off, uint32_t *len) {
     ps->p++;

@@ -500,13 +500,10 @@ static inline int oai_only_(const js_doc *d, int obj, const char *key, double wa
 /* Refuses a grammar the recognizer cannot follow (grammar.h gr_check), so
  * the request fails here and not mid-answer. */
 static inline int oai_followable_(oai_req *r, const char *param, oai_err *e) {
-    int rule, rc = gr_check(r->gram, &rule);
-    if (rc == -1) return oai_fail_(e, NULL, "out of memory checking the grammar");
-    if (rc == -2)
-        return oai_fail_(e, param, "%s: the grammar written for it is too ambiguous to follow: %s%s%s the text can continue in more than %d ways at once "
-                         "(an enum or anyOf of that many values, say)", param, rule >= 0 ? "in its rule \"" : "at its start", rule >= 0 ? r->gram->names[rule] : "",
-                         rule >= 0 ? "\"" : "", GR_MAX_STACKS);
-    return 0;
+    char why[300];
+    int rule, rc = gr_check(r->gram, &rule, why, sizeof why);
+    if (!rc) return 0;
+    return rc == -2 ? oai_fail_(e, param, "%s: %s", param, why) : oai_fail_(e, NULL, "%s", why);
 }
 
 /* response_format: "text", "json_object" (any JSON object) or
@@ -1128,12 +1125,7 @@ static inline void oai_chat_logprobs_(jw *w, const oai_lp *lp, int n) {
  * OpenAI writes them, so distinct tokens stay distinct keys. */
 static inline void oai_tok_text_(jw *w, const oai_tok *t) {
     const unsigned char *u = (const unsigned char *)(t->s ? t->s : ""), *end = u + t->n;
-    int whole = 1;
-    for (const unsigned char *q = u; q < end && whole;) {
-        int l = js_utf8_valid_len(q, end);
-        whole = l > 0, q += l > 0 ? l : 1;
-    }
-    if (whole) { jw_strn(w, (const char *)u, t->n); return; }
+    if (js_utf8_prefix(u, t->n) == t->n) { jw_strn(w, (const char *)u, t->n); return; }
     jw_lit(w, "\"bytes:");
     for (; u < end; u++) {
         char b[8];

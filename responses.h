@@ -159,8 +159,6 @@ typedef struct {
 
 #define RESP_FAIL_(cx, path, ...) oai_refuse((cx)->err, (cx)->errlen, (cx)->param, (cx)->paramlen, (path), __VA_ARGS__)
 
-static inline int resp_opt_(const js_doc *d, int obj, const char *key) { return oai_opt(d, obj, key); }
-
 /* Refuses obj's first member that keys does not list: 0 or -1. */
 static inline int resp_keys_(resp_cx_ *cx, int obj, const char *path, const char *const *keys) {
     return oai_refuse_unknown(cx->d, obj, path, keys, cx->err, cx->errlen, cx->param, cx->paramlen);
@@ -301,7 +299,7 @@ static inline int resp_call_output_(resp_cx_ *cx, int it, const char *path) {
     static const char *const keys[] = {"type", "call_id", "output", "id", "status", "caller", "name", "namespace", NULL};
     char p[96];
     if (resp_keys_(cx, it, path, keys)) return -1;
-    int cid = resp_opt_(d, it, "call_id"), out = js_get(d, it, "output");
+    int cid = oai_opt(d, it, "call_id"), out = js_get(d, it, "output");
     if (cid >= 0 && js_typeof(d, cid) != JS_STR) return snprintf(p, sizeof p, "%s.call_id", path), RESP_FAIL_(cx, p, "must be a string");
     resp_flush_(cx);
     resp_msg_open_(cx, "tool");
@@ -320,7 +318,7 @@ static inline int resp_reasoning_(resp_cx_ *cx, int it, const char *path) {
     const js_doc *d = cx->d;
     static const char *const keys[] = {"type", "id", "summary", "content", "encrypted_content", "status", NULL};
     if (resp_keys_(cx, it, path, keys)) return -1;
-    int parts[2] = {resp_opt_(d, it, "content"), resp_opt_(d, it, "summary")};
+    int parts[2] = {oai_opt(d, it, "content"), oai_opt(d, it, "summary")};
     const char *names[2] = {"content", "summary"}, *types[2] = {"reasoning_text", "summary_text"};
     int use = js_count(d, parts[0]) ? 0 : 1;
     for (int k = 0; k < 2; k++) {
@@ -353,7 +351,7 @@ static inline int resp_items_(resp_cx_ *cx, int input) {
         char p[48];
         snprintf(p, sizeof p, "input[%d]", k);
         if (js_typeof(d, it) != JS_OBJ) return RESP_FAIL_(cx, p, "must be an object");
-        int ty = resp_opt_(d, it, "type");
+        int ty = oai_opt(d, it, "type");
         const char *t = js_str(d, ty);
         if (ty >= 0 && !t) return snprintf(p, sizeof p, "input[%d].type", k), RESP_FAIL_(cx, p, "must be a string");
         int rc;
@@ -405,7 +403,7 @@ static inline int resp_tools_(resp_cx_ *cx, int tools, jw *w) {
         if (js_typeof(d, t) != JS_OBJ || !ty) return RESP_FAIL_(cx, p, "must be an object with a type");
         if (strcmp(ty, "function")) return RESP_FAIL_(cx, p, "built-in tool \"%.48s\" is not supported (only function tools)", ty);
         if (resp_keys_(cx, t, p, keys)) return -1;
-        int name = js_get(d, t, "name"), desc = resp_opt_(d, t, "description"), par = resp_opt_(d, t, "parameters"), st = resp_opt_(d, t, "strict");
+        int name = js_get(d, t, "name"), desc = oai_opt(d, t, "description"), par = oai_opt(d, t, "parameters"), st = oai_opt(d, t, "strict");
         if (!resp_name_ok_(d, name)) return snprintf(f, sizeof f, "%s.name", p), RESP_FAIL_(cx, f, "must be a function name (1 to 256 bytes, one line)");
         if (desc >= 0 && js_typeof(d, desc) != JS_STR) return snprintf(f, sizeof f, "%s.description", p), RESP_FAIL_(cx, f, "must be a string");
         if (par >= 0 && js_typeof(d, par) != JS_OBJ) return snprintf(f, sizeof f, "%s.parameters", p), RESP_FAIL_(cx, f, "must be a JSON schema object");
@@ -457,7 +455,7 @@ static inline int resp_text_(resp_cx_ *cx, int tx, jw *w) {
     static const char *const skeys[] = {"type", "name", "schema", "strict", "description", NULL}, *const tkeys[] = {"type", NULL};
     if (js_typeof(d, tx) != JS_OBJ) return RESP_FAIL_(cx, "text", "must be an object");
     if (resp_keys_(cx, tx, "text", keys)) return -1;
-    int v = resp_opt_(d, tx, "verbosity"), f = resp_opt_(d, tx, "format");
+    int v = oai_opt(d, tx, "verbosity"), f = oai_opt(d, tx, "format");
     if (v >= 0 && (!js_str(d, v) || !oai_known_(js_str(d, v), verb))) return RESP_FAIL_(cx, "text.verbosity", "must be one of low, medium, high");
     if (f < 0) return 0;
     const char *t = js_str(d, js_get(d, f, "type"));
@@ -469,7 +467,7 @@ static inline int resp_text_(resp_cx_ *cx, int tx, jw *w) {
     }
     if (strcmp(t, "json_schema")) return RESP_FAIL_(cx, "text.format.type", "\"%.40s\" is not one of text, json_object, json_schema", t);
     if (resp_keys_(cx, f, "text.format", skeys)) return -1;
-    int name = js_get(d, f, "name"), sc = js_get(d, f, "schema"), st = resp_opt_(d, f, "strict"), ds = resp_opt_(d, f, "description");
+    int name = js_get(d, f, "name"), sc = js_get(d, f, "schema"), st = oai_opt(d, f, "strict"), ds = oai_opt(d, f, "description");
     if (js_typeof(d, name) != JS_STR) return RESP_FAIL_(cx, "text.format.name", "must be a string");
     if (js_typeof(d, sc) != JS_OBJ) return RESP_FAIL_(cx, "text.format.schema", "must be a JSON schema object");
     if (st >= 0 && !js_is_bool(d, st)) return RESP_FAIL_(cx, "text.format.strict", "must be true or false");
@@ -494,8 +492,8 @@ static inline int resp_reasoning_opt_(resp_cx_ *cx, int ro, jw *w) {
     static const char *const sums[] = {"auto", "concise", "detailed", NULL}, *const ctxs[] = {"auto", "current_turn", "all_turns", NULL};
     if (js_typeof(d, ro) != JS_OBJ) return RESP_FAIL_(cx, "reasoning", "must be an object");
     if (resp_keys_(cx, ro, "reasoning", keys)) return -1;
-    int e = resp_opt_(d, ro, "effort"), s = resp_opt_(d, ro, "summary"), g = resp_opt_(d, ro, "generate_summary"), c = resp_opt_(d, ro, "context");
-    int m = resp_opt_(d, ro, "mode");
+    int e = oai_opt(d, ro, "effort"), s = oai_opt(d, ro, "summary"), g = oai_opt(d, ro, "generate_summary"), c = oai_opt(d, ro, "context");
+    int m = oai_opt(d, ro, "mode");
     if (e >= 0 && (!js_str(d, e) || !oai_known_(js_str(d, e), efforts)))
         return RESP_FAIL_(cx, "reasoning.effort", "must be one of none, minimal, low, medium, high, xhigh, max");
     if (s >= 0 && (!js_str(d, s) || !oai_known_(js_str(d, s), sums))) return RESP_FAIL_(cx, "reasoning.summary", "must be one of auto, concise, detailed");
@@ -518,7 +516,7 @@ static const char *const resp_keys_all_[] = {"model", "input", "instructions", "
 
 /* A number member within [lo, hi] copied into the chat body as chat_key. */
 static inline int resp_num_(resp_cx_ *cx, int o, const char *key, const char *chat_key, double lo, double hi, int integer, jw *w) {
-    int i = resp_opt_(cx->d, o, key);
+    int i = oai_opt(cx->d, o, key);
     if (i < 0) return 0;
     if (!js_is_num(cx->d, i) || (integer && !js_is_int(cx->d, i))) return RESP_FAIL_(cx, key, "must be %s", integer ? "an integer" : "a number");
     double v = js_num(cx->d, i);
@@ -530,7 +528,7 @@ static inline int resp_num_(resp_cx_ *cx, int o, const char *key, const char *ch
 /* A member that must be absent, null, or of JSON type ty (or a string of
  * allowed, when given). */
 static inline int resp_shape_(resp_cx_ *cx, int o, const char *key, js_type ty, const char *const *allowed) {
-    int i = resp_opt_(cx->d, o, key);
+    int i = oai_opt(cx->d, o, key);
     if (i < 0) return 0;
     int ok = ty == JS_TRUE ? js_is_bool(cx->d, i) : js_typeof(cx->d, i) == ty;
     if (ok && allowed) ok = oai_known_(js_str(cx->d, i), allowed);
@@ -559,14 +557,14 @@ static inline int resp_checked_(resp_cx_ *cx, int o) {
         resp_shape_(cx, o, "service_tier", JS_STR, tiers) || resp_shape_(cx, o, "store", JS_TRUE, NULL) ||
         resp_shape_(cx, o, "include", JS_ARR, NULL))
         return -1;
-    int v = resp_opt_(d, o, "include"), k = 0;
+    int v = oai_opt(d, o, "include"), k = 0;
     for (int e = js_first(d, v); e >= 0; e = js_next(d, e), k++)
         if (!js_str(d, e) || !oai_known_(js_str(d, e), includes)) {
             char p[48];
             snprintf(p, sizeof p, "include[%d]", k);
             return RESP_FAIL_(cx, p, "is not a known include value");
         }
-    if ((v = resp_opt_(d, o, "metadata")) >= 0) {
+    if ((v = oai_opt(d, o, "metadata")) >= 0) {
         if (js_typeof(d, v) != JS_OBJ || js_count(d, v) > 16) return RESP_FAIL_(cx, "metadata", "must be an object of at most 16 strings");
         for (int e = js_first(d, v); e >= 0; e = js_next(d, e))
             if (js_typeof(d, e) != JS_STR || js_key_len(d, e) > 64 || js_str_len(d, e) > 512) {
@@ -575,7 +573,7 @@ static inline int resp_checked_(resp_cx_ *cx, int o) {
                 return RESP_FAIL_(cx, p, "must be a string of at most 512 bytes (keys at most 64)");
             }
     }
-    if ((v = resp_opt_(d, o, "stream_options")) >= 0) {
+    if ((v = oai_opt(d, o, "stream_options")) >= 0) {
         static const char *const skeys[] = {"include_obfuscation", NULL};
         if (js_typeof(d, v) != JS_OBJ) return RESP_FAIL_(cx, "stream_options", "must be an object");
         if (resp_keys_(cx, v, "stream_options", skeys) || resp_shape_(cx, v, "include_obfuscation", JS_TRUE, NULL)) return -1;
@@ -583,9 +581,9 @@ static inline int resp_checked_(resp_cx_ *cx, int o) {
     if (resp_num_(cx, o, "max_tool_calls", NULL, 0, 1e9, 1, NULL) < 0) return -1; /* counts built-in tool calls: none here */
     if (resp_shape_(cx, o, "background", JS_TRUE, NULL)) return -1;
     if (js_typeof(d, js_get(d, o, "background")) == JS_TRUE) return RESP_FAIL_(cx, "background", "is not supported (responses are answered while the client waits)");
-    if (resp_opt_(d, o, "conversation") >= 0) return RESP_FAIL_(cx, "conversation", "is not supported (use previous_response_id)");
-    if (resp_opt_(d, o, "prompt") >= 0) return RESP_FAIL_(cx, "prompt", "prompt templates are not supported");
-    if (resp_opt_(d, o, "context_management") >= 0) return RESP_FAIL_(cx, "context_management", "is not supported (the conversation is not compacted)");
+    if (oai_opt(d, o, "conversation") >= 0) return RESP_FAIL_(cx, "conversation", "is not supported (use previous_response_id)");
+    if (oai_opt(d, o, "prompt") >= 0) return RESP_FAIL_(cx, "prompt", "prompt templates are not supported");
+    if (oai_opt(d, o, "context_management") >= 0) return RESP_FAIL_(cx, "context_management", "is not supported (the conversation is not compacted)");
     return 0;
 }
 
@@ -600,21 +598,21 @@ static inline int resp_options_(resp_cx_ *cx, int o, const oai_limits *lim, resp
     rq->stream = js_typeof(d, js_get(d, o, "stream")) == JS_TRUE;
     rq->store = js_typeof(d, js_get(d, o, "store")) != JS_FALSE;
     jw_lit(w, rq->stream ? ",\"stream\":true" : ",\"stream\":false");
-    if ((v = resp_opt_(d, o, "parallel_tool_calls")) >= 0) jw_lit(w, ",\"parallel_tool_calls\":"), jw_node(w, d, v, 0);
-    int tl = resp_opt_(d, o, "top_logprobs");
+    if ((v = oai_opt(d, o, "parallel_tool_calls")) >= 0) jw_lit(w, ",\"parallel_tool_calls\":"), jw_node(w, d, v, 0);
+    int tl = oai_opt(d, o, "top_logprobs");
     if (resp_num_(cx, o, "top_logprobs", NULL, 0, 20, 1, NULL) < 0) return -1;
     if (tl >= 0 && js_int(d, tl) > 0) jw_lit(w, ",\"logprobs\":true,\"top_logprobs\":"), jw_node(w, d, tl, 0); /* chat's answer to it */
-    if ((v = resp_opt_(d, o, "tools")) >= 0 && resp_tools_(cx, v, w)) return -1;
-    if ((v = resp_opt_(d, o, "tool_choice")) >= 0 && resp_tool_choice_(cx, v, resp_opt_(d, o, "tools"), w)) return -1;
-    if ((v = resp_opt_(d, o, "text")) >= 0 && resp_text_(cx, v, w)) return -1;
-    if ((v = resp_opt_(d, o, "reasoning")) >= 0 && resp_reasoning_opt_(cx, v, w)) return -1;
+    if ((v = oai_opt(d, o, "tools")) >= 0 && resp_tools_(cx, v, w)) return -1;
+    if ((v = oai_opt(d, o, "tool_choice")) >= 0 && resp_tool_choice_(cx, v, oai_opt(d, o, "tools"), w)) return -1;
+    if ((v = oai_opt(d, o, "text")) >= 0 && resp_text_(cx, v, w)) return -1;
+    if ((v = oai_opt(d, o, "reasoning")) >= 0 && resp_reasoning_opt_(cx, v, w)) return -1;
     return resp_checked_(cx, o);
 }
 
 /* The conversation: the stored one of previous_response_id, then input. */
 static inline int resp_conversation_(resp_cx_ *cx, int o, resp_store *st) {
     const js_doc *d = cx->d;
-    int prev = resp_opt_(d, o, "previous_response_id"), in = resp_opt_(d, o, "input");
+    int prev = oai_opt(d, o, "previous_response_id"), in = oai_opt(d, o, "input");
     if (prev >= 0 && js_typeof(d, prev) != JS_STR) return RESP_FAIL_(cx, "previous_response_id", "must be a string");
     if (prev >= 0 && resp_previous_(cx, st, prev)) return -1;
     if (js_typeof(d, in) == JS_STR) {
@@ -652,7 +650,7 @@ static inline int resp_parse(const char *body, size_t len, const oai_limits *lim
     if (!d) oai_refuse(err, errlen, param, paramlen, "", "the body is not valid JSON: %s", jerr);
     else if (js_typeof(d, o) != JS_OBJ) oai_refuse(err, errlen, param, paramlen, "", "the body must be a JSON object");
     else if (!resp_keys_(&cx, o, "", resp_keys_all_)) {
-        int model = resp_opt_(d, o, "model"), ins = resp_opt_(d, o, "instructions");
+        int model = oai_opt(d, o, "model"), ins = oai_opt(d, o, "instructions");
         jw *w = &rq->chat;
         if (model >= 0 && js_typeof(d, model) != JS_STR) RESP_FAIL_(&cx, "model", "must be a string");
         else if (ins >= 0 && js_typeof(d, ins) != JS_STR) RESP_FAIL_(&cx, "instructions", "must be a string");
@@ -748,7 +746,7 @@ static inline int resp_incomplete_(const oai_reply *y) { return y->finish && !st
 /* The request's member key written back, or dflt (JSON text) when it is
  * absent or null. */
 static inline void resp_echo_(jw *w, const js_doc *d, const char *key, const char *dflt) {
-    int v = resp_opt_(d, d ? d->root : -1, key);
+    int v = oai_opt(d, d ? d->root : -1, key);
     jw_lit(w, ",\"");
     jw_lit(w, key);
     jw_lit(w, "\":");
@@ -758,7 +756,7 @@ static inline void resp_echo_(jw *w, const js_doc *d, const char *key, const cha
 
 /* The request's tools as the response lists them (flat function tools). */
 static inline void resp_echo_tools_(jw *w, const js_doc *d) {
-    int tools = resp_opt_(d, d ? d->root : -1, "tools"), k = 0;
+    int tools = oai_opt(d, d ? d->root : -1, "tools"), k = 0;
     jw_lit(w, ",\"tools\":[");
     for (int t = js_first(d, tools); t >= 0; t = js_next(d, t), k++) {
         jw_lit(w, k ? ",{\"type\":\"function\",\"name\":" : "{\"type\":\"function\",\"name\":");
@@ -812,19 +810,19 @@ static inline void resp_doc_(jw *w, const resp_req *rq, const oai_reply *y, cons
     jw_lit(w, "]");
     resp_echo_(w, d, "parallel_tool_calls", "true");
     resp_echo_(w, d, "previous_response_id", "null");
-    int ro = resp_opt_(d, d ? d->root : -1, "reasoning");
+    int ro = oai_opt(d, d ? d->root : -1, "reasoning");
     jw_lit(w, ",\"reasoning\":{\"effort\":");
-    if (resp_opt_(d, ro, "effort") >= 0) jw_node(w, d, js_get(d, ro, "effort"), 0);
+    if (oai_opt(d, ro, "effort") >= 0) jw_node(w, d, js_get(d, ro, "effort"), 0);
     else jw_lit(w, "null");
     jw_lit(w, ",\"summary\":");
-    if (resp_opt_(d, ro, "summary") >= 0) jw_node(w, d, js_get(d, ro, "summary"), 0);
+    if (oai_opt(d, ro, "summary") >= 0) jw_node(w, d, js_get(d, ro, "summary"), 0);
     else jw_lit(w, "null");
     jw_lit(w, "}");
     jw_lit(w, rq->store ? ",\"store\":true" : ",\"store\":false");
     resp_echo_(w, d, "temperature", "null");
-    int tx = resp_opt_(d, d ? d->root : -1, "text");
+    int tx = oai_opt(d, d ? d->root : -1, "text");
     jw_lit(w, ",\"text\":{\"format\":");
-    if (resp_opt_(d, tx, "format") >= 0) jw_node(w, d, js_get(d, tx, "format"), 0);
+    if (oai_opt(d, tx, "format") >= 0) jw_node(w, d, js_get(d, tx, "format"), 0);
     else jw_lit(w, "{\"type\":\"text\"}");
     jw_lit(w, "}");
     resp_echo_(w, d, "tool_choice", "\"auto\"");

@@ -274,27 +274,6 @@ static inline int tok_u8_feed_(tok_stream *st, unsigned char c, unsigned char *o
     return o;
 }
 
-/* Length of the valid UTF-8 prefix of s[0..n). */
-static inline size_t tok_utf8_valid_(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            while (i + 8 <= n) {
-                uint64_t w;
-                memcpy(&w, s + i, 8);
-                if (w & 0x8080808080808080ull) break;
-                i += 8;
-            }
-            while (i < n && s[i] < 0x80) i++;
-            continue;
-        }
-        int l = js_utf8_valid_len(s + i, s + n);
-        if (!l) return i;
-        i += (size_t)l;
-    }
-    return n;
-}
-
 /* Copies s[0..n) to out replacing invalid UTF-8 like Python's
  * bytes.decode("utf-8", "replace"); out needs 3 * n bytes. Returns the length. */
 static inline size_t tok_utf8_fix(const char *s, size_t n, char *out) {
@@ -943,7 +922,7 @@ static inline int tok_encode_kimi_(const tok *t, const unsigned char *s, size_t 
 static inline int tok_encode(const tok *t, const char *text, size_t len, tok_ids *out) {
     if (len > TOK_MAX_TEXT) return -1;
     const unsigned char *s = (const unsigned char *)text;
-    size_t ok = tok_utf8_valid_(s, len);
+    size_t ok = js_utf8_prefix(s, len);
     if (ok < len) {
         if (tok_grow_((void **)&out->fix, &out->fix_cap, 3 * len, 1)) return -1;
         memcpy(out->fix, s, ok);

@@ -470,9 +470,11 @@ static void test_check(void) {
             jw_lit(&w, "\n");
             char err[300];
             gr_grammar *g = gr_parse(w.s, w.n, "root", err, sizeof err);
-            int rule = -9, rc = g ? gr_check(g, &rule) : -3, ways = n + (where == 2);
+            char why[300];
+            int rule = -9, rc = g ? gr_check(g, &rule, why, sizeof why) : -3, ways = n + (where == 2);
             CHECK(rc == (ways > GR_MAX_STACKS ? -2 : 0));
             if (rc == -2) CHECK(where == 1 ? rule == -1 : rule >= 0 && !strcmp(g->names[rule], "root"));
+            if (rc == -2) CHECK(strstr(why, where == 1 ? "at its start the text" : "in its rule \"root\" the text") != NULL);
             gr_state st;
             if (g && !rc) {
                 CHECK(gr_init(g, &st) == 0);

@@ -100,7 +100,7 @@ static int stream_ok(const tok *t, const tok_ids *o, const tok_str *whole) {
     for (size_t i = 0; i < o->n && ok; i++) {
         size_t before = acc.n;
         if (tok_stream_put(t, &st, o->ids[i], &acc)) ok = 0;
-        if (acc.n > before && tok_utf8_valid_((unsigned char *)acc.s + before, acc.n - before) != acc.n - before) ok = 0;
+        if (acc.n > before && js_utf8_prefix((unsigned char *)acc.s + before, acc.n - before) != acc.n - before) ok = 0;
     }
     if (tok_stream_flush(&st, 0, &acc)) ok = 0;
     ok = ok && acc.n == whole->n && (!acc.n || !memcmp(acc.s, whole->s, acc.n));
