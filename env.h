@@ -97,7 +97,7 @@ typedef struct {
     INT(SERVE_CONNS, "64", 1, 4096, \
         "Serve mode: connections open at once (each has a thread); more are refused.") \
     INT(SERVE_CONNS_PER_IP, "32", 1, 4096, \
-        "Serve mode: connections one client address may hold at once (at most SERVE_CONNS), so one client cannot take them all; more are refused.") \
+        "Serve mode: connections one client address may hold at once (at most SERVE_CONNS), so one client cannot take them all; past it a request is answered 429 and its connection closed.") \
     INT(SERVE_TIMEOUT, "60", 1, 86400, \
         "Serve mode: seconds a whole request (headers and body) may take to arrive once its connection is ready for it (408 and closed beyond), and an idle connection may stay open.") \
     INT(SERVE_MAX_BODY, "8388608", 1024, 1073741824, \

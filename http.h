@@ -7,8 +7,9 @@
  * srv_finish) that the connection's thread sends.
  *
  * Bounds on what a client controls: the body (max_body, 413), the header
- * block (64 KB, 431), connections at once (max_conns) and per address
- * (max_conns_ip; beyond them the connection is refused), the time a whole
+ * block (64 KB, 431), connections at once (max_conns; beyond them a new
+ * one waits in the listen backlog) and per address (max_conns_ip; beyond
+ * them the request is answered 429 and the connection closed), the time a whole
  * request (headers and body) may take to arrive (timeout_s from the
  * moment the connection is ready for it: 408 and closed, by a watchdog
  * thread, so a client trickling bytes cannot hold a connection), the
@@ -294,6 +295,8 @@ typedef struct srv_sock_ {
     int busy;      /* a whole request arrived: no deadline while it is answered */
     int line;      /* the current request's first line arrived */
     int expired;   /* the watchdog closed it */
+    int over;      /* opened while its address held max_conns_ip others: 429 */
+    unsigned char addr[17]; /* the peer's address: family, then 4 or 16 bytes */
     struct srv_sock_ *prev, *next;
 } srv_sock_;
 
@@ -384,19 +387,37 @@ static inline enum MHD_Result srv_json_(srv *s, srv_conn_ *cs, struct MHD_Connec
     return rc;
 }
 
+/* The body of an error in the endpoint's protocol's shape: Anthropic's
+ * on /v1/messages, else OpenAI's. */
+static inline void srv_error_body_(jw *w, const srv_conn_ *cs, unsigned status, const char *msg, const char *type, const char *param, const char *code) {
+    if (cs && (cs->ep == SRV_EP_MESSAGES || cs->ep == SRV_EP_COUNT_TOKENS)) ant_error_json(w, ant_error_type((int)status), msg);
+    else oai_error_json(w, msg, type, param, code);
+}
+
 /* An error in OpenAI's shape; param names the field at fault, code the
  * short code where one fits. */
 static inline enum MHD_Result srv_error_(srv *s, srv_conn_ *cs, struct MHD_Connection *c, unsigned status, const char *msg, const char *type,
                                          const char *param, const char *code) {
     jw w = {0};
-    if (cs && (cs->ep == SRV_EP_MESSAGES || cs->ep == SRV_EP_COUNT_TOKENS)) ant_error_json(&w, ant_error_type((int)status), msg); /* Anthropic's shape */
-    else oai_error_json(&w, msg, type, param, code);
+    srv_error_body_(&w, cs, status, msg, type, param, code);
     return srv_json_(s, cs, c, status, &w);
 }
 
 /* ------------------------------------------------------------ deadlines */
 
-/* MHD's connection notices: a record per connection (srv_sock_). */
+/* The peer's address of c as a fixed-size key (family, then its bytes);
+ * all zero when MHD does not say. */
+static inline void srv_addr_key_(struct MHD_Connection *c, unsigned char key[17]) {
+    memset(key, 0, 17);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET) key[0] = 4, memcpy(key + 1, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    else if (sa && sa->sa_family == AF_INET6) key[0] = 6, memcpy(key + 1, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+}
+
+/* MHD's connection notices: a record per connection (srv_sock_). The
+ * per-address limit is counted here rather than left to MHD, which resets
+ * a connection past it: a client is told 429 with the limit's name. */
 static inline void srv_notify_conn_(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
     srv *s = (srv *)cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
@@ -404,7 +425,11 @@ static inline void srv_notify_conn_(void *cls, struct MHD_Connection *c, void **
         *socket_context = k;
         if (!k) return; /* no deadline for this one; MHD's idle timeout still applies */
         k->fd = srv_conn_fd_(c), k->ready = srv_now_();
+        srv_addr_key_(c, k->addr);
         pthread_mutex_lock(&s->cmu);
+        int same = 0;
+        for (srv_sock_ *o = (srv_sock_ *)s->socks; o; o = o->next) same += !o->over && !memcmp(o->addr, k->addr, sizeof k->addr);
+        k->over = same >= s->o.max_conns_ip;
         k->next = (srv_sock_ *)s->socks;
         if (k->next) k->next->prev = k;
         s->socks = k;
@@ -446,6 +471,31 @@ static inline void srv_sock_busy_(srv *s, struct MHD_Connection *c, int busy) {
     k->busy = busy;
     if (!busy) k->ready = srv_now_(), k->line = 0;
     pthread_mutex_unlock(&s->cmu);
+}
+
+/* Whether c opened while its address held max_conns_ip connections. */
+static inline int srv_sock_over_(srv *s, struct MHD_Connection *c) {
+    srv_sock_ *k = srv_sock_of_(c);
+    if (!k) return 0;
+    pthread_mutex_lock(&s->cmu);
+    int over = k->over;
+    pthread_mutex_unlock(&s->cmu);
+    return over;
+}
+
+/* 429 for a connection past its address's limit, closing it after. */
+static inline enum MHD_Result srv_too_many_(srv *s, srv_conn_ *cs, struct MHD_Connection *c) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "this client address already holds %d connections (SERVE_CONNS_PER_IP): close one, or retry later", s->o.max_conns_ip);
+    jw w = {0};
+    srv_error_body_(&w, cs, 429, msg, "rate_limit_error", NULL, "too_many_connections");
+    struct MHD_Response *r = w.oom ? NULL : MHD_create_response_from_buffer(w.n, w.s, MHD_RESPMEM_MUST_COPY);
+    jw_free(&w);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Connection", "close");
+    MHD_add_response_header(r, "Retry-After", "1");
+    return srv_queue_(s, cs, c, 429, r);
 }
 
 /* The watchdog: every 100 ms, a connection whose request has not wholly
@@ -963,6 +1013,7 @@ static inline enum MHD_Result srv_handle_(void *cls, struct MHD_Connection *c, c
         cs->origin = srv_origin_ok_(s->o.cors, origin) ? origin : NULL;
         size_t hb = strlen(url) + strlen(method) + 12;
         MHD_get_connection_values(c, MHD_HEADER_KIND, srv_count_header_, &hb);
+        if (srv_sock_over_(s, c)) return srv_too_many_(s, cs, c);
         if (hb > SRV_MAX_HEADERS) return srv_error_(s, cs, c, 431, "the request's header block is larger than 64 KB", "invalid_request_error", NULL, NULL);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (post && cl && strtoull(cl, NULL, 10) > s->o.max_body) cs->too_big = 1;
@@ -1046,7 +1097,7 @@ static inline int srv_start(srv *s, const srv_opts *o, const tok *t, char *err, 
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, srv_handle_, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_conns_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SRV_MHD_POOL, MHD_OPTION_NOTIFY_COMPLETED, srv_done_, s, MHD_OPTION_NOTIFY_CONNECTION,
         srv_notify_conn_, s, MHD_OPTION_URI_LOG_CALLBACK, srv_uri_, s, MHD_OPTION_END);
     freeaddrinfo(ai);
