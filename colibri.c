@@ -21,6 +21,7 @@
 #include "model.h"
 #include "openai.h"
 #include "sample.h"
+#include "session.h"
 #include "spec.h"
 #include "telemetry.h"
 #include "tok.h"
@@ -587,245 +588,56 @@ static int add_chat_stop(coli_config *c, const tok *t, int fmt) {
  * tokenizer_config.json), or says why not. */
 static tok *load_tokenizer(const char *dir, char *err, size_t errlen) { return tok_load_dir(dir, err, errlen); }
 
-/* How a turn's text leaves (conv_generate): stdout, or a sink; a flag that
- * stops it at the next token; its limit. What happened comes back: how
- * many tokens, why it stopped, or why it failed and whether the model
- * itself failed (then nothing more can run) or only this turn did. */
-typedef struct {
-    atomic_int *stop;
-    int (*sink)(void *ud, const char *s, size_t n); /* NULL: stdout */
-    void *ud;
-    int max_new; /* 0: NGEN */
-    /* each emitted token before its text goes to the sink (logprobs):
-     * logits are the distribution it was drawn from before the sampling
-     * filters (grammar mask applied), NULL for a token the grammar forced */
-    void (*on_token)(void *ud, int id, const float *logits);
-    /* out */
-    int generated, cached;
-    long forwards; /* decoding forwards of the main model */
-    const char *why; /* "stop token", "NGEN", "CTX", "stop string", "interrupted", "grammar..." */
-    int failed;    /* err says why */
-    int fatal;     /* ... the model failed (a read error): nothing more can run */
-    int client;    /* ... what the request asked for cannot be done (a grammar too ambiguous to follow) */
-    char err[600];
-} turn_io;
-
-/* Records why a turn failed and says it on stderr. Returns EXIT_INPUT. */
-static int turn_fail(turn_io *io, int fatal, int client, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(io->err, sizeof io->err, fmt, ap);
-    va_end(ap);
-    io->failed = 1, io->fatal = fatal, io->client = client;
-    fprintf(stderr, "colibri: %s\n", io->err);
-    return EXIT_INPUT;
-}
-
-/* What the generation loop streams to: the tokens so far and why it
- * stopped (gen_emit). */
-typedef struct {
-    coli_model *m;
-    tok *t;
-    tok_stream st;
-    tok_str out;
-    int *gen, n, ngen, np;
-    int fed; /* generated tokens fed back (plain decoding) */
-    atomic_int *stop_flag; /* set elsewhere (CHAT's Ctrl-C, a client gone, SIGTERM): stop at the next token */
-    int (*sink)(void *ud, const char *s, size_t n); /* where the text goes (NULL: stdout); nonzero stops (a stop string) */
-    void *ud;
-    turn_io *io;
-    const float *lg; /* the next token's distribution (turn_io.on_token), NULL when the grammar forced it */
-    const char *why;
-    int failed; /* io says why */
-} gen_state;
-
-/* One generated token: a stop token ends the run, anything else is
- * streamed; then the limits, and the safe point before the next forward.
- * Returns nonzero to stop. */
-static int gen_emit(void *ud, int next) {
-    gen_state *g = (gen_state *)ud;
-    coli_model *m = g->m;
-    if (smp_is_stop(m->c.eos, m->c.n_eos, next)) { g->why = "stop token"; return 1; }
-    if (g->stop_flag && atomic_load(g->stop_flag)) { g->why = "interrupted"; return 1; }
-    g->gen[g->n++] = next;
-    g->out.n = 0;
-    if (g->io && g->io->on_token) g->io->on_token(g->ud, next, g->lg);
-    g->lg = NULL;
-    if (tok_stream_put(g->t, &g->st, next, &g->out)) { g->failed = 1, turn_fail(g->io, 0, 0, "out of memory decoding the text"); return 1; }
-    if (g->out.n && g->sink) {
-        if (g->sink(g->ud, g->out.s, g->out.n)) { g->why = "stop string"; return 1; }
-    } else if (g->out.n)
-        fwrite(g->out.s, 1, g->out.n, stdout), fflush(stdout);
-    tel_lap(&m->tel, TEL_SAMPLE);
-    if (g->n >= g->ngen) { g->why = g->n == m->kv.ctx - g->np ? "CTX" : "NGEN"; return 1; }
-    if (model_safe_point(m, g->n)) { g->failed = 1, turn_fail(g->io, 1, 0, "%s", m->err); return 1; }
-    return 0;
-}
-
 /* The speculation summary (DRAFT): drafts, acceptance, tokens per forward
  * of the main model, disk bytes per generated token while decoding. */
-static void print_spec(const spec_ctx *s, int generated, uint64_t decode_bytes) {
-    const spec_stats *st = &s->st;
+static void print_spec(const spec_stats *st, int generated, uint64_t decode_bytes) {
     fprintf(stderr, "colibri: speculation: %ld drafted, %ld accepted (%.1f%%), %.2f tokens per forward (%ld verifying forwards, %ld MTP forwards), "
             "%.1f MB read per generated token, %ld pauses\n", st->drafted, st->accepted, tel_pct((double)st->accepted, (double)st->drafted),
             st->verifies ? (double)(generated > 0 ? generated - 1 : 0) / (double)st->verifies : 0.0, st->verifies, st->mtp_forwards,
             generated ? decode_bytes / 1e6 / generated : 0.0, st->pauses);
 }
 
-/* A conversation in this process: every id so far, the positions whose
- * KV is cached, the MTP drafting state, the sampler. One-shot PROMPT runs
- * have one turn; CHAT runs one per line of stdin. */
-#define GRAM_MAX_TAGS 24 /* tool-call tag tokens of every chat format (gram_tag_ids) */
-
+/* A conversation in this process (session.h) and the run's knobs beside
+ * it: the rendering settings, and the fingerprint saved states carry.
+ * One-shot PROMPT runs have one turn; CHAT runs one per line of stdin. */
 typedef struct {
-    coli_model *m;
+    sess s;
     const coli_gen *g;
-    tok *t;
-    tok_ids ids;
-    int n_kv;    /* positions [0, n_kv) cached; ids beyond are fed next */
-    int started; /* the first turn was rendered (or a state resumed): later turns are follow-ups */
-    int spec;    /* drafting with the MTP head */
-    spec_ctx sc;
-    smp_work w;
-    smp_rng rng;
     uint64_t fp; /* kvp_fingerprint, when states are saved or loaded */
-    /* grammar-constrained output (GRAMMAR, JSON_SCHEMA, response_format):
-     * each turn's answer is one sentence of gram */
-    const gr_grammar *gram;
-    const gr_vocab *gv;
-    int g_tools;                    /* gram is tool_choice's: the tool-call tag tokens may be sampled */
-    int g_tag[GRAM_MAX_TAGS], g_ntag; /* the tag tokens in gv (special tokens), dropped from other grammars' masks */
-    gr_state gst;
-    gr_mask_ctx gcx;
-    uint8_t *allowed;
-    long g_steps, g_forced, g_saved;
-    double g_mask_s;
-    int g_valid, g_n, g_end, g_one; /* the last mask, while the state is unchanged */
-    int g_alive;                    /* drafting: the text so far is still a prefix of the grammar */
-    int g_oom;                      /* a mask failed: 1 out of memory, 2 too ambiguous (gr_mask's -2) */
-    gr_state gdraft;                /* drafting: the state the drafts are walked on */
-    long d_proposed, d_accepted, d_verifies;
 } conv;
 
-/* The ids (below vocab) of the tool-call tags of every chat format (GLM-5,
- * DeepSeek, Kimi K2) that are special tokens of t: a tool_choice grammar
- * produces them and no other grammar may. Writes at most GRAM_MAX_TAGS to
- * ids; returns the count. */
-static int gram_tag_ids(const tok *t, int vocab, int *ids) {
-    static const char *const tags[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>",
-                                       OAI_DS_CALLS_BEGIN, OAI_DS_CALLS_END, OAI_DS_CALL_BEGIN, OAI_DS_CALL_END, OAI_DS_SEP,
-                                       "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
-                                       "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
-    int n = 0;
-    for (size_t k = 0; k < sizeof tags / sizeof tags[0]; k++) {
-        int id = tok_find(t, tags[k]);
-        if (id >= 0 && id < vocab && tok_is_special(t, id)) ids[n++] = id;
-    }
-    return n;
-}
+static sess_params conv_params(const coli_gen *g) { return (sess_params){g->sp, g->seed, g->ngen, g->grammar_batch, g->grammar_draft}; }
 
-/* The vocabulary as a byte trie for grammar masks: every id below the
- * model's vocabulary with its tokenizer piece, special tokens left out
- * (a grammar never produces them; stop tokens are allowed separately)
- * except the tool-call tags (gram_mask_of drops them for other grammars). */
-static int gram_vocab(const tok *t, int vocab, gr_vocab *v) {
-    const char **b = (const char **)calloc((size_t)vocab, sizeof *b);
-    size_t *l = (size_t *)calloc((size_t)vocab, sizeof *l);
-    int rc = -1;
-    if (b && l) {
-        int tag[GRAM_MAX_TAGS], nt = gram_tag_ids(t, vocab, tag);
-        for (int i = 0; i < vocab && i < tok_n_ids(t); i++)
-            if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
-        for (int k = 0; k < nt; k++) b[tag[k]] = tok_piece(t, tag[k], &l[tag[k]]);
-        rc = gr_vocab_build(v, vocab, b, l);
-    }
-    free(b), free(l);
-    return rc;
-}
-
-/* Uses gram (with the trie gv) for the answers from now on; NULL stops
- * constraining. 0, or -1 (out of memory). */
-static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv) {
-    gr_mask_ctx_free(&cv->gcx);
-    free(cv->allowed), cv->allowed = NULL;
-    cv->gram = gram, cv->gv = gv, cv->g_tools = 0;
-    if (!gram) return 0;
-    cv->g_ntag = gram_tag_ids(cv->t, gv->n_tokens, cv->g_tag);
-    if (cv->spec) { /* MTP drafts would need masking too, and grammar drafts take the verifying forward */
-        fprintf(stderr, "colibri: grammar-constrained output decodes without MTP drafts\n");
-        spec_free(&cv->sc), cv->spec = 0;
-    }
-    if (!(cv->allowed = (uint8_t *)malloc((size_t)gv->n_tokens + 1)) || gr_mask_ctx_init(&cv->gcx, gv)) return -1;
-    return 0;
-}
-
-/* The mask of grammar state st into cv->allowed: the count allowed, *end
- * whether the grammar may end, *one the token when exactly one is allowed. */
-static int gram_mask_of(conv *cv, const gr_state *st, int *end, int *one) {
-    double t0 = compat_now();
-    int n = gr_mask(cv->gram, st, cv->gv, &cv->gcx, cv->allowed);
-    if (n < 0) cv->g_oom = n == -2 ? 2 : 1, n = 0; /* nothing allowed: the turn ends, saying why */
-    for (int k = 0; k < cv->g_ntag && !cv->g_tools; k++) /* the tags are tool_choice's alone */
-        if (cv->allowed[cv->g_tag[k]]) cv->allowed[cv->g_tag[k]] = 0, n--;
-    *end = gr_can_end(st), *one = -1;
-    for (int i = 0; i < cv->gv->n_tokens && n == 1; i++)
-        if (cv->allowed[i]) *one = i;
-    cv->g_mask_s += compat_now() - t0, cv->g_steps++;
-    return n;
-}
-
-/* Masks logits by the grammar: tokens that cannot continue a valid parse
- * to -inf, stop tokens allowed only where the grammar may end. Returns the
- * number allowed; *forced is the one token when exactly one non-stop
- * token is allowed and the grammar may not end (else -1). */
-static int gram_mask(conv *cv, float *logits, int *forced) {
-    coli_model *m = cv->m;
-    if (!cv->g_valid) { /* the mask of this grammar state (kept until the next token is accepted) */
-        cv->g_n = gram_mask_of(cv, &cv->gst, &cv->g_end, &cv->g_one);
-        cv->g_valid = 1;
-    }
-    for (int i = 0; i < m->c.vocab; i++)
-        if (smp_is_stop(m->c.eos, m->c.n_eos, i) ? !cv->g_end : !cv->allowed[i]) logits[i] = -INFINITY;
-    *forced = cv->g_n == 1 && !cv->g_end ? cv->g_one : -1;
-    return cv->g_n + (cv->g_end ? m->c.n_eos : 0);
-}
-
-/* Accepts token id's bytes into the grammar state. 0, or -1 when they
- * cannot continue it. */
-static int gram_accept(conv *cv, int id) {
-    size_t len;
-    const char *pc = tok_piece(cv->t, id, &len);
-    cv->g_valid = 0;
-    return gr_accept(cv->gram, &cv->gst, (const uint8_t *)pc, pc ? len : 0);
+/* What the session had to say about its last call (s.note). */
+static void conv_note(const conv *cv) {
+    if (cv->s.note[0]) fprintf(stderr, "colibri: %s\n", cv->s.note);
 }
 
 static void conv_close(conv *cv) {
-    conv_grammar(cv, NULL, NULL);
-    gr_state_free(&cv->gst);
-    gr_state_free(&cv->gdraft);
-    spec_free(&cv->sc);
-    tok_ids_free(&cv->ids);
-    smp_work_free(&cv->w);
+    sess_close(&cv->s);
     memset(cv, 0, sizeof *cv);
 }
 
 /* 0, or -1 (said). */
 static int conv_open(conv *cv, coli_model *m, const coli_gen *g, tok *t, const char *dir) {
     memset(cv, 0, sizeof *cv);
-    cv->m = m, cv->g = g, cv->t = t;
+    cv->g = g;
     cv->fp = g->kv_load || g->kv_save || g->session || g->chat_mode ? kvp_fingerprint(m, dir) : 0;
-    cv->spec = m->mtp && g->spec.k != 0;
-    smp_seed(&cv->rng, g->seed);
-    if (smp_work_alloc(&cv->w, m->c.vocab) || (cv->spec && spec_init(&cv->sc, m, &g->spec)))
-        return fprintf(stderr, "colibri: out of memory\n"), -1;
-    if (cv->spec && cv->sc.k == 0) { /* UBATCH=1: a verifying forward has room for no draft */
-        fprintf(stderr, "colibri: UBATCH=%d leaves no room for drafts (a verifying forward holds k+1 positions); decoding without speculation\n", m->ubatch);
-        spec_free(&cv->sc), cv->spec = 0;
-    }
+    sess_params p = conv_params(g);
+    if (sess_open(&cv->s, m, t, &p, g->spec.k != 0, &g->spec)) return fprintf(stderr, "colibri: out of memory\n"), -1;
+    conv_note(cv);
     if (!m->mtp && g->draft_set && g->spec.k)
         fprintf(stderr, "colibri: DRAFT=%d: no MTP layer is loaded (%s); decoding without speculation\n", g->spec.k,
                 !m->c.n_mtp ? "config.json declares none" : "MTP=0 or the checkpoint lacks it");
     return 0;
+}
+
+/* Uses gram for the answers from now on (NULL: unconstrained). 0, or -1
+ * (out of memory). */
+static int conv_grammar(conv *cv, const gr_grammar *gram, const gr_vocab *gv, int tools) {
+    int rc = sess_grammar(&cv->s, gram, gv, tools);
+    conv_note(cv);
+    return rc;
 }
 
 /* Replaces the conversation by the state saved at path. 0, 1 (no such
@@ -833,25 +645,11 @@ static int conv_open(conv *cv, coli_model *m, const coli_gen *g, tok *t, const c
  * the cache may hold part of the file, so the caller ends). */
 static int conv_load(conv *cv, const char *path) {
     char err[600];
-    kvp_state ks;
-    int r = kvp_load(cv->m, path, cv->fp, &ks, err, sizeof err);
+    int r = sess_load(&cv->s, path, cv->fp, err, sizeof err);
     if (r < 0) fprintf(stderr, "colibri: %s\n", err);
     if (r) return r;
-    cv->ids.n = 0;
-    if (tok_ids_append(&cv->ids, ks.tok, (size_t)ks.n_tok)) {
-        kvp_state_free(&ks);
-        return fprintf(stderr, "colibri: out of memory\n"), -1;
-    }
-    cv->n_kv = ks.n_kv, cv->started = 1;
-    if (cv->spec && !ks.has_mtp) {
-        fprintf(stderr, "colibri: %s holds no MTP drafting state (saved without drafts): decoding without speculation\n", path);
-        spec_free(&cv->sc), cv->spec = 0;
-    } else if (cv->spec && spec_resume(&cv->sc, &ks)) {
-        fprintf(stderr, "colibri: %s: out of memory restoring its MTP state (%d queued rows): decoding without speculation\n", path, ks.nq);
-        spec_free(&cv->sc), cv->spec = 0;
-    }
-    fprintf(stderr, "colibri: session: resumed %d tokens from %s (%d cached)\n", ks.n_tok, path, ks.n_kv);
-    kvp_state_free(&ks);
+    conv_note(cv);
+    fprintf(stderr, "colibri: session: resumed %zu tokens from %s (%d cached)\n", cv->s.ids.n, path, cv->s.n_kv);
     return 0;
 }
 
@@ -859,209 +657,81 @@ static int conv_load(conv *cv, const char *path) {
  * 0, or -1 (said). */
 static int conv_save(conv *cv, const char *path) {
     char err[600];
-    kvp_mtp k = {cv->sc.mtp_pos, cv->sc.nq, cv->sc.hq, cv->sc.tq, cv->sc.h_last};
-    int rc = kvp_save(cv->m, path, cv->fp, cv->ids.ids, (int)cv->ids.n, cv->n_kv, cv->spec ? &k : NULL, err, sizeof err);
+    int rc = sess_save(&cv->s, path, cv->fp, err, sizeof err);
     if (rc) fprintf(stderr, "colibri: %s\n", err);
-    else fprintf(stderr, "colibri: session: %zu tokens saved to %s (%d cached%s)\n", cv->ids.n, path, cv->n_kv, cv->spec ? ", with the MTP head's state" : "");
+    else
+        fprintf(stderr, "colibri: session: %zu tokens saved to %s (%d cached%s)\n", cv->s.ids.n, path, cv->s.n_kv,
+                cv->s.spec ? ", with the MTP head's state" : "");
     return rc;
 }
 
-/* Prefills cv->ids[n_kv..] (ids [before..] are this turn's prompt; the
- * ones before it were already in the conversation), then samples and
- * streams tokens until a stop token, the limit, a full context or *stop.
- * The generated ids join the conversation. Returns 0, or EXIT_INPUT
- * (said, and io says why and whether the model failed; the turn is not
- * part of the conversation). */
-static int conv_generate(conv *cv, size_t before, turn_io *io) {
-    coli_model *m = cv->m;
-    const coli_gen *g = cv->g;
-    coli_config *c = &m->c;
-    gen_state gs = {.m = m, .t = cv->t, .why = "NGEN", .stop_flag = io->stop, .sink = io->sink, .ud = io->ud, .io = io};
-    io->failed = io->fatal = io->client = 0, io->err[0] = 0, io->forwards = 0;
-    m->err[0] = 0; /* model_fail's message, from here on, is this turn's */
-    if (cv->ids.n == before) return turn_fail(io, 0, 1, "the prompt is empty");
-    for (size_t i = before; i < cv->ids.n; i++)
-        if (cv->ids.ids[i] < 0 || cv->ids.ids[i] >= c->vocab) {
-            int bad = cv->ids.ids[i];
-            cv->ids.n = before;
-            return turn_fail(io, 0, 1, "%s: token id %d is outside the model's vocabulary (%d)", cv->t->name, bad, c->vocab);
-        }
-    int n = (int)cv->ids.n, start = cv->n_kv;
-    if (n >= m->kv.ctx) {
-        cv->ids.n = before;
-        return turn_fail(io, 0, 1, "the %s has %d tokens but CTX is %d; raise CTX", cv->started ? "conversation" : "prompt", n, m->kv.ctx);
-    }
-    cv->started = 1;
-    int limit = io->max_new > 0 ? io->max_new : g->ngen;
-    int ngen = limit < m->kv.ctx - n ? limit : m->kv.ctx - n;
-    if (g->sp.temp > 0)
-        fprintf(stderr, "colibri: prompt %d tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu", n, ngen, g->sp.temp,
-                g->sp.top_k, g->sp.top_p, g->sp.min_p, (unsigned long long)g->seed);
-    else fprintf(stderr, "colibri: prompt %d tokens | up to %d new | greedy", n, ngen);
-    if (cv->spec) fprintf(stderr, g->spec.k < 0 ? " | MTP drafts, k auto" : " | MTP drafts, k = %d", cv->sc.k);
-    else if (m->mtp) fprintf(stderr, " | DRAFT=0");
+/* One-shot and CHAT's sink: the text to stdout as it comes. */
+static int stdout_sink(void *ud, const char *s, size_t n) {
+    (void)ud;
+    fwrite(s, 1, n, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+/* The turn's first line: the prompt, the limit, the sampler, drafting,
+ * what the cache holds. */
+static void print_turn(const conv *cv) {
+    const sess *s = &cv->s;
+    const smp_params *sp = &s->p.sp;
+    int n = s->u.np, start = s->n_kv;
+    if (sp->temp > 0)
+        fprintf(stderr, "colibri: prompt %d tokens | up to %d new | temperature %g, top-k %d, top-p %g, min-p %g, seed %llu", n, s->u.ngen, sp->temp,
+                sp->top_k, sp->top_p, sp->min_p, (unsigned long long)s->p.seed);
+    else fprintf(stderr, "colibri: prompt %d tokens | up to %d new | greedy", n, s->u.ngen);
+    if (s->spec) fprintf(stderr, cv->g->spec.k < 0 ? " | MTP drafts, k auto" : " | MTP drafts, k = %d", s->sc.k);
+    else if (s->m->mtp) fprintf(stderr, " | DRAFT=0");
     if (start) fprintf(stderr, " | %d cached, %d to prefill", start, n - start);
     fputc('\n', stderr);
-    if (g->tokens) print_ids("prompt tokens", cv->ids.ids, cv->ids.n);
-    gs.ngen = ngen, gs.np = n;
-    io->generated = 0, io->cached = start, io->why = NULL;
-    if (!(gs.gen = (int *)malloc((size_t)ngen * sizeof(int) + sizeof(int)))) return cv->ids.n = before, turn_fail(io, 0, 0, "out of memory");
-    tel_start(&m->tel, m->tel.prof); /* each turn's end line counts that turn */
-    xs_stats_reset(&m->xs);
-    io_stats_reset(&m->io);
-    memset(&cv->sc.st, 0, sizeof cv->sc.st);
-    double t0 = compat_now();
-    int rc = EXIT_INPUT;
-    if (cv->spec ? spec_prefill(&cv->sc, cv->ids.ids, n, start) : fwd_tokens(m, cv->ids.ids + start, n - start, start, NULL)) {
-        turn_fail(io, 1, 0, "%s", m->err);
-        goto done;
-    }
-    m->tel.t_prefill = compat_now() - t0;
-    m->tel.prompt_tokens = n - start;
-    double t1 = compat_now();
-    xs_stats x0;
+}
+
+/* Runs a turn whose prompt is cv's ids [before..] (session.h: begin,
+ * prefill, steps, finish) and prints its lines: the prompt line, the end
+ * line, the speculation and grammar summaries. The generated ids join
+ * the conversation. Returns 0, or EXIT_INPUT (said, and io says why and
+ * whether the model failed; the turn is not part of the conversation). */
+static int conv_generate(conv *cv, size_t before, sess_io *io) {
+    sess *s = &cv->s;
+    coli_model *m = s->m;
+    const coli_gen *g = cv->g;
+    if (sess_begin(s, before, io)) goto fail;
+    print_turn(cv);
+    if (g->tokens) print_ids("prompt tokens", s->ids.ids, s->ids.n);
+    if (sess_prefill(s)) goto fail;
+    xs_stats x0, x1;
     xs_stats_get(&m->xs, &x0);
-    int drafting = cv->gram && g->grammar_draft; /* the grammar drafts; the model's tokens are kept as they are */
-    if (cv->gram) {
-        gr_state_free(&cv->gst);
-        int gi = gr_init(cv->gram, &cv->gst);
-        if (gi) {
-            if (gi == -2) turn_fail(io, 0, 1, "the grammar is too ambiguous to follow: it can start in more than %d ways", GR_MAX_STACKS);
-            else turn_fail(io, 0, 0, "out of memory starting the grammar");
-            goto done;
-        }
-        cv->g_steps = cv->g_forced = cv->g_saved = 0, cv->g_mask_s = 0, cv->g_valid = 0, cv->g_alive = 1, cv->g_oom = 0;
-        cv->d_proposed = cv->d_accepted = cv->d_verifies = 0;
+    int r;
+    while (!(r = sess_step(s))) {}
+    int spec_on = s->spec;
+    spec_stats sst = s->sc.st;
+    if (r < 0 || sess_finish(s)) goto fail;
+    if (io->sink == stdout_sink) {
+        if (isatty(1) || g->chat_mode) fputc('\n', stdout);
+        fflush(stdout);
     }
-    int *batch = cv->gram ? (int *)malloc((size_t)m->ubatch * sizeof(int)) : NULL;
-    float *rows = drafting ? (float *)malloc((size_t)m->ubatch * c->vocab * sizeof(float)) : NULL;
-    if ((cv->gram && !batch) || (drafting && !rows)) { turn_fail(io, 0, 0, "out of memory"); free(batch), free(rows); goto done; }
-    for (int stop = 0, pending = -1; !stop;) {
-        int forced = -1, next;
-        if (pending >= 0) next = pending, pending = -1; /* sampled while verifying drafts */
-        else {
-            if (cv->gram && !drafting && !gram_mask(cv, m->sc.logits, &forced)) {
-                gs.why = "grammar"; /* complete: nothing may follow */
-                if (!gr_can_end(&cv->gst)) gs.why = "grammar (no token can continue it)";
-                if (cv->g_oom == 2)
-                    gs.failed = 1, turn_fail(io, 0, 1, "the grammar is too ambiguous to follow: after %d tokens the text can continue in more than %d ways",
-                                             gs.n, GR_MAX_STACKS);
-                else if (cv->g_oom)
-                    gs.failed = 1, turn_fail(io, 0, 0, "out of memory computing the grammar's mask");
-                break;
-            }
-            next = forced >= 0 ? forced : smp_sample(&g->sp, m->sc.logits, c->vocab, &cv->rng, &cv->w);
-            if (forced >= 0) cv->g_forced++;
-            else gs.lg = m->sc.logits;
-        }
-        if (!gs.n) m->tel.ttft = compat_now() - t0;
-        if (next < 0) { turn_fail(io, 0, 0, "the logits are not finite (NaN or infinity); stopping"); free(batch), free(rows); goto done; }
-        stop = gen_emit(&gs, next);
-        if (!stop && cv->spec) {
-            stop = 1;
-            if (spec_decode(&cv->sc, next, n, ngen - gs.n, &g->sp, &cv->rng, &cv->w, gen_emit, &gs) && !gs.failed) gs.failed = 1, turn_fail(io, 1, 0, "%s", m->err);
-            continue;
-        }
-        if (stop) break;
-        int k = 0, p0 = n + gs.n - 1; /* the position of next */
-        if (drafting) {
-            batch[k++] = next;
-            if (cv->g_alive && gram_accept(cv, next)) cv->g_alive = 0; /* the model left the grammar: no more drafts */
-            if (cv->g_alive && !gr_state_copy(&cv->gdraft, &cv->gst)) {
-                /* the text the grammar forces next, tokenized as the tokenizer would: the drafts */
-                char text[256];
-                size_t tn = gr_forced_text(cv->gram, &cv->gdraft, text, sizeof text);
-                tok_ids d = {0};
-                if (tn && !tok_encode(cv->t, text, tn, &d)) {
-                    for (size_t i = 0; i < d.n && k < m->ubatch && gs.n + k - 1 < ngen; i++) {
-                        if (d.ids[i] < 0 || d.ids[i] >= c->vocab) break;
-                        batch[k++] = d.ids[i];
-                    }
-                }
-                tok_ids_free(&d);
-            }
-            if (k > 1) { /* one forward over next and its drafts; keep what the model itself samples */
-                cv->d_proposed += k - 1, cv->d_verifies++, io->forwards++;
-                if (fwd_tokens(m, batch, k, p0, rows)) { gs.failed = 1, turn_fail(io, 1, 0, "%s", m->err); break; }
-                gs.fed++;
-                int i = 0;
-                for (; i < k - 1 && !stop; i++) {
-                    int t = smp_sample(&g->sp, rows + (size_t)i * c->vocab, c->vocab, &cv->rng, &cv->w);
-                    gs.lg = rows + (size_t)i * c->vocab; /* the next token emitted is t, now or as pending */
-                    if (t != batch[i + 1]) { pending = t; break; }
-                    cv->d_accepted++;
-                    stop = gen_emit(&gs, t);
-                    if (stop) break;
-                    gs.fed++;
-                    if (cv->g_alive && gram_accept(cv, t)) cv->g_alive = 0;
-                }
-                if (!stop && pending < 0) memcpy(m->sc.logits, rows + (size_t)(k - 1) * c->vocab, (size_t)c->vocab * sizeof(float));
-                continue;
-            }
-        } else if (cv->gram) {
-            if (gram_accept(cv, next)) { gs.why = "grammar (no token can continue it)"; break; }
-            batch[k++] = next;
-            /* tokens the grammar forces join this forward: one pass for the run */
-            while (g->grammar_batch && !stop && k < m->ubatch && gs.n < ngen) {
-                if (!gram_mask(cv, m->sc.logits, &forced) || forced < 0) break;
-                cv->g_forced++;
-                stop = gen_emit(&gs, forced);
-                if (stop) break;
-                if (gram_accept(cv, forced)) { gs.why = "grammar (no token can continue it)"; stop = 1; break; }
-                batch[k++] = forced;
-            }
-        } else
-            k = 1;
-        io->forwards++;
-        if (fwd_tokens(m, cv->gram ? batch : &next, k, p0, NULL)) gs.failed = 1, stop = 1, turn_fail(io, 1, 0, "%s", m->err);
-        else gs.fed += k, cv->g_saved += k - 1;
-    }
-    free(rows);
-    free(batch);
-    if (gs.failed) goto done;
-    gs.out.n = 0;
-    tok_stream_flush(&gs.st, 0, &gs.out);
-    if (gs.out.n && io->sink) io->sink(io->ud, gs.out.s, gs.out.n);
-    else if (gs.out.n) fwrite(gs.out.s, 1, gs.out.n, stdout);
-    if (!io->sink && (isatty(1) || g->chat_mode)) fputc('\n', stdout);
-    if (!io->sink) fflush(stdout);
-    m->tel.t_decode = compat_now() - t1;
-    m->tel.gen_tokens = gs.n;
-    if (g->tokens) print_ids("generated tokens", gs.gen, (size_t)gs.n);
-    fprintf(stderr, "colibri: stopped: %s\n", gs.why);
+    if (g->tokens) print_ids("generated tokens", s->u.gen, (size_t)s->u.n);
+    fprintf(stderr, "colibri: stopped: %s\n", io->why);
     print_end(m);
-    if (cv->spec) {
-        xs_stats x1;
+    if (spec_on) {
         xs_stats_get(&m->xs, &x1);
-        print_spec(&cv->sc, gs.n, x1.bytes_read - x0.bytes_read);
+        print_spec(&sst, s->u.n, x1.bytes_read - x0.bytes_read);
     }
-    if (cv->gram && g->grammar_draft)
+    if (s->gram && g->grammar_draft)
         fprintf(stderr, "colibri: grammar drafts: %ld proposed, %ld accepted (%.1f%%) in %ld verifying forwards; %ld masks (%.2f ms each)\n",
-                cv->d_proposed, cv->d_accepted, tel_pct((double)cv->d_accepted, (double)cv->d_proposed), cv->d_verifies, cv->g_steps,
-                cv->g_steps ? 1e3 * cv->g_mask_s / cv->g_steps : 0.0);
-    else if (cv->gram)
+                s->d_proposed, s->d_accepted, tel_pct((double)s->d_accepted, (double)s->d_proposed), s->d_verifies, s->g_steps,
+                s->g_steps ? 1e3 * s->g_mask_s / s->g_steps : 0.0);
+    else if (s->gram)
         fprintf(stderr, "colibri: grammar: %ld masks (%.2f ms each over %d tokens), %ld tokens forced, %ld forwards saved by batching them\n",
-                cv->g_steps, cv->g_steps ? 1e3 * cv->g_mask_s / cv->g_steps : 0.0, cv->gv->n_tokens, cv->g_forced, cv->g_saved);
-    /* the generated ids join the conversation; the cache covers what was fed */
-    if (tok_ids_append(&cv->ids, gs.gen, (size_t)gs.n)) { turn_fail(io, 0, 0, "out of memory"); goto done; }
-    if (cv->spec) {
-        kvp_mtp k = spec_state(&cv->sc); /* the row of position pos-1 is implied by h_last and the id at pos */
-        cv->n_kv = cv->sc.pos;
-        if (k.nq < 0) spec_free(&cv->sc), cv->spec = 0;
-        else {
-            cv->sc.mtp_pos = k.mtp_pos, cv->sc.nq = k.nq;
-            memcpy(cv->sc.vhid, cv->sc.h_last, (size_t)c->dim * 4);
-        }
-    } else
-        cv->n_kv = n + gs.fed;
-    io->generated = gs.n, io->why = gs.why;
-    if (cv->spec) io->forwards = cv->sc.st.verifies;
-    rc = 0;
-done:
-    if (rc) cv->ids.n = before; /* the turn is not part of the conversation */
-    free(gs.gen);
-    tok_str_free(&gs.out);
-    return rc;
+                s->g_steps, s->g_steps ? 1e3 * s->g_mask_s / s->g_steps : 0.0, s->gv->n_tokens, s->g_forced, s->g_saved);
+    return 0;
+fail:
+    fprintf(stderr, "colibri: %s\n", io->err);
+    sess_abort(s);
+    return EXIT_INPUT;
 }
 
 /* One turn: the prompt rendered (the whole chat template on the first
@@ -1070,13 +740,14 @@ done:
  * (said; *fatal set when the model failed and nothing more can run). */
 static int conv_turn(conv *cv, const char *prompt, atomic_int *stop_flag, int *fatal) {
     const coli_gen *g = cv->g;
+    sess *s = &cv->s;
     char err[600];
-    size_t before = cv->ids.n;
-    int r = !g->chat ? tok_encode(cv->t, prompt, strlen(prompt), &cv->ids)
-            : cv->started ? chat_encode_turn(cv->t, g->fmt, prompt, g->think, &cv->ids) : chat_encode(cv->t, g->fmt, g->system, prompt, g->think, &cv->ids);
-    if (r == -2) return chat_check(cv->t, g->fmt, err, sizeof err), fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err), EXIT_INPUT;
-    if (r) return cv->ids.n = before, fprintf(stderr, "colibri: out of memory encoding the prompt\n"), EXIT_INPUT;
-    turn_io io = {.stop = stop_flag};
+    size_t before = s->ids.n;
+    int r = !g->chat ? tok_encode(s->t, prompt, strlen(prompt), &s->ids)
+            : s->started ? chat_encode_turn(s->t, g->fmt, prompt, g->think, &s->ids) : chat_encode(s->t, g->fmt, g->system, prompt, g->think, &s->ids);
+    if (r == -2) return chat_check(s->t, g->fmt, err, sizeof err), fprintf(stderr, "colibri: %s (set CHAT_TEMPLATE=0 to send the prompt raw)\n", err), EXIT_INPUT;
+    if (r) return s->ids.n = before, fprintf(stderr, "colibri: out of memory encoding the prompt\n"), EXIT_INPUT;
+    sess_io io = {.stop = stop_flag, .sink = stdout_sink};
     int rc = conv_generate(cv, before, &io);
     if (fatal) *fatal = io.fatal;
     return rc;
@@ -1119,7 +790,7 @@ static int conv_grammar_from_env(conv *cv, const coli_gen *g, gr_grammar **gram,
     *gram = gram_from_files(g->grammar, g->json_schema, &bad);
     if (bad) return EXIT_INPUT;
     if (!*gram) return 0;
-    if (gram_vocab(cv->t, cv->m->c.vocab, gv) || conv_grammar(cv, *gram, gv)) return fprintf(stderr, "colibri: out of memory building the grammar's vocabulary\n"), EXIT_INPUT;
+    if (sess_vocab(cv->s.t, cv->s.m->c.vocab, gv) || conv_grammar(cv, *gram, gv, 0)) return fprintf(stderr, "colibri: out of memory building the grammar's vocabulary\n"), EXIT_INPUT;
     return 0;
 }
 
@@ -1191,7 +862,7 @@ static int run_chat(coli_model *m, const char *dir, const coli_gen *g, tok *t) {
         if (!strcmp(line, "/quit")) break;
         if (!strcmp(line, "/reset")) {
             conv_close(&cv);
-            if (conv_open(&cv, m, g, t, dir) || (gram && conv_grammar(&cv, gram, &gv))) goto done;
+            if (conv_open(&cv, m, g, t, dir) || (gram && conv_grammar(&cv, gram, &gv, 0))) goto done;
             continue;
         }
         if (!strncmp(line, "/save ", 6)) { conv_save(&cv, line + 6); continue; }
@@ -1307,14 +978,14 @@ static int kvc_continues(const int *ids, int n, const int *conv, int nc) { retur
  * live conversation then has no file (kvc_persist gives it a new one). The
  * caller fits the budget (kvc_fit) once it has what it needs. */
 static void kvc_stash(kv_cache *kc, conv *cv) {
-    int n_tok = (int)cv->ids.n < cv->m->kv.ctx ? (int)cv->ids.n : cv->m->kv.ctx - 1; /* what a load accepts: room to continue */
-    int n_kv = cv->n_kv < n_tok ? cv->n_kv : n_tok;
+    int n_tok = (int)cv->s.ids.n < cv->s.m->kv.ctx ? (int)cv->s.ids.n : cv->s.m->kv.ctx - 1; /* what a load accepts: room to continue */
+    int n_kv = cv->s.n_kv < n_tok ? cv->s.n_kv : n_tok;
     if (n_kv < 1 || !kc->budget) { kc->live_file[0] = 0; return; }
     char err[600];
     uint8_t *img;
     size_t len;
-    if (len = 0, kvp_image(cv->m, kc->fp, cv->ids.ids, n_tok, n_kv, &img, &len, err, sizeof err) ||
-        kvc_add(kc, img, len, cv->ids.ids, n_tok, n_kv, kc->live_file, ++kc->clock)) {
+    if (len = 0, kvp_image(cv->s.m, kc->fp, cv->s.ids.ids, n_tok, n_kv, &img, &len, err, sizeof err) ||
+        kvc_add(kc, img, len, cv->s.ids.ids, n_tok, n_kv, kc->live_file, ++kc->clock)) {
         if (len) free(img);
         fprintf(stderr, "colibri: serve: cannot keep the conversation aside in memory: out of memory%s\n",
                 kc->live_file[0] ? " (its file stays in KV_CACHE_DIR)" : "");
@@ -1332,16 +1003,16 @@ static int kvc_restore(kv_cache *kc, conv *cv, int i, int take) {
     char err[600];
     kvp_state st;
     kvc_entry *x = &kc->e[i];
-    int rc = kvp_load_image(cv->m, x->file[0] ? x->file : "a kept conversation", x->img, x->len, kc->fp, &st, 1, err, sizeof err);
-    cv->ids.n = 0, cv->n_kv = 0;
+    int rc = kvp_load_image(cv->s.m, x->file[0] ? x->file : "a kept conversation", x->img, x->len, kc->fp, &st, 1, err, sizeof err);
+    cv->s.ids.n = 0, cv->s.n_kv = 0;
     kc->live_file[0] = 0;
     if (rc) { /* its image cannot be used: forgotten from memory, its file left as it is */
         fprintf(stderr, "colibri: serve: %s; dropped from memory\n", err);
         kvc_drop(kc, i);
         return -1;
     }
-    if (tok_ids_append(&cv->ids, st.tok, (size_t)st.n_tok)) rc = -1;
-    else cv->n_kv = st.n_kv, cv->started = 1;
+    if (tok_ids_append(&cv->s.ids, st.tok, (size_t)st.n_tok)) rc = -1;
+    else cv->s.n_kv = st.n_kv, cv->s.started = 1;
     kvp_state_free(&st);
     if (rc) return fprintf(stderr, "colibri: serve: out of memory restoring a kept conversation\n"), -1;
     if (take) {
@@ -1429,7 +1100,7 @@ static void kvc_load_dir(kv_cache *kc, coli_model *m) {
  * without one gets a name no file has yet (a restarted server, whose pid
  * may repeat, never writes over an earlier server's file). */
 static void kvc_persist(kv_cache *kc, conv *cv) {
-    if (!kc->dir || cv->n_kv < 1) return;
+    if (!kc->dir || cv->s.n_kv < 1) return;
     char path[4096], err[600];
     struct stat sb;
     for (int tries = 0; !kc->live_file[0] && tries < 1000; tries++) {
@@ -1439,7 +1110,7 @@ static void kvc_persist(kv_cache *kc, conv *cv) {
     }
     if (!kc->live_file[0]) { fprintf(stderr, "colibri: serve: no free file name in KV_CACHE_DIR=%s; the conversation is not saved\n", kc->dir); return; }
     snprintf(path, sizeof path, "%s/%s", kc->dir, kc->live_file);
-    if (kvp_save(cv->m, path, kc->fp, cv->ids.ids, (int)cv->ids.n, cv->n_kv, NULL, err, sizeof err)) fprintf(stderr, "colibri: serve: %s\n", err);
+    if (kvp_save(cv->s.m, path, kc->fp, cv->s.ids.ids, (int)cv->s.ids.n, cv->s.n_kv, NULL, err, sizeof err)) fprintf(stderr, "colibri: serve: %s\n", err);
 }
 
 /* Chooses where a request of ids[0..n) starts: the live conversation or a
@@ -1450,12 +1121,12 @@ static void kvc_persist(kv_cache *kc, conv *cv) {
  * continues it, else it works on a copy and the kept one stays. Returns
  * the positions reused. */
 static int kvc_select(kv_cache *kc, conv *cv, const int *ids, int n) {
-    int p_live = kvc_lcp(cv->ids.ids, cv->n_kv, ids, n), best = -1, p_best = p_live;
+    int p_live = kvc_lcp(cv->s.ids.ids, cv->s.n_kv, ids, n), best = -1, p_best = p_live;
     for (int i = 0; i < kc->n; i++) {
         int p = kvc_lcp(kc->e[i].ids, kc->e[i].n_kv, ids, n);
         if (p > p_best) best = i, p_best = p;
     }
-    if (best >= 0 || !kvc_continues(ids, n, cv->ids.ids, (int)cv->ids.n)) {
+    if (best >= 0 || !kvc_continues(ids, n, cv->s.ids.ids, (int)cv->s.ids.n)) {
         int take = best >= 0 && kvc_continues(ids, n, kc->e[best].ids, kc->e[best].n_tok);
         kvc_stash(kc, cv); /* appends: best's index holds */
         if (best >= 0 && kvc_restore(kc, cv, best, take)) p_best = 0;
@@ -1464,7 +1135,7 @@ static int kvc_select(kv_cache *kc, conv *cv, const int *ids, int n) {
         kvc_fit(kc); /* after the restore, so the one chosen is not evicted first */
     }
     int p = p_best < n - 1 ? p_best : n - 1; /* the last prompt token is fed again for its logits */
-    if (p > cv->n_kv) p = cv->n_kv;
+    if (p > cv->s.n_kv) p = cv->s.n_kv;
     return p;
 }
 
@@ -1493,7 +1164,7 @@ typedef struct {
     resp_stream rs;
 } serve_req;
 
-/* turn_io.on_token: the token's log-probability and its alternatives. */
+/* sess_io.on_token: the token's log-probability and its alternatives. */
 static void serve_on_token(void *ud, int id, const float *logits) {
     serve_req *q = (serve_req *)ud;
     if (!q->j->req.logprobs) return;
@@ -1622,7 +1293,7 @@ static coli_gen serve_gen(const coli_gen *g0, const oai_req *r, uint64_t clock) 
 /* The finished answer: the parsed calls (a cut generation keeps only the
  * calls it completed, never their markup as text), the finish reason, and
  * the fronts' view of it (q->y). */
-static int serve_calls(serve_req *q, const turn_io *io, oai_call *calls) {
+static int serve_calls(serve_req *q, const sess_io *io, oai_call *calls) {
     int cut = !strcmp(io->why, "NGEN") || !strcmp(io->why, "CTX") || !strcmp(io->why, "interrupted");
     int ncalls = q->o.tool.n ? oai_parse_calls(&q->o, calls, OAI_MAX_TOOL_CALLS, cut) : 0;
     if (ncalls < 0) jw_raw(&q->o.content, q->o.tool.s, q->o.tool.n); /* a finished text that is not a call is text */
@@ -1639,32 +1310,32 @@ static int serve_calls(serve_req *q, const turn_io *io, oai_call *calls) {
  * server stops. A failure of this request alone (a grammar that cannot be
  * followed, out of memory) ends it with an error and the server goes on. */
 static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen *g0, int ngen_cap, const char *model, const char *fps) {
-    coli_model *m = cv->m;
+    coli_model *m = cv->s.m;
     const oai_req *r = &j->req;
     coli_gen g = serve_gen(g0, r, kc->clock);
     cv->g = &g;
-    smp_seed(&cv->rng, g.seed);
+    sess_params sp = conv_params(&g);
+    sess_set_params(&cv->s, &sp);
     int n = (int)j->ids.n;
     int p = kvc_select(kc, cv, j->ids.ids, n);
-    cv->ids.n = 0;
+    cv->s.ids.n = 0;
     srv_gen_stats st = {.prompt_tokens = n, .ttft_s = -1};
-    serve_req q = {.j = j, .t = cv->t, .sp = &g.sp, .w = &cv->w, .first = 1};
+    serve_req q = {.j = j, .t = cv->s.t, .sp = &g.sp, .w = &cv->s.w, .first = 1};
     q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};
     q.y.id = j->id, q.y.model = model, q.y.created = j->created, q.y.prompt_tokens = n, q.y.cached_tokens = p;
-    if (tok_ids_append(&cv->ids, j->ids.ids, (size_t)n) || (r->gram && conv_grammar(cv, r->gram, kc->gv))) {
+    if (tok_ids_append(&cv->s.ids, j->ids.ids, (size_t)n) || (r->gram && conv_grammar(cv, r->gram, kc->gv, r->gram_tools))) {
         serve_fail(&q, 500, "out of memory", "server_error", NULL);
-        cv->n_kv = 0, cv->ids.n = 0, kc->live_file[0] = 0;
+        cv->s.n_kv = 0, cv->s.ids.n = 0, kc->live_file[0] = 0;
         srv_note(s, &st);
         return 0;
     }
-    cv->n_kv = p, cv->started = 1;
-    cv->g_tools = r->gram_tools;
+    cv->s.n_kv = p, cv->s.started = 1;
     oai_out_init(&q.o, r);
     serve_start(&q);
     int limit = ngen_cap && j->max_new > ngen_cap ? ngen_cap : j->max_new;
-    turn_io io = {.stop = &j->cancel, .sink = serve_sink, .ud = &q, .max_new = limit, .on_token = serve_on_token};
+    sess_io io = {.stop = &j->cancel, .sink = serve_sink, .ud = &q, .max_new = limit, .on_token = serve_on_token};
     int rc = conv_generate(cv, (size_t)p, &io);
-    conv_grammar(cv, NULL, NULL);
+    conv_grammar(cv, NULL, NULL, 0);
     xs_stats x;
     xs_stats_get(&m->xs, &x); /* reset at the turn's start: this request's */
     st.cached_tokens = io.cached, st.generated_tokens = io.generated, st.forwards = st.sequences = io.forwards;
@@ -1679,7 +1350,7 @@ static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen 
         oai_out_free(&q.o);
         resp_stream_free(&q.rs);
         free(q.lp);
-        cv->n_kv = 0, cv->ids.n = 0, kc->live_file[0] = 0;
+        cv->s.n_kv = 0, cv->s.ids.n = 0, kc->live_file[0] = 0;
         if (io.fatal) return -1;
         m->err[0] = 0; /* handled */
         return 0;
@@ -1802,8 +1473,7 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
         fprintf(stderr, "colibri: PORT=%s is not read: serve mode listens on COLI_PORT (%lld)\n", env_v(e, ENV_PORT)->s ? env_v(e, ENV_PORT)->s : "",
                 env_i(e, ENV_COLI_PORT));
     if (conv_open(&cv, m, g, t, dir)) return free(keybuf), EXIT_INPUT;
-    if (cv.spec) {
-        spec_free(&cv.sc), cv.spec = 0;
+    if (sess_drafts_off(&cv.s)) {
         if (g->draft_set && g->spec.k)
             fprintf(stderr, "colibri: serve mode decodes without MTP drafts (prefix reuse rewinds the cache, which the drafting state cannot follow)\n");
     }
@@ -1811,7 +1481,7 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     snprintf(fps, sizeof fps, "colibri-%016llx", (unsigned long long)kc.fp);
     serve_name(e, dir, name, sizeof name);
     gr_vocab gv;
-    if (gram_vocab(t, m->c.vocab, &gv)) {
+    if (sess_vocab(t, m->c.vocab, &gv)) {
         fprintf(stderr, "colibri: out of memory building the vocabulary trie\n");
         conv_close(&cv);
         return free(keybuf), EXIT_INPUT;

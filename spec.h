@@ -232,67 +232,81 @@ static inline void spec_window(spec_ctx *s) {
     s->win_d = s->win_a = 0;
 }
 
-/* Generates after a prefill by spec_prefill: x is the first sampled token
- * (already emitted), at position pos (= the prompt length); at most `left`
- * more tokens are emitted. Returns 0, or -1 with m->err set. */
+/* Starts decoding after a prefill by spec_prefill: x is the first sampled
+ * token (already emitted), at position pos (= the prompt length). */
+static inline void spec_start(spec_ctx *s, int x, int pos) {
+    memcpy(s->h_last, s->vhid, (size_t)s->dim * 4);
+    s->pos = pos, s->x = x;
+}
+
+/* One round from s->x at s->pos: up to k drafts by the MTP head, one
+ * verifying forward of the main model, the kept drafts and the main
+ * model's own token emitted in order; at most `left` (> 0) tokens. *done
+ * is set when emit asked to stop, `left` ran out or the context is full.
+ * Returns the tokens emitted (>= 0), or -1 with m->err set. */
+static inline int spec_step(spec_ctx *s, int left, const smp_params *sp, smp_rng *r, smp_work *w, spec_emit_fn emit, void *ud, int *done) {
+    coli_model *m = s->m;
+    int V = s->vocab, D = s->dim, pos = s->pos, x = s->x;
+    int toks[SPEC_MAX_K + 1];
+    *done = 0;
+    if (left <= 0 || pos >= m->kv.ctx) return *done = 1, 0;
+    int k = s->paused > 0 ? 0 : s->k;
+    if (k > left - 1) k = left - 1;
+    if (k > m->kv.ctx - pos - 1) k = m->kv.ctx - pos - 1;
+    if (k < 0) k = 0;
+    /* the MTP row of position pos-1 (h_{pos-1}, x); with drafts, run the queue and chain */
+    if (s->nq == s->cap && spec_flush(s)) return -1;
+    spec_queue(s, s->h_last, x);
+    toks[0] = x;
+    if (k > 0) {
+        if (spec_flush(s)) return -1;
+        for (int j = 0; j < k; j++) {
+            if (j) {
+                if (fwd_mtp(m, &toks[j], s->hout, 1, pos + j - 1, s->hout, s->dlog)) return -1;
+                s->st.mtp_forwards++;
+            }
+            if ((toks[j + 1] = spec_draft_pick(s, sp, j, r, w)) < 0) return model_fail(m, "the MTP head's logits are not finite");
+            if (s->draft_hook && sp->temp <= 0) toks[j + 1] = s->draft_hook(s->hook_ud, pos, j, toks[j + 1]);
+        }
+    } else if (s->nq >= m->sc.max_s && spec_flush(s))
+        return -1;
+    if (fwd_verify(m, toks, k + 1, pos, s->vlog, s->vhid)) return -1;
+    s->st.verifies++;
+    /* the longest agreeing prefix, then the main model's own token */
+    int a = 0, y = -1;
+    while (a < k && (y = spec_judge(s, sp, a, toks[a + 1], r, w)) == -1) a++;
+    if (y == -1) y = smp_sample(sp, s->vlog + (size_t)a * V, V, r, w); /* every draft kept: the bonus token */
+    if (y < 0) return model_fail(m, "the logits are not finite (NaN or infinity)");
+    s->st.drafted += k, s->st.accepted += a, s->st.hist[a]++;
+    s->win_d += k, s->win_a += a;
+    if (k) spec_window(s);
+    else if (s->paused > 0) s->paused--;
+    /* emit the kept drafts and y; queue the MTP rows of the verified positions */
+    int emitted = 0;
+    for (int j = 0; j <= a && !*done; j++) {
+        int t = j < a ? toks[j + 1] : y;
+        emitted++;
+        *done = emit(ud, t) || emitted >= left;
+    }
+    if (*done) return emitted;
+    for (int j = 0; j < a; j++) spec_queue(s, s->vhid + (size_t)j * D, toks[j + 1]);
+    memcpy(s->h_last, s->vhid + (size_t)a * D, (size_t)D * 4);
+    s->x = y, s->pos = pos + a + 1;
+    return emitted;
+}
+
+/* Generates after a prefill by spec_prefill: spec_start, then spec_step
+ * until done; at most `left` more tokens are emitted. Returns 0, or -1
+ * with m->err set. */
 static inline int spec_decode(spec_ctx *s, int x, int pos, int left, const smp_params *sp, smp_rng *r, smp_work *w, spec_emit_fn emit,
                               void *ud) {
-    coli_model *m = s->m;
-    int V = s->vocab, D = s->dim;
-    int toks[SPEC_MAX_K + 1];
-    float *h_last = s->h_last;
-    memcpy(h_last, s->vhid, (size_t)D * 4);
-    s->pos = pos, s->x = x;
-    int rc = 0;
-    while (left > 0) {
-        int k = s->paused > 0 ? 0 : s->k;
-        if (k > left - 1) k = left - 1;
-        if (k > m->kv.ctx - pos - 1) k = m->kv.ctx - pos - 1;
-        if (k < 0) k = 0;
-        if (pos >= m->kv.ctx) break;
-        /* the MTP row of position pos-1 (h_{pos-1}, x); with drafts, run the queue and chain */
-        if (s->nq == s->cap && (rc = spec_flush(s))) break;
-        spec_queue(s, h_last, x);
-        toks[0] = x;
-        if (k > 0) {
-            if ((rc = spec_flush(s))) break;
-            for (int j = 0; j < k; j++) {
-                if (j) {
-                    if ((rc = fwd_mtp(m, &toks[j], s->hout, 1, pos + j - 1, s->hout, s->dlog))) break;
-                    s->st.mtp_forwards++;
-                }
-                if ((toks[j + 1] = spec_draft_pick(s, sp, j, r, w)) < 0) { rc = model_fail(m, "the MTP head's logits are not finite"); break; }
-                if (s->draft_hook && sp->temp <= 0) toks[j + 1] = s->draft_hook(s->hook_ud, pos, j, toks[j + 1]);
-            }
-            if (rc) break;
-        } else if (s->nq >= m->sc.max_s && (rc = spec_flush(s)))
-            break;
-        if ((rc = fwd_verify(m, toks, k + 1, pos, s->vlog, s->vhid))) break;
-        s->st.verifies++;
-        /* the longest agreeing prefix, then the main model's own token */
-        int a = 0, y = -1;
-        while (a < k && (y = spec_judge(s, sp, a, toks[a + 1], r, w)) == -1) a++;
-        if (y == -1) y = smp_sample(sp, s->vlog + (size_t)a * V, V, r, w); /* every draft kept: the bonus token */
-        if (y < 0) { rc = model_fail(m, "the logits are not finite (NaN or infinity)"); break; }
-        s->st.drafted += k, s->st.accepted += a, s->st.hist[a]++;
-        s->win_d += k, s->win_a += a;
-        if (k) spec_window(s);
-        else if (s->paused > 0) s->paused--;
-        /* emit the kept drafts and y; queue the MTP rows of the verified positions */
-        int stop = 0;
-        for (int j = 0; j <= a && !stop; j++) {
-            int t = j < a ? toks[j + 1] : y;
-            left--;
-            stop = emit(ud, t) || left <= 0;
-        }
-        if (stop) break;
-        for (int j = 0; j < a; j++) spec_queue(s, s->vhid + (size_t)j * D, toks[j + 1]);
-        memcpy(h_last, s->vhid + (size_t)a * D, (size_t)D * 4);
-        x = y;
-        pos += a + 1;
-        s->pos = pos, s->x = x;
+    spec_start(s, x, pos);
+    for (int done = 0; !done;) {
+        int e = spec_step(s, left, sp, r, w, emit, ud, &done);
+        if (e < 0) return -1;
+        left -= e;
     }
-    return rc;
+    return 0;
 }
 
 #endif

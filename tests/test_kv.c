@@ -404,20 +404,20 @@ static void test_turns(void) {
     CHECK(conv_open(&cv, &m, &g, t, FIX5) == 0);
     atomic_int flag = 1;
     CHECK(conv_turn(&cv, "Hello.", &flag, NULL) == 0); /* interrupted before its first token */
-    size_t n1 = cv.ids.n;
-    CHECK(n1 > 5 && cv.n_kv == (int)n1);
+    size_t n1 = cv.s.ids.n;
+    CHECK(n1 > 5 && cv.s.n_kv == (int)n1);
     flag = 0;
     CHECK(conv_turn(&cv, "Again.", &flag, NULL) == 0);
-    CHECK(cv.ids.n > n1 && cv.n_kv >= (int)n1);
+    CHECK(cv.s.ids.n > n1 && cv.s.n_kv >= (int)n1);
     g.ngen = 20;
-    for (int i = 0; i < 40 && cv.ids.n < 200; i++) CHECK(conv_turn(&cv, "More words here and there.", &flag, NULL) == 0);
-    size_t n2 = cv.ids.n;
+    for (int i = 0; i < 40 && cv.s.ids.n < 200; i++) CHECK(conv_turn(&cv, "More words here and there.", &flag, NULL) == 0);
+    size_t n2 = cv.s.ids.n;
     char big[1200];
     memset(big, 'a', sizeof big - 1), big[sizeof big - 1] = 0;
     int fatal = -1;
     CHECK(conv_turn(&cv, big, &flag, &fatal) == EXIT_INPUT); /* past CTX: refused, the conversation unchanged */
-    CHECK(cv.ids.n == n2 && fatal == 0 && !cv.m->err[0]); /* a turn refused is not the model failing: the chat goes on */
-    CHECK(conv_turn(&cv, "Still here.", &flag, &fatal) == 0 && cv.ids.n > n2);
+    CHECK(cv.s.ids.n == n2 && fatal == 0 && !cv.s.m->err[0]); /* a turn refused is not the model failing: the chat goes on */
+    CHECK(conv_turn(&cv, "Still here.", &flag, &fatal) == 0 && cv.s.ids.n > n2);
     conv_close(&cv);
     fflush(stdout);
     dup2(out, 1);
