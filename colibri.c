@@ -1011,8 +1011,7 @@ static int kvc_restore(kv_cache *kc, conv *cv, int i, int take) {
         kvc_drop(kc, i);
         return -1;
     }
-    if (tok_ids_append(&cv->s.ids, st.tok, (size_t)st.n_tok)) rc = -1;
-    else cv->s.n_kv = st.n_kv, cv->s.started = 1;
+    rc = sess_resume(&cv->s, &st, x->file[0] ? x->file : "a kept conversation");
     kvp_state_free(&st);
     if (rc) return fprintf(stderr, "colibri: serve: out of memory restoring a kept conversation\n"), -1;
     if (take) {
@@ -1118,10 +1117,12 @@ static void kvc_persist(kv_cache *kc, conv *cv) {
  * not continue the live conversation (kvc_continues) is another one: the
  * live one is kept aside first, file and all. A kept one that shares more
  * is loaded; the request takes it over (and its file) only when it
- * continues it, else it works on a copy and the kept one stays. Returns
- * the positions reused. */
+ * continues it, else it works on a copy and the kept one stays. Then the
+ * live conversation becomes ids (sess_sync). Returns the positions reused
+ * (the longest shared cached prefix, at most n-1), or -1 (out of memory:
+ * the live conversation is empty). */
 static int kvc_select(kv_cache *kc, conv *cv, const int *ids, int n) {
-    int p_live = kvc_lcp(cv->s.ids.ids, cv->s.n_kv, ids, n), best = -1, p_best = p_live;
+    int best = -1, p_best = kvc_lcp(cv->s.ids.ids, cv->s.n_kv, ids, n);
     for (int i = 0; i < kc->n; i++) {
         int p = kvc_lcp(kc->e[i].ids, kc->e[i].n_kv, ids, n);
         if (p > p_best) best = i, p_best = p;
@@ -1129,13 +1130,13 @@ static int kvc_select(kv_cache *kc, conv *cv, const int *ids, int n) {
     if (best >= 0 || !kvc_continues(ids, n, cv->s.ids.ids, (int)cv->s.ids.n)) {
         int take = best >= 0 && kvc_continues(ids, n, kc->e[best].ids, kc->e[best].n_tok);
         kvc_stash(kc, cv); /* appends: best's index holds */
-        if (best >= 0 && kvc_restore(kc, cv, best, take)) p_best = 0;
+        if (best >= 0) kvc_restore(kc, cv, best, take); /* a failure leaves the live conversation empty */
         /* else a new conversation: the live cache's common prefix (a shared
          * system prompt) stays in use; what follows it is overwritten */
         kvc_fit(kc); /* after the restore, so the one chosen is not evicted first */
     }
-    int p = p_best < n - 1 ? p_best : n - 1; /* the last prompt token is fed again for its logits */
-    if (p > cv->s.n_kv) p = cv->s.n_kv;
+    int p = sess_sync(&cv->s, ids, n);
+    conv_note(cv);
     return p;
 }
 
@@ -1318,18 +1319,16 @@ static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen 
     sess_set_params(&cv->s, &sp);
     int n = (int)j->ids.n;
     int p = kvc_select(kc, cv, j->ids.ids, n);
-    cv->s.ids.n = 0;
     srv_gen_stats st = {.prompt_tokens = n, .ttft_s = -1};
     serve_req q = {.j = j, .t = cv->s.t, .sp = &g.sp, .w = &cv->s.w, .first = 1};
     q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};
     q.y.id = j->id, q.y.model = model, q.y.created = j->created, q.y.prompt_tokens = n, q.y.cached_tokens = p;
-    if (tok_ids_append(&cv->s.ids, j->ids.ids, (size_t)n) || (r->gram && conv_grammar(cv, r->gram, kc->gv, r->gram_tools))) {
+    if (p < 0 || (r->gram && conv_grammar(cv, r->gram, kc->gv, r->gram_tools))) {
         serve_fail(&q, 500, "out of memory", "server_error", NULL);
         cv->s.n_kv = 0, cv->s.ids.n = 0, kc->live_file[0] = 0;
         srv_note(s, &st);
         return 0;
     }
-    cv->s.n_kv = p, cv->s.started = 1;
     oai_out_init(&q.o, r);
     serve_start(&q);
     int limit = ngen_cap && j->max_new > ngen_cap ? ngen_cap : j->max_new;

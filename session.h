@@ -317,6 +317,24 @@ static inline int sess_save(sess *s, const char *path, uint64_t fp, char *err, s
     return kvp_save(s->m, path, fp, s->ids.ids, (int)s->ids.n, s->n_kv, s->spec ? &k : NULL, err, errlen);
 }
 
+/* Makes the conversation ids[0..n) (n > 0), keeping the cached positions
+ * it shares with the current one, at most n-1 (the last id is fed again
+ * for its logits). MTP drafting cannot follow a rewind: drafts stop when
+ * the kept positions are fewer than the cached ones (s->note). Returns
+ * the positions reused, or -1 (out of memory: the conversation is then
+ * empty). */
+static inline int sess_sync(sess *s, const int *ids, int n) {
+    int p = 0;
+    s->note[0] = 0;
+    while (p < s->n_kv && p < (int)s->ids.n && p < n && s->ids.ids[p] == ids[p]) p++;
+    if (p > n - 1) p = n - 1;
+    if (p < s->n_kv && sess_drafts_off(s)) snprintf(s->note, sizeof s->note, "the conversation rewinds its cache, which MTP drafting cannot follow: decoding without speculation");
+    s->ids.n = 0;
+    s->started = 1;
+    if (tok_ids_append(&s->ids, ids, (size_t)n)) return s->n_kv = 0, -1;
+    return s->n_kv = p;
+}
+
 /* ------------------------------------------------------------ a turn */
 
 /* One generated token: a stop token ends the turn, anything else is
