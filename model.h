@@ -790,12 +790,6 @@ static inline void print_progress(void *ud, uint64_t done, uint64_t total) {
             done >= total ? "\n" : "");
 }
 
-/* Usage history rows ([n_layers][E], model layers) → counts per MoE layer. */
-static inline void usage_to_moe(const coli_config *c, const uint64_t *rows, uint64_t *moe) {
-    for (int k = 0, n = n_moe_layers(c); k < n; k++)
-        memcpy(moe + (size_t)k * c->n_experts, rows + (size_t)moe_layer(c, k) * c->n_experts, (size_t)c->n_experts * 8);
-}
-
 /* Pins the most used experts of the history `hist` ([n_layers][E] rows, or
  * NULL) within the plan's pin budget. */
 static inline int model_pin(coli_model *m, const uint64_t *hist, int quiet) {
