@@ -13,6 +13,7 @@
 #include "compat.h"
 #include "env.h"
 #include "forward.h"
+#include "gpu.h"
 #include "grammar.h"
 #include "chat.h"
 #include "http.h"
@@ -447,27 +448,20 @@ static void print_end(coli_model *m) {
     t->io_busy = x.read_s + x.busy_wall; /* wall time with reads in flight, not a sum over parallel reads */
     tel_end_line(stderr, t);
     if (t->prof) tel_prof_line(stderr, t);
-    if (m->gpu.n) { /* what went through the GPU since the previous end line */
-        cu_stats g;
-        cu_stats_get(&g);
-        uint64_t calls = g.calls - m->gpu.last.calls, mats = g.mats - m->gpu.last.mats, dg = m->gpu.cnt.dense_gpu - m->gpu.cnt_last.dense_gpu,
-                 dc = m->gpu.cnt.dense_cpu - m->gpu.cnt_last.dense_cpu;
-        uint64_t jobs = m->gpu.cnt.jobs - m->gpu.cnt_last.jobs, xjobs = m->gpu.cnt.xjobs - m->gpu.cnt_last.xjobs;
-        uint64_t ag = m->gpu.cnt.attn_gpu - m->gpu.cnt_last.attn_gpu, ac = m->gpu.cnt.attn_cpu - m->gpu.cnt_last.attn_cpu;
-        uint64_t ig = m->gpu.cnt.idx_gpu - m->gpu.cnt_last.idx_gpu, ic = m->gpu.cnt.idx_cpu - m->gpu.cnt_last.idx_cpu;
+    gpu_figures gf;
+    if (gpu_figures_take(&m->gpu, &gf)) { /* what went through the GPU since the previous end line */
+        const gpu_counts *n = &gf.n;
         char idx[48] = "";
-        if (ig + ic) snprintf(idx, sizeof idx, "; indexer %.0f%%", tel_pct((double)ig, (double)(ig + ic)));
-        uint64_t up = g.bytes_in - m->gpu.last.bytes_in + g.kv_bytes - m->gpu.last.kv_bytes;
+        if (n->idx_gpu + n->idx_cpu) snprintf(idx, sizeof idx, "; indexer %.0f%%", tel_pct((double)n->idx_gpu, (double)(n->idx_gpu + n->idx_cpu)));
         int toks = t->prompt_tokens + t->gen_tokens;
         fprintf(stderr, "colibri: GPU: %llu matmuls in %llu calls (%.0f%% of the dense ones; attention %.0f%%%s; routed experts %.1f%% from GPU memory), "
                         "%.3f s in GPU calls, %.2f MB/tok up and %.2f MB/tok down%s\n",
-                (unsigned long long)mats, (unsigned long long)calls, tel_pct((double)dg, (double)(dg + dc)), tel_pct((double)ag, (double)(ag + ac)), idx,
-                tel_pct((double)xjobs, (double)jobs), g.seconds - m->gpu.last.seconds, toks ? up / 1e6 / toks : 0.0,
-                toks ? (g.bytes_out - m->gpu.last.bytes_out) / 1e6 / toks : 0.0, m->gpu.failed ? "; a GPU call failed, the CPU took over" : "");
-        if (m->gpu.nxslot)
-            fprintf(stderr, "colibri: GPU expert tier: %llu experts copied in during the run, %.2f MB/tok\n",
-                    (unsigned long long)(m->gpu.cnt.fills - m->gpu.cnt_last.fills), toks ? (g.fill_bytes - m->gpu.last.fill_bytes) / 1e6 / toks : 0.0);
-        m->gpu.last = g, m->gpu.cnt_last = m->gpu.cnt;
+                (unsigned long long)gf.mats, (unsigned long long)gf.calls, tel_pct((double)n->dense_gpu, (double)(n->dense_gpu + n->dense_cpu)),
+                tel_pct((double)n->attn_gpu, (double)(n->attn_gpu + n->attn_cpu)), idx, tel_pct((double)n->xjobs, (double)n->jobs), gf.seconds,
+                toks ? gf.up / 1e6 / toks : 0.0, toks ? gf.down / 1e6 / toks : 0.0, gf.failed ? "; a GPU call failed, the CPU took over" : "");
+        if (gf.tier)
+            fprintf(stderr, "colibri: GPU expert tier: %llu experts copied in during the run, %.2f MB/tok\n", (unsigned long long)n->fills,
+                    toks ? gf.fill_bytes / 1e6 / toks : 0.0);
     }
     if (x.repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", x.repinned);
     if (m->pilot)

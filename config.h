@@ -462,4 +462,11 @@ static inline int moe_layer(const coli_config *c, int k) {
     return -1;
 }
 
+/* Usage history rows ([n_layers][E], model layers) → counts per MoE layer
+ * ([n_moe_layers][E]). */
+static inline void usage_to_moe(const coli_config *c, const uint64_t *rows, uint64_t *moe) {
+    for (int k = 0, n = n_moe_layers(c); k < n; k++)
+        memcpy(moe + (size_t)k * c->n_experts, rows + (size_t)moe_layer(c, k) * c->n_experts, (size_t)c->n_experts * 8);
+}
+
 #endif

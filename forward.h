@@ -6,8 +6,11 @@
  * MoE with routed experts from the store, dense MLPs, the final norm and
  * lm_head. It follows Hugging Face transformers' modeling_glm_moe_dsa.py in
  * float32; docs/model.md gives the equations and the traps, by section.
+ * What runs on the GPU goes through gpu.h's calls (thread 0), whose
+ * per-layer answers reach the team in fwd_shared.
  * Prefix: fwd_ (and the small math helpers). Must not: load weights, plan
- * memory, read files or the environment, or sample. */
+ * memory, read files or the environment, sample, or write the GPU's state
+ * other than through gpu.h. */
 #ifndef COLI_FORWARD_H
 #define COLI_FORWARD_H
 
@@ -121,6 +124,23 @@ typedef struct {
     int tid, nth;
 } fwd_t;
 
+/* What tid 0 publishes to the team during a forward pass. */
+typedef struct {
+    coli_model *m;
+    const int *tok;
+    int S, pos;
+    float *out;
+    float *hid;        /* NULL, or [S][dim]: the final-normed hidden rows (main) / the MTP layer's output rows (MTP) */
+    const float *hin;  /* MTP: [S][dim] the hidden rows paired with tok */
+    float *last;       /* MTP: [vocab] the last row's logits (sc->logits keeps the main model's) */
+    int s1;            /* every row exactly as a one-row forward (fwd_attention) */
+    int rc;            /* -1: failed, m->err set */
+    int job, n;        /* the expert job to compute, and its row count (a GPU batch: all its rows) */
+    int bn;            /* a GPU batch: its entries, job bj with rows [b0, b0 + bc) of sc->rows */
+    int bj[CU_MAX_EXPERTS], b0[CU_MAX_EXPERTS], bc[CU_MAX_EXPERTS], bend[CU_MAX_EXPERTS]; /* bend: the job's last rows */
+    int attn_gpu, idx_gpu; /* thread 0 to the team: this layer's attention / this chunk of indexer scores came from the GPU */
+} fwd_shared;
+
 static void fwd_sync_cb(void *arg) { team_sync((team *)arg); }
 static inline void fwd_sync(const fwd_t *f) { team_sync(&f->m->team); }
 
@@ -129,26 +149,6 @@ static inline void fwd_share(const fwd_t *f, int64_t n, int64_t *a, int64_t *b) 
     int64_t per = (n + f->nth - 1) / f->nth;
     *a = per * f->tid < n ? per * f->tid : n;
     *b = *a + per < n ? *a + per : n;
-}
-
-/* y[i] = x·W[i]ᵀ for nw matrices of one input width, format and group size
- * (so one quantization of x serves them all) on the GPU, which holds them
- * as d[i]: thread 0 works, the others wait. The activations are quantized
- * as the CPU's integer path does, in chunks of the scratch's rows, one
- * round trip per chunk. 0, or -1 with m->gpu.err set. */
-static int fwd_matmul_gpu(coli_model *m, const cu_mat *const *d, const qt_tensor *const *W, int nw, const float *x, int S, float *const *y) {
-    mm_ctx *c = &m->mm;
-    const qt_tensor *W0 = W[0];
-    for (int s0 = 0; s0 < S; s0 += c->max_rows) {
-        int n = S - s0 < c->max_rows ? S - s0 : c->max_rows;
-        for (int r = 0; r < n; r++)
-            mm_act_quant(x + (size_t)(s0 + r) * W0->I, W0->I, W0->fmt, W0->gs, 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
-        if (model_gpu_call(m)) return -1; /* COLI_CUDA_FAULT: testing the fallback */
-        float *ys[CU_MAX_GROUP];
-        for (int i = 0; i < nw; i++) ys[i] = y[i] + (size_t)s0 * W[i]->O;
-        if (cu_mats_idot(d, nw, c->qx, c->ldq, c->xs, n, ys, m->gpu.err, sizeof m->gpu.err)) return -1;
-    }
-    return 0;
 }
 
 /* y[i] = x·W[i]ᵀ for nw ≤ CU_MAX_GROUP matrices of one input x; d[i] is
@@ -164,11 +164,11 @@ static void fwd_matmul_group_on(const fwd_t *f, const qt_tensor *const *W, const
         for (int i = 0; i < nw; i++) fwd_matmul_group_on(f, W + i, d + i, 1, x, S, y + i);
         return;
     }
-    if (together && !m->gpu.failed) {
+    if (together && !gpu_failed(&m->gpu)) {
         fwd_sync(f); /* x complete */
-        if (f->tid == 0 && fwd_matmul_gpu(m, d, W, nw, x, S, y)) model_gpu_fail(m);
+        if (f->tid == 0) gpu_matmul(&m->gpu, &m->mm, d, W, nw, x, S, y); /* thread 0 works, the others wait */
         fwd_sync(f);
-        if (!m->gpu.failed) return;
+        if (!gpu_failed(&m->gpu)) return;
     }
     for (int i = 0; i < nw; i++) mm_matmul_team(&m->mm, W[i], x, S, y[i], f->tid, f->nth, fwd_sync_cb, &m->team);
 }
@@ -178,8 +178,8 @@ static void fwd_matmul_group(const fwd_t *f, const qt_tensor *const *W, int nw, 
     coli_model *m = f->m;
     const cu_mat *d[CU_MAX_GROUP];
     for (int i = 0; i < nw; i++) {
-        d[i] = model_gpu_find(m, W[i]);
-        if (f->tid == 0 && m->gpu.n) d[i] ? m->gpu.cnt.dense_gpu++ : m->gpu.cnt.dense_cpu++;
+        d[i] = gpu_find(&m->gpu, W[i]);
+        if (f->tid == 0) gpu_count_dense(&m->gpu, d[i] != NULL);
     }
     fwd_matmul_group_on(f, W, d, nw, x, S, y);
 }
@@ -220,24 +220,27 @@ static void fwd_index_scores(coli_model *m, const float *kc, int s, int64_t t0, 
 }
 
 /* The kept keys of rows [0, S) at pos of full layer l (their keys and
- * queries ready) from scores the GPU computes (model_gpu_index_scores), a
+ * queries ready) from scores the GPU computes (gpu_index_scores), a
  * row per thread at a time, each thread then choosing its row's top k in
  * its own scratch; the GPU holds the indexer's keys. 1 when every row's
  * nsel/sel is set; 0 when the CPU must score them all (after a failure,
  * said once). */
-static int fwd_indexer_gpu(const fwd_t *f, int l, int S, int pos) {
+static int fwd_indexer_gpu(const fwd_t *f, fwd_shared *sh, int l) {
     coli_model *m = f->m;
     coli_scratch *sc = &m->sc;
+    int S = sh->S, pos = sh->pos, fs = m->kv.full_slot[l], ih = m->c.index_heads, id = m->c.index_dim;
     int k = m->c.index_topk, s0 = k - pos <= 0 ? 0 : k - pos < S ? k - pos : S; /* rows [0, s0) keep every key */
     if (f->tid == 0) {
-        model_gpu_lower(m, m->gpu.ikey_valid + m->kv.full_slot[l], pos);
+        gpu_keys_written(&m->gpu, fs, pos, m->kv.gen);
         for (int s = 0; s < s0; s++) sc->nsel[s] = -1;
     }
+    const float *keys = m->kv.ikey + (size_t)fs * m->kv.ctx * id;
     for (int r = s0; r < S; r += f->nth) {
         int n = S - r < f->nth ? S - r : f->nth;
-        if (f->tid == 0) m->gpu.idx_done = model_gpu_index_scores(m, l, S, pos, r, n, sc->thr);
+        if (f->tid == 0)
+            sh->idx_gpu = gpu_index_scores(&m->gpu, &m->c, fs, keys, S, pos, r, n, sc->qi + (size_t)r * ih * id, sc->iw + (size_t)r * ih, sc->thr);
         fwd_sync(f);
-        if (!m->gpu.idx_done) return 0;
+        if (!sh->idx_gpu) return 0;
         if (f->tid < n) {
             int s = r + f->tid;
             float *score = sc->thr[f->tid];
@@ -245,7 +248,7 @@ static int fwd_indexer_gpu(const fwd_t *f, int l, int S, int pos) {
         }
         fwd_sync(f); /* the scratch is the next chunk's */
     }
-    if (f->tid == 0 && s0 < S) m->gpu.cnt.idx_gpu++;
+    if (f->tid == 0 && s0 < S) gpu_count_index(&m->gpu, 1);
     fwd_sync(f); /* tid 0's nsel = -1 of rows with every key kept */
     return 1;
 }
@@ -254,8 +257,9 @@ static int fwd_indexer_gpu(const fwd_t *f, int l, int S, int pos) {
  * positions pos..pos+S-1: caches their keys and writes each row's kept keys
  * to sc->sel/nsel (nsel = -1: every causal key is kept). Batches give each
  * thread whole rows; a single row splits its keys over the team. */
-static void fwd_indexer(const fwd_t *f, int l, int S, int pos) {
+static void fwd_indexer(const fwd_t *f, fwd_shared *sh, int l) {
     coli_model *m = f->m;
+    int S = sh->S, pos = sh->pos;
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
@@ -277,8 +281,8 @@ static void fwd_indexer(const fwd_t *f, int l, int S, int pos) {
         for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
     }
     fwd_sync(f); /* every key of the batch is cached */
-    if (m->gpu.nf && fwd_indexer_gpu(f, l, S, pos)) return; /* the GPU holds the indexer's keys */
-    if (f->tid == 0 && m->gpu.n && pos + S > k) m->gpu.cnt.idx_cpu++;
+    if (gpu_has_keys(&m->gpu) && fwd_indexer_gpu(f, sh, l)) return; /* the GPU holds the indexer's keys */
+    if (f->tid == 0 && pos + S > k) gpu_count_index(&m->gpu, 0);
     if (S >= f->nth) {
         for (int64_t s = a; s < b; s++) {
             int T = pos + (int)s + 1;
@@ -372,8 +376,9 @@ static int absorb_is_cheaper(const coli_config *c, int S) {
  * drafts; every other step is per row by construction). Absorbed: (head, row) pairs spread over the team, each head's
  * W_UV expansion on one thread with its own scratch; reconstructed: each
  * head's keys expanded by the team, its rows spread. */
-static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
+static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
     coli_model *m = f->m;
+    int S = sh->S, pos = sh->pos, s1 = sh->s1;
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
@@ -395,7 +400,7 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
         for (int h = 0; h < H; h++) rope_attn(c, sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, cs, sn);
     }
     fwd_sync(f); /* queries roped, the batch's keys cached */
-    if (c->idx_full[l]) fwd_indexer(f, l, S, pos); /* shared layers keep the last full layer's choice */
+    if (c->idx_full[l]) fwd_indexer(f, sh, l); /* shared layers keep the last full layer's choice */
     else if (!c->has_indexer || l == c->n_layers) { /* no indexer (deepseek_v3, an MTP layer without one): every causal key */
         if (f->tid == 0)
             for (int s = 0; s < S; s++) sc->nsel[s] = -1;
@@ -403,13 +408,15 @@ static void fwd_attention(const fwd_t *f, int l, int S, int pos, int s1) {
     }
     int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, s1 ? 1 : S) : m->absorb;
     int vh = c->v_head, kvw = c->qk_nope + vh;
-    if (m->gpu.kv && f->tid == 0) model_gpu_lower(m, m->gpu.kv_valid + l, pos); /* the batch's latents were just written */
-    if (m->gpu.kv && absorbed) { /* on the GPU when it holds the layer's kv_b */
-        if (f->tid == 0) m->gpu.attn_done = model_gpu_attention(m, l, S, pos, sc->q, sc->nsel, sc->sel, sc->attn);
+    if (gpu_has_kv(&m->gpu) && f->tid == 0) gpu_kv_written(&m->gpu, l, pos, m->kv.gen); /* the batch's latents were just written */
+    if (gpu_has_kv(&m->gpu) && absorbed) { /* on the GPU when it holds the layer's kv_b */
+        if (f->tid == 0)
+            sh->attn_gpu = gpu_attention(&m->gpu, c, l, &L->kv_b, m->kv.lat + (size_t)l * m->kv.ctx * kvl, m->kv.rope + (size_t)l * m->kv.ctx * rd, S,
+                                         pos, sc->q, sc->nsel, sc->sel, sc->attn);
         fwd_sync(f);
-        if (m->gpu.attn_done) absorbed = -1;
-    } else if (f->tid == 0 && m->gpu.n)
-        m->gpu.cnt.attn_cpu++;
+        if (sh->attn_gpu) absorbed = -1;
+    } else if (f->tid == 0)
+        gpu_count_attn(&m->gpu, 0);
     if (absorbed > 0) {
         for (int i = f->tid; i < H * S; i += f->nth)
             attn_head_latent(m, l, i % S, pos, i / S, sc->thr[f->tid], sc->hlat + (size_t)i * kvl);
@@ -516,22 +523,6 @@ static void fwd_route(const fwd_t *f, const coli_layer *L, const float *x, int S
     fwd_sync(f);
 }
 
-/* What tid 0 publishes to the team during a forward pass. */
-typedef struct {
-    coli_model *m;
-    const int *tok;
-    int S, pos;
-    float *out;
-    float *hid;        /* NULL, or [S][dim]: the final-normed hidden rows (main) / the MTP layer's output rows (MTP) */
-    const float *hin;  /* MTP: [S][dim] the hidden rows paired with tok */
-    float *last;       /* MTP: [vocab] the last row's logits (sc->logits keeps the main model's) */
-    int s1;            /* every row exactly as a one-row forward (fwd_attention) */
-    int rc;            /* -1: failed, m->err set */
-    int job, n;        /* the expert job to compute, and its row count (a GPU batch: all its rows) */
-    int bn;            /* a GPU batch: its entries, job bj with rows [b0, b0 + bc) of sc->rows */
-    int bj[CU_MAX_EXPERTS], b0[CU_MAX_EXPERTS], bc[CU_MAX_EXPERTS], bend[CU_MAX_EXPERTS]; /* bend: the job's last rows */
-} fwd_shared;
-
 /* Rows [a, b) of an expert's batch: the normed input rows their routes
  * (sc->rows: index s·topk + k) came from, into sc->xs. */
 static void fwd_moe_gather(const fwd_t *f, int64_t a, int64_t b) {
@@ -547,26 +538,13 @@ static void fwd_moe_scatter(const fwd_t *f, int64_t a, int64_t b) {
     for (int64_t r = a; r < b; r++) memcpy(sc->yk + (size_t)sc->rows[r] * D, sc->ys + (size_t)r * D, (size_t)D * 4);
 }
 
-/* Thread 0: the batch's experts in one GPU call (cu_experts_rows: gate
- * and up, SwiGLU, down, each expert on its own rows of sc->xs) into
- * sc->ys; the rows are quantized once, as the CPU's integer path does.
- * 0, or -1 with m->gpu.err. */
-static int fwd_moe_gpu_call(coli_model *m, const fwd_shared *sh, int mk) {
-    mm_ctx *c = &m->mm;
-    coli_scratch *sc = &m->sc;
-    const xs_layout *l = xs_layout_of(&m->xs, mk);
-    int64_t I = l->I[XS_GATE];
-    for (int r = 0; r < sh->n; r++)
-        mm_act_quant(sc->xs + (size_t)r * I, I, l->fmt[XS_GATE], l->gs[XS_GATE], 0, c->qx + (size_t)r * c->ldq, c->xs + r, c->xg);
-    if (model_gpu_call(m)) return -1; /* COLI_CUDA_FAULT: testing the fallback */
-    const cu_mat *g[CU_MAX_EXPERTS], *u[CU_MAX_EXPERTS], *d[CU_MAX_EXPERTS];
-    float *y[CU_MAX_EXPERTS];
-    for (int i = 0; i < sh->bn; i++) {
-        cu_mat *const *slot = model_gpu_expert(m, xs_job_get(&m->xs, sh->bj[i]));
-        g[i] = slot[XS_GATE], u[i] = slot[XS_UP], d[i] = slot[XS_DOWN];
-        y[i] = sc->ys + (size_t)sh->b0[i] * l->O[XS_DOWN];
-    }
-    return cu_experts_rows(g, u, d, sh->bn, c->qx, c->ldq, c->xs, sh->n, sh->b0, sh->bc, y, m->gpu.err, sizeof m->gpu.err);
+/* Thread 0: the batch's experts in one GPU call (gpu_expert_rows) from
+ * their rows of sc->xs into sc->ys; a failure is said once and leaves
+ * gpu_failed set. */
+static void fwd_moe_gpu_call(coli_model *m, const fwd_shared *sh, int mk) {
+    int slot[CU_MAX_EXPERTS];
+    for (int i = 0; i < sh->bn; i++) slot[i] = xs_job_get(&m->xs, sh->bj[i])->vram;
+    gpu_expert_rows(&m->gpu, &m->mm, xs_layout_of(&m->xs, mk), m->sc.xs, sh->n, slot, sh->b0, sh->bc, sh->bn, m->sc.ys);
 }
 
 /* Thread 0: the batch of GPU-held experts of MoE layer mk that starts at
@@ -580,7 +558,7 @@ static void fwd_moe_gpu_batch(coli_model *m, fwd_shared *sh, int mk, int S, int 
     xs_store *x = &m->xs;
     int K = m->c.topk, R = 0;
     sh->bn = 0;
-    if (m->gpu.failed) {
+    if (gpu_failed(&m->gpu)) {
         for (int j = 0; j < xs_job_count(x); j++)
             if (xs_job_get(x, j)->vram >= 0 && xs_job_get(x, j)->state == XS_READY) xs_requeue(x, mk, j);
         sh->n = 0;
@@ -625,17 +603,17 @@ static void fwd_moe_gpu(const fwd_t *f, fwd_shared *sh, int mk, int S) {
         fwd_share(f, sh->n, &a, &b);
         fwd_moe_gather(f, a, b);
         fwd_sync(f);
-        if (f->tid == 0 && fwd_moe_gpu_call(m, sh, mk)) model_gpu_fail(m);
+        if (f->tid == 0) fwd_moe_gpu_call(m, sh, mk);
         fwd_sync(f);
-        if (m->gpu.failed) {
-            fwd_sync(f); /* every thread has read gpu.failed before thread 0 requeues the jobs (next batch) */
+        if (gpu_failed(&m->gpu)) {
+            fwd_sync(f); /* every thread has read the failure before thread 0 requeues the jobs (next batch) */
             continue;
         }
         fwd_moe_scatter(f, a, b);
         fwd_sync(f); /* the scatter read sc->rows, which thread 0 refills next */
         if (f->tid == 0) {
             for (int i = 0; i < sh->bn; i++)
-                if (sh->bend[i]) xs_done(x, mk, sh->bj[i]), m->gpu.cnt.jobs++, m->gpu.cnt.xjobs++;
+                if (sh->bend[i]) xs_done(x, mk, sh->bj[i]), gpu_count_job(&m->gpu, 1);
             tel_lap(&m->tel, TEL_EXPERT_MM);
         }
     }
@@ -668,7 +646,7 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         tel_lap(&m->tel, TEL_ROUTER);
         if (xs_begin(x, mk, sc->uniq, nu)) sh->rc = model_fail(m, "%s", x->err);
     }
-    if (m->gpu.nxslot) { /* the GPU tier's experts first; then sc->rows and the jobs are the CPU loop's */
+    if (gpu_has_tier(&m->gpu)) { /* the GPU tier's experts first; then sc->rows and the jobs are the CPU loop's */
         fwd_sync(f);
         if (sh->rc) return -1;
         fwd_moe_gpu(f, sh, mk, S);
@@ -699,8 +677,8 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         fwd_moe_scatter(f, a, b);
         fwd_sync(f); /* the scatter read sc->rows, which tid 0 refills next */
         if (f->tid == 0) {
-            if (m->gpu.n) m->gpu.cnt.jobs++;
-            model_gpu_admit(m, mk, jb->e, jb->view); /* its bytes are valid until xs_done */
+            gpu_count_job(&m->gpu, 0);
+            gpu_admit(&m->gpu, mk, jb->e, jb->view); /* its bytes are valid until xs_done */
             xs_done(x, mk, sh->job); /* every thread is past the weights: the last matmul ended at a barrier */
             tel_lap(&m->tel, TEL_EXPERT_MM);
         }
@@ -771,7 +749,7 @@ static int fwd_layer(const fwd_t *f, fwd_shared *sh, int l) {
     int D = c->dim, S = sh->S;
     fwd_rmsnorm_rows(f, sc->a, sc->x, L->in_norm, S, D, c->rms_eps);
     fwd_sync(f);
-    fwd_attention(f, l, S, sh->pos, sh->s1);
+    fwd_attention(f, sh, l);
     fwd_add_rows(f, sc->x, sc->tmp, S, D);
     if (f->tid == 0) tel_lap(&m->tel, TEL_ATTN);
     if (m->pilot && S <= 8 && l < c->n_layers) {
@@ -862,7 +840,7 @@ static void fwd_mtp_worker(void *arg, int tid, int nth) {
  * rows to hid when given, s1 as in fwd_attention. 0 or -1 (m->err). */
 static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
     fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .out = out, .hid = hid, .s1 = s1, .job = -1};
-    m->gpu.fill_left = m->gpu.fill_cap;
+    gpu_forward_begin(&m->gpu);
     team_run(&m->team, fwd_worker, &sh);
     return sh.rc;
 }
@@ -887,7 +865,7 @@ static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out,
  * 0 or -1 (m->err). */
 static int fwd_mtp(coli_model *m, const int *tok, const float *hin, int S, int pos, float *hout, float *last) {
     fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .hid = hout, .hin = hin, .last = last, .s1 = 1, .job = -1};
-    m->gpu.fill_left = m->gpu.fill_cap;
+    gpu_forward_begin(&m->gpu);
     team_run(&m->team, fwd_mtp_worker, &sh);
     return sh.rc;
 }

@@ -6,6 +6,8 @@
  * its pinned set; and the operations between tokens (re-pinning, the RSS
  * guard). Dense weights are validated by name, shape and dtype; a quantized
  * container's U8 + .qs tensors are used as stored (docs/container.md).
+ * What the GPU holds is gpu.h's: model.h hands it the matrices and the
+ * store at load (model_gpu_setup, gpu_experts) and frees it.
  * Prefix: model_. Must not: compute the forward pass (forward.h), read the
  * environment or print except for progress and the plan's warnings. */
 #ifndef COLI_MODEL_H
@@ -14,9 +16,9 @@
 #include <math.h>
 #include <stdarg.h>
 
-#include "backend_cuda.h"
 #include "compat.h"
 #include "config.h"
+#include "gpu.h"
 #include "io.h"
 #include "kernels.h"
 #include "quant.h"
@@ -122,41 +124,6 @@ typedef struct {
 
 struct w_spec;
 
-/* The matrices the GPU holds (backend_cuda.h): dense ones found by the
- * address of the model's qt_tensor (open addressing), and the expert tier:
- * slots of one expert shape that the store's map (xs_vram_*) assigns to
- * (MoE layer, expert); and what went through it. */
-typedef struct {
-    int on;
-    cu_info info;
-    const qt_tensor **key;
-    cu_mat **val;
-    int cap, n;
-    int failed;             /* a GPU call failed: the CPU from then on */
-    int64_t calls, fault_at; /* GPU matmuls so far; testing: the one that fails (0: none) */
-    uint64_t bytes;         /* weights and scales uploaded */
-    cu_mat **xslot;         /* [nxslot][3] the expert tier's gate, up, down per slot */
-    int nxslot, nx;         /* slots; of them filled at startup */
-    uint8_t *xok;           /* [xs layers] 1: the layer's experts have the slots' shape */
-    uint64_t xbytes, xslot_bytes; /* GPU memory of the slots; of one slot */
-    uint64_t fill_cap, fill_left; /* bytes a forward may copy into slots; left in this one */
-    cu_kv *kv;              /* the latent cache in GPU memory (absorbed attention there), or NULL */
-    int64_t *kv_valid;      /* [layers] positions [0, v) of the GPU's cache equal the host's */
-    int64_t *ikey_valid;    /* [indexer layers] the same for its copy of the indexer's keys (nf > 0) */
-    int nf;                 /* indexer layers whose keys the GPU holds (their scores computed there) */
-    uint64_t kv_gen, kv_bytes; /* m->kv.gen those were written under; the caches' size */
-    int attn_done, idx_done; /* thread 0 to the team: this layer's attention / indexer scores came from the GPU */
-    struct {
-        uint64_t dense_gpu, dense_cpu; /* dense matmuls on either side */
-        uint64_t attn_gpu, attn_cpu;   /* layer passes of attention on either side (with the GPU on) */
-        uint64_t idx_gpu, idx_cpu;     /* indexer passes that scored keys, on either side */
-        uint64_t jobs, xjobs;          /* expert computations, of them from GPU memory */
-        uint64_t fills;                /* experts copied into the tier during the run */
-    } cnt, cnt_last;        /* counted by thread 0; cnt_last and last: at the previous end line */
-    cu_stats last;
-    char err[300];
-} model_gpu;
-
 typedef struct {
     coli_config c;
     st_index st;
@@ -194,12 +161,9 @@ typedef struct {
     uint64_t budget;            /* resolved RAM budget */
     int repin;                  /* re-pin every N generated tokens (0 = off) */
     uint64_t rss_limit;         /* RSS guard (0 = off) */
-    model_gpu gpu;              /* matrices on the GPU (CUDA) */
+    gpu_ctx gpu;                /* what the GPU holds and counts (gpu.h) */
     char err[1024];
 } coli_model;
-
-_Static_assert((int)CU_I8 == (int)QT_I8 && (int)CU_I4 == (int)QT_I4 && (int)CU_I2 == (int)QT_I2 && (int)CU_I4G == (int)QT_I4G,
-               "backend_cuda.h's formats are quant.h's");
 
 static inline int model_fail(coli_model *m, const char *fmt, ...) {
     va_list ap;
@@ -790,12 +754,6 @@ static inline void print_progress(void *ud, uint64_t done, uint64_t total) {
             done >= total ? "\n" : "");
 }
 
-/* Usage history rows ([n_layers][E], model layers) → counts per MoE layer. */
-static inline void usage_to_moe(const coli_config *c, const uint64_t *rows, uint64_t *moe) {
-    for (int k = 0, n = n_moe_layers(c); k < n; k++)
-        memcpy(moe + (size_t)k * c->n_experts, rows + (size_t)moe_layer(c, k) * c->n_experts, (size_t)c->n_experts * 8);
-}
-
 /* Pins the most used experts of the history `hist` ([n_layers][E] rows, or
  * NULL) within the plan's pin budget. */
 static inline int model_pin(coli_model *m, const uint64_t *hist, int quiet) {
@@ -885,319 +843,27 @@ static inline void model_find_mtp(coli_model *m, const coli_opts *o) {
     c->idx_full[NL] = st_find(&m->st, n) != NULL;
 }
 
-/* W's first slot in the table of dense matrices. */
-static inline uint32_t model_gpu_slot_(const model_gpu *g, const qt_tensor *W) {
-    return (uint32_t)(((uintptr_t)W >> 4) * 0x9E3779B1u) & (uint32_t)(g->cap - 1);
-}
-
-/* The GPU's copy of W, or NULL (not uploaded, or the GPU is off). */
-static inline cu_mat *model_gpu_find(const coli_model *m, const qt_tensor *W) {
-    const model_gpu *g = &m->gpu;
-    if (!g->n || g->failed) return NULL;
-    for (uint32_t i = model_gpu_slot_(g, W);; i = (i + 1) & (uint32_t)(g->cap - 1)) {
-        if (!g->key[i]) return NULL;
-        if (g->key[i] == W) return g->val[i];
-    }
-}
-
-/* Bytes a matrix's weights and scales take in GPU memory. */
-static inline uint64_t model_gpu_bytes_(const qt_tensor *v) { return qt_weight_bytes(v->fmt, v->O, v->I, v->gs) + 4 * qt_scale_count(v->fmt, v->O, v->I, v->gs); }
-
-/* The latent cache in GPU memory when wanted (CUDA_ATTN), some layer's
- * kv_b is there and the cache fits in `room` bytes: absorbed attention then runs on the GPU
- * (model_gpu_attention). Says where attention runs, for the startup line. */
-static inline const char *model_gpu_kv_setup(coli_model *m, uint64_t room, int want) {
-    model_gpu *g = &m->gpu;
-    const coli_config *c = &m->c;
-    int nl = c->n_layers + m->mtp, any = 0;
-    for (int l = 0; l < nl; l++) any |= model_gpu_find(m, &m->L[l].kv_b) != NULL;
-    if (!any) return "attention, norms and the router on the CPU";
-    if (!want) return "attention (CUDA_ATTN=0), norms and the router on the CPU";
-    char err[300];
-    int nf = 0;
-    for (int l = 0; l < nl; l++) nf += c->idx_full[l] != 0;
-    const int has_keys = nf > 0;
-    uint64_t lat = (uint64_t)m->kv.ctx * (uint64_t)nl * (uint64_t)(c->kv_lora + c->qk_rope) * 4, keys = 0;
-    if (nf && c->index_dim <= 4096) keys = (uint64_t)m->kv.ctx * (uint64_t)nf * (uint64_t)c->index_dim * 4;
-    if (!keys || lat + keys > room) nf = 0, keys = 0; /* keys that do not fit leave the indexer's scores on the CPU, not attention */
-    if (lat > room || !(g->kv_valid = (int64_t *)calloc((size_t)nl, sizeof *g->kv_valid)) ||
-        !(g->ikey_valid = (int64_t *)calloc((size_t)nl + 1, sizeof *g->ikey_valid)))
-        g->kv = NULL;
-    else if (!(g->kv = cu_kv_alloc(nl, m->kv.ctx, c->kv_lora, c->qk_rope, nf, nf ? c->index_dim : 0, err, sizeof err)) && nf)
-        nf = 0, keys = 0, g->kv = cu_kv_alloc(nl, m->kv.ctx, c->kv_lora, c->qk_rope, 0, 0, err, sizeof err);
-    if (!g->kv) {
-        free(g->kv_valid), free(g->ikey_valid), g->kv_valid = g->ikey_valid = NULL;
-        return "the latent cache did not fit: attention, norms and the router on the CPU";
-    }
-    g->kv_bytes = lat + keys, g->kv_gen = m->kv.gen, g->nf = nf;
-    static char line[160];
-    snprintf(line, sizeof line, "attention%s and %s (%.2f GB) too%s; norms and the router on the CPU", nf ? ", the indexer's scores" : "",
-             nf ? "their caches" : "its latent cache", g->kv_bytes / GB, has_keys && !nf ? " (the indexer's keys did not fit: its scores on the CPU)" : "");
-    return line;
-}
-
 /* Puts the dense matrices the integer path multiplies (every quantized
  * one but the embedding, which is looked up, not multiplied) in GPU
- * memory while they fit beside a 1 GiB reserve, in the model's order.
- * With CUDA auto, a missing GPU or driver is said once and the CPU runs
- * everything; with CUDA=1 it is an error. The float path (f32 weights,
- * IDOT=0) stays on the CPU: the GPU only takes what it computes bit for
- * bit as the CPU does. */
+ * memory while they fit beside a 1 GiB reserve, in the model's order, and
+ * the latent cache beside them when CUDA_ATTN wants it (gpu.h decides
+ * what fits and says what it holds). With CUDA auto, a missing GPU or
+ * driver is said once and the CPU runs everything; with CUDA=1 it is an
+ * error. The float path (f32 weights, IDOT=0) stays on the CPU: the GPU
+ * only takes what it computes bit for bit as the CPU does. */
 static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
-    model_gpu *g = &m->gpu;
-    if (!o->cuda) return 0;
-    char err[300];
-    if (cu_init(o->cuda_device, &g->info, err, sizeof err)) {
-        if (o->cuda == 1) return model_fail(m, "CUDA=1: %s", err);
-#ifdef COLI_HAVE_CUDA
-        fprintf(stderr, "colibri: CUDA: %s; running on the CPU\n", err);
-#endif
-        return 0;
-    }
-    g->on = 1, g->fault_at = o->cuda_fault;
-    if (!m->mm.idot) {
-        fprintf(stderr, "colibri: CUDA: %s is open but IDOT=0: the GPU computes only the integer path, so every matmul stays on the CPU\n", g->info.name);
-        return 0;
-    }
-    g->cap = 16;
-    while (g->cap < 2 * m->nspecs) g->cap *= 2;
-    g->key = (const qt_tensor **)calloc((size_t)g->cap, sizeof *g->key);
-    g->val = (cu_mat **)calloc((size_t)g->cap, sizeof *g->val);
-    if (!g->key || !g->val) return model_fail(m, "out of memory");
-    uint64_t room = g->info.mem_free > ((uint64_t)1 << 30) ? g->info.mem_free - ((uint64_t)1 << 30) : 0;
-    int left = 0;
+    gpu_ctx *g = &m->gpu;
+    int rc = gpu_open(g, o->cuda, o->cuda_device, o->cuda_fault, m->mm.idot, m->err, sizeof m->err);
+    if (rc <= 0) return rc;
+    if (gpu_dense_begin(g, m->nspecs, m->mm.max_cols)) return model_fail(m, "out of memory");
     for (int i = 0; i < m->nspecs; i++) {
         const w_spec *sp = &m->specs[i];
-        const qt_tensor *W = sp->kind == W_ARR ? NULL : sp->mat;
-        if (!W || W == &m->embed || W->fmt == QT_F32 || W->I > m->mm.max_cols || W->I > MM_IDOT_MAX_I) continue;
-        uint64_t need = model_gpu_bytes_(W);
-        cu_mat *d = need <= room ? cu_mat_upload((int)W->fmt, W->O, W->I, W->gs, (int64_t)qt_row_bytes(W), W->w, W->s, err, sizeof err) : NULL;
-        if (!d) {
-            left++;
-            continue;
-        }
-        room -= need, g->bytes += need;
-        uint32_t k = model_gpu_slot_(g, W);
-        while (g->key[k]) k = (k + 1) & (uint32_t)(g->cap - 1);
-        g->key[k] = W, g->val[k] = d, g->n++;
+        if (sp->kind != W_ARR && sp->mat && sp->mat != &m->embed) gpu_dense_add(g, sp->mat);
     }
-    const char *attn = model_gpu_kv_setup(m, room, o->cuda_attn);
-    cu_stats_get(&g->last);
-    fprintf(stderr, "colibri: CUDA: %s (compute %d.%d, %.1f GB): %d dense matrices (%.2f GB) in GPU memory%s; %s\n", g->info.name, g->info.cc_major,
-            g->info.cc_minor, g->info.mem_total / GB, g->n, g->bytes / GB, left ? ", the rest did not fit" : "", attn);
+    int nl = m->c.n_layers + m->mtp, held = 0;
+    for (int l = 0; l < nl; l++) held |= gpu_find(g, &m->L[l].kv_b) != NULL;
+    gpu_kv_open(g, &m->c, nl, m->kv.ctx, m->kv.gen, held, o->cuda_attn);
     return 0;
-}
-
-/* The GPU's slot of a job of the store (gate, up, down), or NULL. */
-static inline cu_mat *const *model_gpu_expert(const coli_model *m, const xs_job *jb) {
-    return jb->vram >= 0 && !m->gpu.failed ? m->gpu.xslot + (size_t)jb->vram * 3 : NULL;
-}
-
-/* A GPU call failed: said once; the CPU computes everything from now on. */
-static inline void model_gpu_fail(coli_model *m) {
-    if (m->gpu.failed) return;
-    fprintf(stderr, "colibri: %s; the CPU computes everything from here on\n", m->gpu.err);
-    m->gpu.failed = 1;
-    xs_vram_close(&m->xs);
-}
-
-/* Counts a GPU call (a matmul or an expert copy): 0, or -1 for the one
- * COLI_CUDA_FAULT names, with m->gpu.err as a CUDA error would set it. */
-static inline int model_gpu_call(coli_model *m) {
-    if (++m->gpu.calls != m->gpu.fault_at) return 0;
-    snprintf(m->gpu.err, sizeof m->gpu.err, "CUDA: call %lld failed (COLI_CUDA_FAULT)", (long long)m->gpu.calls);
-    return -1;
-}
-
-/* The GPU's caches hold nothing known equal to the host's once rows were
- * replaced other than by a forward (a KV file or kept conversation
- * loaded: m->kv.gen). */
-static inline void model_gpu_kv_fresh(coli_model *m) {
-    model_gpu *g = &m->gpu;
-    if (!g->kv || g->kv_gen == m->kv.gen) return;
-    memset(g->kv_valid, 0, (size_t)(m->c.n_layers + m->mtp) * sizeof *g->kv_valid);
-    memset(g->ikey_valid, 0, (size_t)g->nf * sizeof *g->ikey_valid);
-    g->kv_gen = m->kv.gen;
-}
-
-/* Thread 0, at every pass that writes a cache's rows from pos on (with
- * the GPU's copies): *valid, the positions of a GPU copy known equal to
- * the host's, falls to pos at most. */
-static inline void model_gpu_lower(coli_model *m, int64_t *valid, int pos) {
-    model_gpu_kv_fresh(m);
-    if (*valid > pos) *valid = pos;
-}
-
-/* Thread 0: the indexer scores of rows [r, r + n) of a pass of S rows at
- * pos of full layer l on the GPU (cu_index_scores) into out[0..n), from the
- * roped queries sc->qi and the scaled weights sc->iw, after the keys the
- * GPU lacks went up (model_gpu_lower done). 1, or 0 when the CPU must
- * score (after a failure: said once). */
-static inline int model_gpu_index_scores(coli_model *m, int l, int S, int pos, int r, int n, float *const *out) {
-    model_gpu *g = &m->gpu;
-    const coli_config *c = &m->c;
-    int f = m->kv.full_slot[l], ih = c->index_heads, id = c->index_dim;
-    if (g->failed) return 0;
-    int64_t from = g->ikey_valid[f];
-    const float *src = m->kv.ikey + ((size_t)f * m->kv.ctx + (size_t)from) * id;
-    if (model_gpu_call(m) || cu_kv_write_keys(g->kv, f, from, pos + S - from, src, g->err, sizeof g->err) ||
-        cu_index_scores(g->kv, f, m->sc.qi + (size_t)r * ih * id, m->sc.iw + (size_t)r * ih, n, pos + r, ih, 1.0f / sqrtf((float)id), out, g->err,
-                        sizeof g->err)) {
-        model_gpu_fail(m);
-        return 0;
-    }
-    g->ikey_valid[f] = pos + S;
-    return 1;
-}
-
-/* Thread 0, an absorbed attention pass of layer l (rows [0, S) at pos,
- * their latents already in the host's cache, model_gpu_lower done) with
- * the GPU's latent cache: when the GPU holds the layer's kv_b, the
- * attention on the GPU (cu_mla) into attn[S][H][v_head] from the roped
- * queries q and the kept keys (nsel, sel), after the cache rows the GPU
- * lacks went up. 1 when attn is complete; 0 when the CPU computes it
- * (after a failure: said once). */
-static inline int model_gpu_attention(coli_model *m, int l, int S, int pos, const float *q, const int *nsel, const int *sel, float *attn) {
-    model_gpu *g = &m->gpu;
-    const coli_config *c = &m->c;
-    int64_t from = g->kv_valid[l], row = (int64_t)l * m->kv.ctx + from;
-    cu_mat *kvb = !g->failed ? model_gpu_find(m, &m->L[l].kv_b) : NULL;
-    if (!kvb) {
-        g->cnt.attn_cpu++;
-        return 0;
-    }
-    cu_mla_shape sh = {c->n_heads, c->qk_nope, c->qk_rope, c->v_head, c->kv_lora, c->index_topk, c->attn_scale};
-    if (model_gpu_call(m) ||
-        cu_kv_write(g->kv, l, from, pos + S - from, m->kv.lat + (size_t)row * c->kv_lora, m->kv.rope + (size_t)row * c->qk_rope, g->err, sizeof g->err) ||
-        cu_mla(g->kv, l, kvb, &sh, q, S, pos, nsel, sel, attn, g->err, sizeof g->err)) {
-        model_gpu_fail(m);
-        g->cnt.attn_cpu++;
-        return 0;
-    }
-    g->kv_valid[l] = pos + S, g->cnt.attn_gpu++;
-    return 1;
-}
-
-/* Copies expert e of MoE layer k (views v, in host memory) into GPU slot
- * s, which the store then maps to it. 0, or -1 after a GPU failure. */
-static inline int model_gpu_fill(coli_model *m, int s, int k, int e, const qt_tensor *v) {
-    model_gpu *g = &m->gpu;
-    xs_vram_place(&m->xs, s, k, -1); /* half-filled: nobody's */
-    for (int t = 0; t < 3; t++)
-        if (model_gpu_call(m) || cu_mat_fill(g->xslot[(size_t)s * 3 + t], v[t].w, v[t].s, g->err, sizeof g->err)) return model_gpu_fail(m), -1;
-    xs_vram_place(&m->xs, s, k, e);
-    return 0;
-}
-
-/* After expert e of MoE layer k ran on the CPU from views v (thread 0,
- * before xs_done): copies it into the GPU tier when the store's policy
- * admits it (xs_vram_victim) and this forward's copy budget allows. */
-static inline void model_gpu_admit(coli_model *m, int k, int e, const qt_tensor *v) {
-    model_gpu *g = &m->gpu;
-    if (!g->nxslot || g->failed || !g->xok[k] || g->fill_left < g->xslot_bytes) return;
-    int s = xs_vram_victim(&m->xs, k, e);
-    if (s < 0 || model_gpu_fill(m, s, k, e, v)) return;
-    g->fill_left -= g->xslot_bytes;
-    g->cnt.fills++;
-}
-
-/* Whether the GPU computes matrix v (the integer path, within its limits). */
-static inline int model_gpu_takes_(const coli_model *m, const xs_layout *l, int t) {
-    return l->fmt[t] != QT_F32 && l->I[t] <= m->mm.max_cols && l->I[t] <= MM_IDOT_MAX_I;
-}
-
-/* Opens the GPU expert tier: slots of the first MoE layer's expert shape
- * (layers of another shape stay off it) within CUDA_EXPERT_GB (unset:
- * what is free after the dense matrices, less 1 GiB), filled with the
- * most used experts of the usage history hist (tier_pick_hot) read from
- * disk. Runs before pinning, which skips them (model_pin). Later, experts
- * that ran on the CPU move in as they get hot (model_gpu_admit). */
-static inline int model_gpu_experts(coli_model *m, const coli_opts *o, const uint64_t *hist) {
-    model_gpu *g = &m->gpu;
-    xs_store *x = &m->xs;
-    const coli_config *c = &m->c;
-    int L = x->n_layers, E = x->n_experts, ref = -1;
-    if (!g->key || g->failed || !o->cuda_expert_gb || !L) return 0;
-    if (!(g->xok = (uint8_t *)calloc((size_t)L, 1))) return model_fail(m, "out of memory");
-    for (int k = 0; k < L; k++) {
-        const xs_layout *l = xs_layout_of(x, k), *r = ref >= 0 ? xs_layout_of(x, ref) : l;
-        int ok = 1;
-        for (int t = 0; t < 3; t++)
-            ok &= model_gpu_takes_(m, l, t) && l->fmt[t] == r->fmt[t] && l->O[t] == r->O[t] && l->I[t] == r->I[t] && l->gs[t] == r->gs[t];
-        ok &= l->fmt[XS_GATE] == l->fmt[XS_UP] && l->gs[XS_GATE] == l->gs[XS_UP]; /* one quantization of the rows serves both */
-        if (ok && ref < 0) ref = k;
-        g->xok[k] = (uint8_t)ok;
-    }
-    if (ref < 0) return 0;
-    const xs_layout *rl = xs_layout_of(x, ref);
-    qt_tensor shape[3];
-    for (int t = 0; t < 3; t++) {
-        shape[t] = (qt_tensor){rl->fmt[t], rl->O[t], rl->I[t], NULL, NULL, rl->gs[t]};
-        g->xslot_bytes += model_gpu_bytes_(&shape[t]);
-    }
-    uint64_t reserve = (uint64_t)1 << 30, taken = g->bytes + g->kv_bytes + reserve; /* dense matrices, the latent cache */
-    uint64_t free_now = g->info.mem_free > taken ? g->info.mem_free - taken : 0;
-    uint64_t budget = o->cuda_expert_gb > 0 ? (uint64_t)(o->cuda_expert_gb * GB) : free_now;
-    if (budget > free_now) budget = free_now;
-    int nok = 0;
-    for (int k = 0; k < L; k++) nok += g->xok[k];
-    uint64_t want = budget / g->xslot_bytes;
-    int n = want < (uint64_t)nok * E ? (int)want : nok * E;
-    if (!n) return 0;
-    if (!(g->xslot = (cu_mat **)calloc((size_t)n * 3, sizeof *g->xslot))) return model_fail(m, "out of memory");
-    char err[300];
-    uint64_t free0 = cu_mem_free();
-    for (g->nxslot = 0; g->nxslot < n; g->nxslot++) { /* as many as the device gives */
-        uint64_t now = cu_mem_free(), used = free0 >= now ? free0 - now : 0;
-        if (used + g->xslot_bytes > budget) break; /* what the driver's allocator takes (large blocks in 2 MiB pages), not what the slots hold */
-        cu_mat **d = g->xslot + (size_t)g->nxslot * 3;
-        int t = 0;
-        while (t < 3 && (d[t] = cu_mat_alloc((int)shape[t].fmt, shape[t].O, shape[t].I, shape[t].gs, (int64_t)qt_row_bytes(&shape[t]), err, sizeof err))) t++;
-        if (t < 3) {
-            for (int i = 0; i < t; i++) cu_mat_free(d[i]), d[i] = NULL;
-            break;
-        }
-    }
-    g->xbytes = (uint64_t)g->nxslot * g->xslot_bytes;
-    g->fill_cap = (uint64_t)(o->cuda_fill_mb * 1e6);
-    if (!g->nxslot) return 0;
-    if (xs_vram_open(x, g->nxslot)) return model_fail(m, "%s", x->err);
-    uint64_t *counts = (uint64_t *)calloc((size_t)L * E + 1, 8), *bytes = (uint64_t *)calloc((size_t)L + 1, 8);
-    uint8_t *sel = (uint8_t *)malloc((size_t)L * E + 1);
-    tier_rank *order = (tier_rank *)malloc(((size_t)L * E + 1) * sizeof *order);
-    uint8_t *buf = (uint8_t *)compat_aligned_alloc(IO_ALIGN, xs_max_expert_bytes(x) + IO_SLACK);
-    int rc = 0;
-    if (!counts || !bytes || !sel || !order || !buf) rc = model_fail(m, "out of memory");
-    else if (hist) {
-        usage_to_moe(c, hist, counts);
-        for (int k = 0; k < L; k++) bytes[k] = g->xok[k] ? g->xslot_bytes : 0;
-        tier_pick_hot(counts, L, E, bytes, g->xbytes, sel, order);
-        for (int at = 0; at < L * E && !rc && !g->failed; at++) {
-            if (!sel[at]) continue;
-            qt_tensor v[3];
-            uint64_t b;
-            if (xs_read_sync(x, at / E, at % E, buf, 0, v, &b, m->err, sizeof m->err)) rc = -1;
-            else if (!model_gpu_fill(m, g->nx, at / E, at % E, v)) g->nx++;
-        }
-    }
-    free(counts), free(bytes), free(sel), free(order), compat_aligned_free(buf);
-    cu_stats_get(&g->last); /* the end line's copies are the run's, not the start's */
-    if (rc || g->failed) return rc;
-    fprintf(stderr, "colibri: CUDA: an expert tier of %d slots (%.2f GB) in GPU memory, %d of them filled with the most used experts; experts move in as they get hot",
-            g->nxslot, g->xbytes / GB, g->nx);
-    if (g->fill_cap) fprintf(stderr, " (at most %.0f MB a forward)\n", g->fill_cap / 1e6);
-    else fprintf(stderr, " (no: CUDA_FILL_MB=0)\n");
-    return 0;
-}
-
-static inline void model_gpu_free(coli_model *m) {
-    model_gpu *g = &m->gpu;
-    for (int i = 0; g->val && i < g->cap; i++) cu_mat_free(g->val[i]);
-    for (size_t i = 0; g->xslot && i < (size_t)g->nxslot * 3; i++) cu_mat_free(g->xslot[i]);
-    cu_kv_free(g->kv);
-    free(g->key), free(g->val), free(g->xslot), free(g->xok), free(g->kv_valid), free(g->ikey_valid);
-    if (g->on) cu_shutdown();
-    memset(g, 0, sizeof *g);
 }
 
 /* After model_open: measure (headers only), plan against the budget, then
@@ -1235,7 +901,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
                         "smaller than its hidden half and rounds to zero, so drafts will rarely be accepted (convert with --mtp-bits 8, or 4 "
                         "with --group-size)\n", m->mtp_eh.fmt == QT_I4 ? 4 : 2);
     if (xs_open_io(&m->xs, &m->io)) return model_fail(m, "%s", m->xs.err);
-    if (model_gpu_experts(m, o, hist)) return -1;
+    if (gpu_experts(&m->gpu, &m->xs, c, hist, o->cuda_expert_gb, o->cuda_fill_mb, m->err, sizeof m->err)) return -1;
     model_replan_pins(m, hist);
     if (xs_open_cache(&m->xs, &m->io, m->plan.lru_slots)) return model_fail(m, "%s", m->xs.err);
     if (model_pin(m, hist, o->quiet)) return -1;
@@ -1250,7 +916,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
 }
 
 static inline void model_free(coli_model *m) {
-    model_gpu_free(m);
+    gpu_free(&m->gpu);
     team_stop(&m->team);
     model_weights_free(m);
     free(m->L);

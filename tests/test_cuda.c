@@ -9,10 +9,13 @@
  * MLA attention over a latent cache and the DSA indexer's scores over
  * its key cache against the CPU's steps; and
  * slots refilled with other matrices (cu_mat_fill), their sources
- * overwritten the moment the call returns. Without
+ * overwritten the moment the call returns. And gpu.h, the engine's glue
+ * over it: the dense table, its matmul, the latent cache's validity, a
+ * failing call's fallback and the end line's figures. Without
  * a CUDA build or a GPU, one SKIP line says which. */
 #include "backend_cuda.h"
 #include "fmath.h"
+#include "gpu.h"
 #include "kernels.h"
 #include "quant.h"
 
@@ -566,6 +569,96 @@ out:
     free(A), free(B), free(T), free(q), free(xs), free(ya), free(yb), free(y);
 }
 
+/* gpu.h over the backend: the dense table takes what the GPU computes
+ * bit for bit (integer formats of at most max_cols inputs) and finds it by
+ * address; gpu_matmul (rows in chunks of the scratch's) gives the CPU
+ * reference's bits; the latent cache opens only when held and wanted, and
+ * its validity falls to the rewritten position and resets with the host
+ * cache's generation; COLI_CUDA_FAULT's call fails, leaves gpu_failed set
+ * and the table unused; the figures are what happened between takes. */
+static void test_glue(mm_ctx *ref) {
+    char err[300] = "";
+    gpu_ctx g;
+    memset(&g, 0, sizeof g);
+    CHECK(gpu_open(&g, 0, 0, 0, 1, err, sizeof err) == 0 && !g.on); /* CUDA=0: never touched */
+    CHECK(gpu_open(&g, 1, 999, 0, 1, err, sizeof err) == -1);       /* CUDA=1 without the device */
+    CHECK_HAS(err, "CUDA=1: ");
+    CHECK(gpu_open(&g, 1, 0, 0, 0, err, sizeof err) == 0 && g.on); /* IDOT=0: open, but nothing goes up */
+    gpu_figures f;
+    CHECK(gpu_figures_take(&g, &f) == 0);
+    gpu_free(&g);
+    CHECK(!g.on);
+    if (gpu_open(&g, 1, 0, 0, 1, err, sizeof err) != 1) {
+        CHECK(!"gpu_open");
+        return;
+    }
+    enum { S = 21, I = 100 }; /* S over the scratch's 16 rows: two round trips */
+    uint8_t *w8, *w4, *ww;
+    float *s8, *s4, *sw;
+    void *m8 = rand_mat(QT_I8, 33, I, 0, &w8, &s8), *m4 = rand_mat(QT_I4, 7, I, 0, &w4, &s4), *mw = rand_mat(QT_I8, 3, 2000, 0, &ww, &sw);
+    float *x = (float *)malloc((size_t)S * I * 4), *y0 = (float *)malloc((size_t)S * 33 * 4), *y1 = (float *)malloc((size_t)S * 33 * 4);
+    float fw[5 * I];
+    CHECK(m8 && m4 && mw && x && y0 && y1);
+    if (!m8 || !m4 || !mw || !x || !y0 || !y1) goto out;
+    for (int i = 0; i < S * I; i++) x[i] = frand() * 2.0f;
+    for (int i = 0; i < 5 * I; i++) fw[i] = frand();
+    qt_tensor A = {QT_I8, 33, I, w8, s8, 0}, B = {QT_I4, 7, I, w4, s4, 0}, F = {QT_F32, 5, I, fw, NULL, 0}, W = {QT_I8, 3, 2000, ww, sw, 0};
+    CHECK(gpu_dense_begin(&g, 4, 1000) == 0);
+    gpu_dense_add(&g, &A), gpu_dense_add(&g, &F), gpu_dense_add(&g, &B), gpu_dense_add(&g, &W);
+    CHECK(g.n == 2 && g.left == 0 && g.bytes == gpu_bytes_(&A) + gpu_bytes_(&B));
+    /* the latent cache: 2 layers (the first with its own indexer keys) of 16 positions */
+    unsigned char idx_full[2] = {1, 0};
+    coli_config c;
+    memset(&c, 0, sizeof c);
+    c.kv_lora = 4, c.qk_rope = 2, c.index_dim = 8, c.index_heads = 1, c.idx_full = idx_full;
+    gpu_kv_open(&g, &c, 2, 16, 5, 1, 1); /* ends the setup: the figures count from here */
+    CHECK(gpu_has_kv(&g) && gpu_has_keys(&g) && g.kv_bytes == 16 * 2 * 6 * 4 + 16 * 8 * 4);
+    CHECK(gpu_find(&g, &A) && gpu_find(&g, &B) && !gpu_find(&g, &F) && !gpu_find(&g, &W)); /* f32, and wider than max_cols: the CPU's */
+    const cu_mat *d = gpu_find(&g, &A);
+    const qt_tensor *pa = &A;
+    mm_matmul(ref, &A, x, S, y0);
+    CHECK(gpu_matmul(&g, ref, &d, &pa, 1, x, S, &y1) == 0);
+    CHECK(memcmp(y0, y1, (size_t)S * 33 * 4) == 0);
+    gpu_count_dense(&g, 1), gpu_count_dense(&g, 0);
+    float keys[16 * 8], qi[3 * 8], iw[3] = {1, 0.5f, 0.25f}, sc[3][16];
+    for (int i = 0; i < 16 * 8; i++) keys[i] = frand();
+    for (int i = 0; i < 3 * 8; i++) qi[i] = frand();
+    float *out[3] = {sc[0], sc[1], sc[2]};
+    gpu_keys_written(&g, 0, 0, 5);
+    CHECK(gpu_index_scores(&g, &c, 0, keys, 3, 0, 0, 3, qi, iw, out) == 1 && g.ikey_valid[0] == 3);
+    gpu_count_index(&g, 1);
+    gpu_keys_written(&g, 0, 5, 5); /* rows from 5 rewritten: 0..2 still equal */
+    CHECK(g.ikey_valid[0] == 3);
+    gpu_keys_written(&g, 0, 1, 5);
+    CHECK(g.ikey_valid[0] == 1);
+    gpu_keys_written(&g, 0, 9, 6); /* the host cache was replaced (a KV file loaded): nothing known equal */
+    CHECK(g.ikey_valid[0] == 0 && g.kv_valid[0] == 0 && g.kv_valid[1] == 0);
+    CHECK(gpu_figures_take(&g, &f) == 1);
+    CHECK(f.calls == 3 && f.mats == 2 && f.n.dense_gpu == 1 && f.n.dense_cpu == 1 && f.n.idx_gpu == 1 && !f.failed && !f.tier);
+    CHECK(gpu_figures_take(&g, &f) == 1 && f.calls == 0 && f.mats == 0 && f.n.dense_gpu == 0 && f.n.idx_gpu == 0);
+    gpu_free(&g);
+    CHECK(!g.on && !g.n && !g.kv);
+    gpu_ctx h; /* the kv cache: not without kv_b on the GPU, nor with CUDA_ATTN=0 */
+    memset(&h, 0, sizeof h);
+    if (gpu_open(&h, 1, 0, 2, 1, err, sizeof err) == 1 && !gpu_dense_begin(&h, 1, 1000)) {
+        gpu_dense_add(&h, &A);
+        gpu_kv_open(&h, &c, 2, 16, 0, 0, 1);
+        CHECK(!gpu_has_kv(&h));
+        gpu_kv_open(&h, &c, 2, 16, 0, 1, 0);
+        CHECK(!gpu_has_kv(&h));
+        d = gpu_find(&h, &A);
+        CHECK(d && gpu_matmul(&h, ref, &d, &pa, 1, x, 3, &y1) == 0); /* call 1 */
+        CHECK(gpu_matmul(&h, ref, &d, &pa, 1, x, 3, &y1) == -1);     /* call 2: COLI_CUDA_FAULT=2 */
+        CHECK(gpu_failed(&h) && !gpu_find(&h, &A));
+        CHECK_HAS(h.err, "CUDA: call 2 failed (COLI_CUDA_FAULT)");
+        CHECK(gpu_figures_take(&h, &f) == 1 && f.failed && f.calls == 1);
+    } else
+        CHECK(!"gpu_open with a fault");
+    gpu_free(&h);
+out:
+    free(m8), free(m4), free(mw), free(x), free(y0), free(y1);
+}
+
 int main(void) {
     char err[300];
     cu_info info;
@@ -631,7 +724,8 @@ int main(void) {
     CHECK(bw_ok);
     if (bw_ok) printf("device copy bandwidth: %.1f GB/s (read + write, 64 MiB)\n", bw / 1e9);
     else fprintf(stderr, "copy bandwidth: %s\n", err);
-    mm_free(&ref);
     cu_shutdown();
+    test_glue(&ref); /* opens the device again through gpu.h */
+    mm_free(&ref);
     return check_report("test_cuda");
 }
