@@ -1,0 +1,232 @@
+/* test_session.c — the session module (session.h) on the committed
+ * fixtures: a turn's steps give the transformers reference's greedy tokens
+ * (ref.json) with each proposer that can run greedy — plain, MTP drafts at
+ * k = 1, 2 and auto — on models with and without an indexer; sess_sync
+ * keeps exactly the shared cached prefix and what follows is bit for bit
+ * what a session computing everything computes; a state saved and loaded
+ * through the session continues as the session that never stopped; forced
+ * grammar tokens batched into one forward give the tokens of masking them
+ * one by one; the model's scratch logits are never left masked; a turn
+ * refused at sess_begin leaves the conversation as it was. */
+#define COLI_NO_MAIN
+#include "../colibri.c"
+
+#include "check.h"
+
+static const char *FIX5 = "tests/fixtures/tiny-glm5", *FIXM = "tests/fixtures/tiny-glm5-mtp", *FIXD = "tests/fixtures/tiny-dsv3";
+
+static int load(coli_model *m, const char *dir) {
+    coli_opts o;
+    memset(&o, 0, sizeof o);
+    o.ctx = 256, o.ubatch = 16, o.absorb = -1, o.mtp = 1;
+    o.pin = PIN_OFF, o.pin_gb = -1, o.quiet = 1;
+    o.io.mode = IO_SYNC, o.io.workers = 2, o.io.weight[0] = 1;
+    if (model_open(m, dir) || model_setup(m, &o, NULL)) {
+        fprintf(stderr, "load %s: %s\n", dir, m->err);
+        return -1;
+    }
+    m->c.n_eos = 0; /* the reference's greedy run does not stop at them either */
+    return 0;
+}
+
+static sess_params greedy(int ngen) {
+    sess_params p;
+    memset(&p, 0, sizeof p);
+    p.sp.top_p = 1, p.seed = 1, p.ngen = ngen;
+    return p;
+}
+
+/* Runs a turn on s whose prompt is ids[before..]: *lg gets the logits
+ * after the prefill (when lg is given), out the generated ids. Returns
+ * how many, or -1 (the turn failed). */
+static int turn(sess *s, size_t before, float *lg, int *out, int max) {
+    sess_io io;
+    memset(&io, 0, sizeof io);
+    io.max_new = max;
+    if (sess_begin(s, before, &io) || sess_prefill(s)) {
+        fprintf(stderr, "turn: %s\n", io.err);
+        sess_abort(s);
+        return -1;
+    }
+    if (lg) memcpy(lg, s->lg, (size_t)s->m->c.vocab * sizeof(float));
+    int r;
+    while (!(r = sess_step(s))) {}
+    if (r < 0 || sess_finish(s)) {
+        fprintf(stderr, "turn: %s\n", io.err);
+        sess_abort(s);
+        return -1;
+    }
+    int n = io.generated;
+    memcpy(out, s->u.gen, (size_t)n * sizeof(int));
+    return n;
+}
+
+/* Each greedy proposer through sess_step gives the reference's tokens. */
+static void test_reference(const char *dir, int mtp_k) {
+    static coli_model m;
+    char err[600];
+    if (load(&m, dir)) { CHECK(0); return; }
+    tok *t = load_tokenizer(dir, err, sizeof err);
+    coli_ref r;
+    CHECK(t && !ref_load(&r, dir, m.c.vocab, err, sizeof err));
+    if (!t) { model_free(&m); return; }
+    sess s;
+    sess_params p = greedy(r.ng);
+    spec_opts so = {mtp_k, 0, 16, 0};
+    CHECK(sess_open(&s, &m, t, &p, mtp_k != 0, &so) == 0);
+    CHECK(s.spec == (m.mtp && mtp_k != 0));
+    CHECK(sess_sync(&s, r.prompt, r.np) == 0);
+    int out[256];
+    int n = turn(&s, 0, NULL, out, r.ng);
+    CHECK(n == r.ng && !memcmp(out, r.greedy, (size_t)r.ng * sizeof(int)));
+    if (s.spec) CHECK(s.sc.st.verifies > 0 && s.sc.st.verifies < r.ng); /* drafts were kept */
+    CHECK((int)s.ids.n == r.np + r.ng && !memcmp(s.ids.ids + r.np, r.greedy, (size_t)r.ng * sizeof(int)));
+    sess_close(&s);
+    ref_free(&r);
+    tok_free(t);
+    model_free(&m);
+}
+
+/* sess_sync keeps the shared cached prefix; the turn after it equals a
+ * session that computes the whole sequence, logits bit for bit. */
+static void test_sync(void) {
+    static coli_model m;
+    char err[600];
+    if (load(&m, FIX5)) { CHECK(0); return; }
+    tok *t = load_tokenizer(FIX5, err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) { model_free(&m); return; }
+    int V = m.c.vocab, a[40], b[40], out[16], outa[16], outb[16];
+    for (int i = 0; i < 40; i++) a[i] = (i * 37 + 11) % V, b[i] = i < 23 ? a[i] : (i * 61 + 3) % V;
+    float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
+    sess s;
+    sess_params p = greedy(8);
+    CHECK(sess_open(&s, &m, t, &p, 0, &(spec_opts){0}) == 0);
+    CHECK(sess_sync(&s, a, 30) == 0 && turn(&s, 0, NULL, out, 8) == 8);
+    CHECK(s.n_kv == 37); /* 30 + 8 generated, the last not fed */
+    CHECK(sess_sync(&s, b, 40) == 23);               /* the shared prefix */
+    CHECK(turn(&s, 23, la, outa, 8) == 8);
+    CHECK(sess_sync(&s, s.ids.ids, (int)s.ids.n) == (int)s.ids.n - 1); /* the same ids: all but the last */
+    sess_close(&s);
+    CHECK(sess_open(&s, &m, t, &p, 0, &(spec_opts){0}) == 0);
+    CHECK(sess_sync(&s, b, 40) == 0 && turn(&s, 0, lb, outb, 8) == 8); /* everything computed */
+    CHECK(!memcmp(la, lb, (size_t)V * 4) && !memcmp(outa, outb, 8 * sizeof(int)));
+    sess_close(&s);
+    /* MTP drafting cannot follow a rewind: sync past one turns it off, saying so */
+    static coli_model mm;
+    if (load(&mm, FIXM)) { CHECK(0); }
+    else {
+        spec_opts so = {2, 0, 16, 0};
+        CHECK(sess_open(&s, &mm, t, &p, 1, &so) == 0 && s.spec);
+        CHECK(sess_sync(&s, a, 30) == 0 && turn(&s, 0, NULL, out, 8) == 8 && s.spec);
+        int n = (int)s.ids.n;
+        memcpy(b, s.ids.ids, (size_t)n * sizeof(int));
+        CHECK(sess_sync(&s, b, n) == s.n_kv && s.spec && !s.note[0]); /* continuing: nothing rewinds */
+        CHECK(sess_sync(&s, b, 20) == 19 && !s.spec && strstr(s.note, "MTP drafting"));
+        sess_close(&s);
+        model_free(&mm);
+    }
+    free(la), free(lb);
+    tok_free(t);
+    model_free(&m);
+}
+
+/* A state saved by one session and loaded by another (a second model)
+ * continues bit for bit, with MTP drafts. */
+static void test_save_load(void) {
+    static coli_model a, b;
+    char err[600], path[256];
+    snprintf(path, sizeof path, "%s/colibri-test-session-%ld.coli_kv", access("/dev/shm", W_OK) ? "/tmp" : "/dev/shm", (long)getpid());
+    if (load(&a, FIXM) || load(&b, FIXM)) { CHECK(0); return; }
+    tok *t = load_tokenizer(FIXM, err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) { model_free(&a), model_free(&b); return; }
+    int V = a.c.vocab, ids[64], outa[16], outb[16];
+    for (int i = 0; i < 20; i++) ids[i] = (i * 29 + 7) % V;
+    uint64_t fp = kvp_fingerprint(&a, FIXM);
+    spec_opts so = {2, 0, 16, 0};
+    sess_params p = greedy(10);
+    sess sa, sb;
+    CHECK(sess_open(&sa, &a, t, &p, 1, &so) == 0 && sess_open(&sb, &b, t, &p, 1, &so) == 0);
+    CHECK(sess_sync(&sa, ids, 20) == 0 && turn(&sa, 0, NULL, outa, 10) == 10);
+    CHECK(sess_save(&sa, path, fp, err, sizeof err) == 0);
+    CHECK(sess_load(&sb, path, fp, err, sizeof err) == 0 && sb.spec && !sb.note[0]);
+    CHECK(sb.ids.n == sa.ids.n && sb.n_kv == sa.n_kv && !memcmp(sb.ids.ids, sa.ids.ids, sa.ids.n * sizeof(int)));
+    float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
+    for (sess *s = &sa; s; s = s == &sa ? &sb : NULL) { /* the same follow-up on both */
+        size_t before = s->ids.n;
+        for (int i = 0; i < 6; i++) tok_ids_append(&s->ids, &(int){(i * 41 + 13) % V}, 1);
+        CHECK(turn(s, before, s == &sa ? la : lb, s == &sa ? outa : outb, 10) == 10);
+    }
+    CHECK(!memcmp(la, lb, (size_t)V * 4) && !memcmp(outa, outb, 10 * sizeof(int)));
+    CHECK(sess_load(&sb, "/nonexistent/x.coli_kv", fp, err, sizeof err) == 1);
+    unlink(path);
+    free(la), free(lb);
+    sess_close(&sa), sess_close(&sb);
+    tok_free(t);
+    model_free(&a), model_free(&b);
+}
+
+/* A grammar with forced runs: batching them into one forward
+ * (grammar_batch) gives the tokens of masking them one at a time, sampled
+ * with the same seed, in fewer forwards; the model's logits are never
+ * left masked; a turn refused at sess_begin leaves the ids as they were. */
+static void test_grammar(void) {
+    static coli_model m;
+    char err[600];
+    if (load(&m, FIX5)) { CHECK(0); return; }
+    tok *t = load_tokenizer(FIX5, err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) { model_free(&m); return; }
+    const char *text = "root ::= \"{\\\"name\\\": \\\"\" [a-z]+ \"\\\", \\\"kind\\\": \\\"\" (\"alpha\" | \"beta\") \"\\\"}\"\n";
+    gr_grammar *g = gr_parse(text, strlen(text), "root", err, sizeof err);
+    gr_vocab gv;
+    memset(&gv, 0, sizeof gv);
+    CHECK(g && sess_vocab(t, m.c.vocab, &gv) == 0);
+    if (!g) { tok_free(t), model_free(&m); return; }
+    int ids[8] = {5, 17, 29, 41, 53, 65, 77, 89}, out[2][64], n[2];
+    long fw[2];
+    for (int batch = 0; batch < 2; batch++) {
+        sess s;
+        sess_params p = greedy(48);
+        p.sp.temp = 0.9f, p.seed = 11, p.grammar_batch = batch;
+        CHECK(sess_open(&s, &m, t, &p, 0, &(spec_opts){0}) == 0 && sess_grammar(&s, g, &gv, 0) == 0);
+        CHECK(sess_sync(&s, ids, 8) == 0);
+        sess_io io;
+        memset(&io, 0, sizeof io);
+        CHECK(sess_begin(&s, 0, &io) == 0 && sess_prefill(&s) == 0);
+        int r;
+        while (!(r = sess_step(&s))) {}
+        CHECK(r == 1 && sess_finish(&s) == 0 && !strcmp(io.why, "grammar"));
+        n[batch] = io.generated, fw[batch] = io.forwards;
+        memcpy(out[batch], s.u.gen, (size_t)io.generated * sizeof(int));
+        int masked = 0;
+        for (int i = 0; i < m.c.vocab; i++) masked += !isfinite(m.sc.logits[i]);
+        CHECK(masked == 0);
+        /* refused: past CTX; the conversation keeps its ids */
+        size_t had = s.ids.n;
+        for (int i = 0; i < 300; i++) tok_ids_append(&s.ids, &(int){7}, 1);
+        CHECK(sess_begin(&s, had, &io) == -1 && io.client && s.ids.n == had);
+        sess_close(&s);
+    }
+    CHECK(n[0] == n[1] && !memcmp(out[0], out[1], (size_t)n[0] * sizeof(int)));
+    CHECK(fw[1] < fw[0]);
+    gr_vocab_free(&gv);
+    gr_free(g);
+    tok_free(t);
+    model_free(&m);
+}
+
+int main(void) {
+    (void)coli_main;
+    test_reference(FIX5, 0);
+    test_reference(FIXD, 0);
+    test_reference(FIXM, 0);
+    test_reference(FIXM, 1);
+    test_reference(FIXM, 2);
+    test_reference(FIXM, -1);
+    test_sync();
+    test_save_load();
+    test_grammar();
+    return check_report("test_session");
+}
