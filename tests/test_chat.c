@@ -268,12 +268,12 @@ static int tool_calls_back(const js_doc *v) {
         int fmt = fmt_of(js_str(v, js_get(v, c, "format")));
         if (strncmp(name, "tool-call-and-results", 21) || fmt == CHAT_KIMI_K2) continue;
         const char *text = js_str(v, js_get(v, c, "text"));
-        const char *b = strstr(text, OAI_DS_CALLS_BEGIN), *e = b ? strstr(b, OAI_DS_CALLS_END) : NULL;
+        const char *b = strstr(text, CHAT_DS_CALLS_BEGIN), *e = b ? strstr(b, CHAT_DS_CALLS_END) : NULL;
         CHECK(b && e);
         if (!b || !e) continue;
         char block[2048];
         int think = chat_thinks(fmt, js_typeof(v, js_get(v, c, "think")) == JS_TRUE);
-        snprintf(block, sizeof block, "%s%.*s", think ? "check both</think>" : "", (int)(e + strlen(OAI_DS_CALLS_END) - b), b);
+        snprintf(block, sizeof block, "%s%.*s", think ? "check both</think>" : "", (int)(e + strlen(CHAT_DS_CALLS_END) - b), b);
         jw body = {0};
         jw_lit(&body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\",\"tools\":");
         jw_node(&body, v, js_get(v, c, "tools"), 0);
@@ -344,9 +344,9 @@ static int tool_calls_back(const js_doc *v) {
     oai_req_free(&r);
     lim.fmt = CHAT_DEEPSEEK3;
     CHECK(oai_parse(req, strlen(req), 1, &lim, &r, &oe) == 0);
-    CHECK(parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function" OAI_DS_SEP "get_weather {}" OAI_DS_CALL_END, calls) == -1); /* no line break */
-    CHECK(parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function get_weather\n{}" OAI_DS_CALL_END, calls) == -1);            /* no separator */
-    CHECK((n = parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function" OAI_DS_SEP "get_weather\n{\"city\": \"x\"}" OAI_DS_CALL_END, calls)) == 1);
+    CHECK(parse_back(&r, CHAT_DS_CALLS_BEGIN CHAT_DS_CALL_BEGIN "function" CHAT_DS_SEP "get_weather {}" CHAT_DS_CALL_END, calls) == -1); /* no line break */
+    CHECK(parse_back(&r, CHAT_DS_CALLS_BEGIN CHAT_DS_CALL_BEGIN "function get_weather\n{}" CHAT_DS_CALL_END, calls) == -1);            /* no separator */
+    CHECK((n = parse_back(&r, CHAT_DS_CALLS_BEGIN CHAT_DS_CALL_BEGIN "function" CHAT_DS_SEP "get_weather\n{\"city\": \"x\"}" CHAT_DS_CALL_END, calls)) == 1);
     if (n > 0) oai_calls_free(calls, n);
     oai_req_free(&r);
     return good;
@@ -391,7 +391,7 @@ static void serve_checks(void) {
     const char *obj = "{\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"user\",\"content\":\"u\"},"
                       "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{\"a\":[1,\"b\"]}}}]}]}";
     CHECK(oai_parse(obj, strlen(obj), 1, &lim, &r, &oe) == 0);
-    CHECK(r.text && strstr(r.text, "D<\xef\xbd\x9cUser\xef\xbd\x9c>u") && strstr(r.text, "f" OAI_DS_SEP "{\"a\": [1, \"b\"]}" OAI_DS_CALL_END));
+    CHECK(r.text && strstr(r.text, "D<\xef\xbd\x9cUser\xef\xbd\x9c>u") && strstr(r.text, "f" CHAT_DS_SEP "{\"a\": [1, \"b\"]}" CHAT_DS_CALL_END));
     CHECK(!r.parse_tools);
     oai_req_free(&r);
 }
