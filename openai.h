@@ -839,9 +839,13 @@ static inline int oai_out_put(oai_out *o, const char *s, size_t n) {
         size_t h = oai_partial_(o->all.s, o->all.n, o->r->stop[i], o->r->stop_len[i]);
         if (h > hold) hold = h;
     }
-    const char *const tags[] = {chat_info(o->r->fmt)->think_end, chat_calls_open(o->r->fmt)}; /* NULL: the format has none */
+    /* the format's reasoning and call tags; a format without reasoning tags
+     * (DeepSeek-V3, Kimi K2) still holds back a partial </think>, so that
+     * its streamed chunks split where they always have */
+    const char *think = chat_info(o->r->fmt)->think_end;
+    const char *const tags[] = {think ? think : CHAT_THINK_END, chat_calls_open(o->r->fmt)};
     for (int i = 0; i < 2; i++) {
-        size_t h = tags[i] ? oai_partial_(o->all.s, o->all.n, tags[i], strlen(tags[i])) : 0;
+        size_t h = oai_partial_(o->all.s, o->all.n, tags[i], strlen(tags[i]));
         if (h > hold) hold = h;
     }
     if (o->all.n - hold > o->done) oai_route_(o, o->all.n - hold);
