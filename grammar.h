@@ -3,7 +3,9 @@
  * keeps every way the text so far can continue (a set of stacks, as
  * llama.cpp's), the vocabulary mask of the tokens whose bytes can continue
  * a valid parse (a byte trie walked with the recognizer, pruned where no
- * stack survives), and a JSON-schema subset written as GBNF.
+ * stack survives), a JSON-schema subset written as GBNF, and forced tool
+ * calls written as GBNF in a chat format's syntax (gr_tool_syntax, which
+ * chat.h's table holds per format).
  *
  * GBNF: rules `name ::= alternatives`, `|`, grouping `( )`, `* + ?`,
  * `{m}`, `{m,}`, `{m,n}`, "literals" and [classes] (ranges, ^negation)
@@ -1437,12 +1439,59 @@ static inline char *gr_json_schema(const js_doc *d, int schema, char *err, size_
 
 /* ------------------------------------------------------------ tool calls */
 
-/* Raw text inside GLM-5's tags (a string argument, a reasoning block): any
- * text without "</" or "<<" (so no closing tag can start inside it). */
+/* A chat format's tool-call syntax (chat.h's table holds one per format,
+ * which openai.h also renders and parses calls with). A reply's calls are
+ *   section_begin call (call_sep call)* section_end
+ * or, without a section (section_begin NULL), calls standing alone with
+ * whitespace around them. One call is, with key_begin set (arguments as
+ * tags),
+ *   call_begin NAME (key_begin KEY key_end value_begin VALUE value_end)* call_end
+ * else (the arguments as one JSON object)
+ *   call_begin [TYPE sep] name_prefix NAME [index_sep INDEX] [sep] args_begin ARGS args_end call_end
+ * where sep follows the call's type when typed (a forced grammar writes
+ * the type "function"), else the name. NULL is absent, "" empty. The
+ * section and call tags, the key and value tags and sep are tags (special
+ * tokens of the format's tokenizer); call_sep, name_prefix, index_sep and
+ * args_begin/args_end are text. */
+typedef struct {
+    const char *section_begin, *section_end;
+    const char *call_sep;
+    const char *call_begin, *call_end;
+    const char *key_begin, *key_end, *value_begin, *value_end;
+    const char *sep;
+    int typed;
+    const char *name_prefix, *index_sep;
+    const char *args_begin, *args_end;
+} gr_tool_syntax;
+
+/* Raw text inside argument tags (a string argument, a reasoning block):
+ * any text without "</" or "<<" (so no closing tag can start inside it). */
 static const char gr_tool_prims_[] =
     "tws ::= [ \\t\\n]{0,2}\n"
     "tchar ::= [^<] | \"<\" [^/<]\n"
     "traw ::= tchar*\n";
+
+/* Writes one GBNF literal of the n parts joined (NULL parts left out):
+ * line breaks as \n, quotes and backslashes escaped, other control bytes
+ * as \xHH. */
+static inline void gr_tool_lit_(jw *w, int n, const char *const *part) {
+    jw_lit(w, "\"");
+    for (int i = 0; i < n; i++)
+        for (const unsigned char *p = (const unsigned char *)part[i]; p && *p; p++) {
+            char e[8];
+            if (*p == '"' || *p == '\\') e[0] = '\\', e[1] = (char)*p, jw_raw(w, e, 2);
+            else if (*p == '\n') jw_lit(w, "\\n");
+            else if (*p < 0x20 || *p == 0x7f) snprintf(e, sizeof e, "\\x%02x", *p), jw_lit(w, e);
+            else jw_raw(w, (const char *)p, 1);
+        }
+    jw_lit(w, "\"");
+}
+
+/* gr_tool_lit_ of one or two strings, between the texts before and after. */
+static inline void gr_tool_lit2_(jw *w, const char *before, const char *a, const char *b, const char *after) {
+    const char *part[2] = {a, b};
+    jw_lit(w, before), gr_tool_lit_(w, 2, part), jw_lit(w, after);
+}
 
 /* The value rule of one argument: a "string" property is written raw
  * (its enum as the literal alternatives; with maxLength, at most that many
@@ -1476,11 +1525,11 @@ static inline int gr_tool_value_(gr_js_ *c, const js_doc *d, int prop) {
     return k;
 }
 
-/* The rule of one call to function f ({"name", "parameters"}):
- * "<tool_call>" name, the properties in schema order as
- * "<arg_key>" key "</arg_key>" "<arg_value>" value "</arg_value>" (the
- * required ones always, the others optional), "</tool_call>". */
-static inline int gr_tool_call_(gr_js_ *c, const js_doc *d, int f) {
+/* The rule of one call to function f ({"name", "parameters"}) with its
+ * arguments as tags: call_begin name, the properties in schema order as
+ * key_begin key key_end value_begin value value_end (the required ones
+ * always, the others optional), call_end. Returns the rule, or -1. */
+static inline int gr_tool_call_tags_(gr_js_ *c, const js_doc *d, int f, const gr_tool_syntax *sx) {
     int name = js_get(d, f, "name"), params = js_get(d, f, "parameters");
     int props = js_get(d, params, "properties"), req = js_get(d, params, "required");
     int np = js_typeof(d, props) == JS_OBJ ? js_count(d, props) : 0;
@@ -1494,11 +1543,14 @@ static inline int gr_tool_call_(gr_js_ *c, const js_doc *d, int f) {
     char b[96];
     for (int p = np ? js_first(d, props) : -1; p >= 0; p = js_next(d, p), i++) {
         int required = gr_js_required_(d, req, p);
-        snprintf(b, sizeof b, "r%d ::= tws \"<arg_key>\" ", base + 1 + i);
-        jw_lit(&c->out, b);
+        snprintf(b, sizeof b, "r%d ::= tws ", base + 1 + i);
+        gr_tool_lit2_(&c->out, b, sx->key_begin, NULL, " ");
         gr_js_lit_(&c->out, js_key(d, p), js_key_len(d, p));
-        snprintf(b, sizeof b, " \"</arg_key>\" tws \"<arg_value>\" r%d \"</arg_value>\" r%d", val[i], base + 2 + i);
-        jw_lit(&c->out, b);
+        gr_tool_lit2_(&c->out, " ", sx->key_end, NULL, " tws ");
+        snprintf(b, sizeof b, " r%d ", val[i]);
+        gr_tool_lit2_(&c->out, "", sx->value_begin, NULL, b);
+        snprintf(b, sizeof b, " r%d", base + 2 + i);
+        gr_tool_lit2_(&c->out, "", sx->value_end, NULL, b);
         if (!required) snprintf(b, sizeof b, " | r%d", base + 2 + i), jw_lit(&c->out, b);
         jw_lit(&c->out, "\n");
     }
@@ -1506,20 +1558,41 @@ static inline int gr_tool_call_(gr_js_ *c, const js_doc *d, int f) {
     snprintf(b, sizeof b, "r%d ::= \"\"\n", base + 1 + np);
     jw_lit(&c->out, b);
     int k = gr_js_rule_(c);
-    jw_lit(&c->out, "\"<tool_call>\" ");
+    gr_tool_lit2_(&c->out, "", sx->call_begin, NULL, " ");
     gr_js_lit_(&c->out, js_str(d, name), js_str_len(d, name));
-    snprintf(b, sizeof b, " r%d tws \"</tool_call>\"\n", base + 1);
-    jw_lit(&c->out, b);
+    snprintf(b, sizeof b, " r%d tws ", base + 1);
+    gr_tool_lit2_(&c->out, b, sx->call_end, NULL, "\n");
     return k;
 }
 
-/* GBNF text (malloc'd; root ::= ...) for GLM-5 tool calls to the functions
- * of an OpenAI `tools` array: one call to the function named `only`, or
- * (only NULL) one to max_calls calls to any of them (a forced turn must
- * end: the grammar is finite in calls, and complete after the last);
- * with `think`, a reasoning block closed by "</think>" comes first (the
- * prompt ended with "<think>"). NULL with err saying why. */
-static inline char *gr_tool_calls(const js_doc *d, int tools, const char *only, int max_calls, int think, char *err, size_t errlen) {
+/* The rule of one call to function f with its arguments as one JSON
+ * object: the JSON its parameters schema allows (any object without one).
+ * Returns the rule, or -1. */
+static inline int gr_tool_call_json_(gr_js_ *c, const js_doc *d, int f, const gr_tool_syntax *sx) {
+    int name = js_get(d, f, "name"), params = js_get(d, f, "parameters");
+    int a = params >= 0 ? gr_js_schema_(c, d, params, 0) : -1;
+    if (params >= 0 && a < 0) return -1;
+    int k = gr_js_rule_(c);
+    const char *head[4] = {sx->call_begin, sx->typed ? "function" : NULL, sx->typed ? sx->sep : NULL, sx->name_prefix};
+    gr_tool_lit_(&c->out, 4, head), jw_lit(&c->out, " ");
+    gr_js_lit_(&c->out, js_str(d, name), js_str_len(d, name));
+    jw_lit(&c->out, " ");
+    if (sx->index_sep) gr_tool_lit2_(&c->out, "", sx->index_sep, NULL, " [0-9]{1,3} ");
+    gr_tool_lit2_(&c->out, "", sx->typed ? NULL : sx->sep, sx->args_begin, " ");
+    if (a >= 0) gr_js_ref_(&c->out, a);
+    else jw_lit(&c->out, "jobject");
+    gr_tool_lit2_(&c->out, " ", sx->args_end, sx->call_end, "\n");
+    return k;
+}
+
+/* GBNF text (malloc'd; root ::= ...) for tool calls in the syntax sx to the
+ * functions of an OpenAI `tools` array: one call to the function named
+ * `only`, or (only NULL) one to max_calls calls to any of them (a forced
+ * turn must end: the grammar is finite in calls, and complete after the
+ * last); with think_end (not NULL), a reasoning block closed by it comes
+ * first (the prompt opened one). NULL with err saying why. */
+static inline char *gr_tool_calls(const js_doc *d, int tools, const gr_tool_syntax *sx, const char *only, int max_calls, const char *think_end,
+                                  char *err, size_t errlen) {
     gr_js_ c = {{0}, 0, err, errlen, 0};
     jw_lit(&c.out, gr_js_prims_);
     jw_lit(&c.out, gr_tool_prims_);
@@ -1529,7 +1602,7 @@ static inline char *gr_tool_calls(const js_doc *d, int tools, const char *only, 
         int f = js_get(d, t, "function");
         const char *nm = js_str(d, js_get(d, f, "name"));
         if (!nm || (only && strcmp(nm, only))) continue;
-        int k = gr_tool_call_(&c, d, f);
+        int k = sx->key_begin ? gr_tool_call_tags_(&c, d, f, sx) : gr_tool_call_json_(&c, d, f, sx);
         if (k < 0) break;
         if (n++) jw_lit(&alts, " | ");
         gr_js_ref_(&alts, k);
@@ -1539,68 +1612,20 @@ static inline char *gr_tool_calls(const js_doc *d, int tools, const char *only, 
     if (!c.failed) {
         jw_lit(&c.out, "tcall ::= ");
         jw_raw(&c.out, alts.s ? alts.s : "", alts.n);
-        jw_lit(&c.out, think ? "\nroot ::= traw \"</think>\" tws tcall" : "\nroot ::= tws tcall");
-        if (max_calls > 1 && !only) jw_lit(&c.out, " (tws tcall){0,"), jw_int(&c.out, max_calls - 1), jw_lit(&c.out, "}");
-        jw_lit(&c.out, " tws\n");
-    }
-    int oom = alts.oom;
-    jw_free(&alts);
-    if (c.failed || c.out.oom || oom) {
-        if (!c.failed && err) snprintf(err, errlen, "out of memory");
-        jw_free(&c.out);
-        return NULL;
-    }
-    return c.out.s;
-}
-
-/* The tool-call syntaxes whose arguments are one JSON object (the
- * DeepSeek and Kimi K2 families; chat.h names the formats). */
-enum { GR_TOOLS_DS3, GR_TOOLS_DS31, GR_TOOLS_KIMI };
-
-/* GBNF text (malloc'd; root ::= ...) for tool calls in a JSON-argument
- * syntax (style): DeepSeek-V3/R1's "<｜tool▁calls▁begin｜>" + calls joined
- * by "\n", each "<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS
- * \n```<｜tool▁call▁end｜>", + "<｜tool▁calls▁end｜>"; V3.1's calls
- * "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>" in the same
- * section; Kimi K2's "<|tool_calls_section_begin|>" + calls
- * "<|tool_call_begin|>functions.NAME:I<|tool_call_argument_begin|>ARGS
- * <|tool_call_end|>" + "<|tool_calls_section_end|>". ARGS is the JSON its
- * parameters schema allows (any object without one). only, max_calls and
- * think as gr_tool_calls. NULL with err saying why. */
-static inline char *gr_tool_calls_json(const js_doc *d, int tools, const char *only, int max_calls, int think, int style, char *err, size_t errlen) {
-    gr_js_ c = {{0}, 0, err, errlen, 0};
-    jw_lit(&c.out, gr_js_prims_);
-    jw_lit(&c.out, gr_tool_prims_);
-    jw alts = {0};
-    int n = 0;
-    for (int t = js_first(d, tools); t >= 0 && !c.failed; t = js_next(d, t)) {
-        int f = js_get(d, t, "function"), name = js_get(d, f, "name"), params = js_get(d, f, "parameters");
-        const char *nm = js_str(d, name);
-        if (!nm || (only && strcmp(nm, only))) continue;
-        int a = params >= 0 ? gr_js_schema_(&c, d, params, 0) : -1;
-        if (params >= 0 && a < 0) break;
-        int k = gr_js_rule_(&c);
-        jw_lit(&c.out, style == GR_TOOLS_KIMI ? "\"<|tool_call_begin|>functions.\" " : style == GR_TOOLS_DS31 ? "\"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>\" "
-                                                                                   : "\"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>\" ");
-        gr_js_lit_(&c.out, nm, js_str_len(d, name));
-        jw_lit(&c.out, style == GR_TOOLS_KIMI ? " \":\" [0-9]{1,3} \"<|tool_call_argument_begin|>\" " : style == GR_TOOLS_DS31 ? " \"<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>\" " : " \"\\n```json\\n\" ");
-        if (a >= 0) gr_js_ref_(&c.out, a);
-        else jw_lit(&c.out, "jobject");
-        jw_lit(&c.out, style == GR_TOOLS_KIMI ? " \"<|tool_call_end|>\"\n" : style == GR_TOOLS_DS31 ? " \"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>\"\n"
-                                                                                     : " \"\\n```<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>\"\n");
-        if (n++) jw_lit(&alts, " | ");
-        gr_js_ref_(&alts, k);
-    }
-    if (!c.failed && !n) gr_js_fail_(&c, only ? "tool_choice names the function \"%s\", which tools does not list" : "%s",
-                                     only ? only : "tool_choice needs at least one function in tools");
-    if (!c.failed) {
-        jw_lit(&c.out, "tcall ::= ");
-        jw_raw(&c.out, alts.s ? alts.s : "", alts.n);
-        jw_lit(&c.out, think ? "\nroot ::= traw \"</think>\" " : "\nroot ::= ");
-        jw_lit(&c.out, style == GR_TOOLS_KIMI ? "\"<|tool_calls_section_begin|>\" tcall" : "\"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>\" tcall");
-        if (max_calls > 1 && !only)
-            jw_lit(&c.out, style == GR_TOOLS_DS3 ? " (\"\\n\" tcall){0," : " tcall{0,"), jw_int(&c.out, max_calls - 1), jw_lit(&c.out, "}");
-        jw_lit(&c.out, style == GR_TOOLS_KIMI ? " \"<|tool_calls_section_end|>\"\n" : " \"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>\"\n");
+        jw_lit(&c.out, "\nroot ::= ");
+        if (think_end) gr_tool_lit2_(&c.out, "traw ", think_end, NULL, " ");
+        int more = max_calls > 1 && !only;
+        if (!sx->section_begin) { /* calls standing alone: whitespace around them */
+            jw_lit(&c.out, "tws tcall");
+            if (more) jw_lit(&c.out, " (tws tcall){0,"), jw_int(&c.out, max_calls - 1), jw_lit(&c.out, "}");
+            jw_lit(&c.out, " tws\n");
+        } else {
+            gr_tool_lit2_(&c.out, "", sx->section_begin, NULL, " tcall");
+            if (more && sx->call_sep && *sx->call_sep) gr_tool_lit2_(&c.out, " (", sx->call_sep, NULL, " tcall){0,");
+            else if (more) jw_lit(&c.out, " tcall{0,");
+            if (more) jw_int(&c.out, max_calls - 1), jw_lit(&c.out, "}");
+            gr_tool_lit2_(&c.out, " ", sx->section_end, NULL, "\n");
+        }
     }
     int oom = alts.oom;
     jw_free(&alts);

@@ -15,7 +15,8 @@
  * <|observation|> once per run of tool results, each
  * "<tool_response>text</tool_response>"; then "<|assistant|><think>"
  * (thinking) or "<|assistant|></think>". A system + user request renders
- * exactly as PROMPT/SYSTEM do (tok.h tok_chat_text).
+ * exactly as PROMPT/SYSTEM do (chat.h chat_text). Every string of a format
+ * comes from its row of chat.h's table.
  *
  * Must not: read the environment, print, or touch the model. */
 #ifndef COLI_OPENAI_H
@@ -144,17 +145,10 @@ static inline int oai_content_(const js_doc *d, int c, jw *w, int strip, int k, 
     return rc;
 }
 
-static const char oai_tools_head_[] =
-    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n";
-static const char oai_tools_tail_[] =
-    "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n"
-    "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
-    "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
-
-/* One assistant tool call of the history: {"function": {"name", "arguments"}}
- * with arguments a JSON object or a string holding one. */
-static inline int oai_render_call_(const js_doc *d, int tc, jw *w, int k, oai_err *e) {
+/* One assistant tool call of the history with its arguments as tags (sx:
+ * GLM-5's): {"function": {"name", "arguments"}} with arguments a JSON
+ * object or a string holding one. */
+static inline int oai_render_call_(const js_doc *d, int tc, const gr_tool_syntax *sx, jw *w, int k, oai_err *e) {
     int f = js_get(d, tc, "function");
     if (f < 0) f = tc;
     const char *name = js_str(d, js_get(d, f, "name"));
@@ -173,17 +167,17 @@ static inline int oai_render_call_(const js_doc *d, int tc, jw *w, int k, oai_er
     if (js_typeof(src, obj) != JS_OBJ && js_typeof(src, obj) != JS_NULL)
         rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls[%s].arguments must be a JSON object", k, name);
     else {
-        jw_lit(w, "<tool_call>");
+        jw_lit(w, sx->call_begin);
         jw_lit(w, name);
         for (int m = js_first(src, obj); m >= 0; m = js_next(src, m)) {
-            jw_lit(w, "<arg_key>");
+            jw_lit(w, sx->key_begin);
             jw_raw(w, js_key(src, m), js_key_len(src, m));
-            jw_lit(w, "</arg_key><arg_value>");
+            jw_lit(w, sx->key_end), jw_lit(w, sx->value_begin);
             if (js_typeof(src, m) == JS_STR) jw_raw(w, js_str(src, m), js_str_len(src, m));
             else jw_node(w, src, m, 1);
-            jw_lit(w, "</arg_value>");
+            jw_lit(w, sx->value_end);
         }
-        jw_lit(w, "</tool_call>");
+        jw_lit(w, sx->call_end);
     }
     js_free(ad);
     return rc;
@@ -199,17 +193,18 @@ static inline int oai_known_(const char *k, const char *const *keys) {
 
 /* GLM-5's rendering of the messages (and tools) into r->text. */
 static inline int oai_render_glm_(const js_doc *d, int msgs, int tools, int think, oai_req *r, oai_err *e) {
+    const chat_fmt_info *f = chat_info(CHAT_GLM5);
     jw w = {0};
     int last_user = -1, k = 0, rc = 0, prev_tool = 0;
     for (int m = js_first(d, msgs); m >= 0; m = js_next(d, m), k++) {
         const char *role = js_str(d, js_get(d, m, "role"));
         if (role && !strcmp(role, "user")) last_user = k;
     }
-    jw_lit(&w, "[gMASK]<sop>");
+    jw_lit(&w, f->bos);
     if (tools >= 0) {
-        jw_lit(&w, oai_tools_head_);
+        jw_lit(&w, f->tools_begin);
         for (int t = js_first(d, tools); t >= 0; t = js_next(d, t)) jw_node(&w, d, t, 1), jw_lit(&w, "\n");
-        jw_lit(&w, oai_tools_tail_);
+        jw_lit(&w, f->tools_end);
     }
     k = 0;
     for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
@@ -222,36 +217,36 @@ static inline int oai_render_glm_(const js_doc *d, int msgs, int tools, int thin
         if (!role) { rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].role", k), "messages[%d].role is missing or not a string", k); break; }
         int tool = !strcmp(role, "tool");
         if (!strcmp(role, "system") || !strcmp(role, "developer")) {
-            jw_lit(&w, "<|system|>");
+            jw_lit(&w, f->system);
             rc = oai_content_(d, c, &w, 0, k, e);
         } else if (!strcmp(role, "user")) {
-            jw_lit(&w, "<|user|>");
+            jw_lit(&w, f->user);
             rc = oai_content_(d, c, &w, 0, k, e);
         } else if (!strcmp(role, "assistant")) {
-            jw_lit(&w, "<|assistant|>");
+            jw_lit(&w, f->assistant);
             int rs = js_get(d, m, "reasoning_content");
             if (k > last_user) {
-                jw_lit(&w, "<think>");
+                jw_lit(&w, f->think_begin);
                 if (js_typeof(d, rs) == JS_STR) oai_put_strip_(&w, js_str(d, rs), js_str_len(d, rs));
-                jw_lit(&w, "</think>");
+                jw_lit(&w, f->think_end);
             } else
-                jw_lit(&w, "</think>");
+                jw_lit(&w, f->think_end);
             rc = oai_content_(d, c, &w, 1, k, e);
             int tcs = js_get(d, m, "tool_calls");
             if (!rc && tcs >= 0 && js_typeof(d, tcs) != JS_ARR && js_typeof(d, tcs) != JS_NULL)
                 rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].tool_calls", k), "messages[%d].tool_calls must be an array", k);
-            for (int tc = js_first(d, tcs); tc >= 0 && !rc; tc = js_next(d, tc)) rc = oai_render_call_(d, tc, &w, k, e);
+            for (int tc = js_first(d, tcs); tc >= 0 && !rc; tc = js_next(d, tc)) rc = oai_render_call_(d, tc, &f->calls, &w, k, e);
         } else if (tool) {
-            if (!prev_tool) jw_lit(&w, "<|observation|>");
-            jw_lit(&w, "<tool_response>");
+            if (!prev_tool) jw_lit(&w, f->results_begin);
+            jw_lit(&w, f->result_begin);
             rc = oai_content_(d, c, &w, 0, k, e);
-            jw_lit(&w, "</tool_response>");
+            jw_lit(&w, f->result_end);
         } else
             rc = oai_fail_(e, oai_pk_((char[96]){0}, "messages[%d].role", k), "messages[%d].role \"%s\" is not one of system, user, assistant, tool", k, role);
         prev_tool = tool;
     }
-    jw_lit(&w, "<|assistant|>");
-    jw_lit(&w, think ? "<think>" : "</think>");
+    jw_lit(&w, f->assistant);
+    jw_lit(&w, think ? f->open_think : f->open_plain);
     if (!rc && w.oom) rc = oai_fail_(e, NULL, "out of memory rendering the messages");
     if (rc) { jw_free(&w); return -1; }
     r->text = w.s, r->text_len = w.n;
@@ -292,32 +287,25 @@ static inline int oai_call_parts_(const js_doc *d, int tc, int k, const char **t
     return 0;
 }
 
-/* Appends s[0..n) from after the first (last: R1's template) "</think>",
+/* Appends s[0..n) from after the first (last: R1's template) think_end,
  * or whole when it has none: DeepSeek's templates drop earlier reasoning. */
-static inline void oai_put_after_think_(jw *w, const char *s, size_t n, int last) {
+static inline void oai_put_after_think_(jw *w, const char *s, size_t n, const char *think_end, int last) {
     const char *from = NULL;
-    for (const char *p = s; (p = oai_memmem_(p, (size_t)(s + n - p), "</think>", 8)); p += 8) {
-        from = p + 8;
+    size_t tl = strlen(think_end);
+    for (const char *p = s; (p = oai_memmem_(p, (size_t)(s + n - p), think_end, tl)); p += tl) {
+        from = p + tl;
         if (!last) break;
     }
     if (from) n -= (size_t)(from - s), s = from;
     jw_raw(w, s, n);
 }
 
-#define OAI_DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define OAI_DS_CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define OAI_DS_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define OAI_DS_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define OAI_DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
-#define OAI_DS_OUTS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81outputs\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define OAI_DS_OUTS_END "<\xef\xbd\x9ctool\xe2\x96\x81outputs\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define OAI_DS_OUT_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define OAI_DS_OUT_END "<\xef\xbd\x9ctool\xe2\x96\x81output\xe2\x96\x81" "end\xef\xbd\x9c>"
-
 /* An assistant message's tool calls in DeepSeek's formats. first carries
  * the templates' is_first flag, which V3 and R1 never reset: a later
  * message's calls continue the first one's list. */
 static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *first, jw *w, int k, oai_err *e) {
+    const chat_fmt_info *f = chat_info(fmt);
+    const gr_tool_syntax *sx = &f->calls;
     int c = js_get(d, m, "content"), v3 = fmt == CHAT_DEEPSEEK3;
     for (int tc = js_first(d, tcs); tc >= 0; tc = js_next(d, tc)) {
         const char *type, *name;
@@ -325,21 +313,22 @@ static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *f
         if (oai_call_parts_(d, tc, k, &type, &name, &args, e)) { jw_free(&args); return -1; }
         int rc = 0, opens = !*first;
         if (opens) {
-            if (fmt != CHAT_DEEPSEEK_V31) jw_lit(w, CHAT_DS_ASSISTANT);
+            if (fmt != CHAT_DEEPSEEK_V31) jw_lit(w, f->assistant);
             if (fmt != CHAT_DEEPSEEK_R1 && js_typeof(d, c) != JS_NULL) rc = oai_content_(d, c, w, 0, k, e);
-            jw_lit(w, OAI_DS_CALLS_BEGIN);
+            jw_lit(w, sx->section_begin);
             *first = 1;
-        } else if (fmt != CHAT_DEEPSEEK_V31)
-            jw_lit(w, "\n");
-        jw_lit(w, OAI_DS_CALL_BEGIN);
-        if (fmt == CHAT_DEEPSEEK_V31) jw_lit(w, name), jw_lit(w, OAI_DS_SEP), jw_raw(w, args.s ? args.s : "", args.n);
-        else jw_lit(w, type), jw_lit(w, OAI_DS_SEP), jw_lit(w, name), jw_lit(w, "\n```json\n"), jw_raw(w, args.s ? args.s : "", args.n), jw_lit(w, "\n```");
-        jw_lit(w, OAI_DS_CALL_END);
-        if (v3 && !opens) jw_lit(w, OAI_DS_CALLS_END CHAT_DS_EOS); /* V3's template closes after each later call, never after the first */
+        } else
+            jw_lit(w, sx->call_sep);
+        jw_lit(w, sx->call_begin);
+        if (sx->typed) jw_lit(w, type), jw_lit(w, sx->sep), jw_lit(w, name);
+        else jw_lit(w, name), jw_lit(w, sx->sep);
+        jw_lit(w, sx->args_begin), jw_raw(w, args.s ? args.s : "", args.n), jw_lit(w, sx->args_end);
+        jw_lit(w, sx->call_end);
+        if (v3 && !opens) jw_lit(w, sx->section_end), jw_lit(w, f->reply_end); /* V3's template closes after each later call, never after the first */
         jw_free(&args);
         if (rc) return -1;
     }
-    if (!v3) jw_lit(w, OAI_DS_CALLS_END CHAT_DS_EOS);
+    if (!v3) jw_lit(w, sx->section_end), jw_lit(w, f->reply_end);
     return 0;
 }
 
@@ -350,8 +339,9 @@ static inline int oai_ds_calls_(const js_doc *d, int m, int tcs, int fmt, int *f
  * assistant message's calls only when its content is null, keeps reasoning
  * in earlier replies, and puts a newline between tool results. */
 static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, jw *w, oai_err *e) {
+    const chat_fmt_info *f = chat_info(fmt);
     int k = 0, rc = 0, v31 = fmt == CHAT_DEEPSEEK_V31, nsys = 0;
-    jw_lit(w, CHAT_DS_BOS);
+    jw_lit(w, f->bos);
     jw sys = {0};
     for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
         const char *role = oai_msg_role_(d, m, k, e);
@@ -373,13 +363,13 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
         if (!strcmp(role, "user")) {
             is_tool = 0;
             if (v31) first = 0, last_user = 1;
-            jw_lit(w, CHAT_DS_USER);
+            jw_lit(w, f->user);
             rc = oai_content_(d, c, w, 0, k, e);
         } else if (!strcmp(role, "assistant")) {
             int tcs = js_get(d, m, "tool_calls"), cnull = c >= 0 && js_typeof(d, c) == JS_NULL;
             int calls = js_typeof(d, tcs) == JS_ARR && (fmt == CHAT_DEEPSEEK3 ? cnull : fmt != CHAT_DEEPSEEK_R1 || js_count(d, tcs));
             if (calls) {
-                if (v31 && last_user) jw_lit(w, CHAT_DS_ASSISTANT "</think>");
+                if (v31 && last_user) jw_lit(w, f->assistant), jw_lit(w, f->think_end);
                 if (v31) last_user = 0, first = 0;
                 is_tool = 0;
                 if ((rc = oai_ds_calls_(d, m, tcs, fmt, &first, w, k, e))) break;
@@ -388,35 +378,35 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
             jw body = {0};
             rc = oai_content_(d, c, &body, 0, k, e);
             if (v31) {
-                if (last_user) jw_lit(w, CHAT_DS_ASSISTANT "</think>");
+                if (last_user) jw_lit(w, f->assistant), jw_lit(w, f->think_end);
                 last_user = 0;
             }
             if (is_tool) {
-                if (!v31) jw_lit(w, OAI_DS_OUTS_END);
+                if (f->results_end) jw_lit(w, f->results_end);
                 if (body.n) jw_raw(w, body.s, body.n);
                 is_tool = 0;
             } else {
-                if (!v31) jw_lit(w, CHAT_DS_ASSISTANT);
-                if (body.n && fmt == CHAT_DEEPSEEK3) jw_raw(w, body.s, body.n); /* V3 keeps earlier reasoning */
-                else if (body.n) oai_put_after_think_(w, body.s, body.n, !v31);
+                if (!v31) jw_lit(w, f->assistant);
+                if (body.n && !f->think_end) jw_raw(w, body.s, body.n); /* V3 (no reasoning tags) keeps replies whole */
+                else if (body.n) oai_put_after_think_(w, body.s, body.n, f->think_end, !v31);
             }
-            jw_lit(w, CHAT_DS_EOS);
+            jw_lit(w, f->reply_end);
             jw_free(&body);
         } else if (!strcmp(role, "tool")) {
             is_tool = 1, last_user = 0;
-            if (!v31 && out_first) jw_lit(w, OAI_DS_OUTS_BEGIN), out_first = 0;
+            if (f->results_begin && out_first) jw_lit(w, f->results_begin), out_first = 0;
             else if (fmt == CHAT_DEEPSEEK_R1 || fmt == CHAT_DEEPSEEK3) jw_lit(w, "\n");
-            jw_lit(w, OAI_DS_OUT_BEGIN);
+            jw_lit(w, f->result_begin);
             rc = oai_content_(d, c, w, 0, k, e);
-            jw_lit(w, OAI_DS_OUT_END);
+            jw_lit(w, f->result_end);
         }
     }
     if (v31) {
-        if (last_user && !is_tool) jw_lit(w, CHAT_DS_ASSISTANT), jw_lit(w, think ? "<think>" : "</think>");
+        if (last_user && !is_tool) jw_lit(w, f->assistant), jw_lit(w, think ? f->open_think : f->open_plain);
     } else if (is_tool)
-        jw_lit(w, OAI_DS_OUTS_END);
+        jw_lit(w, f->results_end);
     else
-        jw_lit(w, CHAT_DS_ASSISTANT), jw_lit(w, fmt == CHAT_DEEPSEEK_R1 ? "<think>\n" : "");
+        jw_lit(w, f->assistant), jw_lit(w, think ? f->open_think : f->open_plain);
     return rc;
 }
 
@@ -425,18 +415,18 @@ static inline int oai_render_ds_(const js_doc *d, int msgs, int fmt, int think, 
  * is not one, each message under its role's header closed by <|im_end|>
  * (its tool calls are not rendered: the template writes content only). */
 static inline int oai_render_kimi_(const js_doc *d, int msgs, int tools, jw *w, oai_err *e) {
+    const chat_fmt_info *f = chat_info(CHAT_KIMI_K2);
     int k = 0, rc = 0;
-    if (tools >= 0) jw_lit(w, "<|im_system|>tool_declare<|im_middle|>"), jw_node(w, d, tools, 1), jw_lit(w, "<|im_end|>");
+    if (tools >= 0) jw_lit(w, f->tools_begin), jw_node(w, d, tools, 1), jw_lit(w, f->tools_end);
     for (int m = js_first(d, msgs); m >= 0 && !rc; m = js_next(d, m), k++) {
         const char *role = oai_msg_role_(d, m, k, e);
         if (!role) { rc = -1; break; }
-        if (!k && strcmp(role, "system")) jw_lit(w, "<|im_system|>system<|im_middle|>" CHAT_KIMI_DEFAULT_SYSTEM "<|im_end|>");
-        jw_lit(w, !strcmp(role, "system") ? "<|im_system|>system<|im_middle|>" : !strcmp(role, "user") ? "<|im_user|>user<|im_middle|>"
-                  : !strcmp(role, "assistant") ? "<|im_assistant|>assistant<|im_middle|>" : "<|im_system|>tool<|im_middle|>");
+        if (!k && strcmp(role, "system")) jw_lit(w, f->system), jw_lit(w, f->default_system), jw_lit(w, f->end);
+        jw_lit(w, !strcmp(role, "system") ? f->system : !strcmp(role, "user") ? f->user : !strcmp(role, "assistant") ? f->assistant : f->tool);
         rc = oai_content_(d, js_get(d, m, "content"), w, 0, k, e);
-        jw_lit(w, "<|im_end|>");
+        jw_lit(w, !strcmp(role, "assistant") ? f->reply_end : f->end);
     }
-    jw_lit(w, "<|im_assistant|>assistant<|im_middle|>");
+    jw_lit(w, f->assistant);
     return rc;
 }
 
@@ -538,8 +528,8 @@ static inline int oai_response_format_(const js_doc *d, int rf, oai_req *r, oai_
 /* tool_choice: "auto", "none" (no tools rendered), "required" (one or more
  * calls; one with parallel_tool_calls false) or {"type": "function",
  * "function": {"name": X}} (one call to X): the last two constrain the
- * answer to GLM-5's tool-call syntax with arguments their schemas allow
- * (r->gram, r->gram_tools). */
+ * answer to the format's tool-call syntax with arguments their schemas
+ * allow (r->gram, r->gram_tools). */
 static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, oai_err *e) {
     const char *tcs = js_str(d, tc), *only = NULL;
     if (tcs && !strcmp(tcs, "none")) return r->tools = -1, 0;
@@ -556,10 +546,9 @@ static inline int oai_tool_choice_(const js_doc *d, int o, int tc, oai_req *r, o
     int many = 1;
     if (oai_bool_(d, o, "parallel_tool_calls", &many, e) < 0) return -1;
     char gerr[300];
-    int style = r->fmt == CHAT_KIMI_K2 ? GR_TOOLS_KIMI : r->fmt == CHAT_DEEPSEEK_V31 ? GR_TOOLS_DS31 : GR_TOOLS_DS3;
+    const chat_fmt_info *f = chat_info(r->fmt);
     int max_calls = many ? OAI_MAX_TOOL_CALLS : 1; /* a forced turn ends: at most this many calls, then the end token */
-    char *gbnf = r->fmt == CHAT_GLM5 ? gr_tool_calls(d, r->tools, only, max_calls, r->think, gerr, sizeof gerr)
-                                     : gr_tool_calls_json(d, r->tools, only, max_calls, r->think, style, gerr, sizeof gerr);
+    char *gbnf = gr_tool_calls(d, r->tools, &f->calls, only, max_calls, r->think ? f->think_end : NULL, gerr, sizeof gerr);
     if (!gbnf) return oai_fail_(e, "tool_choice", "tool_choice: %s", gerr);
     r->gram = gr_parse(gbnf, strlen(gbnf), "root", gerr, sizeof gerr);
     free(gbnf);
@@ -776,8 +765,8 @@ enum { OAI_REASON, OAI_CONTENT, OAI_TOOL };
 
 /* The generated text as it arrives: held back while it could still be the
  * start of a stop string or a tag, then routed to reasoning (inside the
- * thinking block), content, or the tool-call text (from "<tool_call>" on,
- * parsed at the end). */
+ * thinking block), content, or the tool-call text (from the format's
+ * chat_calls_open on, parsed at the end). */
 typedef struct {
     const oai_req *r;
     jw all;        /* every generated byte (cut at a stop string) */
@@ -807,20 +796,13 @@ static inline size_t oai_partial_(const char *s, size_t n, const char *p, size_t
     return 0;
 }
 
-#define OAI_KIMI_SECTION "<|tool_calls_section_begin|>"
-
-/* The text that opens the tool calls of a reply in a format. */
-static inline const char *oai_tool_tag_(int fmt) {
-    return fmt == CHAT_GLM5 ? "<tool_call>" : fmt == CHAT_KIMI_K2 ? OAI_KIMI_SECTION : OAI_DS_CALLS_BEGIN;
-}
-
 /* Routes all[done, upto): tags switch the state, text goes to the state's
  * buffer. */
 static inline void oai_route_(oai_out *o, size_t upto) {
     while (o->done < upto) {
         const char *s = o->all.s + o->done;
         size_t n = upto - o->done;
-        const char *tag = o->state == OAI_REASON ? "</think>" : o->state == OAI_CONTENT && o->r->parse_tools ? oai_tool_tag_(o->r->fmt) : NULL;
+        const char *tag = o->state == OAI_REASON ? chat_info(o->r->fmt)->think_end : o->state == OAI_CONTENT && o->r->parse_tools ? chat_calls_open(o->r->fmt) : NULL;
         const char *at = tag ? oai_memmem_(s, n, tag, strlen(tag)) : NULL;
         size_t k = at ? (size_t)(at - s) : n;
         jw *dst = o->state == OAI_REASON ? &o->reason : o->state == OAI_CONTENT ? &o->content : &o->tool;
@@ -857,7 +839,11 @@ static inline int oai_out_put(oai_out *o, const char *s, size_t n) {
         size_t h = oai_partial_(o->all.s, o->all.n, o->r->stop[i], o->r->stop_len[i]);
         if (h > hold) hold = h;
     }
-    const char *const tags[] = {"</think>", oai_tool_tag_(o->r->fmt)};
+    /* the format's reasoning and call tags; a format without reasoning tags
+     * (DeepSeek-V3, Kimi K2) still holds back a partial </think>, so that
+     * its streamed chunks split where they always have */
+    const char *think = chat_info(o->r->fmt)->think_end;
+    const char *const tags[] = {think ? think : CHAT_THINK_END, chat_calls_open(o->r->fmt)};
     for (int i = 0; i < 2; i++) {
         size_t h = oai_partial_(o->all.s, o->all.n, tags[i], strlen(tags[i]));
         if (h > hold) hold = h;
@@ -903,24 +889,27 @@ typedef struct {
     char *args; /* a JSON object, as text */
 } oai_call;
 
-/* Parses the tool-call text "<tool_call>name<arg_key>k</arg_key><arg_value>
- * v</arg_value>...</tool_call>..." into calls; values are strings when the
- * tool's schema says so (or they are not JSON), else the JSON they spell.
- * Returns the number of calls, or -1 when the text is not well formed (the
- * caller returns it as content); with cut (generation was cut short), the
- * calls completed before the first that is not. */
-static inline int oai_parse_calls_glm_(const oai_out *o, oai_call *calls, int max, int cut) {
+/* Parses tool-call text with the arguments as tags (sx: GLM-5's
+ * "<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>...
+ * </tool_call>...") into calls; values are strings when the tool's schema
+ * says so (or they are not JSON), else the JSON they spell. Returns the
+ * number of calls, or -1 when the text is not well formed (the caller
+ * returns it as content); with cut (generation was cut short), the calls
+ * completed before the first that is not. */
+static inline int oai_parse_calls_tags_(const oai_out *o, const gr_tool_syntax *sx, oai_call *calls, int max, int cut) {
     const js_doc *d = o->r->d;
     const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
+    size_t lcb = strlen(sx->call_begin), lce = strlen(sx->call_end), lkb = strlen(sx->key_begin), lke = strlen(sx->key_end);
+    size_t lvb = strlen(sx->value_begin), lve = strlen(sx->value_end);
     int n = 0;
     for (;;) {
         while (s < end && oai_is_ws_(*s)) s++;
         if (s == end) break;
-        if (n == max || (size_t)(end - s) < 11 || memcmp(s, "<tool_call>", 11)) goto bad;
-        s += 11;
-        const char *close = oai_memmem_(s, (size_t)(end - s), "</tool_call>", 12);
+        if (n == max || (size_t)(end - s) < lcb || memcmp(s, sx->call_begin, lcb)) goto bad;
+        s += lcb;
+        const char *close = oai_memmem_(s, (size_t)(end - s), sx->call_end, lce);
         if (!close) goto bad;
-        const char *ak = oai_memmem_(s, (size_t)(close - s), "<arg_key>", 9), *ne = ak ? ak : close;
+        const char *ak = oai_memmem_(s, (size_t)(close - s), sx->key_begin, lkb), *ne = ak ? ak : close;
         while (s < ne && oai_is_ws_(*s)) s++;
         while (ne > s && oai_is_ws_(ne[-1])) ne--;
         if (ne == s) goto bad;
@@ -942,14 +931,14 @@ static inline int oai_parse_calls_glm_(const oai_out *o, oai_call *calls, int ma
         for (const char *p = ak ? ak : close; p < close;) {
             while (p < close && oai_is_ws_(*p)) p++;
             if (p == close) break;
-            if ((size_t)(close - p) < 9 || memcmp(p, "<arg_key>", 9)) { jw_free(&a); goto bad; }
-            const char *k0 = p + 9, *k1 = oai_memmem_(k0, (size_t)(close - k0), "</arg_key>", 10);
+            if ((size_t)(close - p) < lkb || memcmp(p, sx->key_begin, lkb)) { jw_free(&a); goto bad; }
+            const char *k0 = p + lkb, *k1 = oai_memmem_(k0, (size_t)(close - k0), sx->key_end, lke);
             if (!k1) { jw_free(&a); goto bad; }
-            const char *v0 = k1 + 10;
+            const char *v0 = k1 + lke;
             while (v0 < close && oai_is_ws_(*v0)) v0++;
-            if ((size_t)(close - v0) < 11 || memcmp(v0, "<arg_value>", 11)) { jw_free(&a); goto bad; }
-            v0 += 11;
-            const char *v1 = oai_memmem_(v0, (size_t)(close - v0), "</arg_value>", 12);
+            if ((size_t)(close - v0) < lvb || memcmp(v0, sx->value_begin, lvb)) { jw_free(&a); goto bad; }
+            v0 += lvb;
+            const char *v1 = oai_memmem_(v0, (size_t)(close - v0), sx->value_end, lve);
             if (!v1) { jw_free(&a); goto bad; }
             if (!first) jw_lit(&a, ",");
             first = 0;
@@ -961,14 +950,14 @@ static inline int oai_parse_calls_glm_(const oai_out *o, oai_call *calls, int ma
             js_doc *vd = ty && !strcmp(ty, "string") ? NULL : js_parse(v0, (size_t)(v1 - v0), NULL, 0);
             if (vd) jw_node(&a, vd, vd->root, 0), js_free(vd);
             else jw_strn(&a, v0, (size_t)(v1 - v0));
-            p = v1 + 12;
+            p = v1 + lve;
         }
         jw_lit(&a, "}");
         js_doc *check = a.oom ? NULL : js_parse(a.s, a.n, NULL, 0); /* a key given twice is not one object */
         if (!check) { jw_free(&a); goto bad; }
         js_free(check);
         c->args = a.s;
-        s = close + 12;
+        s = close + lce;
     }
     return n;
 bad:
@@ -988,32 +977,43 @@ static inline const char *oai_skip_ws_(const char *s, const char *end) {
     return s;
 }
 
-/* One call of a JSON-argument syntax, body = what lies between the call's
- * begin and end tags: the name and the arguments (a JSON object, written
- * back compactly). 0, or -1 when it is not one. */
-static inline int oai_json_call_(int fmt, const char *b, const char *e, oai_call *c) {
+/* The string s without its leading and trailing whitespace: the start,
+ * with the length in *len. */
+static inline const char *oai_trim_(const char *s, size_t *len) {
+    const char *e = s + strlen(s);
+    s = oai_skip_ws_(s, e);
+    while (e > s && oai_is_ws_(e[-1])) e--;
+    *len = (size_t)(e - s);
+    return s;
+}
+
+/* One call of a JSON-argument syntax sx, body = what lies between the
+ * call's begin and end tags: the name and the arguments (a JSON object,
+ * written back compactly). 0, or -1 when it is not one. */
+static inline int oai_json_call_(const gr_tool_syntax *sx, const char *b, const char *e, oai_call *c) {
     const char *n0 = b, *n1, *a0;
-    if (fmt == CHAT_KIMI_K2) { /* functions.NAME:INDEX<|tool_call_argument_begin|>ARGS */
-        const char *arg = oai_memmem_(b, (size_t)(e - b), "<|tool_call_argument_begin|>", 28);
-        if (!arg) return -1;
-        a0 = arg + 28, n1 = arg;
-        if (oai_at_(n0, n1, "functions.")) n0 += 10;
-        const char *colon = n1;
-        while (colon > n0 && colon[-1] >= '0' && colon[-1] <= '9') colon--;
-        if (colon < n1 && colon > n0 && colon[-1] == ':') n1 = colon - 1;
-    } else {
-        const char *sep = oai_memmem_(b, (size_t)(e - b), OAI_DS_SEP, strlen(OAI_DS_SEP));
-        if (!sep) return -1;
-        if (fmt == CHAT_DEEPSEEK_V31) n1 = sep, a0 = sep + strlen(OAI_DS_SEP);
-        else { /* TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n``` */
-            n0 = sep + strlen(OAI_DS_SEP);
-            n1 = memchr(n0, '\n', (size_t)(e - n0));
-            if (!n1) return -1;
-            a0 = oai_skip_ws_(n1, e);
-            if (oai_at_(a0, e, "```json")) a0 += 7;
-            while (e > a0 && oai_is_ws_(e[-1])) e--;
-            if (e - a0 >= 3 && !memcmp(e - 3, "```", 3)) e -= 3;
+    size_t ls = strlen(sx->sep);
+    const char *sep = oai_memmem_(b, (size_t)(e - b), sx->sep, ls);
+    if (!sep) return -1;
+    if (!sx->typed) { /* name_prefix NAME [index_sep INDEX] sep ARGS */
+        a0 = sep + ls, n1 = sep;
+        if (sx->name_prefix && oai_at_(n0, n1, sx->name_prefix)) n0 += strlen(sx->name_prefix);
+        if (sx->index_sep) {
+            size_t li = strlen(sx->index_sep);
+            const char *ix = n1;
+            while (ix > n0 && ix[-1] >= '0' && ix[-1] <= '9') ix--;
+            if (ix < n1 && (size_t)(ix - n0) >= li && !memcmp(ix - li, sx->index_sep, li)) n1 = ix - li;
         }
+    } else { /* TYPE sep NAME, its line, then ARGS, fenced by args_begin/args_end (without their whitespace) or not */
+        size_t lf, lg;
+        const char *fence = oai_trim_(sx->args_begin, &lf), *fence_end = oai_trim_(sx->args_end, &lg);
+        n0 = sep + ls;
+        n1 = memchr(n0, '\n', (size_t)(e - n0));
+        if (!n1) return -1;
+        a0 = oai_skip_ws_(n1, e);
+        if ((size_t)(e - a0) >= lf && !memcmp(a0, fence, lf)) a0 += lf;
+        while (e > a0 && oai_is_ws_(e[-1])) e--;
+        if ((size_t)(e - a0) >= lg && !memcmp(e - lg, fence_end, lg)) e -= lg;
     }
     n0 = oai_skip_ws_(n0, n1);
     while (n1 > n0 && oai_is_ws_(n1[-1])) n1--;
@@ -1034,10 +1034,9 @@ static inline int oai_json_call_(int fmt, const char *b, const char *e, oai_call
  * (begin tag, body, end tag; whitespace between), and the closing section
  * tag, which may be missing when generation stopped before it. Returns as
  * oai_parse_calls. */
-static inline int oai_parse_calls_json_(const oai_out *o, oai_call *calls, int max, int cut) {
-    int fmt = o->r->fmt, kimi = fmt == CHAT_KIMI_K2, n = 0;
-    const char *open = oai_tool_tag_(fmt), *close = kimi ? "<|tool_calls_section_end|>" : OAI_DS_CALLS_END;
-    const char *cb = kimi ? "<|tool_call_begin|>" : OAI_DS_CALL_BEGIN, *ce = kimi ? "<|tool_call_end|>" : OAI_DS_CALL_END;
+static inline int oai_parse_calls_json_(const oai_out *o, const gr_tool_syntax *sx, oai_call *calls, int max, int cut) {
+    int n = 0;
+    const char *open = sx->section_begin, *close = sx->section_end, *cb = sx->call_begin, *ce = sx->call_end;
     const char *s = o->tool.s ? o->tool.s : "", *end = s + o->tool.n;
     s = oai_skip_ws_(s, end);
     if (!oai_at_(s, end, open)) return cut ? 0 : -1;
@@ -1052,7 +1051,7 @@ static inline int oai_parse_calls_json_(const oai_out *o, oai_call *calls, int m
         if (n == max || !oai_at_(s, end, cb)) goto bad;
         s += strlen(cb);
         const char *e = oai_memmem_(s, (size_t)(end - s), ce, strlen(ce));
-        if (!e || oai_json_call_(fmt, s, e, &calls[n])) goto bad;
+        if (!e || oai_json_call_(sx, s, e, &calls[n])) goto bad;
         n++;
         s = e + strlen(ce);
     }
@@ -1069,7 +1068,8 @@ bad:
  * the generation short), the calls completed before the cut and never -1:
  * the unfinished call's markup is dropped, never returned as text. */
 static inline int oai_parse_calls(const oai_out *o, oai_call *calls, int max, int cut) {
-    return o->r->fmt == CHAT_GLM5 ? oai_parse_calls_glm_(o, calls, max, cut) : oai_parse_calls_json_(o, calls, max, cut);
+    const gr_tool_syntax *sx = &chat_info(o->r->fmt)->calls;
+    return sx->key_begin ? oai_parse_calls_tags_(o, sx, calls, max, cut) : oai_parse_calls_json_(o, sx, calls, max, cut);
 }
 
 static inline void oai_calls_free(oai_call *calls, int n) {

@@ -32,7 +32,7 @@
 #include "forward.h"
 #include "grammar.h"
 #include "kv_persist.h"
-#include "openai.h"
+#include "chat.h"
 #include "sample.h"
 #include "spec.h"
 #include "tok.h"
@@ -132,17 +132,14 @@ static inline int sess_fail(sess_io *io, int fatal, int client, const char *fmt,
 
 /* ------------------------------------------------------------ grammar */
 
-/* The ids (below vocab) of the tool-call tags of every chat format that
- * are special tokens of t: a tool_choice grammar produces them and no
+/* The ids (below vocab) of the tool-call tags of every chat format (chat.h
+ * chat_tool_tags) that are special tokens of t: a tool_choice grammar produces them and no
  * other grammar may. Writes at most SESS_MAX_TAGS to ids; returns the
  * count. */
 static inline int sess_tag_ids(const tok *t, int vocab, int *ids) {
-    static const char *const tags[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>",
-                                       OAI_DS_CALLS_BEGIN, OAI_DS_CALLS_END, OAI_DS_CALL_BEGIN, OAI_DS_CALL_END, OAI_DS_SEP,
-                                       "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
-                                       "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
-    int n = 0;
-    for (size_t k = 0; k < sizeof tags / sizeof tags[0] && n < SESS_MAX_TAGS; k++) {
+    const char *tags[SESS_MAX_TAGS];
+    int nt = chat_tool_tags(-1, tags, SESS_MAX_TAGS), n = 0;
+    for (int k = 0; k < nt && k < SESS_MAX_TAGS; k++) {
         int id = tok_find(t, tags[k]);
         if (id >= 0 && id < vocab && tok_is_special(t, id)) ids[n++] = id;
     }

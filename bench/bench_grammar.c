@@ -12,6 +12,7 @@
  * grammar: milliseconds per mask (median, mean, 90th percentile), tokens
  * allowed on average, and the share of steps with exactly one token
  * allowed (forced, no sampling, batched into the previous forward). */
+#include "../chat.h"
 #include "../grammar.h"
 #include "../tok.h"
 
@@ -121,7 +122,7 @@ int main(int argc, char **argv) {
         "\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"unit\":{\"type\":\"string\",\"enum\":[\"C\",\"F\"]}},"
         "\"required\":[\"city\",\"days\"]}}}]";
     js_doc *td = js_parse(tools, strlen(tools), err, sizeof err);
-    char *ts = td ? gr_tool_calls(td, td->root, NULL, 0, 0, err, sizeof err) : NULL;
+    char *ts = td ? gr_tool_calls(td, td->root, &chat_info(CHAT_GLM5)->calls, NULL, 0, NULL, err, sizeof err) : NULL;
     gr_grammar *g3 = ts ? gr_parse(ts, strlen(ts), "root", err, sizeof err) : NULL;
     if (!g3) { fprintf(stderr, "tool call: %s\n", err); return 1; }
     run("json-schema", g1, &v, steps);

@@ -4,7 +4,8 @@
  * through oai_parse; prompt: PROMPT/SYSTEM text and, for DeepSeek, token
  * ids through the DeepSeek tokenizer fixture; turn: --chat follow-ups).
  * Then the choice of format from what a model directory ships, and its
- * refusals. */
+ * refusals; and chat.h's table against the families' real tokenizers and
+ * what the renderers and tool-call grammars write. */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -268,12 +269,12 @@ static int tool_calls_back(const js_doc *v) {
         int fmt = fmt_of(js_str(v, js_get(v, c, "format")));
         if (strncmp(name, "tool-call-and-results", 21) || fmt == CHAT_KIMI_K2) continue;
         const char *text = js_str(v, js_get(v, c, "text"));
-        const char *b = strstr(text, OAI_DS_CALLS_BEGIN), *e = b ? strstr(b, OAI_DS_CALLS_END) : NULL;
+        const char *b = strstr(text, CHAT_DS_CALLS_BEGIN), *e = b ? strstr(b, CHAT_DS_CALLS_END) : NULL;
         CHECK(b && e);
         if (!b || !e) continue;
         char block[2048];
         int think = chat_thinks(fmt, js_typeof(v, js_get(v, c, "think")) == JS_TRUE);
-        snprintf(block, sizeof block, "%s%.*s", think ? "check both</think>" : "", (int)(e + strlen(OAI_DS_CALLS_END) - b), b);
+        snprintf(block, sizeof block, "%s%.*s", think ? "check both</think>" : "", (int)(e + strlen(CHAT_DS_CALLS_END) - b), b);
         jw body = {0};
         jw_lit(&body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\",\"tools\":");
         jw_node(&body, v, js_get(v, c, "tools"), 0);
@@ -344,12 +345,122 @@ static int tool_calls_back(const js_doc *v) {
     oai_req_free(&r);
     lim.fmt = CHAT_DEEPSEEK3;
     CHECK(oai_parse(req, strlen(req), 1, &lim, &r, &oe) == 0);
-    CHECK(parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function" OAI_DS_SEP "get_weather {}" OAI_DS_CALL_END, calls) == -1); /* no line break */
-    CHECK(parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function get_weather\n{}" OAI_DS_CALL_END, calls) == -1);            /* no separator */
-    CHECK((n = parse_back(&r, OAI_DS_CALLS_BEGIN OAI_DS_CALL_BEGIN "function" OAI_DS_SEP "get_weather\n{\"city\": \"x\"}" OAI_DS_CALL_END, calls)) == 1);
+    CHECK(parse_back(&r, CHAT_DS_CALLS_BEGIN CHAT_DS_CALL_BEGIN "function" CHAT_DS_SEP "get_weather {}" CHAT_DS_CALL_END, calls) == -1); /* no line break */
+    CHECK(parse_back(&r, CHAT_DS_CALLS_BEGIN CHAT_DS_CALL_BEGIN "function get_weather\n{}" CHAT_DS_CALL_END, calls) == -1);            /* no separator */
+    CHECK((n = parse_back(&r, CHAT_DS_CALLS_BEGIN CHAT_DS_CALL_BEGIN "function" CHAT_DS_SEP "get_weather\n{\"city\": \"x\"}" CHAT_DS_CALL_END, calls)) == 1);
     if (n > 0) oai_calls_free(calls, n);
     oai_req_free(&r);
     return good;
+}
+
+/* The tool-call tags of every format, as the families' templates and
+ * tokenizers spell them (written out here, not taken from chat.h): what
+ * session.h's sess_tag_ids keeps out of every grammar but tool_choice's. */
+static const char *const ALL_TOOL_TAGS[] = {
+    "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</think>",
+    "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>", "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>",
+    "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>", "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>",
+    "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>",
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+};
+
+static int in_list(const char *s, const char *const *l, int n) {
+    for (int i = 0; i < n; i++)
+        if (l[i] && !strcmp(s, l[i])) return 1;
+    return 0;
+}
+
+/* The special tokens of t that occur in text, each checked to be in the
+ * list l[0..n) (what the row says it writes); returns how many occur. */
+static int specials_in(const tok *t, const char *text, const char *const *l, int n, const char *what, int fmt) {
+    int found = 0;
+    for (int id = 0; id < tok_n_ids(t); id++) {
+        size_t len;
+        const char *p = tok_is_special(t, id) ? tok_piece(t, id, &len) : NULL;
+        char piece[128];
+        if (!p || !len || len >= sizeof piece) continue;
+        memcpy(piece, p, len), piece[len] = 0;
+        if (!strstr(text, piece)) continue;
+        found++;
+        if (!in_list(piece, l, n)) fprintf(stderr, "%s: %s writes \"%s\", which its row does not list\n", chat_info(fmt)->name, what, piece);
+        CHECK(in_list(piece, l, n));
+    }
+    return found;
+}
+
+/* The table against the families' real tokenizers and against what the
+ * renderers and grammars write: each row's tokens are exactly the added
+ * tokens its prompts write; its tool-call tags are special tokens, exactly
+ * the ones its forced grammar writes, and their union over the formats is
+ * ALL_TOOL_TAGS; every tool token of the tokenizer is in its row; a stop
+ * token is the token that closes a reply. */
+static void table_facts(void) {
+    char err[512];
+    tok *fam[3] = {tok_load(FX "tokenizer/tokenizer.json", err, sizeof err), tok_load(FX "tokenizer/deepseek.json", err, sizeof err),
+                   tok_load_dir(FX "tokenizer-kimi", err, sizeof err)};
+    CHECK(fam[0] && fam[1] && fam[2]);
+    const char *all[32], *few[3];
+    int na = chat_tool_tags(-1, all, 32), nall = (int)(sizeof ALL_TOOL_TAGS / sizeof *ALL_TOOL_TAGS), covered = 0;
+    CHECK(na == nall);
+    for (int i = 0; i < nall; i++) CHECK(in_list(ALL_TOOL_TAGS[i], all, na));
+    for (int i = 0; i < na && i < 32; i++) CHECK(!in_list(all[i], all, i)); /* each once */
+    CHECK(chat_tool_tags(-1, few, 3) == na && !strcmp(few[2], all[2]));  /* bounded like snprintf */
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]}}}]";
+    js_doc *td = js_parse(tools, strlen(tools), NULL, 0);
+    CHECK(td != NULL);
+    for (int f = 0; f < CHAT_NFMT && td && fam[0] && fam[1] && fam[2]; f++) {
+        const chat_fmt_info *i = chat_info(f);
+        const gr_tool_syntax *sx = &i->calls;
+        const tok *t = f == CHAT_GLM5 ? fam[0] : f == CHAT_KIMI_K2 ? fam[2] : fam[1];
+        const char *tg[16];
+        int nt = chat_tool_tags(f, tg, 16), ntok = 0;
+        CHECK(nt > 0 && nt <= 16);
+        while (i->tokens[ntok]) ntok++;
+        CHECK(chat_check(t, f, err, sizeof err) == 0);
+        /* the prompts write exactly the row's tokens */
+        char text[2048] = "", buf[512];
+        for (int k = 0; k < 6; k++) {
+            if (k < 4) chat_text(f, k & 1 ? "S" : NULL, "U", k >> 1, buf, sizeof buf);
+            else chat_turn_text(f, "U", k & 1, buf, sizeof buf);
+            strncat(text, buf, sizeof text - strlen(text) - 1);
+        }
+        CHECK(specials_in(t, text, i->tokens, ntok, "a prompt", f) == ntok);
+        /* a stop token is what closes a reply, and one the prompts write */
+        CHECK(i->stop ? !strcmp(i->stop, i->reply_end) && in_list(i->stop, i->tokens, ntok) : f == CHAT_GLM5);
+        /* tool-call tags: special tokens in the family's tokenizer, in ALL_TOOL_TAGS */
+        for (int k = 0; k < nt; k++) {
+            int id = tok_find(t, tg[k]);
+            CHECK(tok_is_special(t, id) && in_list(tg[k], ALL_TOOL_TAGS, nall));
+            if (!tok_is_special(t, id)) fprintf(stderr, "%s: tool tag \"%s\" is no special token\n", i->name, tg[k]);
+            for (int j = 0; j < nall; j++) covered |= !strcmp(tg[k], ALL_TOOL_TAGS[j]) << j;
+        }
+        CHECK(in_list(chat_calls_open(f), tg, nt));                           /* what routes a reply into its calls */
+        CHECK(!chat_thinks(f, 1) || in_list(i->think_end, tg, nt));           /* what routes reasoning out */
+        const char *glue[5] = {sx->name_prefix, sx->index_sep, sx->args_begin, sx->args_end, sx->call_sep}; /* text, no tags */
+        for (int k = 0; k < 5; k++) CHECK(!glue[k] || !*glue[k] || !tok_is_special(t, tok_find(t, glue[k])));
+        /* the forced grammar (thinking where the format can) writes exactly those tags */
+        char *g = gr_tool_calls(td, td->root, sx, NULL, 3, chat_thinks(f, 1) ? i->think_end : NULL, err, sizeof err);
+        CHECK(g != NULL);
+        if (g) {
+            CHECK(specials_in(t, g, tg, nt, "its tool grammar", f) == nt);
+            free(g);
+        }
+        /* every tool token of the tokenizer is one of the row's strings */
+        const char *row[16] = {sx->section_begin, sx->section_end, sx->call_begin, sx->call_end, sx->key_begin, sx->key_end, sx->value_begin,
+                               sx->value_end, sx->sep, i->results_begin, i->results_end, i->result_begin, i->result_end};
+        for (int id = 0; id < tok_n_ids(t); id++) {
+            size_t len;
+            const char *p = tok_is_special(t, id) ? tok_piece(t, id, &len) : NULL;
+            char piece[128];
+            if (!p || !len || len >= sizeof piece) continue;
+            memcpy(piece, p, len), piece[len] = 0;
+            if (strstr(piece, "tool") || strstr(piece, "arg_")) CHECK(in_list(piece, row, 16));
+        }
+    }
+    CHECK(covered == (1 << nall) - 1); /* every tag is some format's */
+    js_free(td);
+    for (int k = 0; k < 3; k++) tok_free(fam[k]);
 }
 
 /* Serve mode's refusals and defaults for the other formats. */
@@ -391,7 +502,7 @@ static void serve_checks(void) {
     const char *obj = "{\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"user\",\"content\":\"u\"},"
                       "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{\"a\":[1,\"b\"]}}}]}]}";
     CHECK(oai_parse(obj, strlen(obj), 1, &lim, &r, &oe) == 0);
-    CHECK(r.text && strstr(r.text, "D<\xef\xbd\x9cUser\xef\xbd\x9c>u") && strstr(r.text, "f" OAI_DS_SEP "{\"a\": [1, \"b\"]}" OAI_DS_CALL_END));
+    CHECK(r.text && strstr(r.text, "D<\xef\xbd\x9cUser\xef\xbd\x9c>u") && strstr(r.text, "f" CHAT_DS_SEP "{\"a\": [1, \"b\"]}" CHAT_DS_CALL_END));
     CHECK(!r.parse_tools);
     oai_req_free(&r);
 }
@@ -411,6 +522,7 @@ int main(void) {
     detection();
     selection(ds, glm);
     serve_checks();
+    table_facts();
     int gc = tool_calls_back(v);
     CHECK(gc == 8);
     printf("test_chat: transformers' renderings matched: %d/%d conversations, %d/%d prompts, %d/%d follow-up turns (ids where the DeepSeek tokenizer applies); "

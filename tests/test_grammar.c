@@ -4,6 +4,7 @@
  * grammars' definitions), the vocabulary mask against a brute force over
  * the tiny fixture's tokenizer at every step of random walks, and the
  * JSON-schema subset. */
+#include "chat.h"
 #include "grammar.h"
 #include "tok.h"
 
@@ -393,6 +394,7 @@ static void test_tools(void) {
         "\"tag\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":3}},"
         "\"required\":[\"city\"]}}},"
         "{\"type\":\"function\",\"function\":{\"name\":\"now\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
+    const chat_fmt_info *glm = chat_info(CHAT_GLM5);
     char err[300];
     js_doc *d = js_parse(tools, strlen(tools), err, sizeof err);
     CHECK(d != NULL);
@@ -431,7 +433,7 @@ static void test_tools(void) {
         {NULL, 3, 1, "<tool_call>now</tool_call>", 0}, /* the reasoning block is closed first */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char *text = gr_tool_calls(d, d->root, cases[i].only, cases[i].max_calls, cases[i].think, err, sizeof err);
+        char *text = gr_tool_calls(d, d->root, &glm->calls, cases[i].only, cases[i].max_calls, cases[i].think ? glm->think_end : NULL, err, sizeof err);
         gr_grammar *g = text ? parse(text) : NULL;
         CHECK(g != NULL);
         int r = g ? in_lang(g, cases[i].text) : -1;
@@ -441,11 +443,11 @@ static void test_tools(void) {
         if (g && cases[i].want) CHECK(prefix_ok(g, W, strlen(W)) == (cases[i].only == NULL && !cases[i].think));
         gr_free(g), free(text);
     }
-    char *t = gr_tool_calls(d, d->root, "missing", 1, 0, err, sizeof err);
+    char *t = gr_tool_calls(d, d->root, &glm->calls, "missing", 1, NULL, err, sizeof err);
     CHECK(!t && strstr(err, "\"missing\""));
     free(t);
     js_doc *e = js_parse("[]", 2, NULL, 0);
-    t = e ? gr_tool_calls(e, e->root, NULL, 1, 0, err, sizeof err) : NULL;
+    t = e ? gr_tool_calls(e, e->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
     CHECK(e && !t && strstr(err, "at least one function"));
     free(t), js_free(e), js_free(d);
 }
