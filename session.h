@@ -8,13 +8,16 @@
  * sess_step until it reports the turn done, then sess_finish (the
  * generated ids join the conversation) or, on failure, sess_abort (the
  * turn leaves nothing behind). Every sess_step is one propose → verify →
- * accept round of exactly one forward of the main model: the token
+ * accept round with at most one forward of the main model: the token
  * chosen from the session's logits goes first, then the proposals of one
  * of three proposers — MTP drafts (spec.h), grammar drafts (the text the
  * grammar forces, tokenized), forced grammar tokens (kept without
  * verification) — and what the forward's rows agree with is accepted.
- * Each accepted token goes through sess_emit_: stop tokens, the stop
- * flag, the text to the sink, the limits.
+ * Without MTP drafts the round is two halves around the forward,
+ * sess_plan (the rows wanted) and sess_absorb (their logits accepted), so
+ * that a caller may compute several sessions' rows in one forward. Each
+ * accepted token goes through sess_emit_: stop tokens, the stop flag, the
+ * text to the sink, the limits.
  *
  * The session keeps its own copy of the next token's logits (s->lg);
  * the model's scratch logits are never filtered in place.
@@ -395,7 +398,7 @@ static inline int sess_begin(sess *s, size_t before, sess_io *io) {
     u->ngen = limit < m->kv.ctx - n ? limit : m->kv.ctx - n;
     u->np = n;
     u->drafting = s->gram && s->p.grammar_draft; /* the grammar drafts; the model's tokens are kept as they are */
-    if (!(u->gen = (int *)malloc((size_t)u->ngen * sizeof(int) + sizeof(int))) || (s->gram && !(u->batch = (int *)malloc((size_t)m->ubatch * sizeof(int)))) ||
+    if (!(u->gen = (int *)malloc((size_t)u->ngen * sizeof(int) + sizeof(int))) || !(u->batch = (int *)malloc((size_t)m->ubatch * sizeof(int))) ||
         (u->drafting && !(u->rows = (float *)malloc((size_t)m->ubatch * c->vocab * sizeof(float)))))
         return sess_abort(s), sess_fail(io, 0, 0, "out of memory");
     return 0;
@@ -473,27 +476,25 @@ static inline int sess_propose_grammar_(sess *s, int next) {
     return k;
 }
 
-/* Verifies grammar drafts batch[1..k) in one forward over batch[0..k) at
- * position p0: the model's own token at each row is kept, the drafts it
- * agrees with are emitted, the first it does not becomes pending. Returns
- * 1 when the turn is done, 0 to go on, -1 failed. */
-static inline int sess_verify_grammar_(sess *s, int k, int p0) {
+/* Accepts against grammar drafts batch[1..k) with the forward's rows
+ * (rows[i]: the logits after batch[i]): the model's own token at each row
+ * is kept, the drafts it agrees with are emitted, the first it does not
+ * becomes pending. Returns 1 when the turn is done, 0 to go on. */
+static inline int sess_accept_drafts_(sess *s, int k, const float *rows) {
     sess_turn *u = &s->u;
-    coli_model *m = s->m;
-    int V = m->c.vocab;
-    s->d_proposed += k - 1, s->d_verifies++, u->io->forwards++;
-    if (fwd_tokens(m, u->batch, k, p0, u->rows)) return sess_fail(u->io, 1, 0, "%s", m->err);
+    int V = s->m->c.vocab;
+    s->d_proposed += k - 1, s->d_verifies++;
     u->fed++;
     for (int i = 0; i < k - 1; i++) {
-        int t = smp_sample(&s->p.sp, u->rows + (size_t)i * V, V, &s->rng, &s->w);
-        u->lg = u->rows + (size_t)i * V; /* the next token emitted is t, now or as pending */
+        int t = smp_sample(&s->p.sp, rows + (size_t)i * V, V, &s->rng, &s->w);
+        u->lg = rows + (size_t)i * V; /* the next token emitted is t, now or as pending */
         if (t != u->batch[i + 1]) { u->pending = t; return 0; }
         s->d_accepted++;
         if (sess_emit_(s, t)) return 1;
         u->fed++;
         if (s->g_alive && sess_accept_(s, t)) s->g_alive = 0;
     }
-    memcpy(s->lg, u->rows + (size_t)(k - 1) * V, (size_t)V * sizeof(float));
+    memcpy(s->lg, rows + (size_t)(k - 1) * V, (size_t)V * sizeof(float));
     return 0;
 }
 
@@ -517,52 +518,78 @@ static inline int sess_propose_forced_(sess *s, int next, int *stop) {
     return k;
 }
 
-/* One propose → verify → accept round: the next token (pending from the
- * last verification, forced, or drawn from s->lg), then the proposals of
- * the session's proposer, then one forward of the main model over them.
- * Returns 0 to go on, 1 when the turn is done (io->why), -1 when it
- * failed (io says why; the caller aborts). */
-static inline int sess_step(sess *s) {
+/* What a step asks the forward for: k rows (s->u.batch) at positions
+ * p0.., of one sequence; all: every row's logits are wanted (drafts to
+ * verify), else only the last row's; done: the turn ends after they are
+ * computed (k may be 0: nothing to compute). */
+typedef struct {
+    int k, p0, all, done;
+} sess_rows;
+
+/* The first half of a step without MTP drafts: the next token (pending
+ * from the last verification, forced, or drawn from s->lg) emitted, then
+ * the proposer's rows after it (grammar drafts, forced grammar tokens).
+ * 0 (compute r's rows, then sess_absorb), or -1 (failed: io says why). */
+static inline int sess_plan(sess *s, sess_rows *r) {
     sess_turn *u = &s->u;
     sess_io *io = u->io;
-    coli_model *m = s->m;
-    if (s->spec && u->mtp_started) { /* MTP drafts: spec.h's round */
-        int done, e = spec_step(&s->sc, u->ngen - u->n, &s->p.sp, &s->rng, &s->w, sess_emit_, s, &done);
-        if (e < 0 && !io->failed) sess_fail(io, 1, 0, "%s", m->err);
-        return io->failed ? -1 : done ? 1 : 0;
-    }
+    memset(r, 0, sizeof *r);
     int next = u->pending;
     u->pending = -1;
     if (next < 0) {
         next = sess_choose_(s);
-        if (next == -1) return io->failed ? -1 : 1;
+        if (next == -1) return io->failed ? -1 : (r->done = 1, 0);
     }
-    if (!u->n) m->tel.ttft = compat_now() - u->t0;
+    if (!u->n) s->m->tel.ttft = compat_now() - u->t0;
     if (next < 0) return sess_fail(io, 0, 0, "the logits are not finite (NaN or infinity); stopping");
-    if (sess_emit_(s, next)) return io->failed ? -1 : 1;
-    if (s->spec) { /* the first token is the plain draw; MTP rounds from here */
+    if (sess_emit_(s, next)) return io->failed ? -1 : (r->done = 1, 0);
+    r->p0 = u->np + u->n - 1; /* the position of next */
+    if (s->spec) { /* the first token is the plain draw; MTP rounds from here (sess_step) */
         spec_start(&s->sc, next, u->np);
         u->mtp_started = 1;
         return 0;
     }
-    int k = 1, p0 = u->np + u->n - 1, stop = 0; /* the position of next */
-    const int *rows = &next;
-    if (u->drafting) {
-        k = sess_propose_grammar_(s, next);
-        if (k > 1) {
-            int r = sess_verify_grammar_(s, k, p0);
-            return r < 0 || io->failed ? -1 : r;
-        }
-        rows = u->batch;
-    } else if (s->gram) {
-        if ((k = sess_propose_forced_(s, next, &stop)) < 0) return io->failed ? -1 : 1;
-        rows = u->batch; /* run even when the turn ends: the cache then covers what was emitted */
+    r->k = 1, u->batch[0] = next;
+    if (u->drafting) r->k = sess_propose_grammar_(s, next), r->all = r->k > 1;
+    else if (s->gram && (r->k = sess_propose_forced_(s, next, &r->done)) < 0) /* the rows run even when the turn ends: the cache covers what was emitted */
+        return io->failed ? -1 : (r->k = 0, r->done = 1, 0);
+    return io->failed ? -1 : 0;
+}
+
+/* The second half: the rows of r computed (logits: [k][vocab] when
+ * r->all, else the last row's [vocab]) are accepted. Returns 0 to go on,
+ * 1 when the turn is done (io->why), -1 when it failed. */
+static inline int sess_absorb(sess *s, const sess_rows *r, const float *logits) {
+    sess_turn *u = &s->u;
+    u->io->forwards++;
+    int done = r->done;
+    if (r->all) done |= sess_accept_drafts_(s, r->k, logits);
+    else {
+        memcpy(s->lg, logits, (size_t)s->m->c.vocab * sizeof(float));
+        u->fed += r->k, s->g_saved += r->k - 1;
     }
-    io->forwards++;
-    if (fwd_tokens(m, rows, k, p0, NULL)) return sess_fail(io, 1, 0, "%s", m->err);
-    memcpy(s->lg, m->sc.logits, (size_t)m->c.vocab * sizeof(float));
-    u->fed += k, s->g_saved += k - 1;
-    return io->failed ? -1 : stop;
+    return u->io->failed ? -1 : done;
+}
+
+/* One propose → verify → accept round: sess_plan, one forward of the
+ * main model over its rows, sess_absorb; with MTP drafts, spec.h's round
+ * (drafts, one verifying forward, acceptance). Returns 0 to go on, 1 when
+ * the turn is done (io->why), -1 when it failed (io says why; the caller
+ * aborts). */
+static inline int sess_step(sess *s) {
+    sess_turn *u = &s->u;
+    sess_io *io = u->io;
+    coli_model *m = s->m;
+    if (s->spec && u->mtp_started) {
+        int done, e = spec_step(&s->sc, u->ngen - u->n, &s->p.sp, &s->rng, &s->w, sess_emit_, s, &done);
+        if (e < 0 && !io->failed) sess_fail(io, 1, 0, "%s", m->err);
+        return io->failed ? -1 : done ? 1 : 0;
+    }
+    sess_rows r;
+    if (sess_plan(s, &r)) return -1;
+    if (!r.k) return r.done;
+    if (fwd_tokens(m, u->batch, r.k, r.p0, r.all ? u->rows : NULL)) return sess_fail(io, 1, 0, "%s", m->err);
+    return sess_absorb(s, &r, r.all ? u->rows : m->sc.logits);
 }
 
 /* Ends a turn that did not fail: the text the decoder still held goes to
