@@ -1,12 +1,14 @@
 /* colibri.c — the program: the run modes over a model (the oracle
  * self-test against a transformers reference, generation from PROMPT,
- * --tokenize), the environment resolved once into plain options, the
- * startup and end-of-run lines, the usage history, and main.
+ * --chat, --serve with its kept conversations, --tokenize) over sessions
+ * (session.h), the environment resolved once into plain options, the
+ * startup, per-turn and end-of-run lines, the usage history, and main.
  *
  * What lives where: config.h (config.json), model.h (weights, memory plan,
  * loading), forward.h (the per-token math), store.h / tier.h / io.h (routed
- * experts: residency, policy, reads), kernels.h (matmuls), tok.h, sample.h,
- * telemetry.h, env.h. README.md has the map and the per-token path.
+ * experts: residency, policy, reads), kernels.h (matmuls), session.h (a
+ * conversation and its decoding), tok.h, chat.h, sample.h, telemetry.h,
+ * env.h. README.md has the map and the per-token path.
  *
  * Exit codes: 0 ok, 1 oracle mismatch, 2 bad input or configuration.
  * Must not: hold model math or mechanisms (they live in the headers). */
