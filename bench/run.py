@@ -5,7 +5,7 @@
                        [--out bench/results.json] [--no-peer] [--omp-default | --omp-spin]
 
 Sections, in order: limits (memory and O_DIRECT disk bandwidth), kernels
-(bench_quant), resident, streaming, history, iopaths, spec, serve, grammar,
+(bench_quant), resident, streaming, history, iopaths, spec, serve, batch, grammar,
 cuda (GPU; skipped without one), tokenizer, convert,
 llamacpp; the limits are probed again at the end. Every figure is paired with
 the limit it is judged against, measured in the same run; llama.cpp runs are
@@ -1240,6 +1240,181 @@ class Bench:
                                         clients, per, ntok, same, len(asks))})
         self.R["serve"] = out
 
+    def metrics(self, port):
+        """serve's /metrics counters as {name: value} (unlabelled series only)."""
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode("utf-8", "replace")
+        c.close()
+        out = {}
+        for line in text.splitlines():
+            m = re.match(r"^([a-z_]+) ([0-9.eE+-]+)$", line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+        return out
+
+    def complete_stream(self, port, prompt, max_tokens, extra=None):
+        """Streams one /v1/completions request (either engine); (seconds to
+        the first text, seconds in all, completion tokens)."""
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+        body.update(extra or {})
+        t0 = time.time()
+        c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            raise RuntimeError("HTTP %d: %s" % (r.status, r.read()[:200]))
+        first, chunks, usage = None, 0, None
+        for raw in r:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                usage = ev["usage"]
+            for ch in ev.get("choices") or []:
+                if ch.get("text"):
+                    chunks += 1
+                    if first is None:
+                        first = time.time() - t0
+        c.close()
+        return first, time.time() - t0, (usage or {}).get("completion_tokens") or chunks
+
+    def batch_round(self, port, prompts, G, extra=None):
+        """len(prompts) clients at once, one request each; (aggregate
+        generated tok/s, TTFT p50, TTFT p95, tokens, errors)."""
+        import threading
+        res, errs = [None] * len(prompts), []
+
+        def client(i):
+            try:
+                res[i] = self.complete_stream(port, prompts[i], G, extra)
+            except Exception as e:  # noqa: BLE001
+                errs.append(str(e))
+        t0 = time.time()
+        ts = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wall = time.time() - t0
+        ok = [r for r in res if r]
+        toks = sum(r[2] for r in ok)
+        tt = sorted(r[0] for r in ok if r[0] is not None)
+        pct = (lambda q: tt[min(len(tt) - 1, int(round(q * (len(tt) - 1))))] if tt else None)
+        return (toks / wall if wall else 0.0), pct(0.5), pct(0.95), toks, errs
+
+    def batch_run(self, port, prompts, G):
+        """One colibri round (batch_round) with its /metrics deltas: disk
+        bytes and forwards per generated token, sequences per forward."""
+        m0 = self.metrics(port)
+        tps, t50, t95, toks, errs = self.batch_round(port, prompts, G)
+        m1 = self.metrics(port)
+        dd = lambda k: m1.get(k, 0) - m0.get(k, 0)  # noqa: E731
+        fw, sq = dd("colibri_decode_forwards_total"), dd("colibri_decode_sequences_total")
+        return {"tok_s": tps, "ttft_p50_s": t50, "ttft_p95_s": t95, "tokens": toks, "errors": errs,
+                "disk_bytes_per_token": dd("colibri_disk_read_bytes_total") / toks if toks else None,
+                "forwards_per_token": fw / toks if toks else None, "sequences_per_forward": sq / fw if fw else None}
+
+    def llama_server_start(self, gguf, parallel, ctx, tag):
+        """llama-server of the pinned llama.cpp on a free port with
+        --parallel slots (continuous batching on); (process, port, log)."""
+        import socket
+        ls = os.path.join(self.llama, "bin", "llama-server")
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
+        self.nlog += 1
+        lp = os.path.join(self.logdir, "%03d-llama-server-%s.log" % (self.nlog, tag))
+        lf = open(lp, "wb")
+        env = dict(os.environ)
+        env.update(self.omp_env)
+        p = subprocess.Popen([ls, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()), "--parallel", str(parallel),
+                              "-c", str(ctx * parallel), "--cont-batching", "--no-webui"] + self.peer_extra, env=env, stdout=lf, stderr=lf)
+        import http.client
+        t0 = time.time()
+        while time.time() - t0 < 600 and p.poll() is None:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    lf.close()
+                    return p, port, lp
+            except OSError:
+                pass
+            time.sleep(0.2)
+        lf.close()
+        return p, None, lp
+
+    def batch(self):
+        """Concurrent clients (1, 2, 4, 8), one /v1/completions request each
+        of G tokens after a distinct prompt, on the resident and the
+        streaming synthetic models: aggregate generated tok/s (all clients'
+        tokens over the wall time of the round), TTFT p50/p95, disk bytes
+        and forwards per generated token from /metrics (sequences per
+        forward shows how many conversations each forward advanced); the
+        same rounds against llama-server --parallel N (continuous batching)
+        of the pinned llama.cpp on the model's GGUF export where it is
+        installed. Rounds of the two engines alternate, repeats times."""
+        P, G = (32, 16) if self.a.quick else (64, 64)
+        Ns = (1, 2, 4, 8)
+        out = {"P": P, "G": G, "models": {}}
+        peer = self.peer_wanted() and self.peer() and os.access(os.path.join(self.llama, "bin", "llama-server"), os.X_OK)
+        if self.peer_wanted() and not peer:
+            self.skip("batch: llama-server side by side", "llama-server not built (make llamacpp)")
+        for name, env in (("medium", None), ("large", {"DIRECT": "1", "PIN": "0"})):
+            d = self.ensure_model(name)
+            e = dict(env) if env else {"PIN": self.usage_all(d), "PIN_GB": "all"}
+            if env:
+                e["RAM_GB"] = str(self.R["limits"].get("stream_ram_gb") or self.stream_budget())
+            e["CHAT_TEMPLATE"] = None
+            p, port, lp = self.serve_start(d, e, "batch-" + name)
+            if not port:
+                self.say("  batch: the server did not start, see %s" % lp)
+                continue
+            rows = {}
+            gp = self.gguf_of(name) if peer else None
+            try:
+                self.complete_stream(port, self.prompt(d, P, 999), 4)  # warm-up
+                for N in Ns:
+                    runs = []
+                    lproc, lport = None, None
+                    if gp:
+                        lproc, lport, llp = self.llama_server_start(gp, N, P + G + 16, "%s-%d" % (name, N))
+                        if not lport:
+                            self.say("  batch: llama-server did not start, see %s" % llp)
+                    try:
+                        for rep in range(max(1, self.a.repeats)):
+                            prompts = [self.prompt(d, P, 31 * N + 7 * i + rep) for i in range(N)]
+                            runs.append(self.batch_run(port, prompts, G))
+                            if lport:  # interleaved: the peer's round of the same prompts right after
+                                ltps, l50, l95, _, lerrs = self.batch_round(lport, prompts, G, {"ignore_eos": True})
+                                runs[-1].update(llama_tok_s=ltps, llama_ttft_p50_s=l50, llama_ttft_p95_s=l95, llama_errors=lerrs)
+                    finally:
+                        if lproc is not None:
+                            self.serve_stop(lproc)
+                    med = lambda k: median([r[k] for r in runs if r.get(k) is not None]) if any(r.get(k) is not None for r in runs) else None  # noqa: E731
+                    rows[N] = {"runs": runs, **{k: med(k) for k in ("tok_s", "ttft_p50_s", "ttft_p95_s", "disk_bytes_per_token", "forwards_per_token",
+                                                                      "sequences_per_forward", "llama_tok_s", "llama_ttft_p50_s", "llama_ttft_p95_s")}}
+                    r = rows[N]
+                    self.say("  batch %s, %d clients: %.2f tok/s aggregate (%.2fx one client's), TTFT p50 %.2f s p95 %.2f s, %.2f sequences per forward, "
+                             "%.1f MB disk per token%s" % (
+                                 name, N, r["tok_s"] or 0, (r["tok_s"] or 0) / (rows[1]["tok_s"] or 1), r["ttft_p50_s"] or 0, r["ttft_p95_s"] or 0,
+                                 r["sequences_per_forward"] or 0, (r["disk_bytes_per_token"] or 0) / 1e6,
+                                 "; llama-server --parallel %d: %.2f tok/s, TTFT p95 %.2f s" % (N, r["llama_tok_s"], r["llama_ttft_p95_s"] or 0)
+                                 if r.get("llama_tok_s") else ""))
+            finally:
+                self.serve_stop(p)
+            out["models"][name] = {"rows": rows, "log": lp}
+            one, eight = rows.get(1, {}).get("tok_s"), rows.get(8, {}).get("tok_s")
+            if one and eight:
+                self.R["workloads"].append({"id": "batch.%s.tok_s_8" % name, "engine": "colibri", "model": name, "unit": "tok/s", "n": self.a.repeats,
+                                            "what": "aggregate generated tok/s, 8 concurrent clients x %d tokens" % G, "value": round(eight, 2),
+                                            "limit_name": "one client's tok/s", "limit": round(one, 2), "ratio": round(eight / one, 3)})
+        self.R["batch"] = out
+
     def grammar(self):
         """Grammar masks: bench_grammar's cost per mask over a 150k-token
         vocabulary on a JSON-schema walk and a free JSON-object walk; then a
@@ -1602,7 +1777,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("grammar", self.grammar), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):

@@ -7,15 +7,16 @@
 #
 # Where things go (all outside git):
 #   $COLI_BENCH_CACHE   default bench/cache: the sdist, the llama.cpp source
-#                       tree and its build (llama.cpp/build/bin/llama-bench)
+#                       tree and its build (llama.cpp/build/bin/llama-bench,
+#                       llama-server)
 #   $COLI_BENCH_VENV    default $COLI_BENCH_CACHE/venv: python venv with the
 #                       packages pinned in bench/requirements-bench.txt
 #
 # Source: llama.cpp is taken from the source distribution of the PyPI
 # package llama-cpp-python (pinned version and sha256 below), which vendors
 # the llama.cpp tree under vendor/llama.cpp; only PyPI is needed, no git.
-# The build is CPU-only, without curl, tests, examples or the server; only
-# llama-bench is built. The instruction sets are this CPU's (read from
+# The build is CPU-only, without curl, tests or examples; llama-bench and
+# llama-server (make bench's batch section: --parallel N) are built. The instruction sets are this CPU's (read from
 # /proc/cpuinfo: AVX2, FMA, F16C, AVX-VNNI, AVX-512 and its VNNI/VBMI/BF16
 # extensions) except AMX: with AMX buffers, this llama.cpp aborts
 # (GGML_ASSERT in ggml_backend_sched_split_graph) on the Q8_0 2-D weights of
@@ -69,7 +70,7 @@ if [ ! -f "$SRC/CMakeLists.txt" ] || [ "$(cat "$SRC/.colibri-pin" 2>/dev/null)" 
 fi
 
 # 4. build (CPU only)
-if [ ! -x "$SRC/build/bin/llama-bench" ] || [ ! -f "$SRC/build-isa.txt" ]; then
+if [ ! -x "$SRC/build/bin/llama-bench" ] || [ ! -x "$SRC/build/bin/llama-server" ] || [ ! -f "$SRC/build-isa.txt" ]; then
     command -v cmake >/dev/null || { say "cmake is missing (apt-get install cmake g++)"; exit 2; }
     say "building llama-bench with $JOBS jobs (several minutes)"
     if [ "${LLAMA_NATIVE:-0}" = 1 ]; then
@@ -86,9 +87,9 @@ if [ ! -x "$SRC/build/bin/llama-bench" ] || [ ! -f "$SRC/build-isa.txt" ]; then
     # shellcheck disable=SC2086
     cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release $ISA -DBUILD_SHARED_LIBS=OFF \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DGGML_CUDA=OFF >"$SRC/build-cmake.log" 2>&1 \
+        -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DGGML_CUDA=OFF >"$SRC/build-cmake.log" 2>&1 \
         || { say "cmake failed, see $SRC/build-cmake.log"; exit 2; }
-    cmake --build "$SRC/build" --target llama-bench -j "$JOBS" >"$SRC/build.log" 2>&1 \
+    cmake --build "$SRC/build" --target llama-bench llama-server -j "$JOBS" >"$SRC/build.log" 2>&1 \
         || { say "build failed, see $SRC/build.log"; tail -20 "$SRC/build.log" >&2; exit 2; }
 fi
-say "ready: $SRC/build/bin/llama-bench (llama-cpp-python $LCP_VERSION's llama.cpp), venv $VENV"
+say "ready: $SRC/build/bin/llama-bench and llama-server (llama-cpp-python $LCP_VERSION's llama.cpp), venv $VENV"
