@@ -1,8 +1,8 @@
 /* test_batch.c — several sequences in one forward (forward.h's fwd_rows
  * over model.h's KV slots) on the committed fixtures, one with the DSA
  * indexer and an MTP layer (tiny-glm5-mtp, index_topk 5), one without an
- * indexer (tiny-dsv3, deepseek_v3) and one quantized (tiny-q8, the integer
- * path): batched forwards whose rows mix prefill chunks and single decode
+ * indexer (tiny-dsv3, deepseek_v3), deepseek_v32's (tiny-dsv32) and one
+ * quantized (tiny-q8, the integer path): batched forwards whose rows mix prefill chunks and single decode
  * rows of up to four sequences in any slot order, at positions well past
  * index_topk, give bit for bit the logits, hidden rows and KV rows (latent,
  * rope key, indexer key of every layer) of one-row forwards of each
@@ -10,7 +10,9 @@
  * reconstructed and automatic MLA; only the wanted rows' logits come back,
  * in order; a sequence decoded alone in slot k (main model and MTP layer)
  * equals its decoding in slot 0; a slot saved to a KV file loads into
- * another slot and continues exactly; bad batches are refused by name. */
+ * another slot and continues exactly; bad batches are refused by name.
+ * Built with the GPU (build/cuda-host's stand-in, build/cuda): slot 0's
+ * passes on the GPU's latent cache and mixed passes on the CPU agree. */
 #define COLI_NO_MAIN
 #include "../colibri.c"
 
@@ -256,6 +258,61 @@ static void test_persist(const char *dir) {
     model_free(&a), model_free(&b);
 }
 
+#ifdef COLI_HAVE_CUDA
+/* With the GPU (the host stand-in in build/cuda-host, a device in
+ * build/cuda) holding the dense matrices (IDOT, int8 at load) and slot 0's
+ * latent cache and indexer keys: a scripted schedule where slot 0 runs
+ * alone (attention and indexer on the GPU), then rewinds beside slot 1
+ * (on the CPU, rewriting rows the GPU holds), then runs alone again (the
+ * GPU must take the rewritten rows) gives bit for bit what one-row
+ * forwards on the CPU give (model a, the same slots), and the GPU did
+ * attend. */
+static void test_gpu(const char *dir) {
+    coli_opts oa = opts(1, 1, 2, 64), ob = opts(2, 1, 2, 64);
+    oa.dense_bits = ob.dense_bits = 8;
+    ob.cuda = 1, ob.cuda_attn = 1, ob.cuda_expert_gb = -1, ob.cuda_fill_mb = 64;
+    coli_model a, b;
+    if (load(&a, dir, oa)) { CHECK(0); return; }
+    if (load(&b, dir, ob)) { CHECK(0); model_free(&a); return; }
+    if (!gpu_has_kv(&b.gpu) || !gpu_has_keys(&b.gpu)) {
+        SKIP("gpu", "the GPU holds no latent cache with indexer keys here");
+        model_free(&a), model_free(&b);
+        return;
+    }
+    const coli_config *c = &a.c;
+    /* per step, per slot: first position, count, token variant */
+    static const int script[][2][3] = {{{0, 10, 0}, {0, 0, 0}}, {{6, 3, 1}, {0, 7, 0}}, {{9, 4, 1}, {0, 0, 0}},
+                                       {{0, 0, 0}, {7, 5, 0}},  {{13, 1, 1}, {12, 2, 0}}, {{14, 6, 1}, {0, 0, 0}}};
+    int bad = 0, end[2] = {0, 0};
+    fwd_row rows[32];
+    float *out = malloc((size_t)32 * c->vocab * 4), *one = malloc((size_t)c->vocab * 4);
+    uint64_t attn0 = b.gpu.cnt.attn_gpu;
+    for (size_t k = 0; k < sizeof script / sizeof script[0]; k++) {
+        int n = 0;
+        for (int q = 0; q < 2; q++) {
+            const int *st = script[k][q];
+            for (int i = 0; i < st[1]; i++, n++) rows[n] = (fwd_row){tok_of(&b, q + 2 * st[2], st[0] + i), q, st[0] + i, 1};
+            if (st[1]) end[q] = st[0] + st[1];
+        }
+        CHECK(fwd_rows(&b, rows, n, out, NULL) == 0);
+        for (int i = 0; i < n; i++) {
+            CHECK(kv_select(&a.kv, rows[i].slot) == 0 && fwd_run(&a, &rows[i].tok, 1, rows[i].pos, one, NULL, 0) == 0);
+            bad += memcmp(out + (size_t)i * c->vocab, one, (size_t)c->vocab * 4) != 0;
+        }
+    }
+    CHECK(bad == 0);
+    for (int q = 0; q < 2; q++)
+        for (int l = 0; l < c->n_layers; l++) {
+            CHECK(!memcmp(kv_lat(&a.kv, q, l), kv_lat(&b.kv, q, l), (size_t)end[q] * c->kv_lora * 4));
+            CHECK(!memcmp(kv_rope(&a.kv, q, l), kv_rope(&b.kv, q, l), (size_t)end[q] * c->qk_rope * 4));
+            if (c->idx_full[l]) CHECK(!memcmp(kv_ikey(&a.kv, q, l), kv_ikey(&b.kv, q, l), (size_t)end[q] * c->index_dim * 4));
+        }
+    CHECK(b.gpu.cnt.attn_gpu > attn0 && b.gpu.cnt.idx_gpu > 0 && !gpu_failed(&b.gpu));
+    free(out), free(one);
+    model_free(&a), model_free(&b);
+}
+#endif
+
 /* Batches fwd_rows refuses, each by name. */
 static void test_refusals(const char *dir) {
     coli_model b;
@@ -282,7 +339,7 @@ static void test_refusals(const char *dir) {
 
 int main(void) {
     (void)coli_main;
-    static const char *fix[] = {"tests/fixtures/tiny-glm5-mtp", "tests/fixtures/tiny-dsv3", "tests/fixtures/tiny-q8"};
+    static const char *fix[] = {"tests/fixtures/tiny-glm5-mtp", "tests/fixtures/tiny-dsv32", "tests/fixtures/tiny-dsv3", "tests/fixtures/tiny-q8"};
     struct stat st;
     for (size_t i = 0; i < sizeof fix / sizeof fix[0]; i++) {
         if (stat(fix[i], &st)) {
@@ -293,6 +350,9 @@ int main(void) {
         test_batched(fix[i]);
         test_slot_alone(fix[i]);
         if (i == 0) test_persist(fix[i]), test_refusals(fix[i]);
+#ifdef COLI_HAVE_CUDA
+        if (i == 0) test_gpu(fix[i]);
+#endif
         printf("%s: %.1f s\n", fix[i], compat_now() - t0);
     }
     return check_report("test_batch");
