@@ -243,7 +243,7 @@ build/arm-clang/qemu/%: tests/qemu_arm.sh
 # The CUDA builds: make test's (test flags) and make CUDA=1's.
 $(eval $(call flavour,build/cuda,$(TESTFLAGS) -DCOLI_HAVE_CUDA,build/cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/test))
 $(eval $(call flavour,build/rel-cuda,$(RELFLAGS) -DCOLI_HAVE_CUDA,build/rel-cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/rel))
-build/cuda/colibri build/cuda/test_cuda build/cuda/colibri-convert build/cuda/colibri-synth: build/cuda/libcolicuda.a
+build/cuda/colibri build/cuda/test_cuda build/cuda/test_batch build/cuda/colibri-convert build/cuda/colibri-synth: build/cuda/libcolicuda.a
 build/rel-cuda/colibri build/rel-cuda/bench_cuda build/rel-cuda/colibri-convert build/rel-cuda/colibri-synth: build/rel-cuda/libcolicuda.a
 
 # The CUDA build with tests/cuda_host.c in place of backend_cuda.cu (host
@@ -256,7 +256,7 @@ build/cuda-host/cuda_host.o: tests/cuda_host.c Makefile
 build/cuda-host/libcolicuda.a: build/cuda-host/cuda_host.o
 	@rm -f $@
 	$(AR) rcs $@ $^
-build/cuda-host/colibri build/cuda-host/test_cuda: build/cuda-host/libcolicuda.a
+build/cuda-host/colibri build/cuda-host/test_cuda build/cuda-host/test_batch: build/cuda-host/libcolicuda.a
 # The same under ThreadSanitizer (make sanitize): the GPU tier's barriers,
 # copies and fallback with the team's threads.
 $(eval $(call flavour,build/tsan-cuda-host,$(TSANFLAGS) -DCOLI_HAVE_CUDA,build/tsan-cuda-host/libcolicuda.a build/tsan/libkernels.a $(LIBS) $(OPTLIBS),build/tsan))

@@ -128,7 +128,10 @@ typedef struct {
 typedef struct {
     coli_model *m;
     const int *tok;
-    int S, pos;
+    int S, pos;        /* rows; pos: the first row's position (a one-sequence pass, seq0) */
+    int seq0;          /* the rows are one sequence in slot 0 at pos..pos+S-1: the GPU's latent cache and keys (slot 0's) serve it */
+    int w0;            /* the first position of slot 0 the pass writes (kv.ctx: none): the GPU's copies are stale from there */
+    int nwant;         /* out: the logits of every row (-1) or of rows sc->wrow[0..nwant) */
     float *out;
     float *hid;        /* NULL, or [S][dim]: the final-normed hidden rows (main) / the MTP layer's output rows (MTP) */
     const float *hin;  /* MTP: [S][dim] the hidden rows paired with tok */
@@ -219,8 +222,9 @@ static void fwd_index_scores(coli_model *m, const float *kc, int s, int64_t t0, 
     }
 }
 
-/* The kept keys of rows [0, S) at pos of full layer l (their keys and
- * queries ready) from scores the GPU computes (gpu_index_scores), a
+/* The kept keys of rows [0, S) at pos of full layer l of a slot-0
+ * sequence (sh->seq0; their keys and queries ready, gpu_keys_written done)
+ * from scores the GPU computes (gpu_index_scores), a
  * row per thread at a time, each thread then choosing its row's top k in
  * its own scratch; the GPU holds the indexer's keys. 1 when every row's
  * nsel/sel is set; 0 when the CPU must score them all (after a failure,
@@ -230,11 +234,9 @@ static int fwd_indexer_gpu(const fwd_t *f, fwd_shared *sh, int l) {
     coli_scratch *sc = &m->sc;
     int S = sh->S, pos = sh->pos, fs = m->kv.full_slot[l], ih = m->c.index_heads, id = m->c.index_dim;
     int k = m->c.index_topk, s0 = k - pos <= 0 ? 0 : k - pos < S ? k - pos : S; /* rows [0, s0) keep every key */
-    if (f->tid == 0) {
-        gpu_keys_written(&m->gpu, fs, pos, m->kv.gen);
+    if (f->tid == 0)
         for (int s = 0; s < s0; s++) sc->nsel[s] = -1;
-    }
-    const float *keys = m->kv.ikey + (size_t)fs * m->kv.ctx * id;
+    const float *keys = kv_ikey(&m->kv, 0, l);
     for (int r = s0; r < S; r += f->nth) {
         int n = S - r < f->nth ? S - r : f->nth;
         if (f->tid == 0)
@@ -253,27 +255,28 @@ static int fwd_indexer_gpu(const fwd_t *f, fwd_shared *sh, int l) {
     return 1;
 }
 
-/* DSA indexer (docs/model.md §5) of full layer l for rows [0, S) at
- * positions pos..pos+S-1: caches their keys and writes each row's kept keys
- * to sc->sel/nsel (nsel = -1: every causal key is kept). Batches give each
- * thread whole rows; a single row splits its keys over the team. */
+/* DSA indexer (docs/model.md §5) of full layer l for rows [0, S), row s at
+ * position sc->rpos[s] of slot sc->rslot[s]: caches their keys and writes
+ * each row's kept keys among its own slot's keys to sc->sel/nsel (nsel =
+ * -1: every causal key is kept). Batches give each thread whole rows; a
+ * single row splits its keys over the team. A row's scores and choice are
+ * the same either way (each key's score is computed alone). */
 static void fwd_indexer(const fwd_t *f, fwd_shared *sh, int l) {
     coli_model *m = f->m;
-    int S = sh->S, pos = sh->pos;
+    int S = sh->S;
     coli_config *c = &m->c;
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, k = c->index_topk;
-    float *kc = m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * id;
     fwd_matmul(f, &L->iq, sc->qlat, S, sc->qi);
     fwd_matmul_group(f, (const qt_tensor *[]){&L->ik, &L->iw}, 2, sc->a, S, (float *[]){sc->tmp, sc->iw}); /* tmp: [S][id] raw keys */
     float wscale = 1.0f / sqrtf((float)ih);
     int64_t a, b;
     fwd_share(f, S, &a, &b);
     for (int64_t s = a; s < b; s++) {
-        int p = pos + (int)s;
+        int p = sc->rpos[s];
         const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
-        float *key = kc + (size_t)p * id;
+        float *key = kv_ikey(&m->kv, sc->rslot[s], l) + (size_t)p * id;
         layernorm(key, sc->tmp + (size_t)s * id, L->ik_norm_w, L->ik_norm_b, id, 1e-6f);
         void (*rope)(float *, int, const float *, const float *) = c->index_rope_interleave ? rope_apply : rope_apply_half;
         rope(key, c->qk_rope, cs, sn);
@@ -281,21 +284,26 @@ static void fwd_indexer(const fwd_t *f, fwd_shared *sh, int l) {
         for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
     }
     fwd_sync(f); /* every key of the batch is cached */
-    if (gpu_has_keys(&m->gpu) && fwd_indexer_gpu(f, sh, l)) return; /* the GPU holds the indexer's keys */
-    if (f->tid == 0 && pos + S > k) gpu_count_index(&m->gpu, 0);
+    if (gpu_has_keys(&m->gpu) && f->tid == 0 && sh->w0 < m->kv.ctx) gpu_keys_written(&m->gpu, m->kv.full_slot[l], sh->w0, m->kv.gen);
+    if (gpu_has_keys(&m->gpu) && sh->seq0 && fwd_indexer_gpu(f, sh, l)) return; /* the GPU holds slot 0's indexer keys */
+    if (f->tid == 0) {
+        int any = 0; /* some row chooses among more than k keys */
+        for (int s = 0; s < S; s++) any |= sc->rpos[s] + 1 > k;
+        if (any) gpu_count_index(&m->gpu, 0);
+    }
     if (S >= f->nth) {
         for (int64_t s = a; s < b; s++) {
-            int T = pos + (int)s + 1;
+            int T = sc->rpos[s] + 1;
             if (T <= k) { sc->nsel[s] = -1; continue; }
             float *score = sc->thr[f->tid], *tmp = score + m->kv.ctx;
-            fwd_index_scores(m, kc, (int)s, 0, T, score);
+            fwd_index_scores(m, kv_ikey(&m->kv, sc->rslot[s], l), (int)s, 0, T, score);
             sc->nsel[s] = topk_select(score, T, k, tmp, sc->sel + (size_t)s * k);
         }
         fwd_sync(f);
         return;
     }
     for (int s = 0; s < S; s++) {
-        int T = pos + s + 1;
+        int T = sc->rpos[s] + 1;
         if (T <= k) {
             if (f->tid == 0) sc->nsel[s] = -1;
             continue;
@@ -303,7 +311,7 @@ static void fwd_indexer(const fwd_t *f, fwd_shared *sh, int l) {
         float *score = sc->thr[0], *tmp = score + m->kv.ctx;
         int64_t t0, t1;
         fwd_share(f, T, &t0, &t1);
-        fwd_index_scores(m, kc, s, t0, t1, score);
+        fwd_index_scores(m, kv_ikey(&m->kv, sc->rslot[s], l), s, t0, t1, score);
         fwd_sync(f);
         if (f->tid == 0) sc->nsel[s] = topk_select(score, T, k, tmp, sc->sel + (size_t)s * k);
         fwd_sync(f);
@@ -311,17 +319,18 @@ static void fwd_indexer(const fwd_t *f, fwd_shared *sh, int l) {
     fwd_sync(f); /* tid 0's nsel = -1 of rows with every key kept */
 }
 
-/* Absorbed attention of head h for query row s over the kept keys: the
+/* Absorbed attention of head h for query row s (at sc->rpos[s] of slot
+ * sc->rslot[s]) over the kept keys of its slot: the
  * query is pulled into the latent space (q_nope · W_UK, a transposed
  * product over kv_b's rows), scored against the cached latents, and the
  * weighted latent is written to out[kv_lora]; the caller expands it by W_UV.
  * Reentrant: per-thread scratch thr. */
-static void attn_head_latent(coli_model *m, int l, int s, int pos, int h, float *thr, float *out) {
+static void attn_head_latent(coli_model *m, int l, int s, int h, float *thr, float *out) {
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
     const coli_layer *L = &m->L[l];
-    int T = pos + s + 1, kvl = c->kv_lora, nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head;
-    const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl, *kr = m->kv.rope + (size_t)l * m->kv.ctx * rd;
+    int T = sc->rpos[s] + 1, kvl = c->kv_lora, nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head;
+    const float *lat = kv_lat(&m->kv, sc->rslot[s], l), *kr = kv_rope(&m->kv, sc->rslot[s], l);
     const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
     int n = sc->nsel[s] < 0 ? T : sc->nsel[s];
     const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
@@ -338,15 +347,16 @@ static void attn_head_latent(coli_model *m, int l, int s, int pos, int h, float 
     for (int i = 0; i < n; i++) mm_axpy_f32(out, score[i], lat + (size_t)(sel ? sel[i] : i) * kvl, kvl);
 }
 
-/* Ordinary attention of head h for query row s over the kept keys, with
- * K_nope | V of every key already expanded in kv[t][nope + v]. */
-static void attn_head_rows(coli_model *m, int l, int s, int pos, int h, const float *kv, float *score) {
+/* Ordinary attention of head h for query row s over the kept keys of its
+ * slot, with K_nope | V of every key of the slot already expanded in
+ * kv[t][nope + v]. */
+static void attn_head_rows(coli_model *m, int l, int s, int h, const float *kv, float *score) {
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
     int nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head, vh = c->v_head;
-    const float *kr = m->kv.rope + (size_t)l * m->kv.ctx * rd;
+    const float *kr = kv_rope(&m->kv, sc->rslot[s], l);
     const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
-    int Ts = pos + s + 1, n = sc->nsel[s] < 0 ? Ts : sc->nsel[s];
+    int Ts = sc->rpos[s] + 1, n = sc->nsel[s] < 0 ? Ts : sc->nsel[s];
     const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
     float scale = c->attn_scale;
     for (int i = 0; i < n; i++) {
@@ -370,10 +380,14 @@ static int absorb_is_cheaper(const coli_config *c, int S) {
     return absorbed <= rebuilt;
 }
 
-/* MLA attention (docs/model.md §4) of layer l on normed rows sc->a; result
+/* MLA attention (docs/model.md §4) of layer l on normed rows sc->a, row s
+ * at sc->rpos[s] of slot sc->rslot[s] over its own slot's keys; result
  * in sc->tmp. s1: choose the path a single row would take, so that every
  * row computes exactly what a one-row forward computes (verification of
- * drafts; every other step is per row by construction). Absorbed: (head, row) pairs spread over the team, each head's
+ * drafts, fwd_rows; every other step is per row by construction).
+ * The GPU's latent cache is slot 0's: only a one-sequence pass of slot 0
+ * (sh->seq0) attends there; every pass that writes slot 0 lowers what the
+ * GPU's copy is known to equal. Absorbed: (head, row) pairs spread over the team, each head's
  * W_UV expansion on one thread with its own scratch; reconstructed: each
  * head's keys expanded by the team, its rows spread. */
 static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
@@ -390,11 +404,11 @@ static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
     int64_t a, b;
     fwd_share(f, S, &a, &b);
     for (int64_t s = a; s < b; s++) {
-        int p = pos + (int)s;
+        int p = sc->rpos[s], slot = sc->rslot[s];
         const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
         const float *ckv = sc->ckv + (size_t)s * (kvl + rd);
-        rmsnorm(m->kv.lat + ((size_t)l * m->kv.ctx + p) * kvl, ckv, L->kv_a_norm, kvl, 1e-6f);
-        float *kr = m->kv.rope + ((size_t)l * m->kv.ctx + p) * rd;
+        rmsnorm(kv_lat(&m->kv, slot, l) + (size_t)p * kvl, ckv, L->kv_a_norm, kvl, 1e-6f);
+        float *kr = kv_rope(&m->kv, slot, l) + (size_t)p * rd;
         memcpy(kr, ckv + kvl, (size_t)rd * 4);
         rope_attn(c, kr, cs, sn);
         for (int h = 0; h < H; h++) rope_attn(c, sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, cs, sn);
@@ -408,18 +422,17 @@ static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
     }
     int absorbed = m->absorb < 0 ? absorb_is_cheaper(c, s1 ? 1 : S) : m->absorb;
     int vh = c->v_head, kvw = c->qk_nope + vh;
-    if (gpu_has_kv(&m->gpu) && f->tid == 0) gpu_kv_written(&m->gpu, l, pos, m->kv.gen); /* the batch's latents were just written */
-    if (gpu_has_kv(&m->gpu) && absorbed) { /* on the GPU when it holds the layer's kv_b */
+    if (gpu_has_kv(&m->gpu) && f->tid == 0 && sh->w0 < m->kv.ctx) gpu_kv_written(&m->gpu, l, sh->w0, m->kv.gen); /* slot 0's latents were just written */
+    if (gpu_has_kv(&m->gpu) && absorbed && sh->seq0) { /* on the GPU when it holds the layer's kv_b (its cache is slot 0's) */
         if (f->tid == 0)
-            sh->attn_gpu = gpu_attention(&m->gpu, c, l, &L->kv_b, m->kv.lat + (size_t)l * m->kv.ctx * kvl, m->kv.rope + (size_t)l * m->kv.ctx * rd, S,
-                                         pos, sc->q, sc->nsel, sc->sel, sc->attn);
+            sh->attn_gpu = gpu_attention(&m->gpu, c, l, &L->kv_b, kv_lat(&m->kv, 0, l), kv_rope(&m->kv, 0, l), S, pos, sc->q, sc->nsel, sc->sel, sc->attn);
         fwd_sync(f);
         if (sh->attn_gpu) absorbed = -1;
     } else if (f->tid == 0)
         gpu_count_attn(&m->gpu, 0);
     if (absorbed > 0) {
         for (int i = f->tid; i < H * S; i += f->nth)
-            attn_head_latent(m, l, i % S, pos, i / S, sc->thr[f->tid], sc->hlat + (size_t)i * kvl);
+            attn_head_latent(m, l, i % S, i / S, sc->thr[f->tid], sc->hlat + (size_t)i * kvl);
         fwd_sync(f);
         float *hout = sc->hout + (size_t)f->tid * S * vh;
         for (int h = f->tid; h < H; h += f->nth) { /* expand each head's latents by W_UV */
@@ -429,12 +442,15 @@ static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
         }
         fwd_sync(f);
     } else if (!absorbed) {
-        const float *lat = m->kv.lat + (size_t)l * m->kv.ctx * kvl;
-        for (int h = 0; h < H; h++) {
-            qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);
-            fwd_matmul(f, &w, lat, pos + S, sc->hkv); /* hkv[t] = [k_nope | v] for every key */
-            for (int s = f->tid; s < S; s += f->nth) attn_head_rows(m, l, s, pos, h, sc->hkv, sc->thr[f->tid]);
-            fwd_sync(f);
+        for (int r0 = 0, r1; r0 < S; r0 = r1) { /* each slot's run of rows over its own keys */
+            for (r1 = r0 + 1; r1 < S && sc->rslot[r1] == sc->rslot[r0];) r1++;
+            const float *lat = kv_lat(&m->kv, sc->rslot[r0], l);
+            for (int h = 0; h < H; h++) {
+                qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);
+                fwd_matmul(f, &w, lat, sc->rpos[r1 - 1] + 1, sc->hkv); /* hkv[t] = [k_nope | v] for every key */
+                for (int s = r0 + f->tid; s < r1; s += f->nth) attn_head_rows(m, l, s, h, sc->hkv, sc->thr[f->tid]);
+                fwd_sync(f);
+            }
         }
     }
     fwd_matmul(f, &L->o, sc->attn, S, sc->tmp);
@@ -770,8 +786,8 @@ static int fwd_layer(const fwd_t *f, fwd_shared *sh, int l) {
 
 /* The output of rows sc->x: normed by `norm` (every row when hid or out is
  * wanted, else the last), the normed rows copied to hid (main) or the raw
- * rows (MTP, raw_hid), and the logits of every row to out or of the last
- * to last_out. */
+ * rows (MTP, raw_hid), and the logits of every row (nwant < 0) or of rows
+ * sc->wrow[0..nwant) to out, or (out NULL) of the last to last_out. */
 static void fwd_head(const fwd_t *f, const fwd_shared *sh, const float *norm, const qt_tensor *head, int raw_hid, float *last_out) {
     coli_model *m = f->m;
     coli_scratch *sc = &m->sc;
@@ -789,7 +805,12 @@ static void fwd_head(const fwd_t *f, const fwd_shared *sh, const float *norm, co
         memcpy(sh->hid + (size_t)a * D, sc->a + (size_t)a * D, (size_t)(b - a) * D * 4);
     }
     fwd_sync(f);
-    if (sh->out) fwd_matmul(f, head, sc->a, n, sh->out);
+    if (sh->out && sh->nwant >= 0) { /* the wanted rows gathered into sc->xs, in order */
+        fwd_share(f, sh->nwant, &a, &b);
+        for (int64_t i = a; i < b; i++) memcpy(sc->xs + (size_t)i * D, sc->a + (size_t)sc->wrow[i] * D, (size_t)D * 4);
+        fwd_sync(f);
+        if (sh->nwant) fwd_matmul(f, head, sc->xs, sh->nwant, sh->out);
+    } else if (sh->out) fwd_matmul(f, head, sc->a, n, sh->out);
     else fwd_matmul(f, head, sc->a + (size_t)(n - 1) * D, 1, last_out);
     if (f->tid == 0) tel_lap(&m->tel, TEL_DENSE_MM);
 }
@@ -804,7 +825,7 @@ static void fwd_worker(void *arg, int tid, int nth) {
     int D = c->dim, S = sh->S;
     int64_t a, b;
     fwd_share(&f, S, &a, &b);
-    for (int64_t s = a; s < b; s++) qt_dequant_row(&m->embed, sh->tok[s], sc->x + (size_t)s * D);
+    for (int64_t s = a; s < b; s++) qt_dequant_row(&m->embed, sc->rtok[s], sc->x + (size_t)s * D);
     for (int l = 0; l < c->n_layers; l++)
         if (fwd_layer(&f, sh, l)) return;
     fwd_head(&f, sh, m->final_norm, &m->lm_head, 0, sc->logits);
@@ -825,7 +846,7 @@ static void fwd_mtp_worker(void *arg, int tid, int nth) {
     fwd_share(&f, S, &a, &b);
     for (int64_t s = a; s < b; s++) {
         float *e = sc->x + (size_t)s * D, *cat = sc->cat + (size_t)s * 2 * D;
-        qt_dequant_row(&m->embed, sh->tok[s], e);
+        qt_dequant_row(&m->embed, sc->rtok[s], e);
         rmsnorm(cat, e, m->mtp_enorm, D, c->rms_eps);
         rmsnorm(cat + D, sh->hin + (size_t)s * D, m->mtp_hnorm, D, c->rms_eps);
     }
@@ -835,17 +856,29 @@ static void fwd_mtp_worker(void *arg, int tid, int nth) {
     fwd_head(&f, sh, m->mtp_norm, &m->mtp_head, 1, sh->last);
 }
 
-/* The main model over S ≤ max_s tokens at positions pos.. on the team:
+/* The rows of a one-sequence pass: S ≤ max_s tokens at positions pos.. of
+ * the selected slot (kv.slot), into the scratch's row arrays and sh. */
+static void fwd_seq_rows(coli_model *m, fwd_shared *sh, const int *tok, int S, int pos) {
+    coli_scratch *sc = &m->sc;
+    for (int s = 0; s < S; s++) sc->rtok[s] = tok[s], sc->rpos[s] = pos + s, sc->rslot[s] = m->kv.slot;
+    sh->seq0 = m->kv.slot == 0;
+    sh->w0 = m->kv.slot == 0 ? pos : m->kv.ctx;
+}
+
+/* The main model over S ≤ max_s tokens at positions pos.. of the selected
+ * slot (kv.slot) on the team:
  * logits to out (every row) or sc->logits (the last), final-normed hidden
  * rows to hid when given, s1 as in fwd_attention. 0 or -1 (m->err). */
 static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
-    fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .out = out, .hid = hid, .s1 = s1, .job = -1};
+    fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .out = out, .hid = hid, .s1 = s1, .job = -1, .nwant = -1};
+    fwd_seq_rows(m, &sh, tok, S, pos);
     gpu_forward_begin(&m->gpu);
     team_run(&m->team, fwd_worker, &sh);
     return sh.rc;
 }
 
-/* One forward over S ≤ max_s tokens at positions pos..pos+S-1, on the
+/* One forward over S ≤ max_s tokens at positions pos..pos+S-1 of the
+ * selected slot (kv.slot), on the
  * model's team. Writes the logits of every row to out[S][vocab], or (out =
  * NULL) of the last row to sc->logits. Returns 0, or -1 with m->err set
  * (expert read failure). */
@@ -857,20 +890,23 @@ static int fwd_batch(coli_model *m, const int *tok, int S, int pos, float *out) 
  * final-normed hidden rows to hid[S][dim]. 0 or -1 (m->err). */
 static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out, float *hid) { return fwd_run(m, tok, S, pos, out, hid, 1); }
 
-/* The MTP layer over S ≤ max_s rows at positions pos..: row s pairs token
+/* The MTP layer over S ≤ max_s rows at positions pos.. of the selected
+ * slot (kv.slot; the MTP layer's cache is per slot too): row s pairs token
  * tok[s] with hidden row hin[s]; its output rows (before shared_head.norm)
  * go to hout[S][dim] and the logits of the last row to last[vocab] (not
  * NULL; the main model's sc->logits are left alone).
  * Positions must be filled in order: the layer attends over its own cache.
  * 0 or -1 (m->err). */
 static int fwd_mtp(coli_model *m, const int *tok, const float *hin, int S, int pos, float *hout, float *last) {
-    fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .hid = hout, .hin = hin, .last = last, .s1 = 1, .job = -1};
+    fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .hid = hout, .hin = hin, .last = last, .s1 = 1, .job = -1, .nwant = -1};
+    fwd_seq_rows(m, &sh, tok, S, pos);
     gpu_forward_begin(&m->gpu);
     team_run(&m->team, fwd_mtp_worker, &sh);
     return sh.rc;
 }
 
-/* Runs n tokens at positions pos.. in chunks of UBATCH. With all_out set,
+/* Runs n tokens at positions pos.. of the selected slot (kv.slot) in
+ * chunks of UBATCH. With all_out set,
  * the logits of every position go to all_out[n][vocab]; otherwise the last
  * position's logits are left in sc->logits. */
 static int fwd_tokens(coli_model *m, const int *tok, int n, int pos, float *all_out) {
@@ -884,6 +920,69 @@ static int fwd_tokens(coli_model *m, const int *tok, int n, int pos, float *all_
         done += S;
     }
     if (all_out) memcpy(m->sc.logits, all_out + (size_t)(n - 1) * c->vocab, (size_t)c->vocab * 4);
+    return 0;
+}
+
+/* One row of a batched forward (fwd_rows): its token, the KV slot of its
+ * sequence and its position there, and whether its logits are wanted. */
+typedef struct {
+    int tok, slot, pos;
+    int logits;
+} fwd_row;
+
+/* Checks rows r[0..n) for fwd_rows: tokens in the vocabulary, slots held,
+ * positions in the context, each slot's rows adjacent in the batch at
+ * consecutive positions (one run per slot). 0 or -1 (m->err). */
+static inline int fwd_rows_check(coli_model *m, const fwd_row *r, int n) {
+    if (n < 1) return model_fail(m, "a batched forward needs at least one row");
+    for (int i = 0; i < n; i++) {
+        if (r[i].tok < 0 || r[i].tok >= m->c.vocab) return model_fail(m, "row %d: token id %d is outside the vocabulary (%d)", i, r[i].tok, m->c.vocab);
+        if (r[i].slot < 0 || r[i].slot >= m->kv.slots) return model_fail(m, "row %d: KV slot %d is not one of the %d slots", i, r[i].slot, m->kv.slots);
+        if (r[i].pos < 0 || r[i].pos >= m->kv.ctx) return model_fail(m, "row %d: position %d exceeds CTX=%d", i, r[i].pos, m->kv.ctx);
+        if (i == 0 || r[i].slot != r[i - 1].slot) {
+            for (int j = 0; j < i; j++)
+                if (r[j].slot == r[i].slot) return model_fail(m, "row %d: the rows of KV slot %d are not adjacent", i, r[i].slot);
+        } else if (r[i].pos != r[i - 1].pos + 1)
+            return model_fail(m, "row %d: position %d of KV slot %d does not follow %d", i, r[i].pos, r[i].slot, r[i - 1].pos);
+    }
+    return 0;
+}
+
+/* A batched forward over rows r[0..n) of one or more sequences, in chunks
+ * of UBATCH rows: row i writes its KV (latent, rope key, indexer key) at
+ * r[i].pos of slot r[i].slot and attends to that slot's positions
+ * [0, r[i].pos] alone (the indexer choosing among them); the dense parts
+ * and the MoE run once over all rows, each routed expert read once for
+ * every row that chose it. Every row computes bit for bit what a one-row
+ * forward (fwd_run, S = 1) of its own sequence at that slot and position
+ * computes, whatever else is in the batch and on any thread count: the
+ * path is chosen as for one row (s1) and every other step is per row.
+ * A prefill chunk of one sequence and decode rows of others may share a
+ * forward; a slot's earlier positions must already be cached. The logits
+ * of the rows with `logits` set go to out[wanted][vocab] in row order (out
+ * NULL: the last row's to sc->logits); the final-normed hidden row of
+ * every row to hid[n][dim] when given (for MTP). 0 or -1 (m->err). */
+static inline int fwd_rows(coli_model *m, const fwd_row *r, int n, float *out, float *hid) {
+    coli_scratch *sc = &m->sc;
+    if (fwd_rows_check(m, r, n)) return -1;
+    for (int done = 0; done < n;) {
+        int S = n - done < m->ubatch ? n - done : m->ubatch;
+        fwd_shared sh = {.m = m, .S = S, .pos = r[done].pos, .out = out, .hid = hid ? hid + (size_t)done * m->c.dim : NULL, .s1 = 1, .job = -1,
+                         .seq0 = 1, .w0 = m->kv.ctx};
+        sh.tok = sc->rtok;
+        for (int s = 0; s < S; s++) {
+            const fwd_row *w = &r[done + s];
+            sc->rtok[s] = w->tok, sc->rpos[s] = w->pos, sc->rslot[s] = w->slot;
+            if (w->logits) sc->wrow[sh.nwant++] = s;
+            sh.seq0 &= w->slot == 0; /* one run of slot 0 (fwd_rows_check): one sequence at pos.. */
+            if (w->slot == 0 && w->pos < sh.w0) sh.w0 = w->pos;
+        }
+        gpu_forward_begin(&m->gpu);
+        team_run(&m->team, fwd_worker, &sh);
+        if (sh.rc) return -1;
+        if (out) out += (size_t)sh.nwant * m->c.vocab;
+        done += S;
+    }
     return 0;
 }
 

@@ -15,6 +15,8 @@
  *            hidden row of position n_kv-1, h_last [dim]; the queue covers
  *            positions mtp_pos .. n_kv-2 (mtp_pos + mtp_nq = n_kv - 1)
  *   u64      FNV-1a 64 of every byte before it
+ * The cache is the selected KV slot's (kv.slot, model.h); a file saved
+ * from one slot loads into any.
  * Positions [0, n_kv) have cached state; tokens [n_kv, n_tok) were produced
  * but not yet fed (the last generated token) and are fed on resume.
  *
@@ -126,15 +128,16 @@ static inline void kvp_put_(kvp_out_ *o, const void *p, size_t n) {
 }
 
 /* Rows [0, n) of each layer's caches in `layers` (main: [0, n_layers); or
- * the MTP layer alone). */
+ * the MTP layer alone) of the selected slot (kv.slot). */
 static inline void kvp_put_layers_(kvp_out_ *o, const coli_model *m, int l0, int l1, int n) {
     const coli_config *c = &m->c;
+    int s = m->kv.slot;
     for (int l = l0; l < l1; l++) {
-        kvp_put_(o, m->kv.lat + (size_t)l * m->kv.ctx * c->kv_lora, (size_t)n * c->kv_lora * 4);
-        kvp_put_(o, m->kv.rope + (size_t)l * m->kv.ctx * c->qk_rope, (size_t)n * c->qk_rope * 4);
+        kvp_put_(o, kv_lat(&m->kv, s, l), (size_t)n * c->kv_lora * 4);
+        kvp_put_(o, kv_rope(&m->kv, s, l), (size_t)n * c->qk_rope * 4);
     }
     for (int l = l0; l < l1; l++)
-        if (c->idx_full[l]) kvp_put_(o, m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * c->index_dim, (size_t)n * c->index_dim * 4);
+        if (c->idx_full[l]) kvp_put_(o, kv_ikey(&m->kv, s, l), (size_t)n * c->index_dim * 4);
 }
 
 static inline void kvp_header_bytes_(const kvp_header *h, uint8_t *b) {
@@ -275,16 +278,18 @@ static inline int kvp_get_(kvp_in_ *in, void *p, size_t n) {
     return 0;
 }
 
+/* Rows [0, n) of layers [l0, l1) into the selected slot (kv.slot), or
+ * read and discarded (keep 0). */
 static inline int kvp_get_layers_(kvp_in_ *in, coli_model *m, int l0, int l1, int n, int keep) {
     const coli_config *c = &m->c;
-    m->kv.gen += keep && l1 > l0; /* rows replaced (even when the read fails part way): copies elsewhere are stale */
+    int s = m->kv.slot;
+    m->kv.gen += keep && l1 > l0 && s == 0; /* slot 0's rows replaced (even when the read fails part way): copies elsewhere are stale */
     for (int l = l0; l < l1; l++) {
-        if (kvp_get_(in, keep ? m->kv.lat + (size_t)l * m->kv.ctx * c->kv_lora : NULL, (size_t)n * c->kv_lora * 4)) return -1;
-        if (kvp_get_(in, keep ? m->kv.rope + (size_t)l * m->kv.ctx * c->qk_rope : NULL, (size_t)n * c->qk_rope * 4)) return -1;
+        if (kvp_get_(in, keep ? kv_lat(&m->kv, s, l) : NULL, (size_t)n * c->kv_lora * 4)) return -1;
+        if (kvp_get_(in, keep ? kv_rope(&m->kv, s, l) : NULL, (size_t)n * c->qk_rope * 4)) return -1;
     }
     for (int l = l0; l < l1; l++)
-        if (c->idx_full[l] && kvp_get_(in, keep ? m->kv.ikey + (size_t)m->kv.full_slot[l] * m->kv.ctx * c->index_dim : NULL, (size_t)n * c->index_dim * 4))
-            return -1;
+        if (c->idx_full[l] && kvp_get_(in, keep ? kv_ikey(&m->kv, s, l) : NULL, (size_t)n * c->index_dim * 4)) return -1;
     return 0;
 }
 

@@ -55,15 +55,41 @@ typedef struct {
     float *router, *router_bias;         /* [n_experts][dim], [n_experts]     */
 } coli_layer;
 
+/* The KV cache of `slots` independent sequences (slot-major: slot s's
+ * arrays follow slot s-1's, so slot 0 alone is the layout of a one-sequence
+ * cache). Read rows through kv_lat / kv_rope / kv_ikey. */
 typedef struct {
-    float *lat;     /* [layers][ctx][kv_lora] normalized latent (layers: n_layers + the MTP layer when loaded) */
-    float *rope;    /* [layers][ctx][qk_rope] roped shared key  */
-    float *ikey;    /* [n_full][ctx][index_dim] indexer keys      */
+    float *lat;     /* [slots][layers][ctx][kv_lora] normalized latent (layers: n_layers + the MTP layer when loaded) */
+    float *rope;    /* [slots][layers][ctx][qk_rope] roped shared key  */
+    float *ikey;    /* [slots][n_full][ctx][index_dim] indexer keys      */
     int *full_slot; /* [layers] index into ikey, -1 for shared layers */
     int ctx;
-    uint64_t gen;   /* bumped whenever rows are replaced other than by a forward (a KV file loaded) */
+    int slots;      /* sequences held (coli_opts.slots) */
+    int slot;       /* the sequence single-sequence forwards (fwd_run and everything under it) and kv_persist use;
+                     * set with kv_select, 0 by default */
+    int dl, dr, di; /* kv_lora, qk_rope, index_dim */
+    size_t lat_n, rope_n, ikey_n; /* floats of one slot in lat, rope, ikey */
+    uint64_t gen;   /* bumped whenever slot 0's rows are replaced other than by a forward (a KV file loaded): the GPU's
+                     * latent cache is slot 0's (gpu.h) */
     void *block;    /* the one allocation the arrays live in */
 } coli_kv;
+
+/* Slot s's rows [ctx][kv_lora] of layer l. */
+static inline float *kv_lat(const coli_kv *kv, int s, int l) { return kv->lat + (size_t)s * kv->lat_n + (size_t)l * kv->ctx * kv->dl; }
+/* Slot s's rows [ctx][qk_rope] of layer l. */
+static inline float *kv_rope(const coli_kv *kv, int s, int l) { return kv->rope + (size_t)s * kv->rope_n + (size_t)l * kv->ctx * kv->dr; }
+/* Slot s's indexer keys [ctx][index_dim] of layer l (a full indexer layer). */
+static inline float *kv_ikey(const coli_kv *kv, int s, int l) {
+    return kv->ikey + (size_t)s * kv->ikey_n + (size_t)kv->full_slot[l] * kv->ctx * kv->di;
+}
+
+/* Makes slot s the one single-sequence forwards and kv_persist work on.
+ * 0, or -1 when s is not a slot (nothing changes). */
+static inline int kv_select(coli_kv *kv, int s) {
+    if (s < 0 || s >= kv->slots) return -1;
+    kv->slot = s;
+    return 0;
+}
 
 /* Scratch for a forward of up to max_s positions, one allocation. */
 typedef struct {
@@ -81,6 +107,8 @@ typedef struct {
     float *cos, *sin;          /* [ctx][qk_rope/2] */
     float *cat;                /* [max_s][2 dim] the MTP layer's [embedding ; hidden] rows */
     float **thr;               /* [threads] per-thread scratch: attention, indexer, router */
+    int *rtok, *rpos, *rslot;  /* [max_s] each row's token, position and KV slot (fwd_run / fwd_rows fill them) */
+    int *wrow;                 /* [max_s] the rows whose logits fwd_rows wants */
     int *pred;                 /* [max_s][pilot_k] predicted experts (router lookahead) */
     void *block;
 } coli_scratch;
@@ -92,6 +120,7 @@ enum { PIN_OFF, PIN_AUTO, PIN_FILE };
  * it from the environment). */
 typedef struct {
     int cap, ctx, ubatch, absorb;
+    int slots;              /* sequences the KV cache holds (fwd_rows); 0 = 1 */
     double ram_gb;          /* 0 = derived from MemAvailable at start */
     int overcommit;         /* start even when the plan does not fit */
     int pin;                /* PIN_OFF / PIN_AUTO / PIN_FILE */
@@ -521,18 +550,23 @@ static inline int model_check_tensors(coli_model *m) {
         *(off) += xs_align_up((size_t)(count) * sizeof(type), 64);                 \
     } while (0)
 
-/* Lays the KV cache for ctx positions out in base (NULL: sizing only);
- * returns its bytes. */
-static inline size_t kv_layout(const coli_config *c, int nl, int ctx, coli_kv *kv, void *base) {
+/* Lays the KV cache of `slots` sequences of ctx positions out in base
+ * (NULL: sizing only) and sets its shape; returns its bytes. */
+static inline size_t kv_layout(const coli_config *c, int nl, int ctx, int slots, coli_kv *kv, void *base) {
     size_t off = 0;
     int nf = 0;
     for (int l = 0; l < nl; l++) nf += c->idx_full[l];
-    MODEL_CARVE(kv, lat, float, (size_t)nl * ctx * c->kv_lora, base, &off);
-    MODEL_CARVE(kv, rope, float, (size_t)nl * ctx * c->qk_rope, base, &off);
-    MODEL_CARVE(kv, ikey, float, (size_t)nf * ctx * c->index_dim, base, &off);
+    kv->ctx = ctx, kv->slots = slots, kv->dl = c->kv_lora, kv->dr = c->qk_rope, kv->di = c->index_dim;
+    kv->lat_n = (size_t)nl * ctx * c->kv_lora, kv->rope_n = (size_t)nl * ctx * c->qk_rope, kv->ikey_n = (size_t)nf * ctx * c->index_dim;
+    MODEL_CARVE(kv, lat, float, (size_t)slots * kv->lat_n, base, &off);
+    MODEL_CARVE(kv, rope, float, (size_t)slots * kv->rope_n, base, &off);
+    MODEL_CARVE(kv, ikey, float, (size_t)slots * kv->ikey_n, base, &off);
     MODEL_CARVE(kv, full_slot, int, nl, base, &off);
     return off;
 }
+
+/* KV slots asked for: SLOTS, at least 1. */
+static inline int model_slots(const coli_opts *o) { return o->slots > 1 ? o->slots : 1; }
 
 /* Lays the activation scratch for batches of max_s positions, a context
  * of ctx, nt threads and pilot_k predictions per position out in base
@@ -556,6 +590,7 @@ static inline size_t scratch_layout(const coli_config *c, int max_s, int ctx, in
     I(sel, S * c->index_topk); I(nsel, S); I(route_e, S * c->topk); F(route_w, S * c->topk);
     I(rows, S * c->topk); F(yk, S * c->topk * c->dim);
     F(hlat, (size_t)c->n_heads * S * c->kv_lora); F(hout, (size_t)nt * S * c->v_head); F(hkv, (size_t)ctx * ((size_t)c->qk_nope + c->v_head));
+    I(rtok, S); I(rpos, S); I(rslot, S); I(wrow, S);
     I(uniq, c->n_experts); MODEL_CARVE(s, used, uint8_t, c->n_experts, base, &off);
     F(cos, (size_t)ctx * half); F(sin, (size_t)ctx * half); F(cat, S * 2 * c->dim); I(pred, S * (size_t)(pilot_k > 0 ? pilot_k : 1));
     MODEL_CARVE(s, thr, float *, nt, base, &off);
@@ -618,7 +653,7 @@ static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *me
     memset(mem, 0, sizeof *mem);
     if (model_weights(m, 0, &mem->dense, NULL)) return -1;
     int ctx = model_ctx(c, o), nt = o->threads > 0 ? o->threads : coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
-    mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, &kv, NULL);
+    mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, model_slots(o), &kv, NULL); /* every slot's */
     mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt;
     return 0;
 }
@@ -657,12 +692,13 @@ static inline int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_wan
             fprintf(stderr, "colibri: CAP=%d does not fit the %.2f GB budget; using %d slots per layer\n", cap, m->budget / GB, m->plan.lru_slots);
         return 0;
     }
-    char why[700], f[8][32];
+    char why[700], f[8][32], sl[32] = "";
+    if (model_slots(o) > 1) snprintf(sl, sizeof sl, " x %d sequences", model_slots(o));
     snprintf(why, sizeof why,
-             "the resident part needs %s (dense weights %s + KV cache %s for CTX=%d + working set %s + reserve %s "
+             "the resident part needs %s (dense weights %s + KV cache %s for CTX=%d%s + working set %s + reserve %s "
              "+ one expert slot per MoE layer %s) but the RAM budget is %s (%s); short by %s. Raise RAM_GB, "
              "lower CTX or UBATCH, or set COLI_RAM_OVERCOMMIT=1",
-             fmt_bytes(f[0], 32, (double)m->plan.peak), fmt_bytes(f[1], 32, (double)b.dense), fmt_bytes(f[2], 32, (double)b.kv), model_ctx(c, o),
+             fmt_bytes(f[0], 32, (double)m->plan.peak), fmt_bytes(f[1], 32, (double)b.dense), fmt_bytes(f[2], 32, (double)b.kv), model_ctx(c, o), sl,
              fmt_bytes(f[3], 32, (double)b.work), fmt_bytes(f[4], 32, (double)b.reserve), fmt_bytes(f[5], 32, (double)b.expert * b.moe_layers),
              fmt_bytes(f[6], 32, (double)m->budget), o->ram_gb > 0 ? "RAM_GB" : "90% of MemAvailable", fmt_bytes(f[7], 32, (double)m->plan.short_by));
     if (!o->overcommit) return model_fail(m, "%s", why);
@@ -800,12 +836,12 @@ static inline int model_alloc_state(coli_model *m, const coli_opts *o) {
     const coli_config *c = &m->c;
     int ctx = model_ctx(c, o);
     int nl = c->n_layers + m->mtp;
-    size_t kb = kv_layout(c, nl, ctx, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
+    size_t kb = kv_layout(c, nl, ctx, model_slots(o), &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
     if (!(m->kv.block = model_resident(m, kb))) return model_fail(m, "out of memory for the KV cache (CTX=%d; lower CTX)", ctx);
     if (!(m->sc.block = model_resident(m, sb))) return model_fail(m, "out of memory for activations (UBATCH=%d)", o->ubatch);
-    kv_layout(c, nl, ctx, &m->kv, m->kv.block);
+    kv_layout(c, nl, ctx, model_slots(o), &m->kv, m->kv.block);
     scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, m->sc.block);
-    m->kv.ctx = ctx;
+    m->kv.slot = 0;
     for (int l = 0, f = 0; l < nl; l++) m->kv.full_slot[l] = c->idx_full[l] ? f++ : -1;
     rope_tables(c, ctx, m->sc.cos, m->sc.sin);
     return 0;
