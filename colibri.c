@@ -599,7 +599,8 @@ static void print_spec(const spec_stats *st, int generated, uint64_t decode_byte
 typedef struct {
     sess s;
     const coli_gen *g;
-    uint64_t fp; /* kvp_fingerprint, when states are saved or loaded */
+    uint64_t fp;        /* kvp_fingerprint, when states are saved or loaded */
+    char live_file[64]; /* serve: its conversation's file in KV_CACHE_DIR ("" = none yet) */
 } conv;
 
 static sess_params conv_params(const coli_gen *g) { return (sess_params){g->sp, g->seed, g->ngen, g->grammar_batch, g->grammar_draft}; }
@@ -912,7 +913,6 @@ typedef struct {
     size_t bytes, budget;
     const char *dir;
     uint64_t clock, fp, names;
-    char live_file[64]; /* the live conversation's file in dir ("" = none yet) */
     const gr_vocab *gv; /* the vocabulary trie for response_format grammars */
 } kv_cache;
 
@@ -974,19 +974,20 @@ static int kvc_continues(const int *ids, int n, const int *conv, int nc) { retur
  * live conversation then has no file (kvc_persist gives it a new one). The
  * caller fits the budget (kvc_fit) once it has what it needs. */
 static void kvc_stash(kv_cache *kc, conv *cv) {
+    sess_select_(&cv->s); /* kv_persist works on the session's slot */
     int n_tok = (int)cv->s.ids.n < cv->s.m->kv.ctx ? (int)cv->s.ids.n : cv->s.m->kv.ctx - 1; /* what a load accepts: room to continue */
     int n_kv = cv->s.n_kv < n_tok ? cv->s.n_kv : n_tok;
-    if (n_kv < 1 || !kc->budget) { kc->live_file[0] = 0; return; }
+    if (n_kv < 1 || !kc->budget) { cv->live_file[0] = 0; return; }
     char err[600];
     uint8_t *img;
     size_t len;
     if (len = 0, kvp_image(cv->s.m, kc->fp, cv->s.ids.ids, n_tok, n_kv, &img, &len, err, sizeof err) ||
-        kvc_add(kc, img, len, cv->s.ids.ids, n_tok, n_kv, kc->live_file, ++kc->clock)) {
+        kvc_add(kc, img, len, cv->s.ids.ids, n_tok, n_kv, cv->live_file, ++kc->clock)) {
         if (len) free(img);
         fprintf(stderr, "colibri: serve: cannot keep the conversation aside in memory: out of memory%s\n",
-                kc->live_file[0] ? " (its file stays in KV_CACHE_DIR)" : "");
+                cv->live_file[0] ? " (its file stays in KV_CACHE_DIR)" : "");
     }
-    kc->live_file[0] = 0;
+    cv->live_file[0] = 0;
 }
 
 /* Loads kept conversation i into the model's cache as the live one. take
@@ -996,12 +997,13 @@ static void kvc_stash(kv_cache *kc, conv *cv) {
  * gets a file of its own. 0, or -1 (said; the live conversation is then
  * empty). */
 static int kvc_restore(kv_cache *kc, conv *cv, int i, int take) {
+    sess_select_(&cv->s); /* kv_persist works on the session's slot */
     char err[600];
     kvp_state st;
     kvc_entry *x = &kc->e[i];
     int rc = kvp_load_image(cv->s.m, x->file[0] ? x->file : "a kept conversation", x->img, x->len, kc->fp, &st, 1, err, sizeof err);
     cv->s.ids.n = 0, cv->s.n_kv = 0;
-    kc->live_file[0] = 0;
+    cv->live_file[0] = 0;
     if (rc) { /* its image cannot be used: forgotten from memory, its file left as it is */
         fprintf(stderr, "colibri: serve: %s; dropped from memory\n", err);
         kvc_drop(kc, i);
@@ -1011,7 +1013,7 @@ static int kvc_restore(kv_cache *kc, conv *cv, int i, int take) {
     kvp_state_free(&st);
     if (rc) return fprintf(stderr, "colibri: serve: out of memory restoring a kept conversation\n"), -1;
     if (take) {
-        snprintf(kc->live_file, sizeof kc->live_file, "%s", x->file);
+        snprintf(cv->live_file, sizeof cv->live_file, "%s", x->file);
         kvc_drop(kc, i);
     } else
         x->used = ++kc->clock;
@@ -1095,16 +1097,17 @@ static void kvc_load_dir(kv_cache *kc, coli_model *m) {
  * without one gets a name no file has yet (a restarted server, whose pid
  * may repeat, never writes over an earlier server's file). */
 static void kvc_persist(kv_cache *kc, conv *cv) {
+    sess_select_(&cv->s); /* kv_persist works on the session's slot */
     if (!kc->dir || cv->s.n_kv < 1) return;
     char path[4096], err[600];
     struct stat sb;
-    for (int tries = 0; !kc->live_file[0] && tries < 1000; tries++) {
-        snprintf(kc->live_file, sizeof kc->live_file, "conv-%lx-%llu.coli_kv", (long)getpid(), (unsigned long long)++kc->names);
-        snprintf(path, sizeof path, "%s/%s", kc->dir, kc->live_file);
-        if (!lstat(path, &sb) || errno != ENOENT) kc->live_file[0] = 0; /* taken (or cannot tell): the next name */
+    for (int tries = 0; !cv->live_file[0] && tries < 1000; tries++) {
+        snprintf(cv->live_file, sizeof cv->live_file, "conv-%lx-%llu.coli_kv", (long)getpid(), (unsigned long long)++kc->names);
+        snprintf(path, sizeof path, "%s/%s", kc->dir, cv->live_file);
+        if (!lstat(path, &sb) || errno != ENOENT) cv->live_file[0] = 0; /* taken (or cannot tell): the next name */
     }
-    if (!kc->live_file[0]) { fprintf(stderr, "colibri: serve: no free file name in KV_CACHE_DIR=%s; the conversation is not saved\n", kc->dir); return; }
-    snprintf(path, sizeof path, "%s/%s", kc->dir, kc->live_file);
+    if (!cv->live_file[0]) { fprintf(stderr, "colibri: serve: no free file name in KV_CACHE_DIR=%s; the conversation is not saved\n", kc->dir); return; }
+    snprintf(path, sizeof path, "%s/%s", kc->dir, cv->live_file);
     if (kvp_save(cv->s.m, path, kc->fp, cv->s.ids.ids, (int)cv->s.ids.n, cv->s.n_kv, NULL, err, sizeof err)) fprintf(stderr, "colibri: serve: %s\n", err);
 }
 
@@ -1302,70 +1305,270 @@ static int serve_calls(serve_req *q, const sess_io *io, oai_call *calls) {
     return ncalls;
 }
 
-/* Answers one request with the model; its costs go to the server's
- * totals. Returns 0, or -1 when the model failed (a read error): the
- * server stops. A failure of this request alone (a grammar that cannot be
- * followed, out of memory) ends it with an error and the server goes on. */
-static int serve_job(conv *cv, kv_cache *kc, srv *s, srv_job *j, const coli_gen *g0, int ngen_cap, const char *model, const char *fps) {
-    coli_model *m = cv->s.m;
+#define SERVE_STEP_ROWS 8 /* rows one request's step may add to a forward (grammar drafts, forced tokens) */
+
+/* A request in a KV slot (serve mode decodes up to SERVE_SLOTS at once):
+ * its job, its sampling settings, its response as it is written, its
+ * turn's io, and where it is: prefilling its prompt, or decoding. */
+enum { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE };
+
+typedef struct {
+    conv cv;
+    int phase;
+    srv_job *j;
+    coli_gen g;      /* the request's settings over the engine's (cv.g points here) */
+    serve_req q;
+    sess_io io;
+    srv_gen_stats st;
+    sess_rows r;     /* the step planned for this forward (decoding) */
+    int nrows, nwant; /* rows it put in this forward; of them, logits wanted */
+    int want_at;      /* its first wanted row among the forward's wanted rows */
+    uint64_t order;  /* admission order: prefill is first come, first served */
+} serve_slot;
+
+/* Serve mode's compute side: the slots, the kept conversations, the
+ * server, and one forward's rows and logits. */
+typedef struct {
+    coli_model *m;
+    srv *s;
+    kv_cache *kc;
+    serve_slot *sl;
+    int nsl, active;
+    uint64_t admitted;
+    const coli_gen *g0;
+    int ngen_cap, prefill_cap;
+    const char *model, *fps;
+    fwd_row *rows;   /* [cap] */
+    float *out;      /* [cap][vocab] the wanted rows' logits */
+    int cap;
+} serve_ctx;
+
+/* Ends slot k's request: its answer (or its error) and its figures; the
+ * slot is free again, its conversation kept for prefix reuse when the
+ * request succeeded. */
+static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
+    conv *cv = &k->cv;
+    srv_job *j = k->j;
+    serve_req *q = &k->q;
+    sess_io *io = &k->io;
+    if (!failed && sess_finish(&cv->s)) failed = 1;
+    k->st.cached_tokens = io->cached, k->st.generated_tokens = io->generated;
+    k->st.ttft_s = io->generated ? cv->s.u.ttft : -1, k->st.decode_s = compat_now() - cv->s.u.t1;
+    srv_note(x->s, &k->st);
+    jw w = {0};
+    if (failed) {
+        fprintf(stderr, "colibri: %s\n", io->err);
+        sess_abort(&cv->s);
+        const oai_req *r = &j->req;
+        serve_fail(q, io->fatal || !io->client ? 500 : 400, io->err, io->client && !io->fatal ? "invalid_request_error" : "server_error",
+                   io->client && r->gram ? (r->gram_tools ? "tools" : "response_format") : NULL);
+        cv->s.n_kv = 0, cv->s.ids.n = 0, cv->live_file[0] = 0;
+    } else {
+        fprintf(stderr, "colibri: stopped: %s | %s: prompt %d tokens (%d cached), %d generated, TTFT %.3f s, %.2f tok/s decoding\n", io->why, j->id,
+                k->st.prompt_tokens, io->cached, io->generated, k->st.ttft_s > 0 ? k->st.ttft_s : 0.0,
+                io->generated > 1 && k->st.decode_s > 0 ? (io->generated - 1) / k->st.decode_s : 0.0);
+        oai_out_finish(&q->o);
+        oai_call calls[OAI_MAX_TOOL_CALLS];
+        q->meta.prompt_tokens = k->st.prompt_tokens, q->meta.completion_tokens = io->generated, q->meta.cached_tokens = io->cached;
+        int ncalls = serve_calls(q, io, calls);
+        serve_answer(q, &w, calls, ncalls);
+        if (j->api == SRV_RESPONSES && j->rr.store && x->s->rs_ok && resp_store_reply(&x->s->rs, &j->rr, &q->y))
+            fprintf(stderr, "colibri: serve: response %s not kept for previous_response_id (larger than the store, or out of memory)\n", j->id);
+        if (ncalls > 0) oai_calls_free(calls, ncalls);
+        if (w.oom) jw_free(&w), serve_fail(q, 500, "out of memory", "server_error", NULL);
+        else srv_finish(j, 200, &w);
+        kvc_persist(x->kc, cv);
+    }
+    jw_free(&w);
+    conv_grammar(cv, NULL, NULL, 0);
+    oai_out_free(&q->o);
+    resp_stream_free(&q->rs);
+    free(q->lp);
+    srv_release(x->s, j);
+    k->j = NULL, k->phase = SLOT_FREE, x->active--;
+    x->m->err[0] = 0; /* handled */
+}
+
+/* The free slot for a request of ids[0..n): the one whose conversation
+ * shares the longest cached prefix with it, else the one used least
+ * recently. */
+static serve_slot *serve_pick(serve_ctx *x, const int *ids, int n) {
+    serve_slot *best = NULL;
+    int bp = -1;
+    for (int i = 0; i < x->nsl; i++) {
+        serve_slot *k = &x->sl[i];
+        if (k->phase != SLOT_FREE) continue;
+        int p = kvc_lcp(k->cv.s.ids.ids, k->cv.s.n_kv, ids, n);
+        if (p > bp || (p == bp && k->order < best->order)) best = k, bp = p;
+    }
+    return best;
+}
+
+/* Starts request j in a free slot: its settings, the conversation it
+ * continues (kvc_select), its grammar, the turn checked. A request that
+ * cannot start is answered now. */
+static void serve_admit(serve_ctx *x, srv_job *j) {
+    serve_slot *k = serve_pick(x, j->ids.ids, (int)j->ids.n);
+    conv *cv = &k->cv;
     const oai_req *r = &j->req;
-    coli_gen g = serve_gen(g0, r, kc->clock);
-    cv->g = &g;
-    sess_params sp = conv_params(&g);
+    k->j = j, k->g = serve_gen(x->g0, r, x->kc->clock);
+    cv->g = &k->g;
+    sess_params sp = conv_params(&k->g);
     sess_set_params(&cv->s, &sp);
     int n = (int)j->ids.n;
-    int p = kvc_select(kc, cv, j->ids.ids, n);
-    srv_gen_stats st = {.prompt_tokens = n, .ttft_s = -1};
-    serve_req q = {.j = j, .t = cv->s.t, .sp = &g.sp, .w = &cv->s.w, .first = 1};
-    q.meta = (oai_meta){j->id, model, fps, j->created, n, 0, 0, NULL};
-    q.y.id = j->id, q.y.model = model, q.y.created = j->created, q.y.prompt_tokens = n, q.y.cached_tokens = p;
-    if (p < 0 || (r->gram && conv_grammar(cv, r->gram, kc->gv, r->gram_tools))) {
-        serve_fail(&q, 500, "out of memory", "server_error", NULL);
-        cv->s.n_kv = 0, cv->s.ids.n = 0, kc->live_file[0] = 0;
-        srv_note(s, &st);
-        return 0;
+    int p = kvc_select(x->kc, cv, j->ids.ids, n);
+    memset(&k->q, 0, sizeof k->q);
+    k->q = (serve_req){.j = j, .t = cv->s.t, .sp = &k->g.sp, .w = &cv->s.w, .first = 1};
+    k->q.meta = (oai_meta){j->id, x->model, x->fps, j->created, n, 0, 0, NULL};
+    k->q.y.id = j->id, k->q.y.model = x->model, k->q.y.created = j->created, k->q.y.prompt_tokens = n, k->q.y.cached_tokens = p > 0 ? p : 0;
+    k->st = (srv_gen_stats){.prompt_tokens = n, .ttft_s = -1};
+    int limit = x->ngen_cap && j->max_new > x->ngen_cap ? x->ngen_cap : j->max_new;
+    k->io = (sess_io){.stop = &j->cancel, .sink = serve_sink, .ud = &k->q, .max_new = limit, .on_token = serve_on_token};
+    k->order = ++x->admitted, k->phase = SLOT_PREFILL, x->active++;
+    if (p < 0 || (r->gram && conv_grammar(cv, r->gram, x->kc->gv, r->gram_tools))) {
+        snprintf(k->io.err, sizeof k->io.err, "out of memory");
+        oai_out_init(&k->q.o, r);
+        serve_end(x, k, 1);
+        return;
     }
-    oai_out_init(&q.o, r);
-    serve_start(&q);
-    int limit = ngen_cap && j->max_new > ngen_cap ? ngen_cap : j->max_new;
-    sess_io io = {.stop = &j->cancel, .sink = serve_sink, .ud = &q, .max_new = limit, .on_token = serve_on_token};
-    int rc = conv_generate(cv, (size_t)p, &io);
-    conv_grammar(cv, NULL, NULL, 0);
-    xs_stats x;
-    xs_stats_get(&m->xs, &x); /* reset at the turn's start: this request's */
-    st.cached_tokens = io.cached, st.generated_tokens = io.generated, st.forwards = st.sequences = io.forwards;
-    st.ttft_s = io.generated ? m->tel.ttft : -1, st.decode_s = m->tel.t_decode;
-    st.hit_gpu = x.hit_vram, st.hit_pin = x.hit_pin, st.hit_lru = x.hit_lru, st.miss = x.miss, st.disk_bytes = x.bytes_read;
-    srv_note(s, &st);
-    jw w = {0};
-    if (rc) {
-        if (io.fatal) serve_fail(&q, 500, io.err, "server_error", NULL);
-        else serve_fail(&q, io.client ? 400 : 500, io.err, io.client ? "invalid_request_error" : "server_error",
-                        io.client && r->gram ? (r->gram_tools ? "tools" : "response_format") : NULL);
-        oai_out_free(&q.o);
-        resp_stream_free(&q.rs);
-        free(q.lp);
-        cv->s.n_kv = 0, cv->s.ids.n = 0, kc->live_file[0] = 0;
-        if (io.fatal) return -1;
-        m->err[0] = 0; /* handled */
-        return 0;
+    oai_out_init(&k->q.o, r);
+    serve_start(&k->q);
+    if (sess_begin(&cv->s, (size_t)p, &k->io)) { serve_end(x, k, 1); return; }
+    print_turn(cv);
+}
+
+/* One forward's rows: every decoding slot's planned step (a slot whose
+ * turn ends without rows is answered now), then prompt rows of the
+ * prefilling slots, first come first served, at most prefill_cap in all.
+ * Returns the rows. */
+static int serve_gather(serve_ctx *x) {
+    int n = 0, wanted = 0;
+    for (int i = 0; i < x->nsl; i++) {
+        serve_slot *k = &x->sl[i];
+        k->nrows = k->nwant = 0;
+        if (k->phase != SLOT_DECODE) continue;
+        if (sess_plan(&k->cv.s, &k->r)) { serve_end(x, k, 1); continue; }
+        if (!k->r.k) {
+            if (k->r.done) serve_end(x, k, 0);
+            continue;
+        }
+        sess_plan_rows(&k->cv.s, &k->r, x->rows + n);
+        k->nrows = k->r.k, k->nwant = k->r.all ? k->r.k : 1, k->want_at = wanted, n += k->r.k, wanted += k->nwant;
     }
-    oai_out_finish(&q.o);
-    oai_call calls[OAI_MAX_TOOL_CALLS];
-    q.meta.prompt_tokens = n, q.meta.completion_tokens = io.generated, q.meta.cached_tokens = io.cached;
-    int ncalls = serve_calls(&q, &io, calls);
-    serve_answer(&q, &w, calls, ncalls);
-    if (j->api == SRV_RESPONSES && j->rr.store && s->rs_ok && resp_store_reply(&s->rs, &j->rr, &q.y))
-        fprintf(stderr, "colibri: serve: response %s not kept for previous_response_id (larger than the store, or out of memory)\n", j->id);
-    if (ncalls > 0) oai_calls_free(calls, ncalls);
-    if (w.oom) jw_free(&w), serve_fail(&q, 500, "out of memory", "server_error", NULL);
-    else srv_finish(j, 200, &w);
-    jw_free(&w);
-    oai_out_free(&q.o);
-    resp_stream_free(&q.rs);
-    free(q.lp);
-    kvc_persist(kc, cv);
+    int budget = x->prefill_cap;
+    for (int done = 0; !done && budget > 0;) { /* the earliest admitted prefilling slot first */
+        serve_slot *first = NULL;
+        for (int i = 0; i < x->nsl; i++) {
+            serve_slot *k = &x->sl[i];
+            if (k->phase == SLOT_PREFILL && !k->nrows && (!first || k->order < first->order)) first = k;
+        }
+        if (!first) break;
+        if (atomic_load(&first->j->cancel)) { /* the client left before its first token */
+            snprintf(first->io.err, sizeof first->io.err, "the client went away");
+            serve_end(x, first, 1);
+            continue;
+        }
+        int t = sess_prefill_rows(&first->cv.s, budget, x->rows + n);
+        first->nrows = t, first->nwant = first->cv.s.u.pf == first->cv.s.u.np, first->want_at = wanted;
+        n += t, budget -= t, wanted += first->nwant;
+        done = t == 0;
+    }
+    return n;
+}
+
+/* The forward's logits back to their slots (each slot's wanted rows from
+ * want_at: rows are gathered decoding slots first, then prompts in
+ * admission order): a prefilling slot whose prompt is complete starts
+ * decoding; a decoding slot accepts its rows. */
+static void serve_scatter(serve_ctx *x) {
+    size_t V = (size_t)x->m->c.vocab;
+    int seqs = 0;
+    for (int i = 0; i < x->nsl; i++) {
+        serve_slot *k = &x->sl[i];
+        if (!k->nrows) continue;
+        const float *lg = x->out + (size_t)k->want_at * V;
+        if (k->phase == SLOT_PREFILL) {
+            if (k->nwant) {
+                k->cv.s.u.t1 = compat_now();
+                if (sess_prefilled(&k->cv.s, lg)) serve_end(x, k, 1);
+                else k->phase = SLOT_DECODE;
+            }
+        } else {
+            seqs++;
+            int r = sess_absorb(&k->cv.s, &k->r, lg);
+            if (r) serve_end(x, k, r < 0);
+        }
+    }
+    srv_note_forward(x->s, seqs);
+}
+
+/* Serve mode's compute loop: requests join free slots between forwards,
+ * every forward advances every slot (a decode step, or a prompt chunk),
+ * a request that finishes leaves its slot at once. Returns 0 when asked
+ * to stop, -1 when the model failed (a read error). */
+static int serve_loop(serve_ctx *x) {
+    while (!atomic_load(&serve_stop)) {
+        srv_job *j;
+        while (x->active < x->nsl && (j = srv_next(x->s, x->active ? 0 : 200))) serve_admit(x, j);
+        if (!x->active) continue;
+        xs_stats x0, x1;
+        xs_stats_get(&x->m->xs, &x0);
+        int n = serve_gather(x);
+        if (!n) continue;
+        if (fwd_rows(x->m, x->rows, n, x->out, NULL)) {
+            for (int i = 0; i < x->nsl; i++)
+                if (x->sl[i].phase != SLOT_FREE) {
+                    sess_fail(&x->sl[i].io, 1, 0, "%s", x->m->err);
+                    serve_end(x, &x->sl[i], 1);
+                }
+            return -1;
+        }
+        serve_scatter(x);
+        xs_stats_get(&x->m->xs, &x1);
+        srv_gen_stats d = {.hit_gpu = x1.hit_vram - x0.hit_vram, .hit_pin = x1.hit_pin - x0.hit_pin, .hit_lru = x1.hit_lru - x0.hit_lru,
+                           .miss = x1.miss - x0.miss, .disk_bytes = x1.bytes_read - x0.bytes_read};
+        srv_note_engine(x->s, &d);
+    }
+    for (int i = 0; i < x->nsl; i++) /* SIGTERM: what is in flight ends as interrupted */
+        if (x->sl[i].phase != SLOT_FREE) {
+            x->sl[i].io.why = "interrupted";
+            serve_end(x, &x->sl[i], x->sl[i].phase != SLOT_DECODE);
+        }
     return 0;
+}
+
+/* The slots' sessions (slot i's conversation in KV slot i, MTP drafts off:
+ * prefix reuse rewinds caches, which the drafting state cannot follow) and
+ * one forward's rows and logits. 0, or -1 (said). */
+static int serve_slots_open(serve_ctx *x, coli_model *m, const coli_gen *g, tok *t, const char *dir) {
+    x->m = m, x->nsl = m->kv.slots;
+    int max_rows = SERVE_STEP_ROWS < m->ubatch ? SERVE_STEP_ROWS : m->ubatch;
+    x->prefill_cap = m->ubatch;
+    x->cap = x->nsl * max_rows + m->ubatch;
+    x->sl = (serve_slot *)calloc((size_t)x->nsl, sizeof *x->sl);
+    x->rows = (fwd_row *)malloc((size_t)x->cap * sizeof *x->rows);
+    x->out = (float *)malloc((size_t)(x->nsl * max_rows + x->nsl) * m->c.vocab * sizeof(float));
+    if (!x->sl || !x->rows || !x->out) return fprintf(stderr, "colibri: out of memory for %d serve slots\n", x->nsl), free(x->sl), free(x->rows), free(x->out), -1;
+    int said = 0;
+    for (int i = 0; i < x->nsl; i++) {
+        conv *cv = &x->sl[i].cv;
+        if (conv_open(cv, m, g, t, dir)) {
+            while (i--) conv_close(&x->sl[i].cv);
+            free(x->sl), free(x->rows), free(x->out);
+            return -1;
+        }
+        sess_use_slot(&cv->s, i);
+        sess_set_max_rows(&cv->s, max_rows);
+        if (sess_drafts_off(&cv->s) && !said++ && g->draft_set && g->spec.k)
+            fprintf(stderr, "colibri: serve mode decodes without MTP drafts (prefix reuse rewinds the cache, which the drafting state cannot follow)\n");
+    }
+    return 0;
+}
+
+static void serve_slots_close(serve_ctx *x) {
+    for (int i = 0; i < x->nsl && x->sl; i++) conv_close(&x->sl[i].cv);
+    free(x->sl), free(x->rows), free(x->out);
+    x->sl = NULL, x->rows = NULL, x->out = NULL;
 }
 
 /* The model's name for /v1/models: SERVE_MODEL, or the directory's last
@@ -1453,12 +1656,13 @@ static char *serve_props(const coli_model *m, const coli_gen *g, const char *dir
 /* SERVE mode (--serve or SERVE=1): the OpenAI-compatible HTTP API until
  * SIGTERM or Ctrl-C. Returns the exit status. */
 static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, const coli_env *e) {
-    conv cv;
     kv_cache kc;
+    serve_ctx x;
     srv s;
     char err[600], fps[32], name[256], *keybuf = NULL, *props = NULL;
     const char *keys[SERVE_MAX_KEYS];
     memset(&kc, 0, sizeof kc);
+    memset(&x, 0, sizeof x);
     int n_keys = serve_keys(e, &keybuf, keys);
     if (n_keys < 0) return free(keybuf), EXIT_INPUT;
     const char *host = env_v(e, ENV_COLI_HOST)->s;
@@ -1467,18 +1671,15 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
     if (env_v(e, ENV_PORT)->set && !env_v(e, ENV_COLI_PORT)->set)
         fprintf(stderr, "colibri: PORT=%s is not read: serve mode listens on COLI_PORT (%lld)\n", env_v(e, ENV_PORT)->s ? env_v(e, ENV_PORT)->s : "",
                 env_i(e, ENV_COLI_PORT));
-    if (conv_open(&cv, m, g, t, dir)) return free(keybuf), EXIT_INPUT;
-    if (sess_drafts_off(&cv.s)) {
-        if (g->draft_set && g->spec.k)
-            fprintf(stderr, "colibri: serve mode decodes without MTP drafts (prefix reuse rewinds the cache, which the drafting state cannot follow)\n");
-    }
-    cv.fp = kc.fp = kvp_fingerprint(m, dir);
+    if (serve_slots_open(&x, m, g, t, dir)) return free(keybuf), EXIT_INPUT;
+    kc.fp = kvp_fingerprint(m, dir);
+    for (int i = 0; i < x.nsl; i++) x.sl[i].cv.fp = kc.fp;
     snprintf(fps, sizeof fps, "colibri-%016llx", (unsigned long long)kc.fp);
     serve_name(e, dir, name, sizeof name);
     gr_vocab gv;
     if (sess_vocab(t, m->c.vocab, &gv)) {
         fprintf(stderr, "colibri: out of memory building the vocabulary trie\n");
-        conv_close(&cv);
+        serve_slots_close(&x);
         return free(keybuf), EXIT_INPUT;
     }
     kc.gv = &gv;
@@ -1502,22 +1703,16 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
         rc = EXIT_INPUT;
         goto out;
     }
-    fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, queue %d, KV_CACHE_GB %g%s%s): POST /v1/chat/completions, /v1/completions, "
-            "/v1/messages, /v1/responses, /tokenize, /detokenize; GET /v1/models, /health, /props, /metrics, / (chat page)\n", name, so.host, s.port, m->kv.ctx, so.max_queue,
+    fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, %d slots, queue %d, KV_CACHE_GB %g%s%s): POST /v1/chat/completions, /v1/completions, "
+            "/v1/messages, /v1/responses, /tokenize, /detokenize; GET /v1/models, /health, /props, /metrics, / (chat page)\n", name, so.host, s.port, m->kv.ctx, x.nsl, so.max_queue,
             env_f(e, ENV_KV_CACHE_GB), n_keys ? ", API key required" : "", so.cors ? ", CORS on" : "");
     if (!serve_loopback(host) && !n_keys)
         fprintf(stderr, "colibri: warning: COLI_HOST=%s listens beyond this machine and no API key is set (COLI_API_KEY): anyone who can reach it can use it\n", host);
-    int cap = env_v(e, ENV_NGEN)->set ? (int)env_i(e, ENV_NGEN) : 0;
-    while (!atomic_load(&serve_stop)) {
-        srv_job *j = srv_next(&s, 200);
-        if (!j) continue;
-        int bad = serve_job(&cv, &kc, &s, j, g, cap, name, fps);
-        srv_release(&s, j);
-        if (bad) {
-            fprintf(stderr, "colibri: stopping the server: %s\n", m->err);
-            rc = EXIT_INPUT;
-            break;
-        }
+    x.s = &s, x.kc = &kc, x.g0 = g, x.model = name, x.fps = fps;
+    x.ngen_cap = env_v(e, ENV_NGEN)->set ? (int)env_i(e, ENV_NGEN) : 0;
+    if (serve_loop(&x)) {
+        fprintf(stderr, "colibri: stopping the server: %s\n", m->err);
+        rc = EXIT_INPUT;
     }
     srv_stop(&s);
     fprintf(stderr, "colibri: server stopped: %lld requests answered, %lld refused with 429 (queue full)\n", (long long)atomic_load(&s.served),
@@ -1525,7 +1720,7 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
 out:
     while (kc.n) kvc_drop(&kc, kc.n - 1);
     free(kc.e);
-    conv_close(&cv);
+    serve_slots_close(&x);
     gr_vocab_free(&gv);
     free(keybuf), free(props);
     signal(SIGTERM, SIG_DFL), signal(SIGINT, SIG_DFL);
@@ -1688,6 +1883,7 @@ static int coli_main(int argc, char **argv) {
     if (fmt >= 0 && add_chat_stop(&m.c, t, fmt)) goto out;
     if (!(rows = (uint64_t *)calloc((size_t)m.c.n_layers * m.c.n_experts, sizeof(uint64_t)))) { model_fail(&m, "out of memory"); goto fail; }
     if (usage_history(&m, dir, &o, rows, &have)) goto out;
+    if (serve) o.slots = (int)env_i(&e, ENV_SERVE_SLOTS); /* each slot's KV cache counts in the memory plan */
     if (model_setup(&m, &o, have ? rows : NULL)) goto fail;
     m.repin = (int)env_i(&e, ENV_REPIN);
     m.rss_limit = env_f(&e, ENV_RSS_GUARD_GB) > 0 ? (uint64_t)(env_f(&e, ENV_RSS_GUARD_GB) * GB) : m.budget;

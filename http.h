@@ -118,7 +118,7 @@ typedef struct {
     uint64_t ttft_count, tpot_count;
     uint64_t forwards, sequences;
     uint64_t hit_gpu, hit_pin, hit_lru, miss, disk_bytes;
-    int running; /* a request is being computed */
+    int running; /* requests being computed (in a slot) */
 } srv_totals;
 
 typedef struct {
@@ -180,7 +180,7 @@ static inline srv_job *srv_next(srv *s, int timeout_ms) {
         s->head = j->next;
         if (!s->head) s->tail = NULL;
         s->queued--;
-        s->tot.running = 1;
+        s->tot.running++;
     }
     pthread_mutex_unlock(&s->mu);
     return j;
@@ -191,7 +191,7 @@ static inline srv_job *srv_next(srv *s, int timeout_ms) {
 static inline void srv_note(srv *s, const srv_gen_stats *g) {
     pthread_mutex_lock(&s->mu);
     srv_totals *t = &s->tot;
-    t->running = 0, t->requests++;
+    t->running -= t->running > 0, t->requests++;
     t->prompt_tokens += (uint64_t)g->prompt_tokens, t->cached_tokens += (uint64_t)g->cached_tokens;
     t->generated_tokens += (uint64_t)g->generated_tokens;
     if (g->ttft_s >= 0) {
@@ -206,6 +206,25 @@ static inline void srv_note(srv *s, const srv_gen_stats *g) {
         t->tpot[b] += (uint64_t)(g->generated_tokens - 1), t->tpot_sum += g->decode_s, t->tpot_count += (uint64_t)(g->generated_tokens - 1);
     }
     t->forwards += (uint64_t)g->forwards, t->sequences += (uint64_t)g->sequences;
+    t->hit_gpu += g->hit_gpu, t->hit_pin += g->hit_pin, t->hit_lru += g->hit_lru, t->miss += g->miss, t->disk_bytes += g->disk_bytes;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The compute thread's account of one forward that advanced `sequences`
+ * decoding sequences (none: a forward of prompts alone, not counted). */
+static inline void srv_note_forward(srv *s, int sequences) {
+    if (sequences < 1) return;
+    pthread_mutex_lock(&s->mu);
+    s->tot.forwards++, s->tot.sequences += (uint64_t)sequences;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The compute thread's account of the experts one forward looked up and
+ * read (g's hit, miss and disk fields; its other fields are ignored):
+ * shared by the requests in it, so counted once. */
+static inline void srv_note_engine(srv *s, const srv_gen_stats *g) {
+    pthread_mutex_lock(&s->mu);
+    srv_totals *t = &s->tot;
     t->hit_gpu += g->hit_gpu, t->hit_pin += g->hit_pin, t->hit_lru += g->hit_lru, t->miss += g->miss, t->disk_bytes += g->disk_bytes;
     pthread_mutex_unlock(&s->mu);
 }

@@ -80,6 +80,7 @@ typedef struct {
     int np, ngen;    /* prompt length (the whole conversation so far); the turn's limit */
     int *gen, n;     /* generated ids */
     int fed;         /* generated tokens fed back (plain decoding) */
+    int pf;          /* sess_prefill_rows: the next prompt position to compute */
     int pending;     /* a token sampled while verifying drafts, emitted next (-1: none) */
     int drafting;    /* grammar drafts */
     int mtp_started; /* spec_start ran */
@@ -90,6 +91,7 @@ typedef struct {
     tok_str out;
     sess_io *io;
     double t0, t1;   /* the turn's start; decoding's start */
+    double ttft;     /* seconds from the turn's start to its first token */
 } sess_turn;
 
 typedef struct {
@@ -97,6 +99,7 @@ typedef struct {
     tok *t;
     sess_params p;
     tok_ids ids;
+    int slot;    /* the KV slot its cache is in (model.h kv_select), 0 unless sess_use_slot says */
     int n_kv;    /* positions [0, n_kv) cached; ids beyond are fed next */
     int started; /* the first turn was rendered (or a state resumed): later turns are follow-ups */
     int spec;    /* drafting with the MTP head */
@@ -104,6 +107,7 @@ typedef struct {
     smp_work w;
     smp_rng rng;
     float *lg;   /* [vocab] the next token's logits (masked here, never in the model's scratch) */
+    int max_rows; /* rows one step may ask a forward for (drafts, forced tokens): UBATCH unless sess_set_max_rows lowers it */
     /* grammar-constrained output: each turn's answer is one sentence of gram */
     const gr_grammar *gram;
     const gr_vocab *gv;
@@ -259,12 +263,31 @@ static inline void sess_set_params(sess *s, const sess_params *p) {
     smp_seed(&s->rng, p->seed);
 }
 
+/* At most n (>= 1) rows per step from now on: a caller computing several
+ * sessions in one forward bounds the logits it holds. Tokens do not
+ * change: fewer grammar drafts are verified or forced tokens batched per
+ * forward. */
+static inline void sess_set_max_rows(sess *s, int n) { s->max_rows = n < 1 ? 1 : n < s->m->ubatch ? n : s->m->ubatch; }
+
+/* Keeps the conversation's cache in KV slot `slot` from now on (its
+ * cached positions are those of that slot: the caller moves or drops
+ * them). 0, or -1 when the model has no such slot. */
+static inline int sess_use_slot(sess *s, int slot) {
+    if (slot < 0 || slot >= s->m->kv.slots) return -1;
+    s->slot = slot;
+    return 0;
+}
+
+/* The session's slot becomes the one single-sequence forwards and
+ * kv_persist use. */
+static inline void sess_select_(sess *s) { kv_select(&s->m->kv, s->slot); }
+
 /* An empty conversation on m; drafts with the MTP head when mtp is on and
  * the model has one (spec). 0, or -1 (out of memory). s->note says why
  * drafting is off when it was asked for. */
 static inline int sess_open(sess *s, coli_model *m, tok *t, const sess_params *p, int mtp, const spec_opts *spec) {
     memset(s, 0, sizeof *s);
-    s->m = m, s->t = t;
+    s->m = m, s->t = t, s->max_rows = m->ubatch;
     sess_set_params(s, p);
     s->spec = m->mtp && mtp;
     if (smp_work_alloc(&s->w, m->c.vocab) || !(s->lg = (float *)malloc((size_t)m->c.vocab * sizeof(float))) || (s->spec && spec_init(&s->sc, m, spec))) {
@@ -302,6 +325,7 @@ static inline int sess_resume(sess *s, const kvp_state *ks, const char *path) {
  * file, so the caller ends). */
 static inline int sess_load(sess *s, const char *path, uint64_t fp, char *err, size_t errlen) {
     kvp_state ks;
+    sess_select_(s);
     int r = kvp_load(s->m, path, fp, &ks, err, errlen);
     if (r) return r;
     r = sess_resume(s, &ks, path);
@@ -314,6 +338,7 @@ static inline int sess_load(sess *s, const char *path, uint64_t fp, char *err, s
  * to path. 0, or -1 (err says why). */
 static inline int sess_save(sess *s, const char *path, uint64_t fp, char *err, size_t errlen) {
     kvp_mtp k = {s->sc.mtp_pos, s->sc.nq, s->sc.hq, s->sc.tq, s->sc.h_last};
+    sess_select_(s);
     return kvp_save(s->m, path, fp, s->ids.ids, (int)s->ids.n, s->n_kv, s->spec ? &k : NULL, err, errlen);
 }
 
@@ -376,7 +401,7 @@ static inline int sess_begin(sess *s, size_t before, sess_io *io) {
     const coli_config *c = &m->c;
     sess_turn_free_(s);
     sess_turn *u = &s->u;
-    u->before = before, u->io = io, u->pending = -1;
+    u->before = before, u->io = io, u->pending = -1, u->pf = s->n_kv, u->t0 = compat_now();
     io->failed = io->fatal = io->client = 0, io->err[0] = 0, io->forwards = 0;
     io->generated = 0, io->cached = s->n_kv, io->why = NULL;
     m->err[0] = 0; /* model_fail's message, from here on, is this turn's */
@@ -399,8 +424,23 @@ static inline int sess_begin(sess *s, size_t before, sess_io *io) {
     u->np = n;
     u->drafting = s->gram && s->p.grammar_draft; /* the grammar drafts; the model's tokens are kept as they are */
     if (!(u->gen = (int *)malloc((size_t)u->ngen * sizeof(int) + sizeof(int))) || !(u->batch = (int *)malloc((size_t)m->ubatch * sizeof(int))) ||
-        (u->drafting && !(u->rows = (float *)malloc((size_t)m->ubatch * c->vocab * sizeof(float)))))
+        (u->drafting && !(u->rows = (float *)malloc((size_t)s->max_rows * c->vocab * sizeof(float)))))
         return sess_abort(s), sess_fail(io, 0, 0, "out of memory");
+    return 0;
+}
+
+/* After the prompt is computed: decoding starts (its clock) and the
+ * grammar with it. 0, or -1 (io says why). */
+static inline int sess_start_decoding_(sess *s) {
+    sess_turn *u = &s->u;
+    u->t1 = compat_now();
+    if (!s->gram) return 0;
+    gr_state_free(&s->gst);
+    int gi = gr_init(s->gram, &s->gst);
+    if (gi == -2) return sess_fail(u->io, 0, 1, "the grammar is too ambiguous to follow: it can start in more than %d ways", GR_MAX_STACKS);
+    if (gi) return sess_fail(u->io, 0, 0, "out of memory starting the grammar");
+    s->g_steps = s->g_forced = s->g_saved = 0, s->g_mask_s = 0, s->g_valid = 0, s->g_alive = 1, s->g_oom = 0;
+    s->d_proposed = s->d_accepted = s->d_verifies = 0;
     return 0;
 }
 
@@ -414,22 +454,37 @@ static inline int sess_prefill(sess *s) {
     io_stats_reset(&m->io);
     memset(&s->sc.st, 0, sizeof s->sc.st);
     u->t0 = compat_now();
+    sess_select_(s);
     int n = u->np, start = s->n_kv;
     if (s->spec ? spec_prefill(&s->sc, s->ids.ids, n, start) : fwd_tokens(m, s->ids.ids + start, n - start, start, NULL))
         return sess_fail(u->io, 1, 0, "%s", m->err);
     memcpy(s->lg, m->sc.logits, (size_t)m->c.vocab * sizeof(float));
     m->tel.t_prefill = compat_now() - u->t0;
     m->tel.prompt_tokens = n - start;
-    u->t1 = compat_now();
-    if (s->gram) {
-        gr_state_free(&s->gst);
-        int gi = gr_init(s->gram, &s->gst);
-        if (gi == -2) return sess_fail(u->io, 0, 1, "the grammar is too ambiguous to follow: it can start in more than %d ways", GR_MAX_STACKS);
-        if (gi) return sess_fail(u->io, 0, 0, "out of memory starting the grammar");
-        s->g_steps = s->g_forced = s->g_saved = 0, s->g_mask_s = 0, s->g_valid = 0, s->g_alive = 1, s->g_oom = 0;
-        s->d_proposed = s->d_accepted = s->d_verifies = 0;
+    return sess_start_decoding_(s);
+}
+
+/* In place of sess_prefill, for a caller that computes several sessions'
+ * rows in one forward (fwd_rows; without MTP drafts): the next at most
+ * max rows of the turn's prompt not yet computed, written to rows (the
+ * last prompt position's logits wanted). Returns how many (0: the prompt
+ * is all computed; then sess_prefilled). */
+static inline int sess_prefill_rows(sess *s, int max, fwd_row *rows) {
+    sess_turn *u = &s->u;
+    int k = 0;
+    for (; k < max && u->pf + k < u->np; k++) {
+        int p = u->pf + k;
+        rows[k] = (fwd_row){s->ids.ids[p], s->slot, p, p == u->np - 1};
     }
-    return 0;
+    u->pf += k;
+    return k;
+}
+
+/* The prompt's rows are computed: logits are those of its last position.
+ * Decoding starts. 0, or -1 (io says why; the caller aborts). */
+static inline int sess_prefilled(sess *s, const float *logits) {
+    memcpy(s->lg, logits, (size_t)s->m->c.vocab * sizeof(float));
+    return sess_start_decoding_(s);
 }
 
 /* The next token from the session's logits: the grammar's forced one,
@@ -468,7 +523,7 @@ static inline int sess_propose_grammar_(sess *s, int next) {
     size_t tn = gr_forced_text(s->gram, &s->gdraft, text, sizeof text);
     tok_ids d = {0};
     if (tn && !tok_encode(s->t, text, tn, &d))
-        for (size_t i = 0; i < d.n && k < m->ubatch && u->n + k - 1 < u->ngen; i++) {
+        for (size_t i = 0; i < d.n && k < s->max_rows && u->n + k - 1 < u->ngen; i++) {
             if (d.ids[i] < 0 || d.ids[i] >= m->c.vocab) break;
             u->batch[k++] = d.ids[i];
         }
@@ -508,7 +563,7 @@ static inline int sess_propose_forced_(sess *s, int next, int *stop) {
     *stop = 0;
     if (sess_accept_(s, next)) return u->io->why = "grammar (no token can continue it)", -1;
     u->batch[k++] = next;
-    while (s->p.grammar_batch && k < s->m->ubatch && u->n < u->ngen) {
+    while (s->p.grammar_batch && k < s->max_rows && u->n < u->ngen) {
         if (!sess_mask_(s, &forced) || forced < 0) break;
         s->g_forced++;
         if ((*stop = sess_emit_(s, forced))) break;
@@ -540,7 +595,7 @@ static inline int sess_plan(sess *s, sess_rows *r) {
         next = sess_choose_(s);
         if (next == -1) return io->failed ? -1 : (r->done = 1, 0);
     }
-    if (!u->n) s->m->tel.ttft = compat_now() - u->t0;
+    if (!u->n) s->m->tel.ttft = u->ttft = compat_now() - u->t0;
     if (next < 0) return sess_fail(io, 0, 0, "the logits are not finite (NaN or infinity); stopping");
     if (sess_emit_(s, next)) return io->failed ? -1 : (r->done = 1, 0);
     r->p0 = u->np + u->n - 1; /* the position of next */
@@ -571,6 +626,12 @@ static inline int sess_absorb(sess *s, const sess_rows *r, const float *logits) 
     return u->io->failed ? -1 : done;
 }
 
+/* The rows of a planned step (sess_plan) for fwd_rows, written to rows:
+ * r->k of them in s's slot, logits wanted where sess_absorb reads them. */
+static inline void sess_plan_rows(const sess *s, const sess_rows *r, fwd_row *rows) {
+    for (int i = 0; i < r->k; i++) rows[i] = (fwd_row){s->u.batch[i], s->slot, r->p0 + i, r->all || i == r->k - 1};
+}
+
 /* One propose → verify → accept round: sess_plan, one forward of the
  * main model over its rows, sess_absorb; with MTP drafts, spec.h's round
  * (drafts, one verifying forward, acceptance). Returns 0 to go on, 1 when
@@ -581,6 +642,7 @@ static inline int sess_step(sess *s) {
     sess_io *io = u->io;
     coli_model *m = s->m;
     if (s->spec && u->mtp_started) {
+        sess_select_(s);
         int done, e = spec_step(&s->sc, u->ngen - u->n, &s->p.sp, &s->rng, &s->w, sess_emit_, s, &done);
         if (e < 0 && !io->failed) sess_fail(io, 1, 0, "%s", m->err);
         return io->failed ? -1 : done ? 1 : 0;
@@ -588,6 +650,7 @@ static inline int sess_step(sess *s) {
     sess_rows r;
     if (sess_plan(s, &r)) return -1;
     if (!r.k) return r.done;
+    sess_select_(s);
     if (fwd_tokens(m, u->batch, r.k, r.p0, r.all ? u->rows : NULL)) return sess_fail(io, 1, 0, "%s", m->err);
     return sess_absorb(s, &r, r.all ? u->rows : m->sc.logits);
 }

@@ -1278,8 +1278,9 @@ class KeptFiles(MhdCase):
             log, _ = self.serve([], {"KV_CACHE_GB": budget})
             self.assertEqual(self.snapshot(), saved, budget)
             self.assertRegex(log, r"KV_CACHE_DIR: [1-3] older conversations \(.* MB\) beyond KV_CACHE_GB left on disk", budget)
-        # evictions while serving free memory only
-        log, _ = self.serve(["Delta story", "Epsilon story", "Zeta story"], {"KV_CACHE_GB": "0.000012"})
+        # evictions while serving free memory only (one slot: each new
+        # conversation sets the one before it aside, into the kept store)
+        log, _ = self.serve(["Delta story", "Epsilon story", "Zeta story"], {"KV_CACHE_GB": "0.000012", "SERVE_SLOTS": "1"})
         self.assertIn("evicted a kept conversation", log)
         now = self.snapshot()
         self.assertEqual(len(now), 6, list(now))
@@ -1463,6 +1464,108 @@ class Fronts(MhdCase):
             self.assertEqual(big.stop(), 0)
         with self.assertRaises(openai.BadRequestError):
             o.responses.create(model="m", input="x", previous_response_id="resp_unknown")
+
+
+class Batching(MhdCase):
+    """Several requests decoded together (SERVE_SLOTS): each request's
+    answer, tokens and log-probabilities alike, is exactly the answer it
+    gets alone, whatever else is in the batch, the slot count or the
+    thread count: greedy and seeded sampling, different prompt lengths, a
+    JSON schema, a forced tool call, and a client that leaves mid-answer;
+    forwards then advance several sequences each (/metrics)."""
+
+    TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}}]
+
+    def bodies(self):
+        out = []
+        for i in range(7):
+            b = {"messages": [{"role": "user", "content": "request %d: %s" % (i, "tell me more " * (1 + i))}], "max_tokens": 10 + 2 * i,
+                 "logprobs": True, "top_logprobs": 2}
+            if i % 2:
+                b.update(temperature=0.9, seed=100 + i)
+            else:
+                b.update(temperature=0)
+            if i == 3:
+                b["response_format"] = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                    "type": "object", "properties": {"a": {"enum": [1, 22, 333]}, "b": {"type": "string", "maxLength": 4}}, "required": ["a", "b"]}}}
+                b["max_tokens"] = 80
+            if i == 5:
+                b.update(tools=self.TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120)
+            out.append(b)
+        return out
+
+    @staticmethod
+    def answer(r):
+        """What must not change: the message (tool calls without their ids,
+        which name the request), finish reason, log-probabilities, tokens."""
+        c = r["choices"][0]
+        msg = dict(c["message"])
+        if msg.get("tool_calls"):
+            msg["tool_calls"] = [{k: v for k, v in t.items() if k != "id"} for t in msg["tool_calls"]]
+        return msg, c["finish_reason"], c["logprobs"], r["usage"]["completion_tokens"]
+
+    def concurrently(self, srv, bodies, leave=None):
+        """The answers of bodies sent at once (leave: the index of a
+        streamed request whose client goes away after its first event)."""
+        got, errs = {}, []
+
+        def one(i):
+            try:
+                if i == leave:
+                    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+                    c.request("POST", "/v1/chat/completions", body=json.dumps(dict(bodies[i], stream=True, max_tokens=200)),
+                              headers={"Content-Type": "application/json"})
+                    r = c.getresponse()
+                    r.fp.readline()
+                    c.close()
+                    return
+                st, r = srv.request("POST", "/v1/chat/completions", bodies[i])
+                got[i] = (st, r)
+            except Exception as e:  # noqa: BLE001
+                errs.append(repr(e))
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errs, [])
+        return got
+
+    def test_answers_do_not_depend_on_the_batch(self):
+        bodies = self.bodies()
+        srv = Server({"SERVE_SLOTS": "4"}, model=synth_model())
+        try:
+            self.assertTrue(srv.port, srv.log())
+            alone = []
+            for b in bodies:
+                st, r = srv.request("POST", "/v1/chat/completions", b)
+                self.assertEqual(st, 200, r)
+                alone.append(self.answer(r))
+            self.assertIsNotNone(alone[5][0].get("tool_calls"), alone[5])
+            json.loads(alone[3][0]["content"])
+            _, m0 = srv.request("GET", "/metrics")
+            for rnd in range(2):
+                got = self.concurrently(srv, bodies + [bodies[0]], leave=7 if rnd else None)
+                for i in range(len(bodies)):
+                    self.assertEqual(got[i][0], 200, got[i][1])
+                    self.assertEqual(self.answer(got[i][1]), alone[i], i)
+            _, m1 = srv.request("GET", "/metrics")
+            metric = lambda t, k: float(re.search(r"^%s (\S+)$" % k, t, re.M).group(1))  # noqa: E731
+            fw = metric(m1, "colibri_decode_forwards_total") - metric(m0, "colibri_decode_forwards_total")
+            sq = metric(m1, "colibri_decode_sequences_total") - metric(m0, "colibri_decode_sequences_total")
+            self.assertGreater(sq / fw, 1.5)  # several conversations per forward
+            self.assertEqual(metric(m1, "colibri_requests_running"), 0)
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.log())
+        for env in ({"SERVE_SLOTS": "1", "THREADS": "1"}, {"SERVE_SLOTS": "3"}):
+            srv = Server(env, model=synth_model())
+            try:
+                got = self.concurrently(srv, bodies)
+                for i in range(len(bodies)):
+                    self.assertEqual(self.answer(got[i][1]), alone[i], (env, i))
+            finally:
+                self.assertEqual(srv.stop(), 0, srv.log())
 
 
 if __name__ == "__main__":
