@@ -4,7 +4,10 @@
  * KV cache (absorbed or reconstructed), the DSA lightning indexer, the
  * sigmoid router with its correction bias and group-limited choice, the
  * MoE with routed experts from the store, dense MLPs, the final norm and
- * lm_head. It follows Hugging Face transformers' modeling_glm_moe_dsa.py in
+ * lm_head. A pass's rows each carry a position and a KV slot: one
+ * sequence's consecutive positions (fwd_run and its wrappers, on kv.slot),
+ * or rows of several sequences (fwd_rows), every row computing exactly
+ * what it computes alone. It follows Hugging Face transformers' modeling_glm_moe_dsa.py in
  * float32; docs/model.md gives the equations and the traps, by section.
  * What runs on the GPU goes through gpu.h's calls (thread 0), whose
  * per-layer answers reach the team in fwd_shared.
