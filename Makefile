@@ -291,13 +291,13 @@ endif # WINDOWS
 TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-synth $(1)/colibri-convert \
             $(if $(MACOS),,$(1)/colibri-fault $(1)/colibri-convert-fault)
 
-CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri build/cuda/test_cuda))
+CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri build/cuda/test_cuda build/cuda/test_batch))
 # the aarch64 build where the cross compiler and qemu are (tests/run_arm.sh
 # builds it too, and says SKIP aarch64 where they are not)
 ARM_QEMU ?= qemu-aarch64
 ARM_TEST_BINS := $(if $(and $(shell command -v $(ARM_CC) 2>/dev/null),$(shell command -v $(ARM_QEMU) 2>/dev/null)),arm-build \
                    $(if $(shell command -v $(ARM_CLANG) 2>/dev/null),arm-clang-build))
-test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/test_cuda $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
+test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/test_cuda build/cuda-host/test_batch $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
 ARM_WRAPPED := colibri colibri-synth colibri-convert colibri-fault colibri-convert-fault
 arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED))
 build/arm/qemu/%: tests/qemu_arm.sh

@@ -4,7 +4,10 @@
  * KV cache (absorbed or reconstructed), the DSA lightning indexer, the
  * sigmoid router with its correction bias and group-limited choice, the
  * MoE with routed experts from the store, dense MLPs, the final norm and
- * lm_head. It follows Hugging Face transformers' modeling_glm_moe_dsa.py in
+ * lm_head. A pass's rows each carry a position and a KV slot: one
+ * sequence's consecutive positions (fwd_run and its wrappers, on kv.slot),
+ * or rows of several sequences (fwd_rows), every row computing exactly
+ * what it computes alone. It follows Hugging Face transformers' modeling_glm_moe_dsa.py in
  * float32; docs/model.md gives the equations and the traps, by section.
  * What runs on the GPU goes through gpu.h's calls (thread 0), whose
  * per-layer answers reach the team in fwd_shared.
@@ -127,8 +130,7 @@ typedef struct {
 /* What tid 0 publishes to the team during a forward pass. */
 typedef struct {
     coli_model *m;
-    const int *tok;
-    int S, pos;        /* rows; pos: the first row's position (a one-sequence pass, seq0) */
+    int S, pos;        /* rows (their tokens, positions, slots: sc->rtok, rpos, rslot); pos: the first row's position (a one-sequence pass, seq0) */
     int seq0;          /* the rows are one sequence in slot 0 at pos..pos+S-1: the GPU's latent cache and keys (slot 0's) serve it */
     int w0;            /* the first position of slot 0 the pass writes (kv.ctx: none): the GPU's copies are stale from there */
     int nwant;         /* out: the logits of every row (-1) or of rows sc->wrow[0..nwant) */
@@ -870,7 +872,7 @@ static void fwd_seq_rows(coli_model *m, fwd_shared *sh, const int *tok, int S, i
  * logits to out (every row) or sc->logits (the last), final-normed hidden
  * rows to hid when given, s1 as in fwd_attention. 0 or -1 (m->err). */
 static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
-    fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .out = out, .hid = hid, .s1 = s1, .job = -1, .nwant = -1};
+    fwd_shared sh = {.m = m, .S = S, .pos = pos, .out = out, .hid = hid, .s1 = s1, .job = -1, .nwant = -1};
     fwd_seq_rows(m, &sh, tok, S, pos);
     gpu_forward_begin(&m->gpu);
     team_run(&m->team, fwd_worker, &sh);
@@ -898,7 +900,7 @@ static int fwd_verify(coli_model *m, const int *tok, int S, int pos, float *out,
  * Positions must be filled in order: the layer attends over its own cache.
  * 0 or -1 (m->err). */
 static int fwd_mtp(coli_model *m, const int *tok, const float *hin, int S, int pos, float *hout, float *last) {
-    fwd_shared sh = {.m = m, .tok = tok, .S = S, .pos = pos, .hid = hout, .hin = hin, .last = last, .s1 = 1, .job = -1, .nwant = -1};
+    fwd_shared sh = {.m = m, .S = S, .pos = pos, .hid = hout, .hin = hin, .last = last, .s1 = 1, .job = -1, .nwant = -1};
     fwd_seq_rows(m, &sh, tok, S, pos);
     gpu_forward_begin(&m->gpu);
     team_run(&m->team, fwd_mtp_worker, &sh);
@@ -969,7 +971,6 @@ static inline int fwd_rows(coli_model *m, const fwd_row *r, int n, float *out, f
         int S = n - done < m->ubatch ? n - done : m->ubatch;
         fwd_shared sh = {.m = m, .S = S, .pos = r[done].pos, .out = out, .hid = hid ? hid + (size_t)done * m->c.dim : NULL, .s1 = 1, .job = -1,
                          .seq0 = 1, .w0 = m->kv.ctx};
-        sh.tok = sc->rtok;
         for (int s = 0; s < S; s++) {
             const fwd_row *w = &r[done + s];
             sc->rtok[s] = w->tok, sc->rpos[s] = w->pos, sc->rslot[s] = w->slot;

@@ -2,7 +2,7 @@
  * held (the weight table), what everything costs before anything is
  * allocated (model_measure: config.json and the shard headers alone), the
  * budget plan that refuses a run that cannot fit, then one load of the
- * dense weights, the KV cache, the activation scratch, the expert store and
+ * dense weights, the KV cache (a slot per sequence), the activation scratch, the expert store and
  * its pinned set; and the operations between tokens (re-pinning, the RSS
  * guard). Dense weights are validated by name, shape and dtype; a quantized
  * container's U8 + .qs tensors are used as stored (docs/container.md).

@@ -185,12 +185,14 @@ def parts_for(build, sanitize, tsan):
     out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build]))
     host = {"COLIBRI": "build/cuda-host/colibri", "COLI_EXPECT_GPU": "1"}
     out.append(Part("build/cuda-host/test_cuda (test_cuda against the host stand-in for backend_cuda.cu)", ["build/cuda-host/test_cuda"]))
+    out.append(Part("build/cuda-host/test_batch (batched forwards with slot 0 on the GPU's latent cache, host stand-in)", ["build/cuda-host/test_batch"]))
     out.append(Part("build/cuda-host/colibri (the engine's GPU paths on the host stand-in: placement, fallback, tokens)",
                     [sys.executable, "tests/test_cli.py", "-v", "Cuda"], host))
     out.append(Part("build/cuda-host/colibri serving several requests in one forward (slot 0's attention on the GPU stand-in, the others' beside it)",
                     [sys.executable, "tests/test_serve.py", "-v", "Batching"], host))
     if os.path.exists(os.path.join(ROOT, "build/cuda/test_cuda")):
         out.append(Part("build/cuda/test_cuda (the GPU's integer matmul against the CPU reference)", ["build/cuda/test_cuda"]))
+        out.append(Part("build/cuda/test_batch (batched forwards with slot 0 on the GPU's latent cache)", ["build/cuda/test_batch"]))
         out.append(Part("build/cuda/colibri (CUDA build: oracle and tokens with the GPU on)", [sys.executable, "tests/test_cli.py", "-v", "Cuda"],
                         {"COLIBRI": "build/cuda/colibri"}))
     else:
