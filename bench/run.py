@@ -1138,13 +1138,7 @@ class Bench:
         c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
         r = c.getresponse()
         first, text, usage = None, [], None
-        if r.status != 200:
-            raise RuntimeError("serve: HTTP %d: %s" % (r.status, r.read()[:200]))
-        for raw in r:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            ev = json.loads(line[6:])
+        for ev in sse_events(r):
             if ev.get("usage"):
                 usage = ev["usage"]
             for ch in ev.get("choices") or []:
@@ -1264,14 +1258,8 @@ class Bench:
         t0 = time.time()
         c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
         r = c.getresponse()
-        if r.status != 200:
-            raise RuntimeError("HTTP %d: %s" % (r.status, r.read()[:200]))
         first, chunks, usage = None, 0, None
-        for raw in r:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            ev = json.loads(line[6:])
+        for ev in sse_events(r):
             if ev.get("usage"):
                 usage = ev["usage"]
             for ch in ev.get("choices") or []:
@@ -1938,6 +1926,17 @@ class Bench:
 
 
 # ---------------------------------------------------------------- parsing
+
+def sse_events(r):
+    """The JSON events of a streamed HTTP response (its "data: " lines,
+    [DONE] left out); a status other than 200 raises."""
+    if r.status != 200:
+        raise RuntimeError("serve: HTTP %d: %s" % (r.status, r.read()[:200]))
+    for raw in r:
+        line = raw.decode("utf-8", "replace").strip()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            yield json.loads(line[6:])
+
 
 def parse_colibri(err):
     r = {}
