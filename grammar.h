@@ -43,6 +43,7 @@ typedef struct {
     gr_el *el; /* alternatives separated by GR_ALT, closed by GR_END */
     int n, cap;
     int defined, line, col; /* where first referenced (undefined-rule messages) */
+    int base; /* the named rule a generated rule was made for (itself when named) */
 } gr_rule_;
 
 typedef struct {
@@ -59,6 +60,31 @@ static inline void gr_free(gr_grammar *g) {
     free(g->names), free(g->start), free(g->el), free(g);
 }
 
+/* 1 when the class starting at el[pos] admits some code point in [lo, hi]. */
+static inline int gr_class_admits_(const gr_el *el, uint32_t pos, uint32_t lo, uint32_t hi) {
+    if (el[pos].type == GR_ANY) return 1;
+    int positive = el[pos].type == GR_CHAR;
+    if (!positive) { /* some code point of [lo, hi] outside every excluded range */
+        uint32_t c = lo;
+        for (int moved = 1; moved && c <= hi;) {
+            moved = 0;
+            uint32_t p = pos;
+            do {
+                uint32_t a = el[p].v, b = el[p + 1].type == GR_RNG ? el[p + 1].v : a;
+                p += el[p + 1].type == GR_RNG ? 2 : 1;
+                if (a <= c && c <= b) c = b + 1, moved = 1;
+            } while (el[p].type == GR_CHAR_ALT);
+        }
+        return c <= hi;
+    }
+    do {
+        uint32_t a = el[pos].v, b = el[pos + 1].type == GR_RNG ? el[pos + 1].v : a;
+        pos += el[pos + 1].type == GR_RNG ? 2 : 1;
+        if (a <= hi && lo <= b) return 1;
+    } while (el[pos].type == GR_CHAR_ALT);
+    return 0;
+}
+
 /* ------------------------------------------------------------ parsing */
 
 /* A repetition of a rule, desugared after parsing, when it is known
@@ -68,6 +94,7 @@ typedef struct {
 } gr_rep_;
 
 #define GR_MAX_ELEMENTS (1 << 22) /* a grammar's size after desugaring (16 MiB of elements) */
+#define GR_MAX_NEST 1024          /* nested groups: the parser recurses once per level */
 
 typedef struct {
     const char *s, *p, *end;
@@ -79,16 +106,28 @@ typedef struct {
     gr_rep_ *rep;
     int nrep, caprep;
     long total; /* elements put so far, against GR_MAX_ELEMENTS */
+    int *ht, htcap; /* named rules by name hash: rule id + 1, 0 empty; at most half full */
+    const char *lc_at; /* line and column of lc_at, so positions are counted once */
+    int lc_line, lc_col, nest;
 } gr_parser_;
+
+/* The line and column of at: counted on from the last position asked
+ * (they are asked in text order), from the start when at is before it. */
+static inline void gr_linecol_(gr_parser_ *ps, const char *at, int *line, int *col) {
+    if (!ps->lc_at || at < ps->lc_at) ps->lc_at = ps->s, ps->lc_line = 1, ps->lc_col = 1;
+    for (const char *q = ps->lc_at; q < at && q < ps->end; q++) {
+        if (*q == '\n') ps->lc_line++, ps->lc_col = 1;
+        else ps->lc_col++;
+    }
+    if (at > ps->lc_at) ps->lc_at = at < ps->end ? at : ps->end;
+    *line = ps->lc_line, *col = ps->lc_col;
+}
 
 static inline int gr_fail_(gr_parser_ *ps, const char *at, const char *fmt, ...) {
     if (ps->failed) return -1;
     ps->failed = 1;
-    int line = 1, col = 1;
-    for (const char *q = ps->s; q < at && q < ps->end; q++) {
-        if (*q == '\n') line++, col = 1;
-        else col++;
-    }
+    int line, col;
+    gr_linecol_(ps, at, &line, &col);
     char msg[256];
     va_list ap;
     va_start(ap, fmt);
@@ -98,10 +137,39 @@ static inline int gr_fail_(gr_parser_ *ps, const char *at, const char *fmt, ...)
     return -1;
 }
 
-/* The id of rule name[0..n), created undefined when new. -1 on OOM. */
-static inline int gr_rule_id_(gr_parser_ *ps, const char *name, size_t n, const char *at) {
-    for (int i = 0; i < ps->n; i++)
-        if (strlen(ps->r[i].name) == n && !memcmp(ps->r[i].name, name, n)) return i;
+static inline uint32_t gr_name_hash_(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* Puts rule id into the name index, doubling it past half full. 0 or -1. */
+static inline int gr_name_put_(gr_parser_ *ps, int id) {
+    if (2 * (ps->n + 1) > ps->htcap) {
+        int cap = ps->htcap ? ps->htcap * 2 : 64;
+        int *h = (int *)calloc((size_t)cap, sizeof(int));
+        if (!h) return -1;
+        for (int i = 0; i < ps->htcap; i++)
+            if (ps->ht[i]) {
+                const char *nm = ps->r[ps->ht[i] - 1].name;
+                uint32_t sl = gr_name_hash_(nm, strlen(nm)) & (uint32_t)(cap - 1);
+                while (h[sl]) sl = (sl + 1) & (uint32_t)(cap - 1);
+                h[sl] = ps->ht[i];
+            }
+        free(ps->ht);
+        ps->ht = h, ps->htcap = cap;
+    }
+    const char *nm = ps->r[id].name;
+    uint32_t sl = gr_name_hash_(nm, strlen(nm)) & (uint32_t)(ps->htcap - 1);
+    while (ps->ht[sl]) sl = (sl + 1) & (uint32_t)(ps->htcap - 1);
+    ps->ht[sl] = id + 1;
+    return 0;
+}
+
+/* A new rule named name[0..n) (copied), undefined; its position is where
+ * `at` is. Generated rules are not put in the name index: a name the
+ * grammar writes never finds one. -1 on OOM. */
+static inline int gr_rule_new_(gr_parser_ *ps, const char *name, size_t n, const char *at) {
     if (ps->n == ps->cap) {
         int cap = ps->cap ? ps->cap * 2 : 16;
         gr_rule_ *nr = (gr_rule_ *)realloc(ps->r, (size_t)cap * sizeof *nr);
@@ -111,13 +179,23 @@ static inline int gr_rule_id_(gr_parser_ *ps, const char *name, size_t n, const 
     gr_rule_ *r = &ps->r[ps->n];
     memset(r, 0, sizeof *r);
     if (!(r->name = strndup(name, n))) return gr_fail_(ps, at, "out of memory");
-    int line = 1, col = 1;
-    for (const char *q = ps->s; q < at; q++) {
-        if (*q == '\n') line++, col = 1;
-        else col++;
-    }
-    r->line = line, r->col = col;
+    gr_linecol_(ps, at, &r->line, &r->col);
+    r->base = ps->n;
     return ps->n++;
+}
+
+/* The id of the named rule name[0..n), created undefined when new. -1 on OOM. */
+static inline int gr_rule_id_(gr_parser_ *ps, const char *name, size_t n, const char *at) {
+    if (ps->htcap) {
+        uint32_t mask = (uint32_t)ps->htcap - 1;
+        for (uint32_t sl = gr_name_hash_(name, n) & mask; ps->ht[sl]; sl = (sl + 1) & mask) {
+            const char *nm = ps->r[ps->ht[sl] - 1].name;
+            if (!strncmp(nm, name, n) && !nm[n]) return ps->ht[sl] - 1;
+        }
+    }
+    int id = gr_rule_new_(ps, name, n, at);
+    if (id >= 0 && gr_name_put_(ps, id)) return gr_fail_(ps, at, "out of memory");
+    return id;
 }
 
 static inline int gr_put_(gr_parser_ *ps, int rule, int type, uint32_t v) {
@@ -192,12 +270,17 @@ static inline int gr_char_(gr_parser_ *ps, uint32_t *cp) {
 
 static inline int gr_alternatives_(gr_parser_ *ps, int rule, int nested);
 
-/* A new generated rule named after `base`. */
-static inline int gr_gen_rule_(gr_parser_ *ps, int base) {
-    char name[300];
-    snprintf(name, sizeof name, "%s_%d", ps->r[base].name, ++ps->gen);
-    int id = gr_rule_id_(ps, name, strlen(name), ps->p);
-    if (id >= 0) ps->r[id].defined = 1;
+/* A new generated rule, named after the named rule `of` is part of
+ * (name_k: a name of any length, never one of the grammar's own). */
+static inline int gr_gen_rule_(gr_parser_ *ps, int of) {
+    const char *nm = ps->r[ps->r[of].base].name;
+    size_t n = strlen(nm);
+    char *name = (char *)malloc(n + 16);
+    if (!name) return gr_fail_(ps, ps->p, "out of memory");
+    int len = snprintf(name, n + 16, "%s_%d", nm, ++ps->gen);
+    int id = gr_rule_new_(ps, name, (size_t)len, ps->p);
+    free(name);
+    if (id >= 0) ps->r[id].defined = 1, ps->r[id].base = ps->r[of].base;
     return id;
 }
 
@@ -308,6 +391,10 @@ static inline int gr_sequence_(gr_parser_ *ps, int rule, int nested) {
             }
             if (ps->p >= ps->end) return gr_fail_(ps, at, "unterminated character class");
             if (ps->r[rule].n == last) return gr_fail_(ps, at, "empty character class");
+            if (neg && gr_put_(ps, rule, GR_END, 0)) return -1; /* a sentinel for the check below, taken back */
+            if (neg) ps->r[rule].n--, ps->total--;
+            if (neg && !gr_class_admits_(ps->r[rule].el, (uint32_t)last, 0, 0xD7FF) && !gr_class_admits_(ps->r[rule].el, (uint32_t)last, 0xE000, 0x10FFFF))
+                return gr_fail_(ps, at, "the character class matches no character");
             ps->p++;
         } else if (c == '.') {
             ps->p++;
@@ -321,11 +408,14 @@ static inline int gr_sequence_(gr_parser_ *ps, int rule, int nested) {
             last = ps->r[rule].n;
             if (gr_put_(ps, rule, GR_REF, (uint32_t)id)) return -1;
         } else if (c == '(') {
+            if (ps->nest >= GR_MAX_NEST) return gr_fail_(ps, at, "groups nested deeper than %d", GR_MAX_NEST);
             ps->p++;
             int id = gr_gen_rule_(ps, rule);
             if (id < 0) return -1;
             gr_space_(ps, 1);
+            ps->nest++;
             if (gr_alternatives_(ps, id, 1)) return -1;
+            ps->nest--;
             if (ps->p >= ps->end || *ps->p != ')') return gr_fail_(ps, at, "unclosed (");
             ps->p++;
             last = ps->r[rule].n;
@@ -370,61 +460,121 @@ static inline int gr_alternatives_(gr_parser_ *ps, int rule, int nested) {
     return gr_put_(ps, rule, GR_END, 0);
 }
 
-/* Nullable rules (can match the empty string), to a fixpoint. */
-static inline void gr_nullable_(const gr_rule_ *r, int n, unsigned char *nul) {
-    memset(nul, 0, (size_t)n);
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int i = 0; i < n; i++) {
-            if (nul[i]) continue;
-            int all = 1; /* every element of the current alternative nullable so far */
-            for (int k = 0; k < r[i].n; k++) {
-                gr_el e = r[i].el[k];
-                if (e.type == GR_ALT || e.type == GR_END) {
-                    if (all) { nul[i] = 1, changed = 1; break; }
-                    all = 1;
-                } else if (e.type == GR_REF) all &= nul[e.v];
-                else if (e.type != GR_RNG && e.type != GR_CHAR_ALT) all = 0;
-            }
+/* The rules that can finish: nullable (match the empty string; a class
+ * never does) or, with classes, productive (match some text; every class
+ * left is known to admit a character). A worklist, so linear in the
+ * grammar: each alternative counts its elements not yet known to finish,
+ * and a rule that finishes lowers the count of each alternative using it.
+ * 0, or -1 out of memory. */
+static inline int gr_finishing_(const gr_rule_ *r, int n, int classes, unsigned char *out) {
+    memset(out, 0, (size_t)n);
+    int nalt = 0, nuse = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < r[i].n; k++) {
+            nalt += r[i].el[k].type == GR_ALT || r[i].el[k].type == GR_END;
+            nuse += r[i].el[k].type == GR_REF;
+        }
+    int *left = (int *)malloc(((size_t)nalt + 1) * sizeof(int)), *alt_rule = (int *)malloc(((size_t)nalt + 1) * sizeof(int));
+    int *ustart = (int *)calloc((size_t)n + 1, sizeof(int)), *use = (int *)malloc(((size_t)nuse + 1) * sizeof(int));
+    int *work = (int *)malloc(((size_t)n + 1) * sizeof(int)), nw = 0, rc = -1;
+    if (!left || !alt_rule || !ustart || !use || !work) goto out;
+    /* uses of each rule, by alternative: counted, then placed */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < r[i].n; k++)
+            if (r[i].el[k].type == GR_REF) ustart[r[i].el[k].v + 1]++;
+    for (int i = 0; i < n; i++) ustart[i + 1] += ustart[i];
+    int a = 0;
+    for (int i = 0; i < n; i++) {
+        int cnt = 0, dead = 0;
+        for (int k = 0; k < r[i].n; k++) {
+            gr_el e = r[i].el[k];
+            if (e.type == GR_ALT || e.type == GR_END) {
+                left[a] = dead ? -1 : cnt, alt_rule[a] = i;
+                if (!dead && !cnt && !out[i]) out[i] = 1, work[nw++] = i;
+                a++, cnt = 0, dead = 0;
+            } else if (e.type == GR_REF) {
+                cnt++;
+                use[ustart[e.v]++] = a;
+            } else if (e.type != GR_RNG && e.type != GR_CHAR_ALT && !classes)
+                dead = 1;
         }
     }
+    for (int i = n; i > 0; i--) ustart[i] = ustart[i - 1]; /* the fill moved each start to the next one's */
+    ustart[0] = 0;
+    while (nw) {
+        int x = work[--nw];
+        for (int u = ustart[x]; u < ustart[x + 1]; u++) {
+            int al = use[u];
+            if (left[al] > 0 && !--left[al] && !out[alt_rule[al]]) out[alt_rule[al]] = 1, work[nw++] = alt_rule[al];
+        }
+    }
+    rc = 0;
+out:
+    free(left), free(alt_rule), free(ustart), free(use), free(work);
+    return rc;
 }
 
 /* A rule that can reach itself from rule i before consuming a character
- * (left recursion), or -1. */
-static inline int gr_left_rec_(const gr_rule_ *r, const unsigned char *nul, int i, unsigned char *path, unsigned char *done) {
-    if (path[i]) return i;
+ * (left recursion), or -1. Depth first with an explicit stack fr of
+ * frames (rule, element position, whether that position is at the start
+ * of an alternative; 3 * n ints), path marking the rules on it, so a chain
+ * of a million rules costs memory, not the C stack. */
+static inline int gr_left_rec_(const gr_rule_ *r, const unsigned char *nul, int i, unsigned char *path, unsigned char *done, int *fr) {
     if (done[i]) return -1;
-    path[i] = 1;
-    int at_start = 1, bad = -1;
-    for (int k = 0; k < r[i].n && bad < 0; k++) {
-        gr_el e = r[i].el[k];
-        if (e.type == GR_ALT || e.type == GR_END) at_start = 1;
-        else if (!at_start) continue;
-        else if (e.type == GR_REF) {
-            bad = gr_left_rec_(r, nul, (int)e.v, path, done);
-            at_start = nul[e.v];
-        } else if (e.type != GR_RNG && e.type != GR_CHAR_ALT)
-            at_start = 0;
+    int top = 0, bad = -1;
+    fr[0] = i, fr[1] = 0, fr[2] = 1, path[i] = 1;
+    while (top >= 0 && bad < 0) {
+        int *f = fr + 3 * top, x = f[0], k = f[1], at_start = f[2], next = -1;
+        for (; k < r[x].n; k++) {
+            gr_el e = r[x].el[k];
+            if (e.type == GR_ALT || e.type == GR_END) at_start = 1;
+            else if (!at_start) continue;
+            else if (e.type == GR_REF) {
+                next = (int)e.v, at_start = nul[e.v], k++;
+                break;
+            } else if (e.type != GR_RNG && e.type != GR_CHAR_ALT)
+                at_start = 0;
+        }
+        f[1] = k, f[2] = at_start;
+        if (next < 0) { path[x] = 0, done[x] = 1, top--; continue; }
+        if (path[next]) bad = next;
+        else if (!done[next]) top++, f += 3, f[0] = next, f[1] = 0, f[2] = 1, path[next] = 1;
     }
-    path[i] = 0, done[i] = 1;
     return bad;
 }
 
 /* Refuses left recursion over rules 0..n of ps. 0 or -1 (err set). */
 static inline int gr_check_left_(gr_parser_ *ps) {
     unsigned char *nul = (unsigned char *)calloc((size_t)ps->n * 3 + 1, 1);
-    if (!nul) return gr_fail_(ps, ps->p, "out of memory");
-    gr_nullable_(ps->r, ps->n, nul);
+    int *fr = (int *)malloc(((size_t)ps->n * 3 + 3) * sizeof(int));
+    if (!nul || !fr || gr_finishing_(ps->r, ps->n, 0, nul)) { free(nul), free(fr); return gr_fail_(ps, ps->p, "out of memory"); }
     for (int i = 0; i < ps->n && !ps->failed; i++) {
-        int bad = gr_left_rec_(ps->r, nul, i, nul + ps->n, nul + 2 * ps->n);
+        int bad = gr_left_rec_(ps->r, nul, i, nul + ps->n, nul + 2 * ps->n, fr);
         if (bad >= 0) {
             snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
                      ps->r[bad].line, ps->r[bad].col, ps->r[bad].name);
             ps->failed = 1;
         }
     }
-    free(nul);
+    free(nul), free(fr);
+    return ps->failed ? -1 : 0;
+}
+
+/* Refuses a rule that matches no text at all (`a ::= "x" a`: every way
+ * through it needs itself again): the recognizer could follow it forever
+ * and never end, and with it in root the grammar's language is empty. Run
+ * on the grammar as written, whose classes each admit a character. */
+static inline int gr_check_finite_(gr_parser_ *ps) {
+    unsigned char *prod = (unsigned char *)malloc((size_t)ps->n + 1);
+    if (!prod || gr_finishing_(ps->r, ps->n, 1, prod)) { free(prod); return gr_fail_(ps, ps->p, "out of memory"); }
+    for (int i = 0; i < ps->n && !ps->failed; i++)
+        if (!prod[i]) {
+            const gr_rule_ *b = &ps->r[ps->r[i].base];
+            snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s%s matches no text: every way through it goes on forever",
+                     b->line, b->col, b->name, b == &ps->r[i] ? "" : " (a group in it)");
+            ps->failed = 1;
+        }
+    free(prod);
     return ps->failed ? -1 : 0;
 }
 
@@ -483,7 +633,7 @@ static inline int gr_finish_reps_(gr_parser_ *ps) {
     unsigned char *nul = (unsigned char *)malloc((size_t)n0);
     int *ne = (int *)malloc((size_t)n0 * sizeof(int)), *q = (int *)malloc((size_t)n0 * sizeof(int));
     if (!nul || !ne || !q) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
-    gr_nullable_(ps->r, n0, nul);
+    if (gr_finishing_(ps->r, n0, 0, nul)) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
     for (int i = 0; i < n0; i++) ne[i] = -1;
     for (int k = 0; k < ps->nrep; k++) {
         gr_rep_ rp = ps->rep[k];
@@ -507,7 +657,7 @@ static inline int gr_finish_reps_(gr_parser_ *ps) {
         int *q2 = ne2 ? (int *)realloc(q, (size_t)n1 * sizeof(int)) : NULL;
         if (!q2) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
         q = q2;
-        gr_nullable_(ps->r, n1, nul);
+        if (gr_finishing_(ps->r, n1, 0, nul)) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
         for (int i = n0; i < n1; i++) ne[i] = -1;
     }
     for (int i = 0; i < qn; i++)
@@ -521,7 +671,7 @@ out:
 /* Parses GBNF text; root names the start rule ("root"). NULL with err as
  * "line L, column C: why". */
 static inline gr_grammar *gr_parse(const char *text, size_t len, const char *root, char *err, size_t errlen) {
-    gr_parser_ ps = {text, text, text + len, NULL, 0, 0, err, errlen, 0, 0, NULL, 0, 0, 0};
+    gr_parser_ ps = {.s = text, .p = text, .end = text + len, .err = err, .errlen = errlen};
     if (err && errlen) err[0] = 0;
     gr_grammar *g = NULL;
     for (;;) {
@@ -553,7 +703,7 @@ static inline gr_grammar *gr_parse(const char *text, size_t len, const char *roo
     if (rid < 0) { gr_fail_(&ps, ps.end, "no rule named %s", root); goto out; }
     /* left recursion in the grammar as written (named in its own rules),
      * then, as a check of the desugaring, in what is recognized */
-    if (gr_check_left_(&ps) || gr_finish_reps_(&ps) || gr_check_left_(&ps)) goto out;
+    if (gr_check_left_(&ps) || gr_check_finite_(&ps) || gr_finish_reps_(&ps) || gr_check_left_(&ps)) goto out;
     g = (gr_grammar *)calloc(1, sizeof *g);
     int total = 0;
     for (int i = 0; i < ps.n; i++) total += ps.r[i].n;
@@ -573,7 +723,7 @@ static inline gr_grammar *gr_parse(const char *text, size_t len, const char *roo
     g->n_rules = ps.n, g->root = rid;
 out:
     for (int i = 0; i < ps.n; i++) free(ps.r[i].name), free(ps.r[i].el);
-    free(ps.r), free(ps.rep);
+    free(ps.r), free(ps.rep), free(ps.ht);
     return g;
 }
 
@@ -720,29 +870,7 @@ static inline int gr_match_(const gr_grammar *g, uint32_t pos, uint32_t cp) {
 }
 
 /* 1 when the class at pos admits some code point in [lo, hi]. */
-static inline int gr_match_range_(const gr_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi) {
-    if (g->el[pos].type == GR_ANY) return 1;
-    int positive = g->el[pos].type == GR_CHAR;
-    if (!positive) { /* some code point of [lo, hi] outside every excluded range */
-        uint32_t c = lo;
-        for (int moved = 1; moved && c <= hi;) {
-            moved = 0;
-            uint32_t p = pos;
-            do {
-                uint32_t a = g->el[p].v, b = g->el[p + 1].type == GR_RNG ? g->el[p + 1].v : a;
-                p += g->el[p + 1].type == GR_RNG ? 2 : 1;
-                if (a <= c && c <= b) c = b + 1, moved = 1;
-            } while (g->el[p].type == GR_CHAR_ALT);
-        }
-        return c <= hi;
-    }
-    do {
-        uint32_t a = g->el[pos].v, b = g->el[pos + 1].type == GR_RNG ? g->el[pos + 1].v : a;
-        pos += g->el[pos + 1].type == GR_RNG ? 2 : 1;
-        if (a <= hi && lo <= b) return 1;
-    } while (g->el[pos].type == GR_CHAR_ALT);
-    return 0;
-}
+static inline int gr_match_range_(const gr_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi) { return gr_class_admits_(g->el, pos, lo, hi); }
 
 /* What the recognizer holds: the stacks, and the bytes of a code point
  * whose first bytes arrived (partial UTF-8). */

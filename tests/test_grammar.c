@@ -486,7 +486,48 @@ static void test_check(void) {
         }
 }
 
-int main(void) {
+/* Driver for tests/test_schema.py and the hostile probes (not a test):
+ *   test_grammar --gbnf FILE          parse a grammar: "ok <seconds>" or "refused <seconds>: why"
+ *   test_grammar --schema FILE        FILE is {"schema": S, "texts": [t...]}: "refused: why", or
+ *                                     "ok <seconds>" then per text 1 (a sentence) or 0
+ * Exit 0 either way; 2 when FILE cannot be read. */
+static int driver(const char *mode, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fprintf(stderr, "%s: cannot open\n", path), 2;
+    jw buf = {0};
+    char chunk[65536];
+    for (size_t k; (k = fread(chunk, 1, sizeof chunk, f)) > 0;) jw_raw(&buf, chunk, k);
+    fclose(f);
+    char err[512] = "";
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!strcmp(mode, "--gbnf")) {
+        gr_grammar *g = gr_parse(buf.s ? buf.s : "", buf.n, "root", err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (g) printf("ok %.3f\n", dt);
+        else printf("refused %.3f: %s\n", dt, err);
+        gr_free(g), jw_free(&buf);
+        return 0;
+    }
+    js_doc *d = js_parse(buf.s ? buf.s : "", buf.n, err, sizeof err);
+    jw_free(&buf);
+    if (!d) return fprintf(stderr, "%s: %s\n", path, err), 2;
+    char *text = gr_json_schema(d, js_get(d, d->root, "schema"), err, sizeof err);
+    gr_grammar *g = text ? gr_parse(text, strlen(text), "root", err, sizeof err) : NULL;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (!g) printf("refused: %s\n", err);
+    else {
+        printf("ok %.3f\n", dt);
+        for (int t = js_first(d, js_get(d, d->root, "texts")); t >= 0; t = js_next(d, t)) printf("%d\n", in_lang(g, js_str(d, t)));
+    }
+    gr_free(g), free(text), js_free(d);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3) return driver(argv[1], argv[2]);
     test_languages();
     test_refusals();
     test_nullable_repeats();
