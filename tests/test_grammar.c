@@ -127,6 +127,61 @@ static void test_refusals(void) {
     CHECK(refused("root ::= \"\\uD800\"", "not a Unicode scalar value"));
     CHECK(refused("root ::= \"a\" )", "unexpected ')'"));
     CHECK(refused("root ::= \"a\"{99999}", "above 10000"));
+    CHECK(refused("root ::= \"a\" root\n", "rule root matches no text"));
+    CHECK(refused("root ::= \"b\" | \"a\" x\nx ::= \"c\" x\n", "rule x matches no text"));
+    CHECK(refused("root ::= \"a\" (\"b\" root)\n", "matches no text"));
+    CHECK(refused("root ::= [^\\x00-\\U0010FFFF]\n", "matches no character"));
+    CHECK(refused("root ::= \"x\" | [^\\x00-\\uD7FF\\uE000-\\U0010FFFF]\n", "matches no character"));
+}
+
+/* The hostile probe of issue #34: nesting bounded by name, never the
+ * stack; generated rule names of any length, distinct from the grammar's
+ * own; chains of rules far longer than any recursion could follow. */
+static void test_hostile(void) {
+    jw w = {0};
+    jw_lit(&w, "root ::= ");
+    for (int i = 0; i < 60000; i++) jw_lit(&w, "(");
+    jw_lit(&w, "\"a\"");
+    for (int i = 0; i < 60000; i++) jw_lit(&w, ")");
+    CHECK(refused(w.s, "groups nested deeper than 1024"));
+    jw_free(&w);
+    jw_lit(&w, "root ::= ");
+    for (int i = 0; i < 200; i++) jw_lit(&w, "(");
+    jw_lit(&w, "\"a\"");
+    for (int i = 0; i < 200; i++) jw_lit(&w, ")");
+    gr_grammar *g = parse(w.s);
+    CHECK(g && in_lang(g, "a") == 1 && in_lang(g, "aa") == 0);
+    gr_free(g), jw_free(&w);
+    char name[299];
+    memset(name, 'R', 298), name[298] = 0;
+    jw_lit(&w, "root ::= "), jw_lit(&w, name), jw_lit(&w, "\n"), jw_lit(&w, name), jw_lit(&w, " ::= (\"a\") (\"b\")\n");
+    g = parse(w.s);
+    CHECK(g && in_lang(g, "ab") == 1 && in_lang(g, "aa") == 0 && in_lang(g, "bb") == 0);
+    gr_free(g), jw_free(&w);
+    g = parse("root ::= (\"a\") root_1 root_2\nroot_1 ::= \"b\"\nroot_2 ::= (\"c\")\n"); /* names the generated rules would have */
+    CHECK(g && in_lang(g, "abc") == 1 && in_lang(g, "aac") == 0 && in_lang(g, "abb") == 0);
+    gr_free(g);
+    /* 100k chained rules, each both ways: a character first, and nullable to the end */
+    for (int nullable = 0; nullable < 2; nullable++) {
+        jw_lit(&w, nullable ? "root ::= r0 \"x\"\n" : "root ::= r0\n");
+        char b[64];
+        for (int i = 0; i < 100000; i++) snprintf(b, sizeof b, nullable ? "r%d ::= r%d\n" : "r%d ::= \"x\" r%d\n", i, i + 1), jw_lit(&w, b);
+        snprintf(b, sizeof b, nullable ? "r100000 ::= \"\"\n" : "r100000 ::= \"x\"\n"), jw_lit(&w, b);
+        g = parse(w.s);
+        CHECK(g != NULL);
+        gr_state st; /* the nullable chain is deeper than the recognizer follows: reported, not cut */
+        CHECK(g && (nullable ? gr_init(g, &st) == -2 : in_lang(g, "x") == 0));
+        if (g && nullable) gr_state_free(&st);
+        gr_free(g), jw_free(&w);
+    }
+    jw_lit(&w, "root ::= r0\n");
+    for (int i = 0; i < 100000; i++) { /* a left-recursive cycle 100k rules long */
+        char b[48];
+        snprintf(b, sizeof b, "r%d ::= r%d \"x\" | \"y\"\n", i, (i + 1) % 100000);
+        jw_lit(&w, b);
+    }
+    CHECK(refused(w.s, "left recursive"));
+    jw_free(&w);
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -530,6 +585,7 @@ int main(int argc, char **argv) {
     if (argc == 3) return driver(argv[1], argv[2]);
     test_languages();
     test_refusals();
+    test_hostile();
     test_nullable_repeats();
     test_mask();
     test_schema();
