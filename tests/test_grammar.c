@@ -440,6 +440,117 @@ static void test_schema(void) {
     }
 }
 
+/* Compiles schema (JSON text); NULL with err when refused. */
+static gr_grammar *schema_grammar(const char *schema, char *err, size_t errlen) {
+    js_doc *d = js_parse(schema, strlen(schema), err, errlen);
+    char *text = d ? gr_json_schema(d, d->root, err, errlen) : NULL;
+    gr_grammar *g = text ? gr_parse(text, strlen(text), "root", err, errlen) : NULL;
+    free(text), js_free(d);
+    return g;
+}
+
+/* The wrong answers and the nonsense of issue #34, and the keywords real
+ * clients send: each schema with texts it must accept (before the tab)
+ * and refuse (after it), or a refusal it must give. */
+static void test_schema_exact(void) {
+    static const struct {
+        const char *schema, *yes[4], *no[5], *refusal;
+    } cases[] = {
+        {"{\"items\":{\"type\":\"string\"},\"minItems\":3}", {"[\"a\",\"b\",\"c\"]", "\"x\"", "{}"}, {"[1, 2]", "[\"a\",\"b\"]", "[1,2,3]"}, NULL},
+        {"{\"type\":[\"array\",\"null\"],\"items\":{\"type\":\"string\"}}", {"null", "[\"a\"]", "[]"}, {"[123]", "\"a\"", "{}"}, NULL},
+        {"{\"type\":\"object\",\"additionalProperties\":false}", {"{}"}, {"{\"a\": 1}", "[]"}, NULL},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"string\"}}",
+         {"{\"a\":1,\"b\":\"x\"}", "{\"ab\":\"x\"}", "{\"b\":\"x\",\"c\":\"y\"}", "7"},
+         {"{\"a\":\"x\"}", "{\"b\":1}", "{\"a\":1,\"a\":2}", "{\"b\":\"x\",\"a\":1}", "{\"\\u0062\":\"x\"}"}, NULL},
+        {"{\"type\":\"object\",\"required\":[\"x\"]}", {"{\"x\":1}", "{\"x\":1,\"y\":[]}"}, {"{}", "{\"y\":1}"}, NULL},
+        {"{\"type\":\"object\",\"properties\":{\"a\":false},\"required\":[\"b\"]}", {"{\"b\":1}", "{\"b\":1,\"c\":2}"}, {"{\"a\":1,\"b\":1}", "{\"b\":1,\"a\":1}"}, NULL},
+        /* pydantic's nested and recursive models, Optional as anyOf with null */
+        {"{\"$defs\":{\"Node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/Node\"},"
+         "{\"type\":\"null\"}],\"default\":null}},\"required\":[\"v\"],\"title\":\"Node\",\"additionalProperties\":false}},\"$ref\":\"#/$defs/Node\"}",
+         {"{\"v\":1}", "{\"v\":1,\"next\":{\"v\":2,\"next\":null}}"}, {"{\"v\":1,\"next\":{}}", "{\"next\":null}", "{\"v\":1,\"w\":2}"}, NULL},
+        {"{\"definitions\":{\"a~b/c\":{\"const\":3}},\"$ref\":\"#/definitions/a~0b~1c\"}", {"3"}, {"4", "\"a\""}, NULL},
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", {"[]", "[1]", "[1,\"a\"]"}, {"[1,\"a\",2]", "[\"a\"]"}, NULL},
+        {"{\"items\":[{\"type\":\"integer\"}],\"additionalItems\":{\"type\":\"null\"},\"$schema\":\"http://json-schema.org/draft-07/schema#\"}",
+         {"[1,null,null]", "[]"}, {"[1,2]", "[null]"}, NULL},
+        {"{\"enum\":[1,\"a\",null,[1,2.5],{\"k\":true}],\"type\":[\"integer\",\"string\",\"array\",\"object\"]}", {"1", "\"a\"", "[1,2.5]", "{\"k\":true}"},
+         {"null", "2", "1.0"}, NULL},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}", {"1", "\"a\""}, {"\"ab\"", "1.5"}, NULL},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":2}", {"\"ab\"", "\"\\u00e9x\"", "\"\\n\\t\""}, {"\"a\"", "\"abc\"", "\"\\ud83d\\ude00\""}, NULL},
+        {"{\"allOf\":[{\"type\":\"boolean\"},{\"description\":\"d\"}],\"title\":\"t\",\"x-vendor\":1}", {"true"}, {"1"}, NULL},
+        {"{\"type\":123}", {NULL}, {NULL}, "\"type\" must be"},
+        {"{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", {NULL}, {NULL}, "maxLength 2 is below minLength 5"},
+        {"{\"type\":\"array\",\"maxItems\":-1}", {NULL}, {NULL}, "\"maxItems\" must be a non-negative integer"},
+        {"{\"type\":\"array\",\"maxItems\":2.5}", {NULL}, {NULL}, "\"maxItems\" must be a non-negative integer"},
+        {"{\"type\":\"string\",\"maxLength\":100000}", {NULL}, {NULL}, "above 10000"},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", {NULL}, {NULL}, "\"oneOf\" whose branches may overlap"},
+        {"{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}", {NULL}, {NULL}, "\"allOf\" of several"},
+        {"{\"type\":\"integer\",\"minimum\":3}", {NULL}, {NULL}, "\"minimum\" is not supported"},
+        {"{\"type\":\"object\",\"patternProperties\":{}}", {NULL}, {NULL}, "\"patternProperties\" is not supported"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", {NULL}, {NULL}, "\"uniqueItems\" is not supported"},
+        {"{\"$ref\":\"other.json#/a\"}", {NULL}, {NULL}, "\"$ref\" to \"other.json#/a\" is not supported"},
+        {"{\"$ref\":\"#/$defs/none\"}", {NULL}, {NULL}, "points at nothing"},
+        {"{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", {NULL}, {NULL}, "refused"},
+        {"{\"type\":\"string\",\"$ref\":\"#\"}", {NULL}, {NULL}, "\"$ref\" beside \"type\""},
+        {"{\"enum\":[{\"a\":1,\"b\":2}]}", {NULL}, {NULL}, "object of several keys"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"object\",\"required\":[\"a\"],\"additionalProperties\":false}},\"required\":[\"x\"]}",
+         {NULL}, {NULL}, "matches no JSON value"},
+        {"false", {NULL}, {NULL}, "matches no JSON value"},
+    };
+    char err[300];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        gr_grammar *g = schema_grammar(cases[i].schema, err, sizeof err);
+        if (cases[i].refusal) {
+            int ok = !g && strstr(err, cases[i].refusal);
+            CHECK(ok);
+            if (!ok) fprintf(stderr, "schema %s: %s\n", cases[i].schema, g ? "accepted" : err);
+            gr_free(g);
+            continue;
+        }
+        CHECK(g != NULL);
+        if (!g) { fprintf(stderr, "schema %s refused: %s\n", cases[i].schema, err); continue; }
+        for (int k = 0; k < 4 && cases[i].yes[k]; k++) {
+            int r = in_lang(g, cases[i].yes[k]);
+            CHECK(r == 1);
+            if (r != 1) fprintf(stderr, "schema %s rejected %s\n", cases[i].schema, cases[i].yes[k]);
+        }
+        for (int k = 0; k < 5 && cases[i].no[k]; k++) {
+            int r = in_lang(g, cases[i].no[k]);
+            CHECK(r == 0);
+            if (r != 0) fprintf(stderr, "schema %s accepted %s\n", cases[i].schema, cases[i].no[k]);
+        }
+        gr_free(g);
+    }
+    /* a chain of 1000 $refs is refused by name, not by the stack; 20,000
+     * required properties compile (linear: this took over a minute) */
+    jw w = {0};
+    jw_lit(&w, "{\"$ref\":\"#/$defs/d0\",\"$defs\":{");
+    for (int i = 0; i < 1000; i++) {
+        char b[64];
+        snprintf(b, sizeof b, "%s\"d%d\":{\"$ref\":\"#/$defs/d%d\"}", i ? "," : "", i, i + 1);
+        jw_lit(&w, b);
+    }
+    jw_lit(&w, ",\"d1000\":{\"type\":\"null\"}}}");
+    gr_grammar *g = schema_grammar(w.s, err, sizeof err);
+    CHECK(!g && strstr(err, "nests deeper than"));
+    gr_free(g), jw_free(&w);
+    jw_lit(&w, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 20000; i++) {
+        char b[64];
+        snprintf(b, sizeof b, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+        jw_lit(&w, b);
+    }
+    jw_lit(&w, "},\"required\":[");
+    for (int i = 0; i < 20000; i++) {
+        char b[32];
+        snprintf(b, sizeof b, "%s\"p%d\"", i ? "," : "", i);
+        jw_lit(&w, b);
+    }
+    jw_lit(&w, "]}");
+    g = schema_grammar(w.s, err, sizeof err);
+    CHECK(g != NULL);
+    gr_free(g), jw_free(&w);
+}
+
 /* GLM-5 tool calls under tool_choice: the syntax the tool-call parser
  * reads back, argument values as their schemas allow. */
 static void test_tools(void) {
@@ -594,6 +705,7 @@ int main(int argc, char **argv) {
     test_nullable_repeats();
     test_mask();
     test_schema();
+    test_schema_exact();
     test_tools();
     test_check();
     return check_report("test_grammar");
