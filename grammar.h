@@ -13,7 +13,9 @@
  * character), `#` comments. A rule goes on after `::=`, `|` and inside
  * parentheses across lines; otherwise a newline ends it. Refused with line
  * and column: syntax errors, undefined rules, a missing root, left
- * recursion (a rule that can reach itself before consuming a character).
+ * recursion (a rule that can reach itself before consuming a character),
+ * a rule that matches no text, a class that matches no character, groups
+ * nested deeper than GR_MAX_NEST. Parsing is linear in the text.
  * A repeated item that can match the empty string is repeated without its
  * empty match (the same language, one way per text, see gr_finish_reps_).
  * The recognizer follows at most GR_MAX_STACKS ways; more is reported
