@@ -1531,10 +1531,9 @@ enum { GR_KW_ANNOT, GR_KW_OWN, GR_KW_REFUSED };
 static inline int gr_js_keyword_(const char *k, int *types) {
     static const char *const own[] = {"type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "properties", "required",
                                       "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
-                                      "maxLength", "uniqueItems", "$id", "id", NULL};
+                                      "maxLength", "uniqueItems", "$id", "id", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
     static const struct { const char *k; int t; } refused[] = {
-        {"pattern", GR_T_STR}, {"format", GR_T_ALL}, {"contentSchema", 0}, {"minimum", GR_T_INT | GR_T_FRAC}, {"maximum", GR_T_INT | GR_T_FRAC},
-        {"exclusiveMinimum", GR_T_INT | GR_T_FRAC}, {"exclusiveMaximum", GR_T_INT | GR_T_FRAC}, {"multipleOf", GR_T_INT | GR_T_FRAC},
+        {"pattern", GR_T_STR}, {"format", GR_T_ALL}, {"contentSchema", 0}, {"multipleOf", GR_T_INT | GR_T_FRAC},
         {"patternProperties", GR_T_OBJ}, {"propertyNames", GR_T_OBJ}, {"minProperties", GR_T_OBJ}, {"maxProperties", GR_T_OBJ},
         {"dependencies", GR_T_OBJ}, {"dependentRequired", GR_T_OBJ}, {"dependentSchemas", GR_T_OBJ}, {"unevaluatedProperties", GR_T_OBJ},
         {"contains", GR_T_ARR}, {"minContains", GR_T_ARR}, {"maxContains", GR_T_ARR}, {"unevaluatedItems", GR_T_ARR},
@@ -1870,6 +1869,90 @@ static inline int gr_js_string_(gr_js_ *c, const js_doc *d, int s, jw *body) {
     return 1;
 }
 
+/* Digits x..y (equal length L, as text) as GBNF into w: the common
+ * first digit, or the first digit's three parts (x's own, those between,
+ * y's own) each followed by what the rest may be. */
+static inline void gr_js_digits_(jw *w, const char *x, const char *y, int L) {
+    char b[64];
+    if (L == 0) { jw_lit(w, "\"\""); return; }
+    int zeros = 1, nines = 1;
+    for (int i = 1; i < L; i++) zeros &= x[i] == '0', nines &= y[i] == '9';
+    if (zeros && nines) { /* every tail: one class and a count */
+        snprintf(b, sizeof b, "[%c-%c]", x[0], y[0]), jw_lit(w, b);
+        if (L > 1) snprintf(b, sizeof b, " [0-9]{%d}", L - 1), jw_lit(w, b);
+        return;
+    }
+    if (x[0] == y[0]) {
+        snprintf(b, sizeof b, "\"%c\" (", x[0]), jw_lit(w, b);
+        gr_js_digits_(w, x + 1, y + 1, L - 1);
+        jw_lit(w, ")");
+        return;
+    }
+    char nine[24], zero[24];
+    memset(nine, '9', sizeof nine), memset(zero, '0', sizeof zero);
+    snprintf(b, sizeof b, "\"%c\" (", x[0]), jw_lit(w, b);
+    gr_js_digits_(w, x + 1, nine, L - 1);
+    jw_lit(w, ")");
+    if (y[0] - x[0] > 1) {
+        snprintf(b, sizeof b, " | [%c-%c]", x[0] + 1, y[0] - 1), jw_lit(w, b);
+        if (L > 1) snprintf(b, sizeof b, " [0-9]{%d}", L - 1), jw_lit(w, b);
+    }
+    snprintf(b, sizeof b, " | \"%c\" (", y[0]), jw_lit(w, b);
+    gr_js_digits_(w, zero, y + 1, L - 1);
+    jw_lit(w, ")");
+}
+
+/* The non-negative integers a..b (a <= b), without leading zeros, as
+ * GBNF alternatives into w: one group per digit count. */
+static inline void gr_js_uint_range_(jw *w, int64_t a, int64_t b) {
+    int first = 1;
+    int64_t lo = 0, hi = 9;
+    for (int L = 1; L <= 18 && lo <= b; L++, lo = hi + 1, hi = hi * 10 + 9) {
+        int64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+        if (x > y) continue;
+        char xs[24], ys[24];
+        snprintf(xs, sizeof xs, "%0*lld", L, (long long)x), snprintf(ys, sizeof ys, "%0*lld", L, (long long)y);
+        if (!first) jw_lit(w, " | ");
+        jw_lit(w, "("), gr_js_digits_(w, xs, ys, L), jw_lit(w, ")");
+        first = 0;
+    }
+}
+
+/* The integers of schema s: jint, or with minimum / maximum /
+ * exclusiveMinimum / exclusiveMaximum (draft 4's boolean forms too) the
+ * integers in the bounds exactly, as digit-range alternatives (-0 is not
+ * written). 1, 0 (none), -1. */
+static inline int gr_js_integer_(gr_js_ *c, const js_doc *d, int s, jw *body) {
+    const double big = 1e16; /* jint's 16 digits */
+    double lo = -big + 1, hi = big - 1;
+    int mn = js_get(d, s, "minimum"), mx = js_get(d, s, "maximum"), emn = js_get(d, s, "exclusiveMinimum"), emx = js_get(d, s, "exclusiveMaximum");
+    if (mn < 0 && mx < 0 && emn < 0 && emx < 0) { jw_lit(body, "jint"); return 1; }
+    static const char *const names[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    int at[4] = {mn, mx, emn, emx};
+    for (int i = 0; i < 4; i++)
+        if (at[i] >= 0 && !js_is_num(d, at[i]) && !(i >= 2 && js_is_bool(d, at[i])))
+            return gr_js_fail_(c, "\"%s\" must be a number", names[i]);
+    int emn_b = js_typeof(d, emn) == JS_TRUE, emx_b = js_typeof(d, emx) == JS_TRUE; /* draft 4: the bound itself is out */
+    if (mn >= 0) { double v = js_num(d, mn), f = emn_b ? floor(v) + 1 : ceil(v); if (f > lo) lo = f; }
+    if (mx >= 0) { double v = js_num(d, mx), f = emx_b ? ceil(v) - 1 : floor(v); if (f < hi) hi = f; }
+    if (js_is_num(d, emn)) { double f = floor(js_num(d, emn)) + 1; if (f > lo) lo = f; }
+    if (js_is_num(d, emx)) { double f = ceil(js_num(d, emx)) - 1; if (f < hi) hi = f; }
+    if (lo > hi) return 0;
+    int64_t a = (int64_t)lo, b = (int64_t)hi;
+    int any = 0;
+    if (a < 0) { /* "-" and the magnitudes max(1, -b)..-a */
+        jw_lit(body, "\"-\" (");
+        gr_js_uint_range_(body, b < 0 ? -b : 1, -a);
+        jw_lit(body, ")");
+        any = 1;
+    }
+    if (b >= 0) {
+        if (any) jw_lit(body, " | ");
+        gr_js_uint_range_(body, a > 0 ? a : 0, b);
+    }
+    return 1;
+}
+
 /* The alternatives of a list of subschemas (anyOf, and oneOf whose
  * branches exclude one another) into body. 1, 0 (none matches), -1. */
 static inline int gr_js_union_(gr_js_ *c, const js_doc *d, int a, int depth, jw *body) {
@@ -1958,8 +2041,15 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
         case GR_T_OBJ: r = gr_js_object_(c, d, s, depth, &part); break;
         case GR_T_ARR: r = gr_js_array_(c, d, s, depth, &part); break;
         case GR_T_STR: r = gr_js_string_(c, d, s, &part); break;
-        case GR_T_FRAC: jw_lit(&part, "jnumber"), r = 1; break;
-        default: jw_lit(&part, "jint"), r = 1; break;
+        case GR_T_FRAC: { /* bounds on numbers that need not be integers: not yet */
+            const char *bk[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+            r = 1;
+            for (int i = 0; i < 4 && r > 0; i++)
+                if (js_get(d, s, bk[i]) >= 0) r = gr_js_fail_(c, "\"%s\" on type number is not supported (only on integers)", bk[i]);
+            if (r > 0) jw_lit(&part, "jnumber");
+            break;
+        }
+        default: r = gr_js_integer_(c, d, s, &part); break;
         }
         if (r < 0) { jw_free(&part); return -1; }
         if (!r) continue;

@@ -242,7 +242,7 @@ def rand_schema(r, depth=0):
     if depth == 0 and r.random() < 0.1:
         return {"$defs": {"t": {"type": ["object", "null"], "properties": {"a": {"$ref": "#/$defs/t"}, "b": rand_schema(r, 2)},
                               "additionalProperties": r.choice([True, False])}}, "$ref": "#/$defs/t"}
-    kinds = ["type", "enum", "const", "anyOf", "oneOf", "object", "array", "string", "true", "false", "allOf"]
+    kinds = ["type", "enum", "const", "anyOf", "oneOf", "object", "array", "string", "true", "false", "allOf", "integer"]
     k = r.choice(kinds if depth < 3 else kinds[:3] + ["string", "true"])
     if k == "true":
         return r.choice([True, {}])
@@ -265,6 +265,12 @@ def rand_schema(r, depth=0):
             ts = r.sample(["null", "boolean", "integer", "string", "array", "object"], r.randint(1, 3))
             return {"oneOf": [dict({"type": t}, **rand_type_kw(r, depth)) for t in ts]}
         return {"anyOf": [rand_schema(r, depth + 1) for _ in range(r.randint(1, 3))]}
+    if k == "integer":
+        s = {"type": "integer"}
+        for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if r.random() < 0.4:
+                s[kw] = r.choice([r.randint(-1200, 1200), r.uniform(-1200, 1200), r.randint(-10**15, 10**15)])
+        return s
     if k == "allOf":
         return {"allOf": [rand_schema(r, depth + 1)] + [{"description": "x"}] * r.randint(0, 2)}
     return dict({"type": k}, **rand_type_kw(r, depth, k))
@@ -304,7 +310,7 @@ def rand_value(r, depth=0):
     if k == 1:
         return r.choice([True, False])
     if k == 2:
-        return r.choice([0, 1, -3, 12, 2.5, 1.0, -0.25])
+        return r.choice([0, 1, -3, 12, 2.5, 1.0, -0.25, r.randint(-1300, 1300), r.randint(-10**15, 10**15), r.randint(-99, 99)])
     if k == 3 or k == 4:
         return "".join(r.choice("abé\n\"\\z") for _ in range(r.randint(0, 4)))
     if k == 5 or k == 6:
@@ -337,6 +343,48 @@ class Differential(unittest.TestCase):
             print("WRONG", w)
         self.assertEqual(wrong, [])
         self.assertGreater(compiled, len(cases) // 2)
+
+
+@unittest.skipUnless(os.path.exists(DRIVER), "schema-ints: %s not built" % DRIVER)
+class IntegerBounds(unittest.TestCase):
+    """minimum/maximum/exclusive* on integers become digit-range grammars:
+    every integer near each bound and at each digit-count boundary, and
+    random ones, against the bounds' definition (no validator needed)."""
+
+    def test_bounds(self):
+        import math
+        r = random.Random(34)
+        cases = []
+        for _ in range(400):
+            s = {"type": "integer"}
+            scale = r.choice([10, 1000, 10**6, 10**15])
+            for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                if r.random() < 0.5:
+                    s[kw] = r.choice([r.randint(-scale, scale), round(r.uniform(-scale, scale), 2)])
+            lo, hi = -(10**16 - 1), 10**16 - 1
+            if "minimum" in s:
+                lo = max(lo, math.ceil(s["minimum"]))
+            if "exclusiveMinimum" in s:
+                lo = max(lo, math.floor(s["exclusiveMinimum"]) + 1)
+            if "maximum" in s:
+                hi = min(hi, math.floor(s["maximum"]))
+            if "exclusiveMaximum" in s:
+                hi = min(hi, math.ceil(s["exclusiveMaximum"]) - 1)
+            vals = set()
+            for b in (lo, hi, 0, 1, -1):
+                if abs(b) < 10**16:
+                    vals.update(v for v in range(b - 3, b + 4) if abs(v) < 10**16)
+            for p in range(1, 16):
+                vals.update(v for v in (10**p - 1, 10**p, -(10**p - 1), -(10**p)))
+            vals.update(r.randint(-scale * 2, scale * 2) for _ in range(30))
+            vals = sorted(vals)
+            cases.append((s, [(v, lo <= v <= hi) for v in vals], "integer bounds"))
+        compiled, compared, wrong, _ = compare(cases)
+        print("integer bounds: %d schemas (%d compile), %d values" % (len(cases), compiled, compared))
+        for w in wrong[:20]:
+            print("WRONG", w)
+        self.assertEqual(wrong, [])
+        self.assertEqual(compiled + sum(1 for s, t, _ in cases if not any(v for _, v in t)), len(cases))
 
 
 if __name__ == "__main__":
