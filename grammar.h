@@ -1407,14 +1407,6 @@ static inline void gr_js_def_(gr_js_ *c, int k, const jw *body) {
     jw_lit(&c->out, b), jw_raw(&c->out, body->s ? body->s : "\"\"", body->s ? body->n : 2), jw_lit(&c->out, "\n");
 }
 
-/* The tool grammars' lenient count (clamped to 0..1000; def when absent). */
-static inline int gr_js_int_field_(const js_doc *d, int s, const char *key, int def) {
-    int i = js_get(d, s, key);
-    if (!js_is_int(d, i)) return def;
-    int64_t v = js_int(d, i);
-    return v < 0 ? 0 : v > 1000 ? 1000 : (int)v;
-}
-
 /* 1 when property p's key is listed in the `required` array req. */
 static inline int gr_js_required_(const js_doc *d, int req, int p) {
     for (int r = js_first(d, req); r >= 0; r = js_next(d, r))
@@ -2209,21 +2201,32 @@ static inline int gr_tool_value_(gr_js_ *c, const js_doc *d, int prop) {
         int k = gr_js_schema_(c, d, prop, 1);
         return k ? k : gr_js_fail_(c, "the schema of argument \"%.100s\" matches no value", js_key(d, prop));
     }
-    int en = js_get(d, prop, "enum");
+    for (int f = js_first(d, prop); f >= 0; f = js_next(d, f)) { /* raw text enforces these only */
+        int t;
+        const char *kw = js_key(d, f);
+        if (gr_js_keyword_(kw, &t) != GR_KW_ANNOT && strcmp(kw, "type") && strcmp(kw, "enum") && strcmp(kw, "minLength") && strcmp(kw, "maxLength"))
+            return gr_js_fail_(c, "the schema keyword \"%s\" is not supported (string argument \"%.100s\")", kw, js_key(d, prop));
+    }
+    int en = js_get(d, prop, "enum"), mn, mx;
+    if (gr_js_count_(c, d, prop, "minLength", 0, &mn) || gr_js_count_(c, d, prop, "maxLength", -1, &mx)) return -1;
+    if (mx >= 0 && mx < mn) return gr_js_fail_(c, "%s", "a string property's maxLength is below its minLength");
+    if (en >= 0 && (js_typeof(d, en) != JS_ARR || !js_count(d, en))) return gr_js_fail_(c, "%s", "\"enum\" must be a non-empty array");
     int k = gr_js_rule_(c);
-    if (js_typeof(d, en) == JS_ARR && js_count(d, en)) {
+    if (en >= 0) {
         int first = 1;
         for (int e = js_first(d, en); e >= 0; e = js_next(d, e)) {
             if (js_typeof(d, e) != JS_STR) return gr_js_fail_(c, "%s", "a string property's enum lists a value that is not a string");
+            int len = 0; /* in code points, against minLength/maxLength */
+            for (uint32_t i = 0; i < js_str_len(d, e); i++) len += (js_str(d, e)[i] & 0xC0) != 0x80;
+            if (len < mn || (mx >= 0 && len > mx)) continue;
             if (!first) jw_lit(&c->out, " | ");
             gr_js_lit_(&c->out, js_str(d, e), js_str_len(d, e));
             first = 0;
         }
+        if (first) return gr_js_fail_(c, "the string argument \"%.100s\" matches no value", js_key(d, prop));
         jw_lit(&c->out, "\n");
     } else {
-        int mn = gr_js_int_field_(d, prop, "minLength", 0), mx = gr_js_int_field_(d, prop, "maxLength", -1);
         char b[64];
-        if (mx >= 0 && mx < mn) return gr_js_fail_(c, "%s", "a string property's maxLength is below its minLength");
         /* bounded: without '<', so that the bounds count characters exactly */
         if (mx >= 0) snprintf(b, sizeof b, "[^<]{%d,%d}\n", mn, mx);
         else if (mn) snprintf(b, sizeof b, "[^<]{%d,} traw\n", mn);
@@ -2242,6 +2245,20 @@ static inline int gr_tool_call_tags_(gr_js_ *c, const js_doc *d, int f, const gr
     int props = js_get(d, params, "properties"), req = js_get(d, params, "required");
     int np = js_typeof(d, props) == JS_OBJ ? js_count(d, props) : 0;
     gr_js_start_(c, d, params);
+    /* the arguments as tags write the listed properties only: what else the
+     * parameters say is refused by name, never dropped */
+    for (int k = js_first(d, js_typeof(d, params) == JS_OBJ ? params : -1); k >= 0; k = js_next(d, k)) {
+        int t;
+        const char *kw = js_key(d, k);
+        if (gr_js_keyword_(kw, &t) != GR_KW_ANNOT && strcmp(kw, "type") && strcmp(kw, "properties") && strcmp(kw, "required") &&
+            strcmp(kw, "additionalProperties") && strcmp(kw, "$id") && strcmp(kw, "id"))
+            return gr_js_fail_(c, "the schema keyword \"%s\" is not supported (parameters of \"%.100s\")", kw, js_str(d, name) ? js_str(d, name) : "");
+    }
+    const char *pty = js_str(d, js_get(d, params, "type"));
+    if (pty && strcmp(pty, "object")) return gr_js_fail_(c, "the parameters of \"%.100s\" must be an object schema", js_str(d, name) ? js_str(d, name) : "");
+    for (int r = js_first(d, req); r >= 0; r = js_next(d, r))
+        if (gr_js_member_(d, props, js_str(d, r) ? js_str(d, r) : "", js_str_len(d, r)) < 0)
+            return gr_js_fail_(c, "\"required\" names \"%.100s\", which the parameters' properties do not list", js_str(d, r) ? js_str(d, r) : "(not a string)");
     int *val = (int *)malloc((size_t)(np + 1) * sizeof(int)), i = 0;
     if (!val) return gr_js_fail_(c, "%s", "out of memory");
     for (int p = np ? js_first(d, props) : -1; p >= 0; p = js_next(d, p), i++)

@@ -620,6 +620,33 @@ static void test_tools(void) {
     t = e ? gr_tool_calls(e, e->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
     CHECK(e && !t && strstr(err, "at least one function"));
     free(t), js_free(e), js_free(d);
+    /* GLM-5's raw string arguments enforce type, enum, minLength and
+     * maxLength only: anything else is refused by name, never dropped */
+    static const char *const bad[][2] = {
+        {"{\"city\":{\"type\":\"string\",\"pattern\":\"^a\"}}", "\"pattern\" is not supported (string argument \"city\")"},
+        {"{\"city\":{\"type\":\"string\",\"maxLength\":-1}}", "\"maxLength\" must be a non-negative integer"},
+        {"{\"city\":{\"type\":\"string\",\"enum\":[\"abc\"],\"maxLength\":2}}", "matches no value"},
+        {"{\"city\":{\"type\":\"string\"}},\"required\":[\"town\"]", "\"required\" names \"town\""},
+        {"{\"city\":{\"type\":\"string\"}},\"minProperties\":1", "\"minProperties\" is not supported"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char tj[512];
+        snprintf(tj, sizeof tj, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":%s}}}]", bad[i][0]);
+        js_doc *x = js_parse(tj, strlen(tj), err, sizeof err);
+        t = x ? gr_tool_calls(x, x->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
+        CHECK(x && !t && strstr(err, bad[i][1]));
+        if (!x || t || !strstr(err, bad[i][1])) fprintf(stderr, "tools %s: %s\n", tj, t ? "accepted" : err);
+        free(t), js_free(x);
+    }
+    /* an enum filtered by maxLength: only the short value is left */
+    const char *tj = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                     "{\"u\":{\"type\":\"string\",\"enum\":[\"C\",\"Fahrenheit\"],\"maxLength\":1}},\"required\":[\"u\"]}}}]";
+    js_doc *x = js_parse(tj, strlen(tj), err, sizeof err);
+    t = x ? gr_tool_calls(x, x->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
+    gr_grammar *g = t ? parse(t) : NULL;
+    CHECK(g && in_lang(g, "<tool_call>f<arg_key>u</arg_key><arg_value>C</arg_value></tool_call>") == 1 &&
+          in_lang(g, "<tool_call>f<arg_key>u</arg_key><arg_value>Fahrenheit</arg_value></tool_call>") == 0);
+    gr_free(g), free(t), js_free(x);
 }
 
 /* gr_check: a reference whose rule the recognizer cannot follow at once
