@@ -1945,6 +1945,38 @@ static inline int gr_js_integer_(gr_js_ *c, const js_doc *d, int s, jw *body) {
     return 1;
 }
 
+/* 1 when the branches of oneOf a are all enum/const (beside type and
+ * annotations, after $ref) whose values, as the grammar writes them, no
+ * two branches share: then at most one branch matches any value. */
+static inline int gr_js_consts_apart_(gr_js_ *c, const js_doc *d, int a) {
+    enum { MAXV = 1024 };
+    char **seen = (char **)calloc(MAXV, sizeof(char *));
+    int n = 0, ok = seen != NULL;
+    for (int b = js_first(d, a); b >= 0 && ok; b = js_next(d, b)) {
+        int x = b;
+        for (int hops = 0; hops < 16 && js_get(d, x, "$ref") >= 0; hops++) {
+            gr_js_ quiet = *c;
+            quiet.err = NULL, quiet.failed = 0;
+            x = gr_js_resolve_(&quiet, d, js_get(d, x, "$ref"));
+        }
+        int e = js_get(d, x, "enum"), k = js_get(d, x, "const");
+        if ((e < 0) == (k < 0) || js_typeof(d, x) != JS_OBJ || gr_js_other_(d, x, e >= 0 ? "enum" : "const", 1)) { ok = 0; break; }
+        gr_js_ quiet = *c;
+        quiet.err = NULL, quiet.failed = 0;
+        int tm = gr_js_type_kw_(&quiet, d, x), first = n;
+        for (int v = e >= 0 ? js_first(d, e) : k; v >= 0 && ok; v = e >= 0 ? js_next(d, v) : -1) {
+            if (tm < 0 || !(gr_js_value_type_(d, v) & tm)) continue;
+            jw w = {0};
+            if (gr_js_canon_(&quiet, &w, d, v) || w.oom || n == MAXV) { jw_free(&w); ok = 0; break; }
+            for (int i = 0; i < first && ok; i++) ok = strcmp(seen[i], w.s) != 0; /* only across branches */
+            seen[n++] = w.s;
+        }
+    }
+    for (int i = 0; i < n; i++) free(seen[i]);
+    free(seen);
+    return ok;
+}
+
 /* The alternatives of a list of subschemas (anyOf, and oneOf whose
  * branches exclude one another) into body. 1, 0 (none matches), -1. */
 static inline int gr_js_union_(gr_js_ *c, const js_doc *d, int a, int depth, jw *body) {
@@ -1987,12 +2019,14 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
         const char *o = gr_js_other_(d, s, comb[i], 0);
         if (o) return gr_js_fail_(c, "\"%s\" beside \"%s\" is not supported (the two would have to be merged)", comb[i], o);
         if (i == 1) { /* oneOf: exactly one branch; as anyOf only when no two branches share a type */
-            int seen = 0;
-            for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
+            int seen = 0, apart = 1;
+            for (int b = js_first(d, a); b >= 0 && apart; b = js_next(d, b)) {
                 int t = gr_js_types_(c, d, b, depth + 1);
-                if (t & seen) return gr_js_fail_(c, "%s", "\"oneOf\" whose branches may overlap is not supported (use anyOf, or branches of different types)");
+                apart = !(t & seen);
                 seen |= t;
             }
+            if (!apart && !gr_js_consts_apart_(c, d, a))
+                return gr_js_fail_(c, "%s", "\"oneOf\" whose branches may overlap is not supported (use anyOf, or branches of different types or different constants)");
         }
         if (i < 2) return gr_js_union_(c, d, a, depth, body);
         int only = -1, n = 0; /* allOf: exact when at most one branch asserts anything */

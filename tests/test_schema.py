@@ -261,6 +261,8 @@ def rand_schema(r, depth=0):
             s["type"] = r.choice(["string", "integer", "number", "array", "null"])
         return s
     if k in ("anyOf", "oneOf"):
+        if k == "oneOf" and r.random() < 0.4:
+            return {"oneOf": [r.choice([{"const": rand_value(r, 2)}, {"enum": [rand_value(r, 2) for _ in range(2)]}]) for _ in range(r.randint(1, 3))]}
         if k == "oneOf":
             ts = r.sample(["null", "boolean", "integer", "string", "array", "object"], r.randint(1, 3))
             return {"oneOf": [dict({"type": t}, **rand_type_kw(r, depth)) for t in ts]}
