@@ -555,8 +555,9 @@ static inline int gr_check_left_(gr_parser_ *ps) {
     for (int i = 0; i < ps->n && !ps->failed; i++) {
         int bad = gr_left_rec_(ps->r, nul, i, nul + ps->n, nul + 2 * ps->n, fr);
         if (bad >= 0) {
-            snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
-                     ps->r[bad].line, ps->r[bad].col, ps->r[bad].name);
+            if (ps->err && ps->errlen)
+                snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
+                         ps->r[bad].line, ps->r[bad].col, ps->r[bad].name);
             ps->failed = 1;
         }
     }
@@ -574,8 +575,9 @@ static inline int gr_check_finite_(gr_parser_ *ps) {
     for (int i = 0; i < ps->n && !ps->failed; i++)
         if (!prod[i]) {
             const gr_rule_ *b = &ps->r[ps->r[i].base];
-            snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s%s matches no text: every way through it goes on forever",
-                     b->line, b->col, b->name, b == &ps->r[i] ? "" : " (a group in it)");
+            if (ps->err && ps->errlen)
+                snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s%s matches no text: every way through it goes on forever",
+                         b->line, b->col, b->name, b == &ps->r[i] ? "" : " (a group in it)");
             ps->failed = 1;
         }
     free(prod);
