@@ -1798,7 +1798,7 @@ out:
  * element, then the next, or the end where the count allows it), then
  * the rest as a repetition. 1, 0 (no array matches), -1. */
 static inline int gr_js_array_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body) {
-    int mn, mx, pre = js_get(d, s, "prefixItems"), items = js_get(d, s, "items"), rest = -1;
+    int mn, mx, pre = c->legacy ? -1 : js_get(d, s, "prefixItems"), items = js_get(d, s, "items"), rest = -1; /* draft 7 has no prefixItems */
     if (gr_js_count_(c, d, s, "minItems", 0, &mn) || gr_js_count_(c, d, s, "maxItems", -1, &mx)) return -1;
     if (mx >= 0 && mx < mn) return gr_js_fail_(c, "maxItems %d is below minItems %d", mx, mn);
     int ui = js_get(d, s, "uniqueItems");

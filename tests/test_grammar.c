@@ -472,6 +472,7 @@ static void test_schema_exact(void) {
         {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", {"[]", "[1]", "[1,\"a\"]"}, {"[1,\"a\",2]", "[\"a\"]"}, NULL},
         {"{\"items\":[{\"type\":\"integer\"}],\"additionalItems\":{\"type\":\"null\"},\"$schema\":\"http://json-schema.org/draft-07/schema#\"}",
          {"[1,null,null]", "[]"}, {"[1,2]", "[null]"}, NULL},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"$schema\":\"http://json-schema.org/draft-07/schema#\"}", {"[\"a\"]", "[]"}, {"{}"}, NULL},
         {"{\"enum\":[1,\"a\",null,[1,2.5],{\"k\":true}],\"type\":[\"integer\",\"string\",\"array\",\"object\"]}", {"1", "\"a\"", "[1,2.5]", "{\"k\":true}"},
          {"null", "2", "1.0"}, NULL},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}", {"1", "\"a\""}, {"\"ab\"", "1.5"}, NULL},
