@@ -2032,8 +2032,10 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
         }
         if (i < 2) return gr_js_union_(c, d, a, depth, body);
         int only = -1, n = 0; /* allOf: exact when at most one branch asserts anything */
-        for (int b = js_first(d, a); b >= 0; b = js_next(d, b))
+        for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
+            if (js_typeof(d, b) == JS_FALSE) return 0; /* one branch matches nothing: so does allOf */
             if (gr_js_asserts_(d, b, NULL)) only = b, n++;
+        }
         if (n > 1) return gr_js_fail_(c, "%s", "\"allOf\" of several schemas that assert something is not supported");
         if (only < 0) { jw_lit(body, "jvalue"); return 1; }
         int k = gr_js_schema_(c, d, only, depth + 1);

@@ -147,7 +147,7 @@ def find_suite():
     if not sdists:
         dl = tempfile.mkdtemp()
         try:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", dl, "jsonschema"],
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--retries", "0", "--timeout", "10", "-d", dl, "jsonschema"],
                            capture_output=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired):
             pass
