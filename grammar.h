@@ -13,7 +13,9 @@
  * character), `#` comments. A rule goes on after `::=`, `|` and inside
  * parentheses across lines; otherwise a newline ends it. Refused with line
  * and column: syntax errors, undefined rules, a missing root, left
- * recursion (a rule that can reach itself before consuming a character).
+ * recursion (a rule that can reach itself before consuming a character),
+ * a rule that matches no text, a class that matches no character, groups
+ * nested deeper than GR_MAX_NEST. Parsing is linear in the text.
  * A repeated item that can match the empty string is repeated without its
  * empty match (the same language, one way per text, see gr_finish_reps_).
  * The recognizer follows at most GR_MAX_STACKS ways; more is reported
@@ -23,6 +25,8 @@
 #ifndef COLI_GRAMMAR_H
 #define COLI_GRAMMAR_H
 
+#include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +47,7 @@ typedef struct {
     gr_el *el; /* alternatives separated by GR_ALT, closed by GR_END */
     int n, cap;
     int defined, line, col; /* where first referenced (undefined-rule messages) */
+    int base; /* the named rule a generated rule was made for (itself when named) */
 } gr_rule_;
 
 typedef struct {
@@ -59,6 +64,31 @@ static inline void gr_free(gr_grammar *g) {
     free(g->names), free(g->start), free(g->el), free(g);
 }
 
+/* 1 when the class starting at el[pos] admits some code point in [lo, hi]. */
+static inline int gr_class_admits_(const gr_el *el, uint32_t pos, uint32_t lo, uint32_t hi) {
+    if (el[pos].type == GR_ANY) return 1;
+    int positive = el[pos].type == GR_CHAR;
+    if (!positive) { /* some code point of [lo, hi] outside every excluded range */
+        uint32_t c = lo;
+        for (int moved = 1; moved && c <= hi;) {
+            moved = 0;
+            uint32_t p = pos;
+            do {
+                uint32_t a = el[p].v, b = el[p + 1].type == GR_RNG ? el[p + 1].v : a;
+                p += el[p + 1].type == GR_RNG ? 2 : 1;
+                if (a <= c && c <= b) c = b + 1, moved = 1;
+            } while (el[p].type == GR_CHAR_ALT);
+        }
+        return c <= hi;
+    }
+    do {
+        uint32_t a = el[pos].v, b = el[pos + 1].type == GR_RNG ? el[pos + 1].v : a;
+        pos += el[pos + 1].type == GR_RNG ? 2 : 1;
+        if (a <= hi && lo <= b) return 1;
+    } while (el[pos].type == GR_CHAR_ALT);
+    return 0;
+}
+
 /* ------------------------------------------------------------ parsing */
 
 /* A repetition of a rule, desugared after parsing, when it is known
@@ -68,6 +98,7 @@ typedef struct {
 } gr_rep_;
 
 #define GR_MAX_ELEMENTS (1 << 22) /* a grammar's size after desugaring (16 MiB of elements) */
+#define GR_MAX_NEST 1024          /* nested groups: the parser recurses once per level */
 
 typedef struct {
     const char *s, *p, *end;
@@ -79,16 +110,28 @@ typedef struct {
     gr_rep_ *rep;
     int nrep, caprep;
     long total; /* elements put so far, against GR_MAX_ELEMENTS */
+    int *ht, htcap; /* named rules by name hash: rule id + 1, 0 empty; at most half full */
+    const char *lc_at; /* line and column of lc_at, so positions are counted once */
+    int lc_line, lc_col, nest;
 } gr_parser_;
+
+/* The line and column of at: counted on from the last position asked
+ * (they are asked in text order), from the start when at is before it. */
+static inline void gr_linecol_(gr_parser_ *ps, const char *at, int *line, int *col) {
+    if (!ps->lc_at || at < ps->lc_at) ps->lc_at = ps->s, ps->lc_line = 1, ps->lc_col = 1;
+    for (const char *q = ps->lc_at; q < at && q < ps->end; q++) {
+        if (*q == '\n') ps->lc_line++, ps->lc_col = 1;
+        else ps->lc_col++;
+    }
+    if (at > ps->lc_at) ps->lc_at = at < ps->end ? at : ps->end;
+    *line = ps->lc_line, *col = ps->lc_col;
+}
 
 static inline int gr_fail_(gr_parser_ *ps, const char *at, const char *fmt, ...) {
     if (ps->failed) return -1;
     ps->failed = 1;
-    int line = 1, col = 1;
-    for (const char *q = ps->s; q < at && q < ps->end; q++) {
-        if (*q == '\n') line++, col = 1;
-        else col++;
-    }
+    int line, col;
+    gr_linecol_(ps, at, &line, &col);
     char msg[256];
     va_list ap;
     va_start(ap, fmt);
@@ -98,10 +141,39 @@ static inline int gr_fail_(gr_parser_ *ps, const char *at, const char *fmt, ...)
     return -1;
 }
 
-/* The id of rule name[0..n), created undefined when new. -1 on OOM. */
-static inline int gr_rule_id_(gr_parser_ *ps, const char *name, size_t n, const char *at) {
-    for (int i = 0; i < ps->n; i++)
-        if (strlen(ps->r[i].name) == n && !memcmp(ps->r[i].name, name, n)) return i;
+static inline uint32_t gr_name_hash_(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* Puts rule id into the name index, doubling it past half full. 0 or -1. */
+static inline int gr_name_put_(gr_parser_ *ps, int id) {
+    if (2 * (ps->n + 1) > ps->htcap) {
+        int cap = ps->htcap ? ps->htcap * 2 : 64;
+        int *h = (int *)calloc((size_t)cap, sizeof(int));
+        if (!h) return -1;
+        for (int i = 0; i < ps->htcap; i++)
+            if (ps->ht[i]) {
+                const char *nm = ps->r[ps->ht[i] - 1].name;
+                uint32_t sl = gr_name_hash_(nm, strlen(nm)) & (uint32_t)(cap - 1);
+                while (h[sl]) sl = (sl + 1) & (uint32_t)(cap - 1);
+                h[sl] = ps->ht[i];
+            }
+        free(ps->ht);
+        ps->ht = h, ps->htcap = cap;
+    }
+    const char *nm = ps->r[id].name;
+    uint32_t sl = gr_name_hash_(nm, strlen(nm)) & (uint32_t)(ps->htcap - 1);
+    while (ps->ht[sl]) sl = (sl + 1) & (uint32_t)(ps->htcap - 1);
+    ps->ht[sl] = id + 1;
+    return 0;
+}
+
+/* A new rule named name[0..n) (copied), undefined; its position is where
+ * `at` is. Generated rules are not put in the name index: a name the
+ * grammar writes never finds one. -1 on OOM. */
+static inline int gr_rule_new_(gr_parser_ *ps, const char *name, size_t n, const char *at) {
     if (ps->n == ps->cap) {
         int cap = ps->cap ? ps->cap * 2 : 16;
         gr_rule_ *nr = (gr_rule_ *)realloc(ps->r, (size_t)cap * sizeof *nr);
@@ -111,13 +183,23 @@ static inline int gr_rule_id_(gr_parser_ *ps, const char *name, size_t n, const 
     gr_rule_ *r = &ps->r[ps->n];
     memset(r, 0, sizeof *r);
     if (!(r->name = strndup(name, n))) return gr_fail_(ps, at, "out of memory");
-    int line = 1, col = 1;
-    for (const char *q = ps->s; q < at; q++) {
-        if (*q == '\n') line++, col = 1;
-        else col++;
-    }
-    r->line = line, r->col = col;
+    gr_linecol_(ps, at, &r->line, &r->col);
+    r->base = ps->n;
     return ps->n++;
+}
+
+/* The id of the named rule name[0..n), created undefined when new. -1 on OOM. */
+static inline int gr_rule_id_(gr_parser_ *ps, const char *name, size_t n, const char *at) {
+    if (ps->htcap) {
+        uint32_t mask = (uint32_t)ps->htcap - 1;
+        for (uint32_t sl = gr_name_hash_(name, n) & mask; ps->ht[sl]; sl = (sl + 1) & mask) {
+            const char *nm = ps->r[ps->ht[sl] - 1].name;
+            if (!strncmp(nm, name, n) && !nm[n]) return ps->ht[sl] - 1;
+        }
+    }
+    int id = gr_rule_new_(ps, name, n, at);
+    if (id >= 0 && gr_name_put_(ps, id)) return gr_fail_(ps, at, "out of memory");
+    return id;
 }
 
 static inline int gr_put_(gr_parser_ *ps, int rule, int type, uint32_t v) {
@@ -192,12 +274,17 @@ static inline int gr_char_(gr_parser_ *ps, uint32_t *cp) {
 
 static inline int gr_alternatives_(gr_parser_ *ps, int rule, int nested);
 
-/* A new generated rule named after `base`. */
-static inline int gr_gen_rule_(gr_parser_ *ps, int base) {
-    char name[300];
-    snprintf(name, sizeof name, "%s_%d", ps->r[base].name, ++ps->gen);
-    int id = gr_rule_id_(ps, name, strlen(name), ps->p);
-    if (id >= 0) ps->r[id].defined = 1;
+/* A new generated rule, named after the named rule `of` is part of
+ * (name_k: a name of any length, never one of the grammar's own). */
+static inline int gr_gen_rule_(gr_parser_ *ps, int of) {
+    const char *nm = ps->r[ps->r[of].base].name;
+    size_t n = strlen(nm);
+    char *name = (char *)malloc(n + 16);
+    if (!name) return gr_fail_(ps, ps->p, "out of memory");
+    int len = snprintf(name, n + 16, "%s_%d", nm, ++ps->gen);
+    int id = gr_rule_new_(ps, name, (size_t)len, ps->p);
+    free(name);
+    if (id >= 0) ps->r[id].defined = 1, ps->r[id].base = ps->r[of].base;
     return id;
 }
 
@@ -308,6 +395,10 @@ static inline int gr_sequence_(gr_parser_ *ps, int rule, int nested) {
             }
             if (ps->p >= ps->end) return gr_fail_(ps, at, "unterminated character class");
             if (ps->r[rule].n == last) return gr_fail_(ps, at, "empty character class");
+            if (neg && gr_put_(ps, rule, GR_END, 0)) return -1; /* a sentinel for the check below, taken back */
+            if (neg) ps->r[rule].n--, ps->total--;
+            if (neg && !gr_class_admits_(ps->r[rule].el, (uint32_t)last, 0, 0xD7FF) && !gr_class_admits_(ps->r[rule].el, (uint32_t)last, 0xE000, 0x10FFFF))
+                return gr_fail_(ps, at, "the character class matches no character");
             ps->p++;
         } else if (c == '.') {
             ps->p++;
@@ -321,11 +412,14 @@ static inline int gr_sequence_(gr_parser_ *ps, int rule, int nested) {
             last = ps->r[rule].n;
             if (gr_put_(ps, rule, GR_REF, (uint32_t)id)) return -1;
         } else if (c == '(') {
+            if (ps->nest >= GR_MAX_NEST) return gr_fail_(ps, at, "groups nested deeper than %d", GR_MAX_NEST);
             ps->p++;
             int id = gr_gen_rule_(ps, rule);
             if (id < 0) return -1;
             gr_space_(ps, 1);
+            ps->nest++;
             if (gr_alternatives_(ps, id, 1)) return -1;
+            ps->nest--;
             if (ps->p >= ps->end || *ps->p != ')') return gr_fail_(ps, at, "unclosed (");
             ps->p++;
             last = ps->r[rule].n;
@@ -370,61 +464,123 @@ static inline int gr_alternatives_(gr_parser_ *ps, int rule, int nested) {
     return gr_put_(ps, rule, GR_END, 0);
 }
 
-/* Nullable rules (can match the empty string), to a fixpoint. */
-static inline void gr_nullable_(const gr_rule_ *r, int n, unsigned char *nul) {
-    memset(nul, 0, (size_t)n);
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int i = 0; i < n; i++) {
-            if (nul[i]) continue;
-            int all = 1; /* every element of the current alternative nullable so far */
-            for (int k = 0; k < r[i].n; k++) {
-                gr_el e = r[i].el[k];
-                if (e.type == GR_ALT || e.type == GR_END) {
-                    if (all) { nul[i] = 1, changed = 1; break; }
-                    all = 1;
-                } else if (e.type == GR_REF) all &= nul[e.v];
-                else if (e.type != GR_RNG && e.type != GR_CHAR_ALT) all = 0;
-            }
+/* The rules that can finish: nullable (match the empty string; a class
+ * never does) or, with classes, productive (match some text; every class
+ * left is known to admit a character). A worklist, so linear in the
+ * grammar: each alternative counts its elements not yet known to finish,
+ * and a rule that finishes lowers the count of each alternative using it.
+ * 0, or -1 out of memory. */
+static inline int gr_finishing_(const gr_rule_ *r, int n, int classes, unsigned char *out) {
+    memset(out, 0, (size_t)n);
+    int nalt = 0, nuse = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < r[i].n; k++) {
+            nalt += r[i].el[k].type == GR_ALT || r[i].el[k].type == GR_END;
+            nuse += r[i].el[k].type == GR_REF;
+        }
+    int *left = (int *)malloc(((size_t)nalt + 1) * sizeof(int)), *alt_rule = (int *)malloc(((size_t)nalt + 1) * sizeof(int));
+    int *ustart = (int *)calloc((size_t)n + 1, sizeof(int)), *use = (int *)malloc(((size_t)nuse + 1) * sizeof(int));
+    int *work = (int *)malloc(((size_t)n + 1) * sizeof(int)), nw = 0, rc = -1;
+    if (!left || !alt_rule || !ustart || !use || !work) goto out;
+    /* uses of each rule, by alternative: counted, then placed */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < r[i].n; k++)
+            if (r[i].el[k].type == GR_REF) ustart[r[i].el[k].v + 1]++;
+    for (int i = 0; i < n; i++) ustart[i + 1] += ustart[i];
+    int a = 0;
+    for (int i = 0; i < n; i++) {
+        int cnt = 0, dead = 0;
+        for (int k = 0; k < r[i].n; k++) {
+            gr_el e = r[i].el[k];
+            if (e.type == GR_ALT || e.type == GR_END) {
+                left[a] = dead ? -1 : cnt, alt_rule[a] = i;
+                if (!dead && !cnt && !out[i]) out[i] = 1, work[nw++] = i;
+                a++, cnt = 0, dead = 0;
+            } else if (e.type == GR_REF) {
+                cnt++;
+                use[ustart[e.v]++] = a;
+            } else if (e.type != GR_RNG && e.type != GR_CHAR_ALT && !classes)
+                dead = 1;
         }
     }
+    for (int i = n; i > 0; i--) ustart[i] = ustart[i - 1]; /* the fill moved each start to the next one's */
+    ustart[0] = 0;
+    while (nw) {
+        int x = work[--nw];
+        for (int u = ustart[x]; u < ustart[x + 1]; u++) {
+            int al = use[u];
+            if (left[al] > 0 && !--left[al] && !out[alt_rule[al]]) out[alt_rule[al]] = 1, work[nw++] = alt_rule[al];
+        }
+    }
+    rc = 0;
+out:
+    free(left), free(alt_rule), free(ustart), free(use), free(work);
+    return rc;
 }
 
 /* A rule that can reach itself from rule i before consuming a character
- * (left recursion), or -1. */
-static inline int gr_left_rec_(const gr_rule_ *r, const unsigned char *nul, int i, unsigned char *path, unsigned char *done) {
-    if (path[i]) return i;
+ * (left recursion), or -1. Depth first with an explicit stack fr of
+ * frames (rule, element position, whether that position is at the start
+ * of an alternative; 3 * n ints), path marking the rules on it, so a chain
+ * of a million rules costs memory, not the C stack. */
+static inline int gr_left_rec_(const gr_rule_ *r, const unsigned char *nul, int i, unsigned char *path, unsigned char *done, int *fr) {
     if (done[i]) return -1;
-    path[i] = 1;
-    int at_start = 1, bad = -1;
-    for (int k = 0; k < r[i].n && bad < 0; k++) {
-        gr_el e = r[i].el[k];
-        if (e.type == GR_ALT || e.type == GR_END) at_start = 1;
-        else if (!at_start) continue;
-        else if (e.type == GR_REF) {
-            bad = gr_left_rec_(r, nul, (int)e.v, path, done);
-            at_start = nul[e.v];
-        } else if (e.type != GR_RNG && e.type != GR_CHAR_ALT)
-            at_start = 0;
+    int top = 0, bad = -1;
+    fr[0] = i, fr[1] = 0, fr[2] = 1, path[i] = 1;
+    while (top >= 0 && bad < 0) {
+        int *f = fr + 3 * top, x = f[0], k = f[1], at_start = f[2], next = -1;
+        for (; k < r[x].n; k++) {
+            gr_el e = r[x].el[k];
+            if (e.type == GR_ALT || e.type == GR_END) at_start = 1;
+            else if (!at_start) continue;
+            else if (e.type == GR_REF) {
+                next = (int)e.v, at_start = nul[e.v], k++;
+                break;
+            } else if (e.type != GR_RNG && e.type != GR_CHAR_ALT)
+                at_start = 0;
+        }
+        f[1] = k, f[2] = at_start;
+        if (next < 0) { path[x] = 0, done[x] = 1, top--; continue; }
+        if (path[next]) bad = next;
+        else if (!done[next]) top++, f += 3, f[0] = next, f[1] = 0, f[2] = 1, path[next] = 1;
     }
-    path[i] = 0, done[i] = 1;
     return bad;
 }
 
 /* Refuses left recursion over rules 0..n of ps. 0 or -1 (err set). */
 static inline int gr_check_left_(gr_parser_ *ps) {
     unsigned char *nul = (unsigned char *)calloc((size_t)ps->n * 3 + 1, 1);
-    if (!nul) return gr_fail_(ps, ps->p, "out of memory");
-    gr_nullable_(ps->r, ps->n, nul);
+    int *fr = (int *)malloc(((size_t)ps->n * 3 + 3) * sizeof(int));
+    if (!nul || !fr || gr_finishing_(ps->r, ps->n, 0, nul)) { free(nul), free(fr); return gr_fail_(ps, ps->p, "out of memory"); }
     for (int i = 0; i < ps->n && !ps->failed; i++) {
-        int bad = gr_left_rec_(ps->r, nul, i, nul + ps->n, nul + 2 * ps->n);
+        int bad = gr_left_rec_(ps->r, nul, i, nul + ps->n, nul + 2 * ps->n, fr);
         if (bad >= 0) {
-            snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
-                     ps->r[bad].line, ps->r[bad].col, ps->r[bad].name);
+            if (ps->err && ps->errlen)
+                snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s is left recursive (it can reach itself before matching a character)",
+                         ps->r[bad].line, ps->r[bad].col, ps->r[bad].name);
             ps->failed = 1;
         }
     }
-    free(nul);
+    free(nul), free(fr);
+    return ps->failed ? -1 : 0;
+}
+
+/* Refuses a rule that matches no text at all (`a ::= "x" a`: every way
+ * through it needs itself again): the recognizer could follow it forever
+ * and never end, and with it in root the grammar's language is empty. Run
+ * on the grammar as written, whose classes each admit a character. */
+static inline int gr_check_finite_(gr_parser_ *ps) {
+    unsigned char *prod = (unsigned char *)malloc((size_t)ps->n + 1);
+    if (!prod || gr_finishing_(ps->r, ps->n, 1, prod)) { free(prod); return gr_fail_(ps, ps->p, "out of memory"); }
+    for (int i = 0; i < ps->n && !ps->failed; i++)
+        if (!prod[i]) {
+            const gr_rule_ *b = &ps->r[ps->r[i].base];
+            if (ps->err && ps->errlen)
+                snprintf(ps->err, ps->errlen, "line %d, column %d: rule %s%s matches no text: every way through it goes on forever",
+                         b->line, b->col, b->name, b == &ps->r[i] ? "" : " (a group in it)");
+            ps->failed = 1;
+        }
+    free(prod);
     return ps->failed ? -1 : 0;
 }
 
@@ -483,7 +639,7 @@ static inline int gr_finish_reps_(gr_parser_ *ps) {
     unsigned char *nul = (unsigned char *)malloc((size_t)n0);
     int *ne = (int *)malloc((size_t)n0 * sizeof(int)), *q = (int *)malloc((size_t)n0 * sizeof(int));
     if (!nul || !ne || !q) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
-    gr_nullable_(ps->r, n0, nul);
+    if (gr_finishing_(ps->r, n0, 0, nul)) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
     for (int i = 0; i < n0; i++) ne[i] = -1;
     for (int k = 0; k < ps->nrep; k++) {
         gr_rep_ rp = ps->rep[k];
@@ -507,7 +663,7 @@ static inline int gr_finish_reps_(gr_parser_ *ps) {
         int *q2 = ne2 ? (int *)realloc(q, (size_t)n1 * sizeof(int)) : NULL;
         if (!q2) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
         q = q2;
-        gr_nullable_(ps->r, n1, nul);
+        if (gr_finishing_(ps->r, n1, 0, nul)) { gr_fail_(ps, ps->p, "out of memory"); goto out; }
         for (int i = n0; i < n1; i++) ne[i] = -1;
     }
     for (int i = 0; i < qn; i++)
@@ -521,7 +677,7 @@ out:
 /* Parses GBNF text; root names the start rule ("root"). NULL with err as
  * "line L, column C: why". */
 static inline gr_grammar *gr_parse(const char *text, size_t len, const char *root, char *err, size_t errlen) {
-    gr_parser_ ps = {text, text, text + len, NULL, 0, 0, err, errlen, 0, 0, NULL, 0, 0, 0};
+    gr_parser_ ps = {.s = text, .p = text, .end = text + len, .err = err, .errlen = errlen};
     if (err && errlen) err[0] = 0;
     gr_grammar *g = NULL;
     for (;;) {
@@ -553,7 +709,7 @@ static inline gr_grammar *gr_parse(const char *text, size_t len, const char *roo
     if (rid < 0) { gr_fail_(&ps, ps.end, "no rule named %s", root); goto out; }
     /* left recursion in the grammar as written (named in its own rules),
      * then, as a check of the desugaring, in what is recognized */
-    if (gr_check_left_(&ps) || gr_finish_reps_(&ps) || gr_check_left_(&ps)) goto out;
+    if (gr_check_left_(&ps) || gr_check_finite_(&ps) || gr_finish_reps_(&ps) || gr_check_left_(&ps)) goto out;
     g = (gr_grammar *)calloc(1, sizeof *g);
     int total = 0;
     for (int i = 0; i < ps.n; i++) total += ps.r[i].n;
@@ -573,7 +729,7 @@ static inline gr_grammar *gr_parse(const char *text, size_t len, const char *roo
     g->n_rules = ps.n, g->root = rid;
 out:
     for (int i = 0; i < ps.n; i++) free(ps.r[i].name), free(ps.r[i].el);
-    free(ps.r), free(ps.rep);
+    free(ps.r), free(ps.rep), free(ps.ht);
     return g;
 }
 
@@ -720,29 +876,7 @@ static inline int gr_match_(const gr_grammar *g, uint32_t pos, uint32_t cp) {
 }
 
 /* 1 when the class at pos admits some code point in [lo, hi]. */
-static inline int gr_match_range_(const gr_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi) {
-    if (g->el[pos].type == GR_ANY) return 1;
-    int positive = g->el[pos].type == GR_CHAR;
-    if (!positive) { /* some code point of [lo, hi] outside every excluded range */
-        uint32_t c = lo;
-        for (int moved = 1; moved && c <= hi;) {
-            moved = 0;
-            uint32_t p = pos;
-            do {
-                uint32_t a = g->el[p].v, b = g->el[p + 1].type == GR_RNG ? g->el[p + 1].v : a;
-                p += g->el[p + 1].type == GR_RNG ? 2 : 1;
-                if (a <= c && c <= b) c = b + 1, moved = 1;
-            } while (g->el[p].type == GR_CHAR_ALT);
-        }
-        return c <= hi;
-    }
-    do {
-        uint32_t a = g->el[pos].v, b = g->el[pos + 1].type == GR_RNG ? g->el[pos + 1].v : a;
-        pos += g->el[pos + 1].type == GR_RNG ? 2 : 1;
-        if (a <= hi && lo <= b) return 1;
-    } while (g->el[pos].type == GR_CHAR_ALT);
-    return 0;
-}
+static inline int gr_match_range_(const gr_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi) { return gr_class_admits_(g->el, pos, lo, hi); }
 
 /* What the recognizer holds: the stacks, and the bytes of a code point
  * whose first bytes arrived (partial UTF-8). */
@@ -1191,10 +1325,28 @@ typedef struct {
     char *err;
     size_t errlen;
     int failed;
+    const js_doc *d;
+    int root;            /* the node "#" of a $ref names */
+    int *memo;           /* [d->n] a compiled node's rule; 0 not yet, -2 matches nothing */
+    unsigned char *busy; /* [d->n] 1 while compiled, 2 once referred to meanwhile */
+    int legacy;          /* $schema is draft 7 or older: the siblings of $ref are ignored */
+    int has_ref;         /* the document holds a $ref: a nested $id would change what it points at */
 } gr_js_;
 
-static inline int gr_js_fail_(gr_js_ *c, const char *fmt, const char *what) {
-    if (!c->failed && c->err) snprintf(c->err, c->errlen, fmt, what);
+#define GR_JS_MAX_DEPTH 256   /* nested schemas, $ref hops counted */
+#define GR_JS_MAX_COUNT 10000 /* minLength, maxItems, ...: the grammar's repetition limit */
+#define GR_JS_MAX_KEY 1000    /* code points of a property name beside additionalProperties */
+
+/* JSON types as bits; a number is integral (1, 1.0) or not (1.5). */
+enum { GR_T_NULL = 1, GR_T_BOOL = 2, GR_T_OBJ = 4, GR_T_ARR = 8, GR_T_STR = 16, GR_T_FRAC = 32, GR_T_INT = 64, GR_T_ALL = 127 };
+
+static inline int gr_js_fail_(gr_js_ *c, const char *fmt, ...) {
+    if (!c->failed && c->err && c->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err, c->errlen, fmt, ap);
+        va_end(ap);
+    }
     c->failed = 1;
     return -1;
 }
@@ -1212,10 +1364,19 @@ static inline void gr_js_lit_(jw *w, const char *s, size_t n) {
     jw_lit(w, "\"");
 }
 
+/* jkey/kchar: an object key as JSON writes it (json.dumps, jw_strn): one
+ * spelling per string (escapes only where JSON requires them), so keys
+ * the schema names can be told apart from the others exactly. jcharb: a
+ * character of a length-bounded string (no escaped surrogate halves, so
+ * that each counts as one code point). */
 static const char gr_js_prims_[] =
     "ws ::= [ \\t\\n]{0,4}\n"
     "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"
     "jchar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "jcharb ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))\n"
+    "kchar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" kesc\n"
+    "kesc ::= [\"\\\\bfnrt] | \"u00\" (\"0\" [0-7bef] | \"1\" [0-9a-f])\n"
+    "jkey ::= \"\\\"\" kchar* \"\\\"\"\n"
     "jint ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15})\n"
     "jnumber ::= jint (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n"
     "jbool ::= \"true\" | \"false\"\n"
@@ -1241,11 +1402,11 @@ static inline void gr_js_ref_(jw *w, int k) {
     jw_lit(w, b);
 }
 
-static inline int gr_js_int_field_(const js_doc *d, int s, const char *key, int def) {
-    int i = js_get(d, s, key);
-    if (!js_is_int(d, i)) return def;
-    int64_t v = js_int(d, i);
-    return v < 0 ? 0 : v > 1000 ? 1000 : (int)v;
+/* Writes rule k ::= body (a line). */
+static inline void gr_js_def_(gr_js_ *c, int k, const jw *body) {
+    char b[32];
+    snprintf(b, sizeof b, "r%d ::= ", k);
+    jw_lit(&c->out, b), jw_raw(&c->out, body->s ? body->s : "\"\"", body->s ? body->n : 2), jw_lit(&c->out, "\n");
 }
 
 /* 1 when property p's key is listed in the `required` array req. */
@@ -1256,176 +1417,742 @@ static inline int gr_js_required_(const js_doc *d, int req, int p) {
     return 0;
 }
 
-/* The object rule: properties in schema order, the required ones always,
- * the others optional; commas placed by two rule chains (first property
- * written / not yet). */
-static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth) {
-    int props = js_get(d, s, "properties"), req = js_get(d, s, "required");
-    int np = js_count(d, props);
-    if (js_typeof(d, props) != JS_OBJ || !np) {
-        int k = gr_js_rule_(c);
-        jw_lit(&c->out, "jobject\n");
+/* A count keyword of s (minLength, maxItems, ...): *out = its value, or
+ * def when absent. A count must be a non-negative integer (2.0 is one);
+ * above GR_JS_MAX_COUNT it is refused by name. 0 or -1. */
+static inline int gr_js_count_(gr_js_ *c, const js_doc *d, int s, const char *key, int def, int *out) {
+    int i = js_get(d, s, key);
+    *out = def;
+    if (i < 0) return 0;
+    double v = js_num(d, i);
+    if (!js_is_num(d, i) || v < 0 || v != (double)(int64_t)v) return gr_js_fail_(c, "\"%s\" must be a non-negative integer", key);
+    if (v > GR_JS_MAX_COUNT) return gr_js_fail_(c, "\"%s\" above %d is not supported", key, GR_JS_MAX_COUNT);
+    *out = (int)v;
+    return 0;
+}
+
+/* The type bits of a JSON value (1.0 is an integer, as JSON Schema says). */
+static inline int gr_js_value_type_(const js_doc *d, int v) {
+    switch (js_typeof(d, v)) {
+    case JS_NULL: return GR_T_NULL;
+    case JS_TRUE: case JS_FALSE: return GR_T_BOOL;
+    case JS_STR: return GR_T_STR;
+    case JS_ARR: return GR_T_ARR;
+    case JS_OBJ: return GR_T_OBJ;
+    default: return d->nodes[v].is_int || js_num(d, v) == floor(js_num(d, v)) ? GR_T_INT : GR_T_FRAC;
+    }
+}
+
+/* A value as the engine writes JSON, one spelling per value: compact,
+ * strings as jw_strn, integral numbers below 1e16 as integers, others
+ * in the shortest round-trip form. An object of two or more keys is
+ * refused (its keys could come in any order). 0 or -1. */
+static inline int gr_js_canon_(gr_js_ *c, jw *w, const js_doc *d, int v) {
+    switch (js_typeof(d, v)) {
+    case JS_NUM: {
+        double x = js_num(d, v);
+        if (d->nodes[v].is_int) jw_int(w, (long long)d->nodes[v].ival);
+        else if (x == floor(x) && fabs(x) < 1e16) jw_int(w, (long long)x);
+        else jw_num(w, x);
+        return 0;
+    }
+    case JS_ARR:
+    case JS_OBJ: {
+        int obj = js_typeof(d, v) == JS_OBJ;
+        if (obj && js_count(d, v) > 1) return gr_js_fail_(c, "%s", "an enum or const value that is an object of several keys is not supported (its keys may come in any order)");
+        jw_raw(w, obj ? "{" : "[", 1);
+        for (int k = js_first(d, v); k >= 0; k = js_next(d, k)) {
+            if (k != js_first(d, v)) jw_raw(w, ",", 1);
+            if (obj) jw_strn(w, js_key(d, k), js_key_len(d, k)), jw_raw(w, ":", 1);
+            if (gr_js_canon_(c, w, d, k)) return -1;
+        }
+        jw_raw(w, obj ? "}" : "]", 1);
+        return 0;
+    }
+    default: jw_node(w, d, v, 0); return 0;
+    }
+}
+
+/* The member of object o named key[0..n), or -1 (keys may hold any byte). */
+static inline int gr_js_member_(const js_doc *d, int o, const char *key, size_t n) {
+    if (js_typeof(d, o) != JS_OBJ) return -1;
+    for (int m = js_first(d, o); m >= 0; m = js_next(d, m))
+        if (js_key_len(d, m) == n && !memcmp(js_key(d, m), key, n)) return m;
+    return -1;
+}
+
+/* The node a $ref names: "#" or a JSON pointer "#/a/b" (~0 ~1 and %XX
+ * unescaped) within the document. Another document, an $id or an $anchor
+ * name is refused by name. -1 with the failure set. */
+static inline int gr_js_resolve_(gr_js_ *c, const js_doc *d, int ref) {
+    const char *r = js_str(d, ref);
+    if (!r) return gr_js_fail_(c, "%s", "\"$ref\" must be a string");
+    size_t n = js_str_len(d, ref);
+    if (!n || r[0] != '#' || (n > 1 && r[1] != '/'))
+        return gr_js_fail_(c, "\"$ref\" to \"%.200s\" is not supported (only \"#\" and JSON pointers \"#/...\" within the schema)", r);
+    int at = c->root;
+    char *tok = (char *)malloc(n + 1);
+    if (!tok) return gr_js_fail_(c, "%s", "out of memory");
+    for (size_t i = 2; i <= n && at >= 0 && n > 1;) {
+        size_t t = 0;
+        for (; i < n && r[i] != '/'; i++) {
+            char ch = r[i];
+            if (ch == '~' && i + 1 < n && (r[i + 1] == '0' || r[i + 1] == '1')) ch = r[++i] == '0' ? '~' : '/';
+            else if (ch == '%' && i + 2 < n && isxdigit((unsigned char)r[i + 1]) && isxdigit((unsigned char)r[i + 2])) {
+                char hx[3] = {r[i + 1], r[i + 2], 0};
+                ch = (char)strtol(hx, NULL, 16), i += 2;
+            }
+            tok[t++] = ch;
+        }
+        i++;
+        if (js_typeof(d, at) == JS_ARR) {
+            int k = 0, ok = t > 0 && t < 9;
+            for (size_t j = 0; j < t && ok; j++) ok = tok[j] >= '0' && tok[j] <= '9', k = k * 10 + (tok[j] - '0');
+            at = ok ? js_at(d, at, k) : -1;
+        } else
+            at = gr_js_member_(d, at, tok, t);
+    }
+    free(tok);
+    if (at < 0) return gr_js_fail_(c, "\"$ref\": \"%.200s\" points at nothing in the schema", r);
+    return at;
+}
+
+/* What the compiler does with a keyword. */
+enum { GR_KW_ANNOT, GR_KW_OWN, GR_KW_REFUSED };
+
+/* The class of keyword k, and for a refused one the types it is about
+ * (*types: it matters only where the schema admits one of them). */
+static inline int gr_js_keyword_(const char *k, int *types) {
+    static const char *const own[] = {"type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "properties", "required",
+                                      "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
+                                      "maxLength", "uniqueItems", "$id", "id", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    static const struct { const char *k; int t; } refused[] = {
+        {"pattern", GR_T_STR}, {"format", GR_T_ALL}, {"contentSchema", 0}, {"multipleOf", GR_T_INT | GR_T_FRAC},
+        {"patternProperties", GR_T_OBJ}, {"propertyNames", GR_T_OBJ}, {"minProperties", GR_T_OBJ}, {"maxProperties", GR_T_OBJ},
+        {"dependencies", GR_T_OBJ}, {"dependentRequired", GR_T_OBJ}, {"dependentSchemas", GR_T_OBJ}, {"unevaluatedProperties", GR_T_OBJ},
+        {"contains", GR_T_ARR}, {"minContains", GR_T_ARR}, {"maxContains", GR_T_ARR}, {"unevaluatedItems", GR_T_ARR},
+        {"if", GR_T_ALL}, {"then", GR_T_ALL}, {"else", GR_T_ALL}, {"not", GR_T_ALL}, {"$dynamicRef", GR_T_ALL}, {"$dynamicAnchor", GR_T_ALL},
+        {"$recursiveRef", GR_T_ALL}, {"$recursiveAnchor", GR_T_ALL}, {"$anchor", GR_T_ALL}, {NULL, 0}};
+    *types = 0;
+    for (int i = 0; own[i]; i++)
+        if (!strcmp(k, own[i])) return GR_KW_OWN;
+    for (int i = 0; refused[i].k; i++)
+        if (!strcmp(k, refused[i].k)) return *types = refused[i].t, GR_KW_REFUSED;
+    return GR_KW_ANNOT; /* title, description, default, examples, $comment, $defs, unknown keywords, ... */
+}
+
+/* The types `type` admits (GR_T_ALL when absent); -1 refused (not a type
+ * name, not a string or a list of them). */
+static inline int gr_js_type_kw_(gr_js_ *c, const js_doc *d, int s) {
+    static const char *const names[] = {"null", "boolean", "object", "array", "string", "number", "integer"};
+    static const int bits[] = {GR_T_NULL, GR_T_BOOL, GR_T_OBJ, GR_T_ARR, GR_T_STR, GR_T_INT | GR_T_FRAC, GR_T_INT};
+    int t = js_get(d, s, "type");
+    if (t < 0) return GR_T_ALL;
+    if (js_typeof(d, t) != JS_STR && (js_typeof(d, t) != JS_ARR || !js_count(d, t)))
+        return gr_js_fail_(c, "%s", "\"type\" must be a type name or a non-empty list of them");
+    int m = 0;
+    for (int a = js_typeof(d, t) == JS_STR ? t : js_first(d, t); a >= 0; a = js_typeof(d, t) == JS_STR ? -1 : js_next(d, a)) {
+        const char *ty = js_str(d, a);
+        int k = 0;
+        while (k < 7 && (!ty || strcmp(ty, names[k]))) k++;
+        if (k == 7) return gr_js_fail_(c, "type \"%.100s\" is not one of string, number, integer, boolean, null, object, array", ty ? ty : "(not a string)");
+        m |= bits[k];
+    }
+    return m;
+}
+
+/* The types schema s can match, over-approximated (GR_T_ALL when not
+ * known); for oneOf, whose branches must exclude one another. */
+static inline int gr_js_types_(gr_js_ *c, const js_doc *d, int s, int depth) {
+    if (js_typeof(d, s) == JS_FALSE) return 0;
+    if (js_typeof(d, s) != JS_OBJ || depth > GR_JS_MAX_DEPTH) return GR_T_ALL;
+    int m = GR_T_ALL, t = js_get(d, s, "type");
+    if (t >= 0) {
+        gr_js_ quiet = *c; /* a bad type is reported when the schema is compiled */
+        quiet.err = NULL, quiet.failed = 0;
+        int tm = gr_js_type_kw_(&quiet, d, s);
+        if (tm >= 0) m &= tm;
+    }
+    int e = js_get(d, s, "enum"), k = js_get(d, s, "const");
+    if (k >= 0) m &= gr_js_value_type_(d, k);
+    if (js_typeof(d, e) == JS_ARR) {
+        int u = 0;
+        for (int v = js_first(d, e); v >= 0; v = js_next(d, v)) u |= gr_js_value_type_(d, v);
+        m &= u;
+    }
+    int r = js_get(d, s, "$ref");
+    if (r >= 0) {
+        gr_js_ quiet = *c;
+        quiet.err = NULL, quiet.failed = 0;
+        int to = gr_js_resolve_(&quiet, d, r);
+        m &= to >= 0 ? gr_js_types_(c, d, to, depth + 1) : GR_T_ALL;
+    }
+    const char *un[2] = {"anyOf", "oneOf"};
+    for (int i = 0; i < 2; i++) {
+        int a = js_get(d, s, un[i]), u = 0;
+        if (js_typeof(d, a) != JS_ARR) continue;
+        for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) u |= gr_js_types_(c, d, b, depth + 1);
+        m &= u;
+    }
+    int all = js_get(d, s, "allOf");
+    for (int b = js_first(d, js_typeof(d, all) == JS_ARR ? all : -1); b >= 0; b = js_next(d, b)) m &= gr_js_types_(c, d, b, depth + 1);
+    return m;
+}
+
+/* 1 when schema s asserts something (has a keyword other than
+ * annotations, $defs and $id), or is false. */
+static inline int gr_js_asserts_(const js_doc *d, int s, const char *except) {
+    if (js_typeof(d, s) == JS_FALSE) return 1;
+    for (int f = js_first(d, js_typeof(d, s) == JS_OBJ ? s : -1); f >= 0; f = js_next(d, f)) {
+        int t;
+        const char *k = js_key(d, f);
+        if (gr_js_keyword_(k, &t) != GR_KW_ANNOT && strcmp(k, "$id") && strcmp(k, "id") && (!except || strcmp(k, except))) return 1;
+    }
+    return 0;
+}
+
+/* The first keyword of s beside `self` and `type` that asserts, or NULL. */
+static inline const char *gr_js_other_(const js_doc *d, int s, const char *self, int allow_type) {
+    for (int f = js_first(d, s); f >= 0; f = js_next(d, f)) {
+        int t;
+        const char *k = js_key(d, f);
+        if (gr_js_keyword_(k, &t) == GR_KW_ANNOT || !strcmp(k, "$id") || !strcmp(k, "id") || !strcmp(k, self)) continue;
+        if (allow_type && !strcmp(k, "type")) continue;
         return k;
     }
-    int *val = (int *)malloc((size_t)np * sizeof(int)), i = 0;
-    if (!val) return gr_js_fail_(c, "%s", "out of memory");
-    for (int p = js_first(d, props); p >= 0; p = js_next(d, p), i++)
-        if ((val[i] = gr_js_schema_(c, d, p, depth + 1)) < 0) { free(val); return -1; }
-    /* first_i / rest_i for i = 0..np: first_np and rest_np are empty */
-    int base = c->n;
-    c->n += 2 * (np + 1);
+    return NULL;
+}
+
+/* A name of an object's keys, for sorting and lookup. */
+typedef struct {
+    const char *s;
+    uint32_t n;
+    int i;
+} gr_js_name_;
+
+static inline int gr_js_name_cmp_(const void *a, const void *b) {
+    const gr_js_name_ *x = (const gr_js_name_ *)a, *y = (const gr_js_name_ *)b;
+    int r = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    return r ? r : (x->n > y->n) - (x->n < y->n);
+}
+
+/* Index of name s[0..n) in the sorted list, or -1. */
+static inline int gr_js_find_(const gr_js_name_ *l, int cnt, const char *s, uint32_t n) {
+    gr_js_name_ key = {s, n, 0};
+    const gr_js_name_ *f = (const gr_js_name_ *)bsearch(&key, l, (size_t)cnt, sizeof *l, gr_js_name_cmp_);
+    return f ? (int)(f - l) : -1;
+}
+
+/* The rule of a key that is none of names[lo..hi) (sorted, each as code
+ * points, all sharing their first `at` code points, which are read):
+ * a trie, where at each node the key may end (unless a name ends there),
+ * go on with a character no name has next, go on with an escape (the
+ * names have none), or follow a name. Returns the rule, or -1. */
+static inline int gr_js_other_key_(gr_js_ *c, uint32_t **cp, const int *len, int lo, int hi, int at) {
+    int k = ++c->n;
+    jw body = {0};
+    int ends = lo < hi && len[lo] == at;
+    if (ends) lo++;
+    else jw_lit(&body, "\"\\\"\" | ");
+    jw_lit(&body, "\"\\\\\" kesc kchar* \"\\\"\" | [^\"\\\\\\x00-\\x1f");
+    for (int i = lo; i < hi; i++)
+        if (i == lo || cp[i][at] != cp[i - 1][at]) {
+            char e[16];
+            snprintf(e, sizeof e, "\\U%08X", cp[i][at]);
+            jw_lit(&body, e);
+        }
+    jw_lit(&body, "] kchar* \"\\\"\"");
+    for (int i = lo; i < hi && !c->failed;) {
+        int j = i;
+        while (j < hi && cp[j][at] == cp[i][at]) j++;
+        int sub = gr_js_other_key_(c, cp, len, i, j, at + 1);
+        char e[48];
+        snprintf(e, sizeof e, " | \"\\U%08X\" r%d", cp[i][at], sub);
+        jw_lit(&body, e);
+        i = j;
+    }
+    gr_js_def_(c, k, &body);
+    jw_free(&body);
+    return c->failed ? -1 : k;
+}
+
+/* The object of schema s: its properties in schema order (the required
+ * ones always, the others optional), a required name that properties does
+ * not list as a property of the additionalProperties schema, then any
+ * other keys additionalProperties admits (keys as JSON writes them, none
+ * of the named ones). Commas are placed by two chains of rules (a
+ * property written before this one / not yet). body gets the rule's
+ * text; 1, 0 (no object matches), -1. */
+static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body) {
+    int props = js_get(d, s, "properties"), req = js_get(d, s, "required"), ap = js_get(d, s, "additionalProperties");
+    if (props >= 0 && js_typeof(d, props) != JS_OBJ) return gr_js_fail_(c, "%s", "\"properties\" must be an object");
+    if (req >= 0 && js_typeof(d, req) != JS_ARR) return gr_js_fail_(c, "%s", "\"required\" must be an array of names");
+    int np = js_count(d, props), nr = js_count(d, req), nd = 0, rc = -1, apk = 1;
+    gr_js_name_ *pn = (gr_js_name_ *)malloc(((size_t)np + 1) * sizeof *pn), *rn = (gr_js_name_ *)malloc(((size_t)nr + 1) * sizeof *rn);
+    int *val = (int *)malloc(((size_t)np + nr + 1) * sizeof(int)), *reqd = (int *)malloc(((size_t)np + nr + 1) * sizeof(int));
+    gr_js_name_ *dn = (gr_js_name_ *)malloc(((size_t)np + nr + 1) * sizeof *dn); /* the named keys, in order */
+    uint32_t **cp = NULL;
+    int *cpl = NULL;
+    if (!pn || !rn || !val || !reqd || !dn) { gr_js_fail_(c, "%s", "out of memory"); goto out; }
+    int i = 0;
+    for (int p = js_first(d, props); p >= 0; p = js_next(d, p), i++) pn[i] = (gr_js_name_){js_key(d, p), js_key_len(d, p), p};
     i = 0;
-    for (int p = js_first(d, props); p >= 0; p = js_next(d, p), i++) {
-        int required = gr_js_required_(d, req, p);
+    for (int r = js_first(d, req); r >= 0; r = js_next(d, r), i++) {
+        if (js_typeof(d, r) != JS_STR) { gr_js_fail_(c, "%s", "\"required\" must be an array of names"); goto out; }
+        rn[i] = (gr_js_name_){js_str(d, r), js_str_len(d, r), r};
+    }
+    qsort(pn, (size_t)np, sizeof *pn, gr_js_name_cmp_);
+    qsort(rn, (size_t)nr, sizeof *rn, gr_js_name_cmp_);
+    int ap_any = ap < 0 || js_typeof(d, ap) == JS_TRUE;
+    if (!ap_any && (apk = gr_js_schema_(c, d, ap, depth + 1)) < 0) goto out;
+    if (ap_any) { /* absent or true: any value */
+        char b[40];
+        snprintf(b, sizeof b, "r%d ::= jvalue\n", apk = ++c->n);
+        jw_lit(&c->out, b);
+    }
+    int empty = 0;
+    for (int p = js_first(d, props); p >= 0 && !empty; p = js_next(d, p)) {
+        int v = gr_js_schema_(c, d, p, depth + 1), r = gr_js_find_(rn, nr, js_key(d, p), js_key_len(d, p)) >= 0;
+        if (v < 0) goto out;
+        if (!v && r) empty = 1;
+        else if (v) val[nd] = v, reqd[nd] = r, dn[nd++] = (gr_js_name_){js_key(d, p), js_key_len(d, p), p};
+    }
+    for (int r = js_first(d, req); r >= 0 && !empty; r = js_next(d, r)) {
+        if (gr_js_find_(pn, np, js_str(d, r), js_str_len(d, r)) >= 0) continue;
+        int dup = 0; /* a name required twice is one property */
+        for (int j = 0; j < nd && !dup; j++) dup = dn[j].i < 0 && dn[j].n == js_str_len(d, r) && !memcmp(dn[j].s, js_str(d, r), dn[j].n);
+        if (dup) continue;
+        if (!apk) empty = 1;
+        else val[nd] = apk, reqd[nd] = 1, dn[nd++] = (gr_js_name_){js_str(d, r), js_str_len(d, r), -1};
+    }
+    if (empty) { rc = 0; goto out; }
+    if (!np && !nd && ap_any) { jw_lit(body, "jobject"); rc = 1; goto out; }
+    /* the other keys: a trie that leaves out the properties' names (all of them, present or not) */
+    int key = 0;
+    if (apk) {
+        if (!np) key = -1; /* jkey */
+        else {
+            cp = (uint32_t **)calloc((size_t)np, sizeof *cp), cpl = (int *)malloc((size_t)np * sizeof(int));
+            if (!cp || !cpl) { gr_js_fail_(c, "%s", "out of memory"); goto out; }
+            for (int j = 0; j < np; j++) {
+                const unsigned char *u = (const unsigned char *)pn[j].s, *e = u + pn[j].n;
+                if (!(cp[j] = (uint32_t *)malloc(((size_t)pn[j].n + 1) * sizeof(uint32_t)))) { gr_js_fail_(c, "%s", "out of memory"); goto out; }
+                int m = 0;
+                while (u < e) {
+                    int l = js_utf8_valid_len(u, e);
+                    if (!l || *u < 0x20 || *u == '"' || *u == '\\') {
+                        gr_js_fail_(c, "%s", "a property name with a quote, backslash or control character beside additionalProperties is not supported");
+                        goto out;
+                    }
+                    uint32_t v = l == 1 ? u[0] : l == 2 ? (u[0] & 0x1Fu) : l == 3 ? (u[0] & 0x0Fu) : (u[0] & 0x07u);
+                    for (int q = 1; q < l; q++) v = v << 6 | (u[q] & 0x3Fu);
+                    cp[j][m++] = v, u += l;
+                }
+                if (m > GR_JS_MAX_KEY) { gr_js_fail_(c, "a property name longer than %d characters beside additionalProperties is not supported", GR_JS_MAX_KEY); goto out; }
+                cpl[j] = m;
+            }
+            /* pn is sorted by bytes: UTF-8 order is code point order, so the trie's groups are runs */
+            if ((key = gr_js_other_key_(c, cp, cpl, 0, np, 0)) < 0) goto out;
+        }
+    }
+    /* first_i / rest_i for i = 0..nd; first_nd / rest_nd: the other keys or nothing */
+    int base = c->n;
+    c->n += 2 * (nd + 1) + 1;
+    char b[160], kb[32];
+    if (key < 0) snprintf(kb, sizeof kb, "jkey");
+    else snprintf(kb, sizeof kb, "\"\\\"\" r%d", key);
+    for (int j = 0; j < nd; j++) {
         for (int rest = 0; rest < 2; rest++) {
-            char b[96];
-            snprintf(b, sizeof b, "r%d ::= %s", base + 1 + 2 * i + rest, rest ? "\",\" ws " : "");
+            snprintf(b, sizeof b, "r%d ::= %s", base + 1 + 2 * j + rest, rest ? "\",\" ws " : "");
             jw_lit(&c->out, b);
-            jw_lit(&c->out, "\"\\\"\" ");
-            /* the key, as JSON writes it, between the quotes */
             jw kj = {0};
-            jw_strn(&kj, js_key(d, p), js_key_len(d, p));
-            gr_js_lit_(&c->out, kj.s + 1, kj.n - 2);
+            jw_strn(&kj, dn[j].s, dn[j].n);
+            gr_js_lit_(&c->out, kj.s, kj.n);
             jw_free(&kj);
-            snprintf(b, sizeof b, " \"\\\"\" ws \":\" ws r%d ws r%d", val[i], base + 1 + 2 * (i + 1) + 1);
+            snprintf(b, sizeof b, " ws \":\" ws r%d ws r%d", val[j], base + 1 + 2 * (j + 1) + 1);
             jw_lit(&c->out, b);
-            if (!required) snprintf(b, sizeof b, " | r%d", base + 1 + 2 * (i + 1) + rest), jw_lit(&c->out, b);
+            if (!reqd[j]) snprintf(b, sizeof b, " | r%d", base + 1 + 2 * (j + 1) + rest), jw_lit(&c->out, b);
             jw_lit(&c->out, "\n");
         }
     }
+    int add = base + 2 * (nd + 1) + 1; /* one other member after a comma */
+    if (apk) {
+        snprintf(b, sizeof b, "r%d ::= %s ws \":\" ws r%d ws\n", add, kb, apk), jw_lit(&c->out, b);
+        snprintf(b, sizeof b, "r%d ::= r%d (\",\" ws r%d)* | \"\"\nr%d ::= (\",\" ws r%d)* \n", base + 1 + 2 * nd, add, add, base + 2 + 2 * nd, add);
+    } else
+        snprintf(b, sizeof b, "r%d ::= \"\"\nr%d ::= \"\"\nr%d ::= \"\"\n", base + 1 + 2 * nd, base + 2 + 2 * nd, add);
+    jw_lit(&c->out, b);
+    snprintf(b, sizeof b, "\"{\" ws r%d \"}\"", base + 1);
+    jw_lit(body, b);
+    rc = 1;
+out:
+    if (cp)
+        for (int j = 0; j < np; j++) free(cp[j]);
+    free(cp), free(cpl), free(pn), free(rn), free(val), free(reqd), free(dn);
+    return c->failed ? -1 : rc;
+}
+
+/* The array of schema s: prefixItems (or items as a list, draft 7) for
+ * the first elements, items (or additionalItems) for the rest, between
+ * minItems and maxItems. A chain of rules, one per prefix position (its
+ * element, then the next, or the end where the count allows it), then
+ * the rest as a repetition. 1, 0 (no array matches), -1. */
+static inline int gr_js_array_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body) {
+    int mn, mx, pre = c->legacy ? -1 : js_get(d, s, "prefixItems"), items = js_get(d, s, "items"), rest = -1; /* draft 7 has no prefixItems */
+    if (gr_js_count_(c, d, s, "minItems", 0, &mn) || gr_js_count_(c, d, s, "maxItems", -1, &mx)) return -1;
+    if (mx >= 0 && mx < mn) return gr_js_fail_(c, "maxItems %d is below minItems %d", mx, mn);
+    int ui = js_get(d, s, "uniqueItems");
+    if (ui >= 0 && js_typeof(d, ui) != JS_FALSE) return gr_js_fail_(c, "%s", "the schema keyword \"uniqueItems\" is not supported");
+    if (pre >= 0 && js_typeof(d, pre) != JS_ARR) return gr_js_fail_(c, "%s", "\"prefixItems\" must be an array of schemas");
+    if (pre < 0 && js_typeof(d, items) == JS_ARR) pre = items, rest = js_get(d, s, "additionalItems");
+    else rest = items;
+    int k = js_count(d, pre), *p = (int *)malloc(((size_t)k + 1) * sizeof(int)), i = 0, rk = 1;
+    if (!p) return gr_js_fail_(c, "%s", "out of memory");
+    for (int e = js_first(d, pre); e >= 0; e = js_next(d, e), i++)
+        if ((p[i] = gr_js_schema_(c, d, e, depth + 1)) < 0) { free(p); return -1; }
+    if (rest >= 0 && js_typeof(d, rest) != JS_TRUE && (rk = gr_js_schema_(c, d, rest, depth + 1)) < 0) { free(p); return -1; }
+    int top = mx; /* the most elements any array can have */
+    for (i = 0; i < k; i++)
+        if (!p[i] && (top < 0 || top > i)) top = i;
+    if (!rk && (top < 0 || top > k)) top = k;
+    if (top >= 0 && mn > top) { free(p); return 0; }
+    char b[200];
+    int base = c->n, last = top >= 0 && top < k ? top : k;
+    c->n += last + 1;
+    for (i = 0; i <= last; i++) { /* A_i: i elements written */
+        snprintf(b, sizeof b, "r%d ::= ", base + 1 + i);
+        jw_lit(&c->out, b);
+        if (i < last) {
+            snprintf(b, sizeof b, "%s r%d ws r%d%s\n", i ? "\",\" ws" : "", p[i], base + 2 + i, i >= mn ? " | \"\"" : "");
+            jw_lit(&c->out, b);
+        } else if (i == top) /* no more */
+            jw_lit(&c->out, "\"\"\n");
+        else { /* the rest: from max(mn - k, 0) to top - k more */
+            char it[32];
+            rk == 1 && (rest < 0 || js_typeof(d, rest) == JS_TRUE) ? snprintf(it, sizeof it, "jvalue") : snprintf(it, sizeof it, "r%d", rk);
+            int lo = mn > k ? mn - k : 0, hi = top < 0 ? -1 : top - k;
+            char rep[40];
+            if (k == 0) { /* the first element has no comma before it */
+                if (hi < 0) snprintf(rep, sizeof rep, "{%d,}", lo > 1 ? lo - 1 : 0);
+                else snprintf(rep, sizeof rep, "{%d,%d}", lo > 1 ? lo - 1 : 0, hi - 1);
+                snprintf(b, sizeof b, "%s ws (\",\" ws %s ws)%s%s\n", it, it, rep, lo ? "" : " | \"\"");
+            } else {
+                if (hi < 0) snprintf(rep, sizeof rep, "{%d,}", lo);
+                else snprintf(rep, sizeof rep, "{%d,%d}", lo, hi);
+                snprintf(b, sizeof b, "(\",\" ws %s ws)%s\n", it, rep);
+            }
+            jw_lit(&c->out, b);
+        }
+    }
+    free(p);
+    snprintf(b, sizeof b, "\"[\" ws r%d \"]\"", base + 1);
+    jw_lit(body, b);
+    return 1;
+}
+
+/* The string of schema s: minLength..maxLength code points. */
+static inline int gr_js_string_(gr_js_ *c, const js_doc *d, int s, jw *body) {
+    int mn, mx;
+    if (gr_js_count_(c, d, s, "minLength", 0, &mn) || gr_js_count_(c, d, s, "maxLength", -1, &mx)) return -1;
+    if (mx >= 0 && mx < mn) return gr_js_fail_(c, "maxLength %d is below minLength %d", mx, mn);
+    char b[96];
+    if (!mn && mx < 0) snprintf(b, sizeof b, "jstring");
+    else if (mx < 0) snprintf(b, sizeof b, "\"\\\"\" jcharb{%d,} \"\\\"\"", mn);
+    else snprintf(b, sizeof b, "\"\\\"\" jcharb{%d,%d} \"\\\"\"", mn, mx);
+    jw_lit(body, b);
+    return 1;
+}
+
+/* Digits x..y (equal length L, as text) as GBNF into w: the common
+ * first digit, or the first digit's three parts (x's own, those between,
+ * y's own) each followed by what the rest may be. */
+static inline void gr_js_digits_(jw *w, const char *x, const char *y, int L) {
     char b[64];
-    snprintf(b, sizeof b, "r%d ::= \"\"\nr%d ::= \"\"\n", base + 1 + 2 * np, base + 2 + 2 * np);
-    jw_lit(&c->out, b);
-    free(val);
-    int k = gr_js_rule_(c);
-    snprintf(b, sizeof b, "\"{\" ws r%d \"}\"\n", base + 1);
-    jw_lit(&c->out, b);
+    if (L == 0) { jw_lit(w, "\"\""); return; }
+    int zeros = 1, nines = 1;
+    for (int i = 1; i < L; i++) zeros &= x[i] == '0', nines &= y[i] == '9';
+    if (zeros && nines) { /* every tail: one class and a count */
+        snprintf(b, sizeof b, "[%c-%c]", x[0], y[0]), jw_lit(w, b);
+        if (L > 1) snprintf(b, sizeof b, " [0-9]{%d}", L - 1), jw_lit(w, b);
+        return;
+    }
+    if (x[0] == y[0]) {
+        snprintf(b, sizeof b, "\"%c\" (", x[0]), jw_lit(w, b);
+        gr_js_digits_(w, x + 1, y + 1, L - 1);
+        jw_lit(w, ")");
+        return;
+    }
+    char nine[24], zero[24];
+    memset(nine, '9', sizeof nine), memset(zero, '0', sizeof zero);
+    snprintf(b, sizeof b, "\"%c\" (", x[0]), jw_lit(w, b);
+    gr_js_digits_(w, x + 1, nine, L - 1);
+    jw_lit(w, ")");
+    if (y[0] - x[0] > 1) {
+        snprintf(b, sizeof b, " | [%c-%c]", x[0] + 1, y[0] - 1), jw_lit(w, b);
+        if (L > 1) snprintf(b, sizeof b, " [0-9]{%d}", L - 1), jw_lit(w, b);
+    }
+    snprintf(b, sizeof b, " | \"%c\" (", y[0]), jw_lit(w, b);
+    gr_js_digits_(w, zero, y + 1, L - 1);
+    jw_lit(w, ")");
+}
+
+/* The non-negative integers a..b (a <= b), without leading zeros, as
+ * GBNF alternatives into w: one group per digit count. */
+static inline void gr_js_uint_range_(jw *w, int64_t a, int64_t b) {
+    int first = 1;
+    int64_t lo = 0, hi = 9;
+    for (int L = 1; L <= 18 && lo <= b; L++, lo = hi + 1, hi = hi * 10 + 9) {
+        int64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+        if (x > y) continue;
+        char xs[24], ys[24];
+        snprintf(xs, sizeof xs, "%0*lld", L, (long long)x), snprintf(ys, sizeof ys, "%0*lld", L, (long long)y);
+        if (!first) jw_lit(w, " | ");
+        jw_lit(w, "("), gr_js_digits_(w, xs, ys, L), jw_lit(w, ")");
+        first = 0;
+    }
+}
+
+/* The integers of schema s: jint, or with minimum / maximum /
+ * exclusiveMinimum / exclusiveMaximum (draft 4's boolean forms too) the
+ * integers in the bounds exactly, as digit-range alternatives (-0 is not
+ * written). 1, 0 (none), -1. */
+static inline int gr_js_integer_(gr_js_ *c, const js_doc *d, int s, jw *body) {
+    const double big = 1e16; /* jint's 16 digits */
+    double lo = -big + 1, hi = big - 1;
+    int mn = js_get(d, s, "minimum"), mx = js_get(d, s, "maximum"), emn = js_get(d, s, "exclusiveMinimum"), emx = js_get(d, s, "exclusiveMaximum");
+    if (mn < 0 && mx < 0 && emn < 0 && emx < 0) { jw_lit(body, "jint"); return 1; }
+    static const char *const names[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    int at[4] = {mn, mx, emn, emx};
+    for (int i = 0; i < 4; i++)
+        if (at[i] >= 0 && !js_is_num(d, at[i]) && !(i >= 2 && js_is_bool(d, at[i])))
+            return gr_js_fail_(c, "\"%s\" must be a number", names[i]);
+    int emn_b = js_typeof(d, emn) == JS_TRUE, emx_b = js_typeof(d, emx) == JS_TRUE; /* draft 4: the bound itself is out */
+    if (mn >= 0) { double v = js_num(d, mn), f = emn_b ? floor(v) + 1 : ceil(v); if (f > lo) lo = f; }
+    if (mx >= 0) { double v = js_num(d, mx), f = emx_b ? ceil(v) - 1 : floor(v); if (f < hi) hi = f; }
+    if (js_is_num(d, emn)) { double f = floor(js_num(d, emn)) + 1; if (f > lo) lo = f; }
+    if (js_is_num(d, emx)) { double f = ceil(js_num(d, emx)) - 1; if (f < hi) hi = f; }
+    if (lo > hi) return 0;
+    int64_t a = (int64_t)lo, b = (int64_t)hi;
+    int any = 0;
+    if (a < 0) { /* "-" and the magnitudes max(1, -b)..-a */
+        jw_lit(body, "\"-\" (");
+        gr_js_uint_range_(body, b < 0 ? -b : 1, -a);
+        jw_lit(body, ")");
+        any = 1;
+    }
+    if (b >= 0) {
+        if (any) jw_lit(body, " | ");
+        gr_js_uint_range_(body, a > 0 ? a : 0, b);
+    }
+    return 1;
+}
+
+/* 1 when the branches of oneOf a are all enum/const (beside type and
+ * annotations, after $ref) whose values, as the grammar writes them, no
+ * two branches share: then at most one branch matches any value. */
+static inline int gr_js_consts_apart_(gr_js_ *c, const js_doc *d, int a) {
+    enum { MAXV = 1024 };
+    char **seen = (char **)calloc(MAXV, sizeof(char *));
+    int n = 0, ok = seen != NULL;
+    for (int b = js_first(d, a); b >= 0 && ok; b = js_next(d, b)) {
+        int x = b;
+        for (int hops = 0; hops < 16 && js_get(d, x, "$ref") >= 0; hops++) {
+            gr_js_ quiet = *c;
+            quiet.err = NULL, quiet.failed = 0;
+            x = gr_js_resolve_(&quiet, d, js_get(d, x, "$ref"));
+        }
+        int e = js_get(d, x, "enum"), k = js_get(d, x, "const");
+        if ((e < 0) == (k < 0) || js_typeof(d, x) != JS_OBJ || gr_js_other_(d, x, e >= 0 ? "enum" : "const", 1)) { ok = 0; break; }
+        gr_js_ quiet = *c;
+        quiet.err = NULL, quiet.failed = 0;
+        int tm = gr_js_type_kw_(&quiet, d, x), first = n;
+        for (int v = e >= 0 ? js_first(d, e) : k; v >= 0 && ok; v = e >= 0 ? js_next(d, v) : -1) {
+            if (tm < 0 || !(gr_js_value_type_(d, v) & tm)) continue;
+            jw w = {0};
+            if (gr_js_canon_(&quiet, &w, d, v) || w.oom || n == MAXV) { jw_free(&w); ok = 0; break; }
+            for (int i = 0; i < first && ok; i++) ok = strcmp(seen[i], w.s) != 0; /* only across branches */
+            seen[n++] = w.s;
+        }
+    }
+    for (int i = 0; i < n; i++) free(seen[i]);
+    free(seen);
+    return ok;
+}
+
+/* The alternatives of a list of subschemas (anyOf, and oneOf whose
+ * branches exclude one another) into body. 1, 0 (none matches), -1. */
+static inline int gr_js_union_(gr_js_ *c, const js_doc *d, int a, int depth, jw *body) {
+    int any = 0;
+    for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
+        int k = gr_js_schema_(c, d, b, depth + 1);
+        if (k < 0) return -1;
+        if (!k) continue;
+        if (any++) jw_lit(body, " | ");
+        gr_js_ref_(body, k);
+    }
+    return any > 0;
+}
+
+/* The body of schema object s's rule. 1, 0 (no value matches), -1. */
+static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body) {
+    int tm = gr_js_type_kw_(c, d, s);
+    if (tm < 0) return -1;
+    for (int f = js_first(d, s); f >= 0; f = js_next(d, f)) {
+        int types;
+        const char *k = js_key(d, f);
+        if (gr_js_keyword_(k, &types) == GR_KW_REFUSED && (types & tm)) return gr_js_fail_(c, "the schema keyword \"%s\" is not supported", k);
+        if ((!strcmp(k, "$id") || !strcmp(k, "id")) && s != c->root && c->has_ref && js_typeof(d, f) == JS_STR)
+            return gr_js_fail_(c, "\"%s\" inside a schema is not supported (it changes what $ref points at)", k);
+    }
+    int ref = js_get(d, s, "$ref");
+    if (ref >= 0) {
+        const char *o = c->legacy ? NULL : gr_js_other_(d, s, "$ref", 0);
+        if (o) return gr_js_fail_(c, "\"$ref\" beside \"%s\" is not supported (the two would have to be merged)", o);
+        int to = gr_js_resolve_(c, d, ref);
+        int k = to < 0 ? -1 : gr_js_schema_(c, d, to, depth + 1);
+        if (k > 0) gr_js_ref_(body, k);
+        return k < 0 ? -1 : k > 0;
+    }
+    static const char *const comb[] = {"anyOf", "oneOf", "allOf"};
+    for (int i = 0; i < 3; i++) {
+        int a = js_get(d, s, comb[i]);
+        if (a < 0) continue;
+        if (js_typeof(d, a) != JS_ARR || !js_count(d, a)) return gr_js_fail_(c, "\"%s\" must be a non-empty array of schemas", comb[i]);
+        const char *o = gr_js_other_(d, s, comb[i], 0);
+        if (o) return gr_js_fail_(c, "\"%s\" beside \"%s\" is not supported (the two would have to be merged)", comb[i], o);
+        if (i == 1) { /* oneOf: exactly one branch; as anyOf only when no two branches share a type */
+            int seen = 0, apart = 1;
+            for (int b = js_first(d, a); b >= 0 && apart; b = js_next(d, b)) {
+                int t = gr_js_types_(c, d, b, depth + 1);
+                apart = !(t & seen);
+                seen |= t;
+            }
+            if (!apart && !gr_js_consts_apart_(c, d, a))
+                return gr_js_fail_(c, "%s", "\"oneOf\" whose branches may overlap is not supported (use anyOf, or branches of different types or different constants)");
+        }
+        if (i < 2) return gr_js_union_(c, d, a, depth, body);
+        int only = -1, n = 0; /* allOf: exact when at most one branch asserts anything */
+        for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
+            if (js_typeof(d, b) == JS_FALSE) return 0; /* one branch matches nothing: so does allOf */
+            if (gr_js_asserts_(d, b, NULL)) only = b, n++;
+        }
+        if (n > 1) return gr_js_fail_(c, "%s", "\"allOf\" of several schemas that assert something is not supported");
+        if (only < 0) { jw_lit(body, "jvalue"); return 1; }
+        int k = gr_js_schema_(c, d, only, depth + 1);
+        if (k > 0) gr_js_ref_(body, k);
+        return k < 0 ? -1 : k > 0;
+    }
+    int e = js_get(d, s, "enum"), cst = js_get(d, s, "const");
+    if (e >= 0 || cst >= 0) {
+        if (e >= 0 && cst >= 0) return gr_js_fail_(c, "%s", "\"enum\" beside \"const\" is not supported");
+        if (e >= 0 && js_typeof(d, e) != JS_ARR) return gr_js_fail_(c, "%s", "\"enum\" must be a non-empty array");
+        if (e >= 0 && !js_count(d, e)) return gr_js_fail_(c, "%s", "\"enum\" must be a non-empty array");
+        const char *o = gr_js_other_(d, s, e >= 0 ? "enum" : "const", 1);
+        if (o) return gr_js_fail_(c, "\"%s\" beside \"%s\" is not supported", e >= 0 ? "enum" : "const", o);
+        int any = 0;
+        for (int v = e >= 0 ? js_first(d, e) : cst; v >= 0; v = e >= 0 ? js_next(d, v) : -1) {
+            if (!(gr_js_value_type_(d, v) & tm)) continue; /* ruled out by type */
+            jw vj = {0};
+            if (gr_js_canon_(c, &vj, d, v)) { jw_free(&vj); return -1; }
+            if (any++) jw_lit(body, " | ");
+            gr_js_lit_(body, vj.s, vj.n);
+            jw_free(&vj);
+        }
+        return any > 0;
+    }
+    int any = 0, r;
+    jw part = {0};
+    for (int t = 1; t < GR_T_ALL; t <<= 1) {
+        if (!(tm & t) || (t == GR_T_INT && (tm & GR_T_FRAC))) continue;
+        part.n = 0;
+        switch (t) {
+        case GR_T_NULL: jw_lit(&part, "jnull"), r = 1; break;
+        case GR_T_BOOL: jw_lit(&part, "jbool"), r = 1; break;
+        case GR_T_OBJ: r = gr_js_object_(c, d, s, depth, &part); break;
+        case GR_T_ARR: r = gr_js_array_(c, d, s, depth, &part); break;
+        case GR_T_STR: r = gr_js_string_(c, d, s, &part); break;
+        case GR_T_FRAC: { /* bounds on numbers that need not be integers: not yet */
+            const char *bk[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+            r = 1;
+            for (int i = 0; i < 4 && r > 0; i++)
+                if (js_get(d, s, bk[i]) >= 0) r = gr_js_fail_(c, "\"%s\" on type number is not supported (only on integers)", bk[i]);
+            if (r > 0) jw_lit(&part, "jnumber");
+            break;
+        }
+        default: r = gr_js_integer_(c, d, s, &part); break;
+        }
+        if (r < 0) { jw_free(&part); return -1; }
+        if (!r) continue;
+        if (any++) jw_lit(body, " | ");
+        jw_raw(body, part.s, part.n);
+    }
+    jw_free(&part);
+    return any > 0;
+}
+
+/* The rule of schema node s, compiled once (a $ref back to a schema being
+ * compiled gets its rule: recursive schemas); 0 when no value matches it,
+ * -1 refused. */
+static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth) {
+    if (c->failed) return -1;
+    if (depth > GR_JS_MAX_DEPTH) return gr_js_fail_(c, "the schema nests deeper than %d (counting $ref)", GR_JS_MAX_DEPTH);
+    if (c->d != d || !c->memo) {
+        free(c->memo), free(c->busy);
+        c->d = d;
+        c->memo = (int *)calloc((size_t)d->n + 1, sizeof(int)), c->busy = (unsigned char *)calloc((size_t)d->n + 1, 1);
+        if (!c->memo || !c->busy) return gr_js_fail_(c, "%s", "out of memory");
+    }
+    if (js_typeof(d, s) == JS_FALSE) return 0;
+    if (js_typeof(d, s) != JS_TRUE && js_typeof(d, s) != JS_OBJ) return gr_js_fail_(c, "%s", "a schema must be an object or a boolean");
+    if (c->memo[s]) {
+        if (c->busy[s]) c->busy[s] = 2;
+        return c->memo[s] > 0 ? c->memo[s] : 0;
+    }
+    int k = ++c->n;
+    c->memo[s] = k, c->busy[s] = 1;
+    jw body = {0};
+    int r = js_typeof(d, s) == JS_TRUE ? (jw_lit(&body, "jvalue"), 1) : gr_js_body_(c, d, s, depth, &body);
+    int back = c->busy[s] == 2;
+    c->busy[s] = 0;
+    if (r > 0) gr_js_def_(c, k, &body);
+    jw_free(&body);
+    if (r < 0) return -1;
+    if (!r) {
+        c->memo[s] = -2;
+        if (back) return gr_js_fail_(c, "%s", "a schema that refers to itself matches no value");
+        return 0;
+    }
     return k;
 }
 
-/* Writes the rules of schema node s; returns its rule number. */
-static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth) {
-    if (c->failed) return -1;
-    if (depth > 32) return gr_js_fail_(c, "%s", "the schema nests deeper than 32");
-    if (js_typeof(d, s) == JS_TRUE || (js_typeof(d, s) == JS_OBJ && !js_count(d, s))) {
-        int k = gr_js_rule_(c);
-        jw_lit(&c->out, "jvalue\n");
-        return k;
-    }
-    if (js_typeof(d, s) != JS_OBJ) return gr_js_fail_(c, "%s", "a schema must be an object");
-    static const char *const known[] = {"type", "properties", "required", "items", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
-                                        "additionalProperties", "minLength", "maxLength", "title", "description", "$schema", "default", NULL};
-    for (int f = js_first(d, s); f >= 0; f = js_next(d, f)) {
-        int ok = 0;
-        for (int i = 0; known[i]; i++) ok |= !strcmp(js_key(d, f), known[i]);
-        if (!ok) return gr_js_fail_(c, "the schema keyword \"%s\" is not supported", js_key(d, f));
-    }
-    int ap = js_get(d, s, "additionalProperties");
-    if (ap >= 0 && js_typeof(d, ap) != JS_FALSE) return gr_js_fail_(c, "%s", "additionalProperties other than false is not supported (objects hold their listed properties only)");
-    int e = js_get(d, s, "enum"), cst = js_get(d, s, "const");
-    if (e >= 0 || cst >= 0) {
-        if (e >= 0 && (js_typeof(d, e) != JS_ARR || !js_count(d, e))) return gr_js_fail_(c, "%s", "enum must be a non-empty array");
-        jw alts = {0};
-        int first = 1;
-        for (int v = e >= 0 ? js_first(d, e) : cst; v >= 0; v = e >= 0 ? js_next(d, v) : -1) {
-            jw vj = {0};
-            jw_node(&vj, d, v, 0);
-            if (!first) jw_lit(&alts, " | ");
-            gr_js_lit_(&alts, vj.s, vj.n);
-            jw_free(&vj);
-            first = 0;
-        }
-        int k = gr_js_rule_(c);
-        jw_raw(&c->out, alts.s, alts.n), jw_lit(&c->out, "\n");
-        jw_free(&alts);
-        return k;
-    }
-    int any = js_get(d, s, "anyOf");
-    if (any < 0) any = js_get(d, s, "oneOf");
-    if (any >= 0) {
-        if (js_typeof(d, any) != JS_ARR || !js_count(d, any)) return gr_js_fail_(c, "%s", "anyOf/oneOf must be a non-empty array");
-        int n = js_count(d, any), i = 0;
-        int *sub = (int *)malloc((size_t)n * sizeof(int));
-        if (!sub) return gr_js_fail_(c, "%s", "out of memory");
-        for (int a = js_first(d, any); a >= 0; a = js_next(d, a)) sub[i++] = gr_js_schema_(c, d, a, depth + 1);
-        int k = c->failed ? -1 : gr_js_rule_(c);
-        for (i = 0; i < n && k >= 0; i++) {
-            if (i) jw_lit(&c->out, " | ");
-            gr_js_ref_(&c->out, sub[i]);
-        }
-        if (k >= 0) jw_lit(&c->out, "\n");
-        free(sub);
-        return k;
-    }
-    int t = js_get(d, s, "type");
-    if (js_typeof(d, t) == JS_ARR) { /* one of several types, without their other keywords */
-        jw alts = {0};
-        for (int a = js_first(d, t); a >= 0; a = js_next(d, a)) {
-            const char *ty = js_str(d, a);
-            const char *r = !ty ? NULL : !strcmp(ty, "string") ? "jstring" : !strcmp(ty, "number") ? "jnumber" : !strcmp(ty, "integer") ? "jint"
-                            : !strcmp(ty, "boolean") ? "jbool" : !strcmp(ty, "null") ? "jnull" : !strcmp(ty, "object") ? "jobject"
-                            : !strcmp(ty, "array") ? "jarray" : NULL;
-            if (!r) { jw_free(&alts); return gr_js_fail_(c, "type list entry %s is not a JSON type", ty ? ty : "(not a string)"); }
-            if (alts.n) jw_lit(&alts, " | ");
-            jw_lit(&alts, r);
-        }
-        if (!alts.n) return gr_js_fail_(c, "%s", "an empty type list");
-        int k = gr_js_rule_(c);
-        jw_raw(&c->out, alts.s, alts.n), jw_lit(&c->out, "\n");
-        jw_free(&alts);
-        return k;
-    }
-    const char *ty = js_str(d, t);
-    if (!ty) {
-        int k = gr_js_rule_(c);
-        jw_lit(&c->out, "jvalue\n");
-        return k;
-    }
-    char b[160];
-    if (!strcmp(ty, "string")) {
-        int mn = gr_js_int_field_(d, s, "minLength", 0), mx = gr_js_int_field_(d, s, "maxLength", -1);
-        int k = gr_js_rule_(c);
-        if (mx >= 0) snprintf(b, sizeof b, "\"\\\"\" jchar{%d,%d} \"\\\"\"\n", mn, mx < mn ? mn : mx);
-        else snprintf(b, sizeof b, "\"\\\"\" jchar{%d,} \"\\\"\"\n", mn);
-        jw_lit(&c->out, b);
-        return k;
-    }
-    const char *prim = !strcmp(ty, "number") ? "jnumber" : !strcmp(ty, "integer") ? "jint" : !strcmp(ty, "boolean") ? "jbool" : !strcmp(ty, "null") ? "jnull" : NULL;
-    if (prim) {
-        int k = gr_js_rule_(c);
-        jw_lit(&c->out, prim), jw_lit(&c->out, "\n");
-        return k;
-    }
-    if (!strcmp(ty, "object")) return gr_js_object_(c, d, s, depth);
-    if (!strcmp(ty, "array")) {
-        int items = js_get(d, s, "items");
-        int it = items >= 0 ? gr_js_schema_(c, d, items, depth + 1) : -1;
-        if (c->failed) return -1;
-        int mn = gr_js_int_field_(d, s, "minItems", 0), mx = gr_js_int_field_(d, s, "maxItems", -1);
-        if (mx >= 0 && mx < mn) return gr_js_fail_(c, "%s", "maxItems is below minItems");
-        char item[32];
-        if (it >= 0) snprintf(item, sizeof item, "r%d", it);
-        else snprintf(item, sizeof item, "jvalue");
-        int k = gr_js_rule_(c);
-        if (mx == 0) snprintf(b, sizeof b, "\"[\" ws \"]\"\n");
-        else if (mn == 0 && mx < 0) snprintf(b, sizeof b, "\"[\" ws (%s ws (\",\" ws %s ws)*)? \"]\"\n", item, item);
-        else if (mn == 0) snprintf(b, sizeof b, "\"[\" ws (%s ws (\",\" ws %s ws){0,%d})? \"]\"\n", item, item, mx - 1);
-        else if (mx < 0) snprintf(b, sizeof b, "\"[\" ws %s ws (\",\" ws %s ws){%d,} \"]\"\n", item, item, mn - 1);
-        else snprintf(b, sizeof b, "\"[\" ws %s ws (\",\" ws %s ws){%d,%d} \"]\"\n", item, item, mn - 1, mx - 1);
-        jw_lit(&c->out, b);
-        return k;
-    }
-    return gr_js_fail_(c, "type \"%s\" is not one of string, number, integer, boolean, null, object, array", ty);
+/* 1 when a member named $ref is in the tree under node i. */
+static inline int gr_js_has_ref_(const js_doc *d, int i) {
+    for (int k = js_first(d, i); k >= 0; k = js_next(d, k))
+        if ((js_typeof(d, i) == JS_OBJ && js_key_len(d, k) == 4 && !memcmp(js_key(d, k), "$ref", 4)) || gr_js_has_ref_(d, k)) return 1;
+    return 0;
+}
+
+/* Sets up c to compile schemas of d whose "#" is root. */
+static inline void gr_js_start_(gr_js_ *c, const js_doc *d, int root) {
+    c->root = root;
+    const char *v = js_str(d, js_get(d, root, "$schema"));
+    c->legacy = v && (strstr(v, "draft-03") || strstr(v, "draft-04") || strstr(v, "draft-06") || strstr(v, "draft-07"));
+    c->has_ref = gr_js_has_ref_(d, root);
 }
 
 /* GBNF text (malloc'd; root ::= the schema) for the JSON-schema subset
  * documented in docs/grammar.md; NULL with err saying what is not
- * supported. */
+ * supported (by keyword), or why no value would match. The text parses
+ * (it is checked here, so that a refusal names the schema). */
 static inline char *gr_json_schema(const js_doc *d, int schema, char *err, size_t errlen) {
-    gr_js_ c = {{0}, 0, err, errlen, 0};
+    gr_js_ c = {.err = err, .errlen = errlen};
+    if (err && errlen) err[0] = 0;
+    gr_js_start_(&c, d, schema);
     jw_lit(&c.out, gr_js_prims_);
     int k = gr_js_schema_(&c, d, schema, 0);
-    if (k < 0 || c.failed || c.out.oom) {
+    free(c.memo), free(c.busy);
+    if (!k && !c.failed) gr_js_fail_(&c, "%s", "the schema matches no JSON value");
+    if (k <= 0 || c.failed || c.out.oom) {
         if (!c.failed && err) snprintf(err, errlen, "out of memory");
         jw_free(&c.out);
         return NULL;
@@ -1434,6 +2161,14 @@ static inline char *gr_json_schema(const js_doc *d, int schema, char *err, size_
     snprintf(b, sizeof b, "root ::= ws r%d ws\n", k);
     jw_lit(&c.out, b);
     if (c.out.oom) { jw_free(&c.out); return NULL; }
+    char why[256];
+    gr_grammar *g = gr_parse(c.out.s, c.out.n, "root", why, sizeof why);
+    if (!g) {
+        if (err) snprintf(err, errlen, "the schema's grammar is refused (a schema that refers to itself before any value is written?): %s", why);
+        jw_free(&c.out);
+        return NULL;
+    }
+    gr_free(g);
     return c.out.s;
 }
 
@@ -1500,22 +2235,36 @@ static inline void gr_tool_lit2_(jw *w, const char *before, const char *a, const
  * number, or -1. */
 static inline int gr_tool_value_(gr_js_ *c, const js_doc *d, int prop) {
     const char *ty = js_str(d, js_get(d, prop, "type"));
-    if (!ty || strcmp(ty, "string")) return gr_js_schema_(c, d, prop, 1);
-    int en = js_get(d, prop, "enum");
+    if (!ty || strcmp(ty, "string")) {
+        int k = gr_js_schema_(c, d, prop, 1);
+        return k ? k : gr_js_fail_(c, "the schema of argument \"%.100s\" matches no value", js_key(d, prop));
+    }
+    for (int f = js_first(d, prop); f >= 0; f = js_next(d, f)) { /* raw text enforces these only */
+        int t;
+        const char *kw = js_key(d, f);
+        if (gr_js_keyword_(kw, &t) != GR_KW_ANNOT && strcmp(kw, "type") && strcmp(kw, "enum") && strcmp(kw, "minLength") && strcmp(kw, "maxLength"))
+            return gr_js_fail_(c, "the schema keyword \"%s\" is not supported (string argument \"%.100s\")", kw, js_key(d, prop));
+    }
+    int en = js_get(d, prop, "enum"), mn, mx;
+    if (gr_js_count_(c, d, prop, "minLength", 0, &mn) || gr_js_count_(c, d, prop, "maxLength", -1, &mx)) return -1;
+    if (mx >= 0 && mx < mn) return gr_js_fail_(c, "%s", "a string property's maxLength is below its minLength");
+    if (en >= 0 && (js_typeof(d, en) != JS_ARR || !js_count(d, en))) return gr_js_fail_(c, "%s", "\"enum\" must be a non-empty array");
     int k = gr_js_rule_(c);
-    if (js_typeof(d, en) == JS_ARR && js_count(d, en)) {
+    if (en >= 0) {
         int first = 1;
         for (int e = js_first(d, en); e >= 0; e = js_next(d, e)) {
             if (js_typeof(d, e) != JS_STR) return gr_js_fail_(c, "%s", "a string property's enum lists a value that is not a string");
+            int len = 0; /* in code points, against minLength/maxLength */
+            for (uint32_t i = 0; i < js_str_len(d, e); i++) len += (js_str(d, e)[i] & 0xC0) != 0x80;
+            if (len < mn || (mx >= 0 && len > mx)) continue;
             if (!first) jw_lit(&c->out, " | ");
             gr_js_lit_(&c->out, js_str(d, e), js_str_len(d, e));
             first = 0;
         }
+        if (first) return gr_js_fail_(c, "the string argument \"%.100s\" matches no value", js_key(d, prop));
         jw_lit(&c->out, "\n");
     } else {
-        int mn = gr_js_int_field_(d, prop, "minLength", 0), mx = gr_js_int_field_(d, prop, "maxLength", -1);
         char b[64];
-        if (mx >= 0 && mx < mn) return gr_js_fail_(c, "%s", "a string property's maxLength is below its minLength");
         /* bounded: without '<', so that the bounds count characters exactly */
         if (mx >= 0) snprintf(b, sizeof b, "[^<]{%d,%d}\n", mn, mx);
         else if (mn) snprintf(b, sizeof b, "[^<]{%d,} traw\n", mn);
@@ -1533,6 +2282,21 @@ static inline int gr_tool_call_tags_(gr_js_ *c, const js_doc *d, int f, const gr
     int name = js_get(d, f, "name"), params = js_get(d, f, "parameters");
     int props = js_get(d, params, "properties"), req = js_get(d, params, "required");
     int np = js_typeof(d, props) == JS_OBJ ? js_count(d, props) : 0;
+    gr_js_start_(c, d, params);
+    /* the arguments as tags write the listed properties only: what else the
+     * parameters say is refused by name, never dropped */
+    for (int k = js_first(d, js_typeof(d, params) == JS_OBJ ? params : -1); k >= 0; k = js_next(d, k)) {
+        int t;
+        const char *kw = js_key(d, k);
+        if (gr_js_keyword_(kw, &t) != GR_KW_ANNOT && strcmp(kw, "type") && strcmp(kw, "properties") && strcmp(kw, "required") &&
+            strcmp(kw, "additionalProperties") && strcmp(kw, "$id") && strcmp(kw, "id"))
+            return gr_js_fail_(c, "the schema keyword \"%s\" is not supported (parameters of \"%.100s\")", kw, js_str(d, name) ? js_str(d, name) : "");
+    }
+    const char *pty = js_str(d, js_get(d, params, "type"));
+    if (pty && strcmp(pty, "object")) return gr_js_fail_(c, "the parameters of \"%.100s\" must be an object schema", js_str(d, name) ? js_str(d, name) : "");
+    for (int r = js_first(d, req); r >= 0; r = js_next(d, r))
+        if (gr_js_member_(d, props, js_str(d, r) ? js_str(d, r) : "", js_str_len(d, r)) < 0)
+            return gr_js_fail_(c, "\"required\" names \"%.100s\", which the parameters' properties do not list", js_str(d, r) ? js_str(d, r) : "(not a string)");
     int *val = (int *)malloc((size_t)(np + 1) * sizeof(int)), i = 0;
     if (!val) return gr_js_fail_(c, "%s", "out of memory");
     for (int p = np ? js_first(d, props) : -1; p >= 0; p = js_next(d, p), i++)
@@ -1570,8 +2334,9 @@ static inline int gr_tool_call_tags_(gr_js_ *c, const js_doc *d, int f, const gr
  * Returns the rule, or -1. */
 static inline int gr_tool_call_json_(gr_js_ *c, const js_doc *d, int f, const gr_tool_syntax *sx) {
     int name = js_get(d, f, "name"), params = js_get(d, f, "parameters");
+    gr_js_start_(c, d, params);
     int a = params >= 0 ? gr_js_schema_(c, d, params, 0) : -1;
-    if (params >= 0 && a < 0) return -1;
+    if (params >= 0 && a <= 0) return a ? -1 : gr_js_fail_(c, "the parameters of \"%.100s\" match no value", js_str(d, name) ? js_str(d, name) : "");
     int k = gr_js_rule_(c);
     const char *head[4] = {sx->call_begin, sx->typed ? "function" : NULL, sx->typed ? sx->sep : NULL, sx->name_prefix};
     gr_tool_lit_(&c->out, 4, head), jw_lit(&c->out, " ");
@@ -1593,7 +2358,7 @@ static inline int gr_tool_call_json_(gr_js_ *c, const js_doc *d, int f, const gr
  * first (the prompt opened one). NULL with err saying why. */
 static inline char *gr_tool_calls(const js_doc *d, int tools, const gr_tool_syntax *sx, const char *only, int max_calls, const char *think_end,
                                   char *err, size_t errlen) {
-    gr_js_ c = {{0}, 0, err, errlen, 0};
+    gr_js_ c = {.err = err, .errlen = errlen};
     jw_lit(&c.out, gr_js_prims_);
     jw_lit(&c.out, gr_tool_prims_);
     jw alts = {0};
@@ -1629,6 +2394,7 @@ static inline char *gr_tool_calls(const js_doc *d, int tools, const gr_tool_synt
     }
     int oom = alts.oom;
     jw_free(&alts);
+    free(c.memo), free(c.busy);
     if (c.failed || c.out.oom || oom) {
         if (!c.failed && err) snprintf(err, errlen, "out of memory");
         jw_free(&c.out);

@@ -127,6 +127,61 @@ static void test_refusals(void) {
     CHECK(refused("root ::= \"\\uD800\"", "not a Unicode scalar value"));
     CHECK(refused("root ::= \"a\" )", "unexpected ')'"));
     CHECK(refused("root ::= \"a\"{99999}", "above 10000"));
+    CHECK(refused("root ::= \"a\" root\n", "rule root matches no text"));
+    CHECK(refused("root ::= \"b\" | \"a\" x\nx ::= \"c\" x\n", "rule x matches no text"));
+    CHECK(refused("root ::= \"a\" (\"b\" root)\n", "matches no text"));
+    CHECK(refused("root ::= [^\\x00-\\U0010FFFF]\n", "matches no character"));
+    CHECK(refused("root ::= \"x\" | [^\\x00-\\uD7FF\\uE000-\\U0010FFFF]\n", "matches no character"));
+}
+
+/* The hostile probe of issue #34: nesting bounded by name, never the
+ * stack; generated rule names of any length, distinct from the grammar's
+ * own; chains of rules far longer than any recursion could follow. */
+static void test_hostile(void) {
+    jw w = {0};
+    jw_lit(&w, "root ::= ");
+    for (int i = 0; i < 60000; i++) jw_lit(&w, "(");
+    jw_lit(&w, "\"a\"");
+    for (int i = 0; i < 60000; i++) jw_lit(&w, ")");
+    CHECK(refused(w.s, "groups nested deeper than 1024"));
+    jw_free(&w);
+    jw_lit(&w, "root ::= ");
+    for (int i = 0; i < 200; i++) jw_lit(&w, "(");
+    jw_lit(&w, "\"a\"");
+    for (int i = 0; i < 200; i++) jw_lit(&w, ")");
+    gr_grammar *g = parse(w.s);
+    CHECK(g && in_lang(g, "a") == 1 && in_lang(g, "aa") == 0);
+    gr_free(g), jw_free(&w);
+    char name[299];
+    memset(name, 'R', 298), name[298] = 0;
+    jw_lit(&w, "root ::= "), jw_lit(&w, name), jw_lit(&w, "\n"), jw_lit(&w, name), jw_lit(&w, " ::= (\"a\") (\"b\")\n");
+    g = parse(w.s);
+    CHECK(g && in_lang(g, "ab") == 1 && in_lang(g, "aa") == 0 && in_lang(g, "bb") == 0);
+    gr_free(g), jw_free(&w);
+    g = parse("root ::= (\"a\") root_1 root_2\nroot_1 ::= \"b\"\nroot_2 ::= (\"c\")\n"); /* names the generated rules would have */
+    CHECK(g && in_lang(g, "abc") == 1 && in_lang(g, "aac") == 0 && in_lang(g, "abb") == 0);
+    gr_free(g);
+    /* 100k chained rules, each both ways: a character first, and nullable to the end */
+    for (int nullable = 0; nullable < 2; nullable++) {
+        jw_lit(&w, nullable ? "root ::= r0 \"x\"\n" : "root ::= r0\n");
+        char b[64];
+        for (int i = 0; i < 100000; i++) snprintf(b, sizeof b, nullable ? "r%d ::= r%d\n" : "r%d ::= \"x\" r%d\n", i, i + 1), jw_lit(&w, b);
+        snprintf(b, sizeof b, nullable ? "r100000 ::= \"\"\n" : "r100000 ::= \"x\"\n"), jw_lit(&w, b);
+        g = parse(w.s);
+        CHECK(g != NULL);
+        gr_state st; /* the nullable chain is deeper than the recognizer follows: reported, not cut */
+        CHECK(g && (nullable ? gr_init(g, &st) == -2 : in_lang(g, "x") == 0));
+        if (g && nullable) gr_state_free(&st);
+        gr_free(g), jw_free(&w);
+    }
+    jw_lit(&w, "root ::= r0\n");
+    for (int i = 0; i < 100000; i++) { /* a left-recursive cycle 100k rules long */
+        char b[48];
+        snprintf(b, sizeof b, "r%d ::= r%d \"x\" | \"y\"\n", i, (i + 1) % 100000);
+        jw_lit(&w, b);
+    }
+    CHECK(refused(w.s, "left recursive"));
+    jw_free(&w);
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -371,7 +426,7 @@ static void test_schema(void) {
     }
     gr_free(g), free(text), js_free(d);
     const char *bad[][2] = {{"{\"type\":\"string\",\"pattern\":\"a+\"}", "\"pattern\" is not supported"},
-                            {"{\"type\":\"object\",\"additionalProperties\":true}", "additionalProperties"},
+                            {"{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", "maxLength 2 is below minLength 5"},
                             {"{\"type\":\"thing\"}", "type \"thing\""},
                             {"{\"enum\":[]}", "non-empty"},
                             {"[1]", "must be an object"},
@@ -383,6 +438,125 @@ static void test_schema(void) {
         if (gt || !x || !strstr(err, bad[i][1])) fprintf(stderr, "schema %s: %s\n", bad[i][0], gt ? "accepted" : err);
         free(gt), js_free(x);
     }
+}
+
+/* Compiles schema (JSON text); NULL with err when refused. */
+static gr_grammar *schema_grammar(const char *schema, char *err, size_t errlen) {
+    js_doc *d = js_parse(schema, strlen(schema), err, errlen);
+    char *text = d ? gr_json_schema(d, d->root, err, errlen) : NULL;
+    gr_grammar *g = text ? gr_parse(text, strlen(text), "root", err, errlen) : NULL;
+    free(text), js_free(d);
+    return g;
+}
+
+/* The wrong answers and the nonsense of issue #34, and the keywords real
+ * clients send: each schema with texts it must accept (before the tab)
+ * and refuse (after it), or a refusal it must give. */
+static void test_schema_exact(void) {
+    static const struct {
+        const char *schema, *yes[4], *no[5], *refusal;
+    } cases[] = {
+        {"{\"items\":{\"type\":\"string\"},\"minItems\":3}", {"[\"a\",\"b\",\"c\"]", "\"x\"", "{}"}, {"[1, 2]", "[\"a\",\"b\"]", "[1,2,3]"}, NULL},
+        {"{\"type\":[\"array\",\"null\"],\"items\":{\"type\":\"string\"}}", {"null", "[\"a\"]", "[]"}, {"[123]", "\"a\"", "{}"}, NULL},
+        {"{\"type\":\"object\",\"additionalProperties\":false}", {"{}"}, {"{\"a\": 1}", "[]"}, NULL},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"string\"}}",
+         {"{\"a\":1,\"b\":\"x\"}", "{\"ab\":\"x\"}", "{\"b\":\"x\",\"c\":\"y\"}", "7"},
+         {"{\"a\":\"x\"}", "{\"b\":1}", "{\"a\":1,\"a\":2}", "{\"b\":\"x\",\"a\":1}", "{\"\\u0062\":\"x\"}"}, NULL},
+        {"{\"type\":\"object\",\"required\":[\"x\"]}", {"{\"x\":1}", "{\"x\":1,\"y\":[]}"}, {"{}", "{\"y\":1}"}, NULL},
+        {"{\"type\":\"object\",\"properties\":{\"a\":false},\"required\":[\"b\"]}", {"{\"b\":1}", "{\"b\":1,\"c\":2}"}, {"{\"a\":1,\"b\":1}", "{\"b\":1,\"a\":1}"}, NULL},
+        /* pydantic's nested and recursive models, Optional as anyOf with null */
+        {"{\"$defs\":{\"Node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/Node\"},"
+         "{\"type\":\"null\"}],\"default\":null}},\"required\":[\"v\"],\"title\":\"Node\",\"additionalProperties\":false}},\"$ref\":\"#/$defs/Node\"}",
+         {"{\"v\":1}", "{\"v\":1,\"next\":{\"v\":2,\"next\":null}}"}, {"{\"v\":1,\"next\":{}}", "{\"next\":null}", "{\"v\":1,\"w\":2}"}, NULL},
+        {"{\"definitions\":{\"a~b/c\":{\"const\":3}},\"$ref\":\"#/definitions/a~0b~1c\"}", {"3"}, {"4", "\"a\""}, NULL},
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", {"[]", "[1]", "[1,\"a\"]"}, {"[1,\"a\",2]", "[\"a\"]"}, NULL},
+        {"{\"items\":[{\"type\":\"integer\"}],\"additionalItems\":{\"type\":\"null\"},\"$schema\":\"http://json-schema.org/draft-07/schema#\"}",
+         {"[1,null,null]", "[]"}, {"[1,2]", "[null]"}, NULL},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"$schema\":\"http://json-schema.org/draft-07/schema#\"}", {"[\"a\"]", "[]"}, {"{}"}, NULL},
+        {"{\"enum\":[1,\"a\",null,[1,2.5],{\"k\":true}],\"type\":[\"integer\",\"string\",\"array\",\"object\"]}", {"1", "\"a\"", "[1,2.5]", "{\"k\":true}"},
+         {"null", "2", "1.0"}, NULL},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}", {"1", "\"a\""}, {"\"ab\"", "1.5"}, NULL},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":2}", {"\"ab\"", "\"\\u00e9x\"", "\"\\n\\t\""}, {"\"a\"", "\"abc\"", "\"\\ud83d\\ude00\""}, NULL},
+        {"{\"allOf\":[{\"type\":\"boolean\"},{\"description\":\"d\"}],\"title\":\"t\",\"x-vendor\":1}", {"true"}, {"1"}, NULL},
+        {"{\"type\":123}", {NULL}, {NULL}, "\"type\" must be"},
+        {"{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", {NULL}, {NULL}, "maxLength 2 is below minLength 5"},
+        {"{\"type\":\"array\",\"maxItems\":-1}", {NULL}, {NULL}, "\"maxItems\" must be a non-negative integer"},
+        {"{\"type\":\"array\",\"maxItems\":2.5}", {NULL}, {NULL}, "\"maxItems\" must be a non-negative integer"},
+        {"{\"type\":\"string\",\"maxLength\":100000}", {NULL}, {NULL}, "above 10000"},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", {NULL}, {NULL}, "\"oneOf\" whose branches may overlap"},
+        {"{\"oneOf\":[{\"const\":1},{\"const\":1.0}]}", {NULL}, {NULL}, "\"oneOf\" whose branches may overlap"},
+        {"{\"oneOf\":[{\"const\":\"a\",\"title\":\"A\"},{\"enum\":[\"b\",2]},{\"$ref\":\"#/$defs/c\"}],\"$defs\":{\"c\":{\"const\":[1]}}}",
+         {"\"a\"", "\"b\"", "2", "[1]"}, {"\"c\"", "1", "[2]"}, NULL},
+        {"{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}", {NULL}, {NULL}, "\"allOf\" of several"},
+        {"{\"type\":\"number\",\"minimum\":3}", {NULL}, {NULL}, "\"minimum\" on type number is not supported"},
+        {"{\"type\":\"integer\",\"minimum\":-12,\"exclusiveMaximum\":130.5}", {"-12", "0", "99", "130"}, {"-13", "131", "-0", "1.5", "200"}, NULL},
+        {"{\"type\":[\"integer\",\"string\"],\"minimum\":1e3,\"maximum\":12345}", {"1000", "12345", "\"a\"", "9999"}, {"999", "12346", "100000", "0"}, NULL},
+        {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":true,\"$schema\":\"http://json-schema.org/draft-04/schema#\"}", {"6"}, {"5"}, NULL},
+        {"{\"type\":\"integer\",\"minimum\":3,\"maximum\":2.5}", {NULL}, {NULL}, "matches no JSON value"},
+        {"{\"type\":\"object\",\"patternProperties\":{}}", {NULL}, {NULL}, "\"patternProperties\" is not supported"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", {NULL}, {NULL}, "\"uniqueItems\" is not supported"},
+        {"{\"$ref\":\"other.json#/a\"}", {NULL}, {NULL}, "\"$ref\" to \"other.json#/a\" is not supported"},
+        {"{\"$ref\":\"#/$defs/none\"}", {NULL}, {NULL}, "points at nothing"},
+        {"{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", {NULL}, {NULL}, "refused"},
+        {"{\"type\":\"string\",\"$ref\":\"#\"}", {NULL}, {NULL}, "\"$ref\" beside \"type\""},
+        {"{\"enum\":[{\"a\":1,\"b\":2}]}", {NULL}, {NULL}, "object of several keys"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"object\",\"required\":[\"a\"],\"additionalProperties\":false}},\"required\":[\"x\"]}",
+         {NULL}, {NULL}, "matches no JSON value"},
+        {"false", {NULL}, {NULL}, "matches no JSON value"},
+    };
+    char err[300];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        gr_grammar *g = schema_grammar(cases[i].schema, err, sizeof err);
+        if (cases[i].refusal) {
+            int ok = !g && strstr(err, cases[i].refusal);
+            CHECK(ok);
+            if (!ok) fprintf(stderr, "schema %s: %s\n", cases[i].schema, g ? "accepted" : err);
+            gr_free(g);
+            continue;
+        }
+        CHECK(g != NULL);
+        if (!g) { fprintf(stderr, "schema %s refused: %s\n", cases[i].schema, err); continue; }
+        for (int k = 0; k < 4 && cases[i].yes[k]; k++) {
+            int r = in_lang(g, cases[i].yes[k]);
+            CHECK(r == 1);
+            if (r != 1) fprintf(stderr, "schema %s rejected %s\n", cases[i].schema, cases[i].yes[k]);
+        }
+        for (int k = 0; k < 5 && cases[i].no[k]; k++) {
+            int r = in_lang(g, cases[i].no[k]);
+            CHECK(r == 0);
+            if (r != 0) fprintf(stderr, "schema %s accepted %s\n", cases[i].schema, cases[i].no[k]);
+        }
+        gr_free(g);
+    }
+    /* a chain of 1000 $refs is refused by name, not by the stack; 20,000
+     * required properties compile (linear: this took over a minute) */
+    jw w = {0};
+    jw_lit(&w, "{\"$ref\":\"#/$defs/d0\",\"$defs\":{");
+    for (int i = 0; i < 1000; i++) {
+        char b[64];
+        snprintf(b, sizeof b, "%s\"d%d\":{\"$ref\":\"#/$defs/d%d\"}", i ? "," : "", i, i + 1);
+        jw_lit(&w, b);
+    }
+    jw_lit(&w, ",\"d1000\":{\"type\":\"null\"}}}");
+    gr_grammar *g = schema_grammar(w.s, err, sizeof err);
+    CHECK(!g && strstr(err, "nests deeper than"));
+    gr_free(g), jw_free(&w);
+    jw_lit(&w, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 20000; i++) {
+        char b[64];
+        snprintf(b, sizeof b, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+        jw_lit(&w, b);
+    }
+    jw_lit(&w, "},\"required\":[");
+    for (int i = 0; i < 20000; i++) {
+        char b[32];
+        snprintf(b, sizeof b, "%s\"p%d\"", i ? "," : "", i);
+        jw_lit(&w, b);
+    }
+    jw_lit(&w, "]}");
+    g = schema_grammar(w.s, err, sizeof err);
+    CHECK(g != NULL);
+    gr_free(g), jw_free(&w);
 }
 
 /* GLM-5 tool calls under tool_choice: the syntax the tool-call parser
@@ -450,6 +624,33 @@ static void test_tools(void) {
     t = e ? gr_tool_calls(e, e->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
     CHECK(e && !t && strstr(err, "at least one function"));
     free(t), js_free(e), js_free(d);
+    /* GLM-5's raw string arguments enforce type, enum, minLength and
+     * maxLength only: anything else is refused by name, never dropped */
+    static const char *const bad[][2] = {
+        {"{\"city\":{\"type\":\"string\",\"pattern\":\"^a\"}}", "\"pattern\" is not supported (string argument \"city\")"},
+        {"{\"city\":{\"type\":\"string\",\"maxLength\":-1}}", "\"maxLength\" must be a non-negative integer"},
+        {"{\"city\":{\"type\":\"string\",\"enum\":[\"abc\"],\"maxLength\":2}}", "matches no value"},
+        {"{\"city\":{\"type\":\"string\"}},\"required\":[\"town\"]", "\"required\" names \"town\""},
+        {"{\"city\":{\"type\":\"string\"}},\"minProperties\":1", "\"minProperties\" is not supported"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char tj[512];
+        snprintf(tj, sizeof tj, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":%s}}}]", bad[i][0]);
+        js_doc *x = js_parse(tj, strlen(tj), err, sizeof err);
+        t = x ? gr_tool_calls(x, x->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
+        CHECK(x && !t && strstr(err, bad[i][1]));
+        if (!x || t || !strstr(err, bad[i][1])) fprintf(stderr, "tools %s: %s\n", tj, t ? "accepted" : err);
+        free(t), js_free(x);
+    }
+    /* an enum filtered by maxLength: only the short value is left */
+    const char *tj = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                     "{\"u\":{\"type\":\"string\",\"enum\":[\"C\",\"Fahrenheit\"],\"maxLength\":1}},\"required\":[\"u\"]}}}]";
+    js_doc *x = js_parse(tj, strlen(tj), err, sizeof err);
+    t = x ? gr_tool_calls(x, x->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
+    gr_grammar *g = t ? parse(t) : NULL;
+    CHECK(g && in_lang(g, "<tool_call>f<arg_key>u</arg_key><arg_value>C</arg_value></tool_call>") == 1 &&
+          in_lang(g, "<tool_call>f<arg_key>u</arg_key><arg_value>Fahrenheit</arg_value></tool_call>") == 0);
+    gr_free(g), free(t), js_free(x);
 }
 
 /* gr_check: a reference whose rule the recognizer cannot follow at once
@@ -486,12 +687,60 @@ static void test_check(void) {
         }
 }
 
-int main(void) {
+/* Driver for tests/test_schema.py and the hostile probes (not a test):
+ *   test_grammar --gbnf FILE          parse a grammar: "ok <seconds>" or "refused <seconds>: why"
+ *   test_grammar --schema FILE        FILE is [{"schema": S, "texts": [t...]}...]: per case a line,
+ *                                     "refused: why", or "ok <seconds> " and per text 1 (a sentence) or 0
+ * Exit 0 either way; 2 when FILE cannot be read. */
+static int driver(const char *mode, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fprintf(stderr, "%s: cannot open\n", path), 2;
+    jw buf = {0};
+    char chunk[65536];
+    for (size_t k; (k = fread(chunk, 1, sizeof chunk, f)) > 0;) jw_raw(&buf, chunk, k);
+    fclose(f);
+    char err[512] = "";
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!strcmp(mode, "--gbnf")) {
+        gr_grammar *g = gr_parse(buf.s ? buf.s : "", buf.n, "root", err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (g) printf("ok %.3f\n", dt);
+        else printf("refused %.3f: %s\n", dt, err);
+        gr_free(g), jw_free(&buf);
+        return 0;
+    }
+    js_doc *d = js_parse(buf.s ? buf.s : "", buf.n, err, sizeof err);
+    jw_free(&buf);
+    if (!d) return fprintf(stderr, "%s: %s\n", path, err), 2;
+    for (int cs = js_first(d, d->root); cs >= 0; cs = js_next(d, cs)) {
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        char *text = gr_json_schema(d, js_get(d, cs, "schema"), err, sizeof err);
+        gr_grammar *g = text ? gr_parse(text, strlen(text), "root", err, sizeof err) : NULL;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (!g) printf("refused: %s\n", err);
+        else {
+            printf("ok %.3f ", dt);
+            for (int t = js_first(d, js_get(d, cs, "texts")); t >= 0; t = js_next(d, t)) putchar('0' + in_lang(g, js_str(d, t)));
+            putchar('\n');
+        }
+        gr_free(g), free(text);
+    }
+    js_free(d);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3) return driver(argv[1], argv[2]);
     test_languages();
     test_refusals();
+    test_hostile();
     test_nullable_repeats();
     test_mask();
     test_schema();
+    test_schema_exact();
     test_tools();
     test_check();
     return check_report("test_grammar");

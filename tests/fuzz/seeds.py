@@ -654,8 +654,18 @@ def seeds_grammar():
                           "required": ["name"]},
         "schema-anyof": {"anyOf": [{"type": "number"}, {"type": "null"}, {"const": "x"}]},
         "schema-types": {"type": ["string", "boolean"]},
+        # issue #34: recursion through $ref, a $ref cycle that writes nothing, other keys beside named ones, integer ranges
+        "schema-recursive": {"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer", "minimum": -5, "maximum": 120},
+                                                                               "next": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}},
+                                             "required": ["v"], "additionalProperties": {"type": "string", "maxLength": 2}}},
+                             "$ref": "#/$defs/n"},
+        "schema-ref-cycle": {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "$ref": "#/$defs/a"},
+        "schema-tuple": {"prefixItems": [{"const": 1}, {"type": "string"}], "items": {"type": "boolean"}, "minItems": 1, "maxItems": 3},
+        "schema-oneof": {"oneOf": [{"const": "a"}, {"enum": ["b", 2]}, {"type": "object"}]},
     }
-    texts = {"schema-object": '{"name": "bo", "tags": ["a"]}', "schema-anyof": "-1.5e3", "schema-types": "true"}
+    texts = {"schema-object": '{"name": "bo", "tags": ["a"]}', "schema-anyof": "-1.5e3", "schema-types": "true",
+             "schema-recursive": '{"v":7,"next":{"v":-5},"ab":"x"}', "schema-ref-cycle": "null", "schema-tuple": '[1,"x",true]',
+             "schema-oneof": '"b"'}
     for name, sc in schemas.items():
         put("grammar", name, dumps(sc) + SEP + texts[name].encode())
 
