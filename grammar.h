@@ -1331,6 +1331,8 @@ typedef struct {
     unsigned char *busy; /* [d->n] 1 while compiled, 2 once referred to meanwhile */
     int legacy;          /* $schema is draft 7 or older: the siblings of $ref are ignored */
     int has_ref;         /* the document holds a $ref: a nested $id would change what it points at */
+    int exact;           /* the schema's whole language; 0 (generation): an object that lists its properties and says
+                          * nothing of additionalProperties writes no other keys, as peers' structured output does */
 } gr_js_;
 
 #define GR_JS_MAX_DEPTH 256   /* nested schemas, $ref hops counted */
@@ -1727,9 +1729,10 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
     }
     if (empty) { rc = 0; goto out; }
     if (!np && !nd && ap_any) { jw_lit(body, "jobject"); rc = 1; goto out; }
-    /* the other keys: a trie that leaves out the properties' names (all of them, present or not) */
-    int key = 0;
-    if (apk) {
+    /* the other keys: a trie that leaves out the properties' names (all of them, present or not); when
+     * generating, none unless additionalProperties admits them in so many words (or nothing is listed) */
+    int others = apk && (c->exact || ap >= 0 || !np), key = 0;
+    if (others) {
         if (!np) key = -1; /* jkey */
         else {
             cp = (uint32_t **)calloc((size_t)np, sizeof *cp), cpl = (int *)malloc((size_t)np * sizeof(int));
@@ -1776,7 +1779,7 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
         }
     }
     int add = base + 2 * (nd + 1) + 1; /* one other member after a comma */
-    if (apk) {
+    if (others) {
         snprintf(b, sizeof b, "r%d ::= %s ws \":\" ws r%d ws\n", add, kb, apk), jw_lit(&c->out, b);
         snprintf(b, sizeof b, "r%d ::= r%d (\",\" ws r%d)* | \"\"\nr%d ::= (\",\" ws r%d)* \n", base + 1 + 2 * nd, add, add, base + 2 + 2 * nd, add);
     } else
@@ -2143,9 +2146,12 @@ static inline void gr_js_start_(gr_js_ *c, const js_doc *d, int root) {
 /* GBNF text (malloc'd; root ::= the schema) for the JSON-schema subset
  * documented in docs/grammar.md; NULL with err saying what is not
  * supported (by keyword), or why no value would match. The text parses
- * (it is checked here, so that a refusal names the schema). */
-static inline char *gr_json_schema(const js_doc *d, int schema, char *err, size_t errlen) {
-    gr_js_ c = {.err = err, .errlen = errlen};
+ * (it is checked here, so that a refusal names the schema). exact: the
+ * schema's whole language (gr_json_schema_exact); else what generation
+ * writes (gr_json_schema), which leaves out keys an object does not list
+ * unless its additionalProperties admits them. */
+static inline char *gr_json_schema_mode_(const js_doc *d, int schema, int exact, char *err, size_t errlen) {
+    gr_js_ c = {.err = err, .errlen = errlen, .exact = exact};
     if (err && errlen) err[0] = 0;
     gr_js_start_(&c, d, schema);
     jw_lit(&c.out, gr_js_prims_);
@@ -2171,6 +2177,15 @@ static inline char *gr_json_schema(const js_doc *d, int schema, char *err, size_
     gr_free(g);
     return c.out.s;
 }
+
+/* What generation constrained by the schema writes: every value valid,
+ * the keys of an object that lists its properties among them unless
+ * additionalProperties says other keys may follow. */
+static inline char *gr_json_schema(const js_doc *d, int schema, char *err, size_t errlen) { return gr_json_schema_mode_(d, schema, 0, err, errlen); }
+
+/* The schema's whole language: a text is accepted exactly when it is a
+ * valid instance (the test suite's and the validator's view). */
+static inline char *gr_json_schema_exact(const js_doc *d, int schema, char *err, size_t errlen) { return gr_json_schema_mode_(d, schema, 1, err, errlen); }
 
 /* ------------------------------------------------------------ tool calls */
 

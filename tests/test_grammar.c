@@ -440,13 +440,45 @@ static void test_schema(void) {
     }
 }
 
-/* Compiles schema (JSON text); NULL with err when refused. */
-static gr_grammar *schema_grammar(const char *schema, char *err, size_t errlen) {
+/* Compiles schema (JSON text) to its whole language (gr_json_schema_exact;
+ * generation's with gen); NULL with err when refused. */
+static gr_grammar *schema_grammar_mode(const char *schema, int gen, char *err, size_t errlen) {
     js_doc *d = js_parse(schema, strlen(schema), err, errlen);
-    char *text = d ? gr_json_schema(d, d->root, err, errlen) : NULL;
+    char *text = d ? (gen ? gr_json_schema : gr_json_schema_exact)(d, d->root, err, errlen) : NULL;
     gr_grammar *g = text ? gr_parse(text, strlen(text), "root", err, errlen) : NULL;
     free(text), js_free(d);
     return g;
+}
+
+static gr_grammar *schema_grammar(const char *schema, char *err, size_t errlen) { return schema_grammar_mode(schema, 0, err, errlen); }
+
+/* What generation writes: an object that lists its properties gets no
+ * other keys unless additionalProperties admits them in so many words;
+ * one that lists none, any; every text it accepts is a valid instance
+ * (the exact grammar accepts it too). */
+static void test_schema_generation(void) {
+    static const struct {
+        const char *schema, *text;
+        int gen, exact;
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}", "{\"a\":1}", 1, 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}", "{}", 1, 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}", "{\"a\":1,\"b\":2}", 0, 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":true}", "{\"a\":1,\"b\":2}", 1, 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"string\"}}",
+         "{\"a\":1,\"b\":\"x\"}", 1, 1},
+        {"{\"type\":\"object\"}", "{\"b\":2}", 1, 1},
+        {"{\"type\":\"object\",\"required\":[\"z\"],\"properties\":{\"a\":{}}}", "{\"z\":[1]}", 1, 1},
+    };
+    char err[300];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int gen = 0; gen < 2; gen++) {
+            gr_grammar *g = schema_grammar_mode(cases[i].schema, gen, err, sizeof err);
+            int r = g ? in_lang(g, cases[i].text) : -1, want = gen ? cases[i].gen : cases[i].exact;
+            CHECK(r == want);
+            if (r != want) fprintf(stderr, "%s %s: %s gives %d (%s)\n", gen ? "generation" : "exact", cases[i].schema, cases[i].text, r, g ? "" : err);
+            gr_free(g);
+        }
 }
 
 /* The wrong answers and the nonsense of issue #34, and the keywords real
@@ -689,7 +721,8 @@ static void test_check(void) {
 
 /* Driver for tests/test_schema.py and the hostile probes (not a test):
  *   test_grammar --gbnf FILE          parse a grammar: "ok <seconds>" or "refused <seconds>: why"
- *   test_grammar --schema FILE        FILE is [{"schema": S, "texts": [t...]}...]: per case a line,
+ *   test_grammar --schema FILE        FILE is [{"schema": S, "texts": [t...]}...]: per case (its whole
+ *                                     language, gr_json_schema_exact) a line,
  *                                     "refused: why", or "ok <seconds> " and per text 1 (a sentence) or 0
  * Exit 0 either way; 2 when FILE cannot be read. */
 static int driver(const char *mode, const char *path) {
@@ -716,7 +749,7 @@ static int driver(const char *mode, const char *path) {
     if (!d) return fprintf(stderr, "%s: %s\n", path, err), 2;
     for (int cs = js_first(d, d->root); cs >= 0; cs = js_next(d, cs)) {
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        char *text = gr_json_schema(d, js_get(d, cs, "schema"), err, sizeof err);
+        char *text = gr_json_schema_exact(d, js_get(d, cs, "schema"), err, sizeof err);
         gr_grammar *g = text ? gr_parse(text, strlen(text), "root", err, sizeof err) : NULL;
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -737,6 +770,7 @@ int main(int argc, char **argv) {
     test_languages();
     test_refusals();
     test_hostile();
+    test_schema_generation();
     test_nullable_repeats();
     test_mask();
     test_schema();

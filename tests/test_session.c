@@ -29,6 +29,18 @@ static int load(coli_model *m, const char *dir) {
     return 0;
 }
 
+/* m loaded from dir with its tokenizer in *t. 0, or -1 (a failed check;
+ * nothing is left to free). */
+static int open_fixture(coli_model *m, const char *dir, tok **t) {
+    char err[600];
+    *t = NULL;
+    if (load(m, dir)) { CHECK(0); return -1; }
+    *t = load_tokenizer(dir, err, sizeof err);
+    CHECK(*t != NULL);
+    if (!*t) { model_free(m); return -1; }
+    return 0;
+}
+
 static sess_params greedy(int ngen) {
     sess_params p;
     memset(&p, 0, sizeof p);
@@ -91,11 +103,8 @@ static void test_reference(const char *dir, int mtp_k) {
  * session that computes the whole sequence, logits bit for bit. */
 static void test_sync(void) {
     static coli_model m;
-    char err[600];
-    if (load(&m, FIX5)) { CHECK(0); return; }
-    tok *t = load_tokenizer(FIX5, err, sizeof err);
-    CHECK(t != NULL);
-    if (!t) { model_free(&m); return; }
+    tok *t;
+    if (open_fixture(&m, FIX5, &t)) return;
     int V = m.c.vocab, a[40], b[40], out[16], outa[16], outb[16];
     for (int i = 0; i < 40; i++) a[i] = (i * 37 + 11) % V, b[i] = i < 23 ? a[i] : (i * 61 + 3) % V;
     float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
@@ -174,10 +183,8 @@ static void test_save_load(void) {
 static void test_grammar(void) {
     static coli_model m;
     char err[600];
-    if (load(&m, FIX5)) { CHECK(0); return; }
-    tok *t = load_tokenizer(FIX5, err, sizeof err);
-    CHECK(t != NULL);
-    if (!t) { model_free(&m); return; }
+    tok *t;
+    if (open_fixture(&m, FIX5, &t)) return;
     const char *text = "root ::= \"{\\\"name\\\": \\\"\" [a-z]+ \"\\\", \\\"kind\\\": \\\"\" (\"alpha\" | \"beta\") \"\\\"}\"\n";
     gr_grammar *g = gr_parse(text, strlen(text), "root", err, sizeof err);
     gr_vocab gv;
