@@ -14,7 +14,7 @@ under wine (tests/run_windows.py), the engine's GPU paths against the
 host stand-in for the backend (build/cuda-host, tests/cuda_host.c), and the
 CUDA build's backend test and GPU engine tests (build/cuda, skipped without
 a GPU). --tsan runs the threaded
-paths only (the I/O engine, the store, the engine, the Responses store, the invariance matrix, batched serving,
+paths only (the I/O engine, the store, the engine, the Responses store, the invariance matrix,
 the I/O tests of the CLI, and the GPU tier's tests on the host stand-in,
 build/tsan-cuda-host). --arm runs the aarch64 parts only (BUILD_DIR
 is then the x86-64 build the tokens are compared with). Each part's output is shown
@@ -158,7 +158,7 @@ def parts_for(build, sanitize, tsan):
                         colibri))
         out.append(Part("tests/test_serve.py (HTTP threads, the request watchdog, the metrics and the compute thread)",
                         [sys.executable, "tests/test_serve.py", "-v", "Protocol", "Lifecycle", "Hostile.test_slow_senders_are_cut_off",
-                         "KeysAndOrigins.test_introspection", "Batching"], colibri))
+                         "KeysAndOrigins.test_introspection"], colibri))
         out.append(Part("tests/test_cli.py Cuda (the GPU tier's copies, attention, the indexer and the fallback on the team's threads, host stand-in)",
                         [sys.executable, "tests/test_cli.py", "-v", "Cuda.test_the_expert_tier_fills_as_experts_run",
                          "Cuda.test_a_failing_gpu_call_falls_back_to_the_cpu", "Cuda.test_attention_on_the_gpu"],
