@@ -370,17 +370,23 @@ static int in_list(const char *s, const char *const *l, int n) {
     return 0;
 }
 
+/* Special token id's text as a C string in piece[128], or NULL (not a
+ * special token, empty, or longer). */
+static const char *special_piece(const tok *t, int id, char *piece) {
+    size_t len;
+    const char *p = tok_is_special(t, id) ? tok_piece(t, id, &len) : NULL;
+    if (!p || !len || len >= 128) return NULL;
+    memcpy(piece, p, len), piece[len] = 0;
+    return piece;
+}
+
 /* The special tokens of t that occur in text, each checked to be in the
  * list l[0..n) (what the row says it writes); returns how many occur. */
 static int specials_in(const tok *t, const char *text, const char *const *l, int n, const char *what, int fmt) {
     int found = 0;
     for (int id = 0; id < tok_n_ids(t); id++) {
-        size_t len;
-        const char *p = tok_is_special(t, id) ? tok_piece(t, id, &len) : NULL;
         char piece[128];
-        if (!p || !len || len >= sizeof piece) continue;
-        memcpy(piece, p, len), piece[len] = 0;
-        if (!strstr(text, piece)) continue;
+        if (!special_piece(t, id, piece) || !strstr(text, piece)) continue;
         found++;
         if (!in_list(piece, l, n)) fprintf(stderr, "%s: %s writes \"%s\", which its row does not list\n", chat_info(fmt)->name, what, piece);
         CHECK(in_list(piece, l, n));
@@ -450,12 +456,8 @@ static void table_facts(void) {
         const char *row[16] = {sx->section_begin, sx->section_end, sx->call_begin, sx->call_end, sx->key_begin, sx->key_end, sx->value_begin,
                                sx->value_end, sx->sep, i->results_begin, i->results_end, i->result_begin, i->result_end};
         for (int id = 0; id < tok_n_ids(t); id++) {
-            size_t len;
-            const char *p = tok_is_special(t, id) ? tok_piece(t, id, &len) : NULL;
             char piece[128];
-            if (!p || !len || len >= sizeof piece) continue;
-            memcpy(piece, p, len), piece[len] = 0;
-            if (strstr(piece, "tool") || strstr(piece, "arg_")) CHECK(in_list(piece, row, 16));
+            if (special_piece(t, id, piece) && (strstr(piece, "tool") || strstr(piece, "arg_"))) CHECK(in_list(piece, row, 16));
         }
     }
     CHECK(covered == (1 << nall) - 1); /* every tag is some format's */
