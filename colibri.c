@@ -1334,6 +1334,7 @@ typedef struct {
     kv_cache *kc;
     serve_slot *sl;
     int nsl, active;
+    int fatal;       /* a request ended because the model failed: the server stops */
     uint64_t admitted;
     const coli_gen *g0;
     int ngen_cap, prefill_cap;
@@ -1343,9 +1344,10 @@ typedef struct {
     int cap;
 } serve_ctx;
 
-/* Ends slot k's request: its answer (or its error) and its figures; the
- * slot is free again, its conversation kept for prefix reuse when the
- * request succeeded. */
+/* Ends slot k's request: its answer (or, failed, its error: 503 when the
+ * server is stopping, else as io says) and its figures; the slot is free
+ * again, its conversation kept for prefix reuse when the request
+ * succeeded. */
 static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
     conv *cv = &k->cv;
     srv_job *j = k->j;
@@ -1360,8 +1362,9 @@ static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
         fprintf(stderr, "colibri: %s\n", io->err);
         sess_abort(&cv->s);
         const oai_req *r = &j->req;
-        serve_fail(q, io->fatal || !io->client ? 500 : 400, io->err, io->client && !io->fatal ? "invalid_request_error" : "server_error",
-                   io->client && r->gram ? (r->gram_tools ? "tools" : "response_format") : NULL);
+        int status = atomic_load(&serve_stop) && !io->fatal ? 503 : io->fatal || !io->client ? 500 : 400;
+        serve_fail(q, status, io->err, io->client && !io->fatal && status != 503 ? "invalid_request_error" : "server_error",
+                   io->client && r->gram && status != 503 ? (r->gram_tools ? "tools" : "response_format") : NULL);
         cv->s.n_kv = 0, cv->s.ids.n = 0, cv->live_file[0] = 0;
     } else {
         fprintf(stderr, "colibri: stopped: %s | %s: prompt %d tokens (%d cached), %d generated, TTFT %.3f s, %.2f tok/s decoding\n", io->why, j->id,
@@ -1386,7 +1389,8 @@ static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
     free(q->lp);
     srv_release(x->s, j);
     k->j = NULL, k->phase = SLOT_FREE, x->active--;
-    x->m->err[0] = 0; /* handled */
+    if (io->fatal) x->fatal = 1; /* its message (m->err) is the server's last word */
+    else x->m->err[0] = 0;      /* handled */
 }
 
 /* The free slot for a request of ids[0..n): the one whose conversation
@@ -1514,6 +1518,7 @@ static int serve_loop(serve_ctx *x) {
         xs_stats x0, x1;
         xs_stats_get(&x->m->xs, &x0);
         int n = serve_gather(x);
+        if (x->fatal) break;
         if (!n) continue;
         if (fwd_rows(x->m, x->rows, n, x->out, NULL)) {
             for (int i = 0; i < x->nsl; i++)
@@ -1524,17 +1529,19 @@ static int serve_loop(serve_ctx *x) {
             return -1;
         }
         serve_scatter(x);
+        if (x->fatal) break;
         xs_stats_get(&x->m->xs, &x1);
         srv_gen_stats d = {.hit_gpu = x1.hit_vram - x0.hit_vram, .hit_pin = x1.hit_pin - x0.hit_pin, .hit_lru = x1.hit_lru - x0.hit_lru,
                            .miss = x1.miss - x0.miss, .disk_bytes = x1.bytes_read - x0.bytes_read};
         srv_note_engine(x->s, &d);
     }
-    for (int i = 0; i < x->nsl; i++) /* SIGTERM: what is in flight ends as interrupted */
-        if (x->sl[i].phase != SLOT_FREE) {
-            x->sl[i].io.why = "interrupted";
-            serve_end(x, &x->sl[i], x->sl[i].phase != SLOT_DECODE);
-        }
-    return 0;
+    for (int i = 0; i < x->nsl; i++) { /* stopping: an answer being decoded ends as interrupted, one still prefilling gets 503; after a model failure, 500 */
+        serve_slot *k = &x->sl[i];
+        if (k->phase != SLOT_FREE && x->fatal) sess_fail(&k->io, 1, 0, "%s", x->m->err), serve_end(x, k, 1); /* the model failed */
+        else if (k->phase == SLOT_DECODE) k->io.why = "interrupted", serve_end(x, k, 0);
+        else if (k->phase == SLOT_PREFILL) sess_fail(&k->io, 0, 0, "the server is shutting down"), serve_end(x, k, 1);
+    }
+    return x->fatal ? -1 : 0;
 }
 
 /* The slots' sessions (slot i's conversation in KV slot i, MTP drafts off:

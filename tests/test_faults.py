@@ -8,6 +8,8 @@ as XFAULT says. For every N:
   a message), never a crash, a wrong answer or (under ASan) a leak;
 - reads, on every expert I/O path: EIO gives a clean error naming the file;
   a short read and EINTR are retried and change nothing;
+- reads in serve mode: a read that fails while requests decode together
+  ends those requests with 500 and stops the server (exit 2), saying why;
 - writes of .coli_usage: a failed write leaves the old history, whole; a
   kill at any write step leaves the old history or the complete new one;
 - the converter: a failed write or a kill at any write step never leaves a
@@ -124,6 +126,76 @@ class Engine(unittest.TestCase):
                 return None
             bad = every(c["read"], one)
             self.assertEqual(bad, [], "%s: %d of %d reads mishandled; first: %s" % (name, len(bad), c["read"], bad[:1]))
+
+    def serve(self, env):
+        """colibri-fault --serve on a free port: (process, port, stderr file)."""
+        import re
+        import time
+        log = tempfile.TemporaryFile()
+        p = subprocess.Popen([FAULT, "--serve", TINY], env=env_base(dict(env, COLI_PORT="0", CTX="256")), stdout=subprocess.DEVNULL, stderr=log)
+        t0, port = time.time(), None
+        while not port and p.poll() is None and time.time() - t0 < 60:
+            log.seek(0)
+            m = re.search(rb"on http://[^:]+:(\d+) ", log.read())
+            port = int(m.group(1)) if m else None
+            time.sleep(0.05)
+        return p, port, log
+
+    def test_a_read_failure_while_serving_stops_the_server(self):
+        """A read that fails while requests decode together (EIO on the
+        first expert read after startup) ends each request in flight with
+        500 naming the file (one still queued gets 503); the server then
+        stops, exit 2, saying why."""
+        import http.client
+        import json
+        import threading
+        if "without libmicrohttpd" in run([FAULT, "--serve", TINY], {"COLI_PORT": "0", "COLI_HOST": "256.0.0.1"})[2]:
+            self.skipTest("mhd: this colibri was built without libmicrohttpd")
+        base = dict(self.base_env, PIPE="0", URING="0")  # preads, which the injector sees
+        p, port, log = self.serve(dict(base, XFAULT="count"))
+        self.assertTrue(port)
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=60), 0)
+        log.seek(0)
+        line = [l for l in log.read().decode().splitlines() if l.startswith("xfault: ")][-1].split()
+        log.close()
+        startup = dict((line[i], int(line[i + 1])) for i in range(1, len(line), 2))["read"]
+        p, port, log = self.serve(dict(base, XFAULT="read:%d:eio" % (startup + 1)))
+        self.assertTrue(port)
+        got = []
+
+        def ask(i):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                c.request("POST", "/v1/completions", body=json.dumps({"prompt": "question %d" % i, "max_tokens": 4}),
+                          headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                got.append((r.status, json.loads(r.read())))
+                c.close()
+            except OSError as e:  # the server stopped before answering this one
+                got.append((None, repr(e)))
+        ts = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        try:
+            rc = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+        log.seek(0)
+        err = log.read().decode("utf-8", "replace")
+        log.close()
+        self.assertEqual(rc, 2, (got, err[-2000:]))
+        self.assertIn("stopping the server", err)
+        self.assertIn(".safetensors", err.split("stopping the server")[1])
+        self.assertIn(500, [st for st, _ in got], got)
+        for st, b in got:  # in flight: 500 naming the file; still queued when the server stopped: 503
+            if st == 500:
+                self.assertIn(".safetensors", b["error"]["message"])
+            elif st is not None:
+                self.assertEqual((st, b["error"]["message"]), (503, "the server is shutting down"))
 
     def test_io_uring_read_errors(self):
         env = dict(self.base_env, URING="1")
