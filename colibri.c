@@ -1421,7 +1421,6 @@ static void serve_admit(serve_ctx *x, srv_job *j) {
     sess_set_params(&cv->s, &sp);
     int n = (int)j->ids.n;
     int p = kvc_select(x->kc, cv, j->ids.ids, n);
-    memset(&k->q, 0, sizeof k->q);
     k->q = (serve_req){.j = j, .t = cv->s.t, .sp = &k->g.sp, .w = &cv->s.w, .first = 1};
     k->q.meta = (oai_meta){j->id, x->model, x->fps, j->created, n, 0, 0, NULL};
     k->q.y.id = j->id, k->q.y.model = x->model, k->q.y.created = j->created, k->q.y.prompt_tokens = n, k->q.y.cached_tokens = p > 0 ? p : 0;
@@ -1429,13 +1428,12 @@ static void serve_admit(serve_ctx *x, srv_job *j) {
     int limit = x->ngen_cap && j->max_new > x->ngen_cap ? x->ngen_cap : j->max_new;
     k->io = (sess_io){.stop = &j->cancel, .sink = serve_sink, .ud = &k->q, .max_new = limit, .on_token = serve_on_token};
     k->order = ++x->admitted, k->phase = SLOT_PREFILL, x->active++;
+    oai_out_init(&k->q.o, r);
     if (p < 0 || (r->gram && conv_grammar(cv, r->gram, x->kc->gv, r->gram_tools))) {
         snprintf(k->io.err, sizeof k->io.err, "out of memory");
-        oai_out_init(&k->q.o, r);
         serve_end(x, k, 1);
         return;
     }
-    oai_out_init(&k->q.o, r);
     serve_start(&k->q);
     if (sess_begin(&cv->s, (size_t)p, &k->io)) { serve_end(x, k, 1); return; }
     print_turn(cv);
