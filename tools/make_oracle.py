@@ -25,6 +25,13 @@ has no MTP code for glm_moe_dsa; the reference composes transformers' own
 modules (GlmMoeDsaDecoderLayer, RMSNorm, rotary embedding, causal mask) with
 the convention of DeepSeek-V3 and vLLM / SGLang (see MTP_CONVENTION).
 
+trained-glm5 is not drawn here but trained by tools/train_tiny.py; this
+script rebuilds its ref.json from the committed weights (bf16): the oracle
+reference on the first held-out prompt without near-ties and the perplexity
+of heldout.txt (see perplexity()), keeping the unigram baseline already in
+ref.json. Its indexer breaks ties toward the earlier key, as colibri does
+(trained ReLU scores are often exactly 0 at the k-th key).
+
 Usage: tools/make_oracle.py [--out tests/fixtures] [--only NAME] [--check]
   --check regenerates into a temporary directory and compares byte for byte.
 Needs the stack pinned in tools/requirements-oracle.txt. Runs on CPU.
@@ -296,6 +303,35 @@ QFIXTURES = {
 }
 
 
+# trained-glm5: GLM-5's layout at a learnable size (64 routed experts, top-8,
+# a shared expert, DSA indexer keeping 32 of up to 256 keys, an MTP layer),
+# trained on CPython's standard library by tools/train_tiny.py (see
+# docs/training.md). Its weights are bf16 (the router's correction bias f32);
+# the reference is computed in f32 from them. It cannot be reseeded, so the
+# prompt is the first run of held-out lines without near-ties.
+TRAINED = {
+    "trained-glm5": dict(
+        config=dict(
+            vocab_size=2048, hidden_size=128, intermediate_size=384, moe_intermediate_size=24,
+            num_hidden_layers=4, first_k_dense_replace=1, num_attention_heads=4,
+            num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=32,
+            qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=64, num_experts_per_tok=8,
+            n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+            norm_topk_prob=True, index_n_heads=4, index_head_dim=32, index_topk=32,
+            num_nextn_predict_layers=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-5, max_position_embeddings=256, tie_word_embeddings=False,
+            hidden_act="silu", attention_bias=False, bos_token_id=0,
+        ),
+        mtp=True,
+        config_eos=["<|endoftext|>", "<|user|>"],
+        generation=dict(eos=["<|endoftext|>", "<|user|>", "<|observation|>"], do_sample=True, temperature=1.0, top_p=0.95),
+        chat=dict(system="You write Python.", user="def fibonacci(n):", think=False, max_new=24),
+        prompt_len=48, greedy_len=16,
+    ),
+}
+
+
 def check_modeling_file():
     """Refuses a transformers whose glm_moe_dsa or deepseek_v3 predates the
     modern math."""
@@ -436,13 +472,72 @@ def checkpoint_tensors(model, cfg, prefix=""):
     return out
 
 
+def stable_topk(scores, k):
+    """The k largest along the last axis, equal scores to the earlier
+    position (as colibri's indexer; torch.topk leaves the order of ties to the
+    kernel)."""
+    return torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+@torch.no_grad()
+def indexer_forward(self, hidden_states, q_resid, position_embeddings, attention_mask, position_ids,
+                    past_key_values=None, select=stable_topk):
+    """GlmMoeDsaIndexer.forward (transformers 5.23) with `select` for its
+    topk. A trained indexer's ReLU scores are often exactly 0 for many keys, so
+    the k-th score can be a tie that the reference must break as the engine
+    does; check_indexer_copy shows that the rest is transformers' own."""
+    batch_size, seq_len, _ = hidden_states.shape
+    cos, sin = position_embeddings
+    q = self.wq_b(q_resid).view(batch_size, seq_len, self.n_heads, self.head_dim)
+    q_rot, q_pass = torch.split(q, [self.qk_rope_head_dim, self.head_dim - self.qk_rope_head_dim], dim=-1)
+    k = self.k_norm(self.wk(hidden_states)).unsqueeze(2)
+    k_rot, k_pass = torch.split(k, [self.qk_rope_head_dim, self.head_dim - self.qk_rope_head_dim], dim=-1)
+    q_rot, k_rot = mdl.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+    q = torch.cat([q_rot, q_pass], dim=-1)
+    k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+    if past_key_values is not None:
+        k = past_key_values.update_indexer(k, self.layer_idx)
+    scores = torch.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * self.softmax_scale)
+    weights = self.weights_proj(hidden_states.to(self.weights_proj.weight.dtype)).float() * (self.n_heads ** -0.5)
+    index_scores = torch.matmul(weights.unsqueeze(-2), scores).squeeze(-2)
+    if attention_mask.dtype == torch.bool:
+        index_scores = index_scores.masked_fill(~attention_mask, float("-inf"))
+    else:
+        index_scores = index_scores + attention_mask
+    return select(index_scores, min(self.index_topk, index_scores.shape[-1])).to(torch.int32)
+
+
+def check_indexer_copy(model, ids):
+    """indexer_forward with torch.topk gives transformers' indices exactly."""
+    seen = []
+    hooks = [m.register_forward_hook(lambda m, a, kw, o: seen.append((m, a, kw, o)), with_kwargs=True)
+             for m in model.modules() if isinstance(m, mdl.GlmMoeDsaIndexer)]
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+    for h in hooks:
+        h.remove()
+    for m, a, kw, o in seen:
+        got = indexer_forward(m, *a, **kw, select=lambda sc, k: sc.topk(k, dim=-1).indices)
+        assert torch.equal(got, o), "indexer_forward is not transformers' GlmMoeDsaIndexer.forward"
+    assert seen
+
+
+def use_stable_topk(*modules):
+    import types
+    for mod in modules:
+        for m in mod.modules():
+            if isinstance(m, mdl.GlmMoeDsaIndexer):
+                m.forward = types.MethodType(indexer_forward, m)
+
+
 class Probe:
     """Records the smallest decision margins of one forward pass by
     recomputing the indexer scores and router choices from the module inputs
     (the modules themselves return only indices)."""
 
-    def __init__(self, model, cfg):
+    def __init__(self, model, cfg, exact_ties=False):
         self.cfg = cfg
+        self.exact_ties = exact_ties
         self.index_gap = float("inf")
         self.router_gap = float("inf")
         self.group_gap = float("inf")
@@ -477,11 +572,16 @@ class Probe:
             if valid <= kk:
                 continue
             v = torch.sort(idx[i, :valid], descending=True).values
-            gap = float(v[kk - 1] - v[kk])
+            if self.exact_ties:  # equal scores go to the earlier key, so only distinct values need a margin
+                d = (v[v != v[kk - 1]] - v[kk - 1]).abs()
+                gap = float(d.min()) if d.numel() else float("inf")
+            else:
+                gap = float(v[kk - 1] - v[kk])
             self.index_gap = min(self.index_gap, gap)
             if gap > 1e-6:
                 chosen = set(out[0, i].tolist())
-                assert chosen == set(torch.topk(idx[i, :valid], kk).indices.tolist()), "probe disagrees with the indexer"
+                want = stable_topk(idx[i, :valid], kk) if self.exact_ties else torch.topk(idx[i, :valid], kk).indices
+                assert chosen == set(want.tolist()), "probe disagrees with the indexer"
 
     def on_router(self, m, args, out):
         x = args[0].reshape(-1, m.hidden_dim).float()
@@ -524,8 +624,8 @@ def reference(model, cfg, prompt, greedy_len):
     return tf, torch.stack(steps), greedy
 
 
-def margins(model, cfg, full_ids, tf, steps):
-    probe = Probe(model, cfg)
+def margins(model, cfg, full_ids, tf, steps, exact_ties=False):
+    probe = Probe(model, cfg, exact_ties)
     with torch.no_grad():
         model(input_ids=torch.tensor([full_ids]), use_cache=False)
     probe.close()
@@ -566,6 +666,25 @@ def make_mtp(spec, mcfg):
     return layer.eval()
 
 
+def mtp_apply(model, mtp, mcfg, hidden, emb):
+    """The MTP layer on a batch: hidden [B, S, D] (main model's final-normed
+    states) paired with emb [B, S, D] (embeddings of the next tokens), entry p
+    at rope position p, causal as in GlmMoeDsaModel.forward. Returns the
+    outputs before shared_head.norm and the logits. Keeps gradients (the
+    trainer uses it); mtp_forward calls it without."""
+    u = mtp.eh_proj(torch.cat([mtp.enorm(emb), mtp.hnorm(hidden)], dim=-1))
+    pos = torch.arange(u.shape[1]).unsqueeze(0)
+    mask = mdl.create_causal_mask(config=mcfg, inputs_embeds=u, attention_mask=None, past_key_values=None,
+                                  position_ids=pos, allow_is_causal_skip=False)
+    pe = model.model.rotary_emb(u, position_ids=pos)
+    if isinstance(mtp, mdl.GlmMoeDsaDecoderLayer):
+        o, _ = mtp(u, attention_mask=mask, position_ids=pos, past_key_values=None, use_cache=False,
+                   position_embeddings=pe, prev_topk_indices=None)
+    else:
+        o = mtp(u, attention_mask=mask, position_ids=pos, past_key_values=None, use_cache=False, position_embeddings=pe)
+    return o, model.lm_head(mtp.shared_head.norm(o))
+
+
 def mtp_forward(model, mtp, mcfg, hidden, tokens):
     """The MTP layer over entries 0..S-1 at once, without a cache: entry p
     pairs hidden[p] with embed(tokens[p]) at rope position p, causal as in
@@ -573,27 +692,17 @@ def mtp_forward(model, mtp, mcfg, hidden, tokens):
     and the logits [S, V]."""
     with torch.no_grad():
         emb = model.model.embed_tokens(torch.tensor([tokens]))
-        u = mtp.eh_proj(torch.cat([mtp.enorm(emb), mtp.hnorm(hidden.unsqueeze(0))], dim=-1))
-        pos = torch.arange(u.shape[1]).unsqueeze(0)
-        mask = mdl.create_causal_mask(config=mcfg, inputs_embeds=u, attention_mask=None, past_key_values=None,
-                                      position_ids=pos, allow_is_causal_skip=False)
-        pe = model.model.rotary_emb(u, position_ids=pos)
-        if isinstance(mtp, mdl.GlmMoeDsaDecoderLayer):
-            o, _ = mtp(u, attention_mask=mask, position_ids=pos, past_key_values=None, use_cache=False,
-                       position_embeddings=pe, prev_topk_indices=None)
-        else:
-            o = mtp(u, attention_mask=mask, position_ids=pos, past_key_values=None, use_cache=False, position_embeddings=pe)
-        logits = model.lm_head(mtp.shared_head.norm(o))
+        o, logits = mtp_apply(model, mtp, mcfg, hidden.unsqueeze(0), emb)
     return o[0], logits[0]
 
 
-def mtp_reference(model, mtp, mcfg, prompt, tf, g1, steps=3):
+def mtp_reference(model, mtp, mcfg, prompt, tf, g1, steps=3, exact_ties=False):
     """Teacher-forced MTP logits over the prompt (entry p pairs h_p with
     prompt[p+1], p = 0..n-2) and a chain of drafts after the prompt: step 1
     pairs h_{n-1} with g1, step k > 1 the previous step's output o with its
     draft. Each step recomputes the whole MTP sequence. Also returns the
     margins of the MTP layer's decisions over all these passes."""
-    probe = Probe(mtp, mcfg)
+    probe = Probe(mtp, mcfg, exact_ties)
     with torch.no_grad():
         h = model.model(input_ids=torch.tensor([prompt]), use_cache=False).last_hidden_state[0]
         assert torch.equal(model.lm_head(h), tf), "last_hidden_state does not give the teacher-forced logits"
@@ -637,7 +746,7 @@ def fmt_row(row):
     return "[" + ",".join("%.9g" % float(x) for x in row.tolist()) + "]"
 
 
-def write_ref(path, prompt, tf, greedy, steps, m, chat, mtp=None):
+def write_ref(path, prompt, tf, greedy, steps, m, chat, mtp=None, extra=None):
     lines = ["{"]
     lines.append('  "format": "colibri-oracle-1",')
     lines.append('  "transformers": "%s",' % transformers.__version__)
@@ -648,6 +757,8 @@ def write_ref(path, prompt, tf, greedy, steps, m, chat, mtp=None):
     lines.append('  "greedy_ids": %s,' % json.dumps(greedy))
     if chat:
         lines.append('  "chat": %s,' % json.dumps(chat, ensure_ascii=True, sort_keys=True))
+    for k, v in sorted((extra or {}).items()):
+        lines.append('  "%s": %s,' % (k, json.dumps(v, sort_keys=True)))
     lines.append('  "logits": [\n' + ",\n".join("    " + fmt_row(r) for r in tf) + "\n  ],")
     lines.append('  "greedy_logits": [\n' + ",\n".join("    " + fmt_row(r) for r in steps) + "\n  ]" + ("," if mtp else ""))
     if mtp:
@@ -732,6 +843,155 @@ def build(name, spec, outdir):
     stop = sorted(set(([ids["eos"]] if isinstance(ids["eos"], int) else ids["eos"]) + ids["gen_eos"]))
     chat = chat_reference(model, d, spec["chat"], stop)
     write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat, mref)
+
+
+def load_checkpoint(module, tensors, cfg, prefix=""):
+    """Loads checkpoint_tensors' layout (per-expert names, any float dtype)
+    into module as f32; returns the names it used."""
+    inter = text_config(cfg).moe_intermediate_size
+    new, used = {}, set()
+
+    def get(name):
+        used.add(name)
+        return tensors[name].to(torch.float32)
+
+    for k, v in module.state_dict().items():
+        n = prefix + k
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base = n[: -len("gate_up_proj")]
+            new[k] = torch.stack([torch.cat([get("%s%d.gate_proj.weight" % (base, e)), get("%s%d.up_proj.weight" % (base, e))])
+                                  for e in range(v.shape[0])])
+        elif k.endswith("mlp.experts.down_proj"):
+            base = n[: -len("down_proj")]
+            new[k] = torch.stack([get("%s%d.down_proj.weight" % (base, e)) for e in range(v.shape[0])])
+        else:
+            new[k] = get(n)
+    module.load_state_dict(new, strict=True)
+    return used
+
+
+def perplexity(model, ids, window):
+    """Perplexity as llama.cpp's perplexity tool and colibri --perplexity
+    compute it: non-overlapping chunks of `window` tokens (a last partial
+    chunk dropped), each from a fresh cache; in each chunk the positions
+    window/2 .. window-2 predict their next token, nll in float64 from the
+    f32 logits. Returns the perplexity, its standard error, the chunk and
+    token counts, and the scored target ids."""
+    nll, targets = [], []
+    chunks = len(ids) // window
+    with torch.no_grad():
+        for c in range(chunks):
+            x = ids[c * window:(c + 1) * window]
+            lp = torch.log_softmax(model(input_ids=torch.tensor([x]), use_cache=False).logits[0].double(), dim=-1)
+            for j in range(window // 2, window - 1):
+                nll.append(-float(lp[j, x[j + 1]]))
+                targets.append(x[j + 1])
+    return perplexity_stats(nll) + (chunks, targets)
+
+
+def perplexity_stats(nll):
+    import math
+    n = len(nll)
+    mean = sum(nll) / n
+    var = sum(v * v for v in nll) / n - mean * mean
+    p = math.exp(mean)
+    return p, p * math.sqrt(max(var, 0.0) / (n - 1)), n
+
+
+def unigram_perplexity(counts, targets):
+    """Add-one smoothed unigram model of the training split's token counts."""
+    import math
+    total, v = sum(counts), len(counts)
+    return math.exp(sum(-math.log((counts[t] + 1) / (total + v)) for t in targets) / len(targets))
+
+
+def heldout_head(text, tok, window, chunks=5):
+    """The fewest first lines of text (each with its newline) whose tokens
+    fill `chunks` windows."""
+    lines = text.split("\n")
+    for n in range(1, len(lines) + 1):
+        head = "\n".join(lines[:n]) + "\n"
+        if len(tok.encode(head, add_special_tokens=False).ids) >= chunks * window:
+            return n, head
+    raise SystemExit("heldout.txt is shorter than %d windows" % chunks)
+
+
+def prompt_candidates(text, tok, lo, hi):
+    """Runs of whole held-out lines, each start line in order, whose tokens
+    number lo..hi."""
+    lines = text.split("\n")
+    for i in range(len(lines)):
+        if not lines[i].strip():
+            continue
+        for j in range(i + 1, len(lines) + 1):
+            ids = tok.encode("\n".join(lines[i:j]) + "\n", add_special_tokens=False).ids
+            if len(ids) >= lo:
+                if len(ids) <= hi:
+                    yield i, ids
+                break
+
+
+def build_trained(name, spec, outdir, src=None, unigram_counts=None):
+    """ref.json of a trained fixture from its committed weights (src, by
+    default the fixture itself): the oracle reference on the first held-out
+    prompt without near-ties, the MTP reference and the held-out perplexity.
+    The unigram baseline needs the training split's token counts; without
+    them the figure already in ref.json is kept."""
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+    d = os.path.join(outdir, name)
+    src = src or d
+    if os.path.abspath(src) != os.path.abspath(d):
+        os.makedirs(d, exist_ok=True)
+        for fn in os.listdir(src):
+            if fn != "ref.json" and not fn.startswith("."):
+                shutil.copy(os.path.join(src, fn), d)
+    unigram = None
+    if unigram_counts is None:
+        with open(os.path.join(src, "ref.json")) as f:
+            unigram = json.load(f)["perplexity_detail"]["unigram"]
+    ids = special_ids(d, spec)
+    cfg = make_config(spec, ids)
+    mcfg = mtp_config(spec, ids, cfg)
+    torch.manual_seed(0)
+    model = family(spec)["model"](cfg).eval()
+    mtp = make_mtp(spec, mcfg)
+    t = load_file(os.path.join(d, "model.safetensors"))
+    used = load_checkpoint(model, t, cfg) | load_checkpoint(mtp, t, cfg, "model.layers.%d." % cfg.num_hidden_layers)
+    assert used == set(t), "unused tensors: %s" % sorted(set(t) - used)[:5]
+    check_indexer_copy(model, torch.randint(0, cfg.vocab_size, (1, 4 * cfg.index_topk), generator=torch.Generator().manual_seed(0)))
+    use_stable_topk(model, mtp)
+    tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "heldout.txt"), encoding="utf-8") as f:
+        text = f.read()
+    for line, prompt in prompt_candidates(text, tok, spec["prompt_len"], spec["prompt_len"] + 16):
+        tf, steps, greedy = reference(model, cfg, prompt, spec["greedy_len"])
+        m = margins(model, cfg, prompt + greedy, tf, steps, exact_ties=True)
+        mref = mtp_reference(model, mtp, mcfg, prompt, tf, greedy[0], exact_ties=True)
+        ok = margins_ok(m) and margins_ok(mref["margins"])
+        print("%s: held-out line %d margins %s mtp %s%s" % (name, line + 1, {k: "%.2g" % v for k, v in m.items()},
+              {k: "%.2g" % v for k, v in mref["margins"].items()}, "" if ok else " (rejected)"))
+        if ok:
+            break
+    else:
+        sys.exit("%s: no held-out prompt without near-ties" % name)
+    mref["convention"] = MTP_CONVENTION.replace("{N}", str(cfg.num_hidden_layers))
+    W = cfg.max_position_embeddings
+    ppl, err, n, chunks, targets = perplexity(model, tok.encode(text, add_special_tokens=False).ids, W)
+    if unigram_counts is not None:
+        unigram = unigram_perplexity(unigram_counts, targets)
+    lines, head = heldout_head(text, tok, W)
+    hppl, herr, hn, _, _ = perplexity(model, tok.encode(head, add_special_tokens=False).ids, W)
+    print("%s: perplexity %.4f +/- %.4f over %d tokens (%d chunks of %d); unigram %.2f; first %d lines %.4f +/- %.4f"
+          % (name, ppl, err, n, chunks, W, unigram, lines, hppl, herr))
+    extra = {"perplexity": ppl,
+             "perplexity_detail": {"window": W, "chunks": chunks, "tokens": n, "stderr": err, "unigram": unigram},
+             "perplexity_head": {"lines": lines, "bytes": len(head.encode("utf-8")), "perplexity": hppl, "stderr": herr,
+                                 "tokens": hn}}
+    stop = sorted(set(ids["eos"] + ids["gen_eos"]))
+    chat = chat_reference(model, d, spec["chat"], stop)
+    write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat, mref, extra)
+    return model, mtp, mcfg
 
 
 def dequantize(w, s, O, I):
@@ -967,6 +1227,12 @@ def build_source_int4(name, spec, outdir):
     write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, None)
 
 
+def all_names(outdir):
+    """Every fixture SHA256SUMS lists; a trained one once it has been trained."""
+    return sorted(FIXTURES) + sorted(QFIXTURES) + sorted(SOURCES) + \
+        sorted(n for n in TRAINED if os.path.exists(os.path.join(outdir, n, "model.safetensors")))
+
+
 def write_hashes(outdir, names):
     lines = []
     for name in sorted(names) + ["tokenizer"]:
@@ -991,7 +1257,8 @@ def main():
     check_modeling_file()
     torch.set_num_threads(1)  # fixed reduction order, so reruns are byte-identical
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    names = a.only or sorted(FIXTURES) + sorted(QFIXTURES) + sorted(SOURCES)
+    names = a.only or sorted(FIXTURES) + sorted(QFIXTURES) + sorted(SOURCES) + \
+        [n for n in sorted(TRAINED) if os.path.exists(os.path.join(a.out, n, "model.safetensors"))]
     root = tempfile.mkdtemp() if a.check else None
     target = os.path.join(root, "tests", "fixtures") if root else a.out
     for d in ("tiny-glm5", "tiny-glm52", "tokenizer"):
@@ -1002,10 +1269,12 @@ def main():
             build_quantized(n, QFIXTURES[n], target, os.path.abspath(a.converter))
         elif n in SOURCES:
             build_source_int4(n, SOURCES[n], target)
+        elif n in TRAINED:  # from the committed weights (tools/train_tiny.py trains them)
+            build_trained(n, TRAINED[n], target, src=os.path.join(a.out, n))
         else:
             build(n, FIXTURES[n], target)
     if not a.check:
-        write_hashes(a.out, sorted(FIXTURES) + sorted(QFIXTURES) + sorted(SOURCES))
+        write_hashes(a.out, all_names(a.out))
         return
     bad = []
     for n in names + ["tokenizer"]:
