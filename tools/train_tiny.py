@@ -30,7 +30,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import sys
 import time
 
@@ -207,7 +206,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--bench", type=int, default=0, help="time this many steps and stop")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (two on a busy two-core machine stall in OpenMP barriers)")
     ap.add_argument("--experts", default="grouped_mm", help="transformers' experts implementation for training")
     ap.add_argument("--log", default=None, help="write the training log (JSON lines) here")
     ap.add_argument("--ckpt", default=None, help="save the weights here at each evaluation")
