@@ -1,6 +1,6 @@
 /* colibri.c — the program: the run modes over a model (the oracle
  * self-test against a transformers reference, generation from PROMPT,
- * --chat, --serve with its kept conversations, --tokenize) over sessions
+ * --chat, --serve with its kept conversations, --perplexity and --kld, --tokenize) over sessions
  * (session.h), the environment resolved once into plain options, the
  * startup, per-turn and end-of-run lines, the usage history, and main.
  *
@@ -23,6 +23,7 @@
 #include "kv_persist.h"
 #include "model.h"
 #include "openai.h"
+#include "quality.h"
 #include "sample.h"
 #include "session.h"
 #include "spec.h"
@@ -366,6 +367,9 @@ static void usage(FILE *f) {
             "       ./colibri MODEL_DIR                oracle self-test against MODEL_DIR/ref.json\n"
             "       ./colibri --chat MODEL_DIR         chat: one user turn per line of stdin, the KV cache kept between turns\n"
             "       ./colibri --tokenize [--jsonl] MODEL_DIR   token ids of stdin (--jsonl: per line, each a JSON string)\n"
+            "       ./colibri --perplexity FILE [--kld-base OUT] MODEL_DIR   FILE's perplexity in windows of CTX tokens (the second half of\n"
+            "                                          each scored); --kld-base keeps each scored position's distribution in OUT\n"
+            "       ./colibri --kld BASE MODEL_DIR     perplexity of BASE's text, and the KL divergence of this run's distributions from BASE's\n"
             "       ./colibri --help                   this text\n"
             "       ./colibri --env-table          the environment registry as a markdown table\n\n"
             "Exit codes: 0 ok, 1 oracle mismatch, 2 bad input or configuration.\n\n"
@@ -1782,6 +1786,239 @@ static int run_tokenize(const char *dir, int jsonl) {
     return rc;
 }
 
+/* The bytes --perplexity reads at most (1 GiB: tok_encode's input limit). */
+#define PPL_MAX_FILE ((size_t)1 << 30)
+/* Scored positions per forward with their logits kept: as many as UBATCH
+ * allows while the logits stay under 64 MiB (a 154,880-token vocabulary
+ * gets 108 per forward). */
+#define PPL_LOGITS_BYTES ((size_t)64 << 20)
+
+/* What --perplexity, --kld-base and --kld ask for. */
+typedef struct {
+    const char *text;     /* --perplexity FILE: the text */
+    const char *base_out; /* --kld-base OUT: keep this run's distributions */
+    const char *base_in;  /* --kld BASE: compare with a kept run (its text too) */
+} quality_args;
+
+/* A run's text as whole windows: tokens[chunks * w]. */
+typedef struct {
+    int *tokens;
+    size_t chunks;
+    int w;
+} quality_text;
+
+/* The base file of --kld-base / --kld: a safetensors file holding
+ * "window" (I32 [1]), "tokens" (I32 [chunks * window]), "logprobs" (U16
+ * [rows, vocab], quality.h's packing; rows = chunks * ppl_scored(window)),
+ * "lp_lo" and "lp_step" (F32 [rows]). */
+typedef struct {
+    st_index ix;
+    const st_tensor *lp;
+    float *lo, *step;
+} kld_base;
+
+/* FILE's tokens in whole windows of the model's context. 0, or EXIT_INPUT (said). */
+static int quality_read_text(coli_model *m, tok *t, const char *path, quality_text *q) {
+    size_t len;
+    char *text = compat_read_file(path, PPL_MAX_FILE, &len);
+    if (!text) return fprintf(stderr, "colibri: --perplexity %s: %s\n", path, errno == EFBIG ? "larger than 1 GiB" : compat_strerror(errno)), EXIT_INPUT;
+    tok_ids ids = {0};
+    int rc = tok_encode(t, text, len, &ids);
+    free(text);
+    if (rc) return tok_ids_free(&ids), fprintf(stderr, "colibri: --perplexity %s: could not be tokenized (out of memory)\n", path), EXIT_INPUT;
+    q->w = m->kv.ctx, q->chunks = ids.n / (size_t)q->w;
+    if (!q->chunks) {
+        fprintf(stderr, "colibri: --perplexity %s: %zu tokens, fewer than one window of %d (CTX, capped at the model's context)\n", path, ids.n, q->w);
+        return tok_ids_free(&ids), EXIT_INPUT;
+    }
+    q->tokens = ids.ids, ids.ids = NULL; /* the run owns them now */
+    tok_ids_free(&ids);
+    return 0;
+}
+
+/* The named tensor of the base file with the dtype and shape asked for
+ * (a dimension < 0: any). NULL when it is not so (said). */
+static const st_tensor *kld_tensor(const kld_base *b, const char *path, const char *name, st_dtype dt, int ndim, int64_t d0, int64_t d1) {
+    const st_tensor *x = st_find(&b->ix, name);
+    if (!x) return fprintf(stderr, "colibri: --kld %s: no tensor '%s' (not a file --kld-base wrote)\n", path, name), NULL;
+    if (x->dtype != dt || x->ndim != ndim || (d0 >= 0 && x->shape[0] != d0) || (ndim > 1 && d1 >= 0 && x->shape[1] != d1))
+        return fprintf(stderr, "colibri: --kld %s: tensor '%s' has another dtype or shape than --kld-base writes\n", path, name), NULL;
+    return x;
+}
+
+/* Opens a base file for this model: its window, text and packed rows,
+ * every field checked. 0, or EXIT_INPUT (said). */
+static int kld_open(coli_model *m, const char *path, kld_base *b, quality_text *q) {
+    char err[700];
+    memset(b, 0, sizeof *b);
+    if (st_add_file(&b->ix, path, err, sizeof err)) return fprintf(stderr, "colibri: --kld %s\n", err), EXIT_INPUT;
+    const st_tensor *win = kld_tensor(b, path, "window", ST_I32, 1, 1, 0), *tk = win ? kld_tensor(b, path, "tokens", ST_I32, 1, -1, 0) : NULL;
+    int32_t w32 = 0;
+    if (!tk) return EXIT_INPUT;
+    if (st_read_raw(&b->ix, win, &w32, err, sizeof err)) return fprintf(stderr, "colibri: --kld %s\n", err), EXIT_INPUT;
+    if (w32 < 3 || w32 > m->kv.ctx || tk->shape[0] % w32 || !tk->shape[0])
+        return fprintf(stderr, "colibri: --kld %s: windows of %d tokens over %lld tokens do not fit this run (context %d: CTX, capped at the model's)\n", path, (int)w32,
+                       (long long)tk->shape[0], m->kv.ctx), EXIT_INPUT;
+    q->w = w32, q->chunks = (size_t)(tk->shape[0] / w32);
+    size_t rows = q->chunks * (size_t)ppl_scored(q->w);
+    if (!(b->lp = kld_tensor(b, path, "logprobs", ST_U16, 2, (int64_t)rows, m->c.vocab))) return EXIT_INPUT;
+    const st_tensor *lo = kld_tensor(b, path, "lp_lo", ST_F32, 1, (int64_t)rows, 0), *st = lo ? kld_tensor(b, path, "lp_step", ST_F32, 1, (int64_t)rows, 0) : NULL;
+    if (!st) return EXIT_INPUT;
+    q->tokens = (int *)malloc((size_t)tk->nbytes);
+    b->lo = (float *)malloc(rows * sizeof(float)), b->step = (float *)malloc(rows * sizeof(float));
+    if (!q->tokens || !b->lo || !b->step) return fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT;
+    if (st_read_raw(&b->ix, tk, q->tokens, err, sizeof err) || st_read_raw(&b->ix, lo, b->lo, err, sizeof err) || st_read_raw(&b->ix, st, b->step, err, sizeof err))
+        return fprintf(stderr, "colibri: --kld %s\n", err), EXIT_INPUT;
+    for (size_t i = 0; i < q->chunks * (size_t)q->w; i++)
+        if (q->tokens[i] < 0 || q->tokens[i] >= m->c.vocab)
+            return fprintf(stderr, "colibri: --kld %s: tensor 'tokens': id %d at %zu is outside the vocabulary (%d)\n", path, q->tokens[i], i, m->c.vocab), EXIT_INPUT;
+    return 0;
+}
+
+static void kld_close(kld_base *b) {
+    st_close(&b->ix);
+    free(b->lo), free(b->step);
+}
+
+/* Starts the base file OUT: its tensors declared, the window and the text
+ * written. 0, or EXIT_INPUT (said). */
+static int kld_begin(st_writer *wr, const char *path, const quality_text *q, int vocab) {
+    char err[700];
+    int64_t rows = (int64_t)q->chunks * ppl_scored(q->w), n = (int64_t)q->chunks * q->w, one = 1, shape[2] = {rows, vocab};
+    int32_t w32 = q->w;
+    st_writer_init(wr);
+    if (st_writer_add(wr, "window", ST_I32, 1, &one) || st_writer_add(wr, "tokens", ST_I32, 1, &n) || st_writer_add(wr, "logprobs", ST_U16, 2, shape) ||
+        st_writer_add(wr, "lp_lo", ST_F32, 1, &rows) || st_writer_add(wr, "lp_step", ST_F32, 1, &rows))
+        return fprintf(stderr, "colibri: --kld-base %s: out of memory\n", path), EXIT_INPUT;
+    static const char *const meta[] = {"format", "colibri KL-divergence base 1", NULL};
+    if (st_writer_begin(wr, path, meta, err, sizeof err) || st_writer_data(wr, &w32, sizeof w32, err, sizeof err) ||
+        st_writer_data(wr, q->tokens, (size_t)n * sizeof(int32_t), err, sizeof err))
+        return fprintf(stderr, "colibri: --kld-base %s\n", err), EXIT_INPUT;
+    return 0;
+}
+
+/* The run over the text's windows (quality.h's plan): the perplexity, and
+ * with a base file to write or to compare with, each scored position's
+ * distribution packed or compared. */
+typedef struct {
+    coli_model *m;
+    const quality_args *a;
+    quality_text q;
+    st_writer wr;
+    kld_base b;
+    ppl_acc ppl;
+    kld_acc kld;
+    float *lg, *lo, *step;   /* a forward's logits; the packed rows' ranges (--kld-base) */
+    double *lp, *lr;         /* scratch rows of vocab doubles */
+    uint16_t *row;           /* one packed row */
+    size_t at;               /* scored positions so far */
+} quality_run;
+
+/* Scores position j of chunk tk (its logits at lg). 0, or EXIT_INPUT (said). */
+static int quality_score(quality_run *r, const int *tk, int j, const float *lg) {
+    int V = r->m->c.vocab;
+    char err[700];
+    ppl_add(&r->ppl, ppl_nll(lg, V, tk[j + 1]));
+    if (r->a->base_out) {
+        kld_pack(lg, V, r->lp, r->row, &r->lo[r->at], &r->step[r->at]);
+        if (st_writer_data(&r->wr, r->row, (size_t)V * sizeof(uint16_t), err, sizeof err))
+            return fprintf(stderr, "colibri: --kld-base %s\n", err), EXIT_INPUT;
+    }
+    if (r->a->base_in) {
+        const st_tensor *t = r->b.lp;
+        size_t bytes = (size_t)V * sizeof(uint16_t);
+        if (compat_pread_full(r->b.ix.files[t->file].fd, r->row, bytes, t->off + r->at * bytes))
+            return fprintf(stderr, "colibri: --kld %s: read failed: %s\n", r->a->base_in, errno == EIO ? "file truncated or I/O error" : compat_strerror(errno)), EXIT_INPUT;
+        if (kld_unpack(r->row, V, r->b.lo[r->at], r->b.step[r->at], r->lp))
+            return fprintf(stderr, "colibri: --kld %s: row %zu's range (lp_lo, lp_step) is not finite and positive\n", r->a->base_in, r->at), EXIT_INPUT;
+        if (kld_add(&r->kld, r->lp, lg, V, tk[j + 1], r->lr)) return fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT;
+    }
+    r->at++;
+    return 0;
+}
+
+/* Runs the windows, `per` scored positions a forward. 0, or EXIT_INPUT (said). */
+static int quality_windows(quality_run *r, int per) {
+    coli_model *m = r->m;
+    int w = r->q.w, V = m->c.vocab;
+    double t0 = compat_now(), said = t0;
+    for (size_t c = 0; c < r->q.chunks; c++) {
+        const int *tk = r->q.tokens + c * (size_t)w;
+        int first = ppl_first(w);
+        if (fwd_tokens(m, tk, first, 0, NULL)) return fprintf(stderr, "colibri: %s\n", m->err), EXIT_INPUT;
+        for (int j = first; j < w - 1; j += per) {
+            int n = w - 1 - j < per ? w - 1 - j : per;
+            if (fwd_tokens(m, tk + j, n, j, r->lg)) return fprintf(stderr, "colibri: %s\n", m->err), EXIT_INPUT;
+            for (int k = 0; k < n; k++)
+                if (quality_score(r, tk, j + k, r->lg + (size_t)k * V)) return EXIT_INPUT;
+        }
+        if (c + 1 == r->q.chunks || compat_now() - said >= 1.0) { /* a running figure at most once a second */
+            fprintf(stderr, "colibri: perplexity after %zu of %zu windows: %.4f\n", c + 1, r->q.chunks, ppl_value(&r->ppl));
+            said = compat_now();
+        }
+    }
+    m->tel.prompt_tokens = (int)(r->q.chunks * (size_t)(w - 1));
+    m->tel.t_prefill = compat_now() - t0;
+    return 0;
+}
+
+/* The closing lines: the base file finished (--kld-base), the perplexity,
+ * the divergence (--kld). 0, or EXIT_INPUT (said). */
+static int quality_report(quality_run *r) {
+    char err[700];
+    if (r->a->base_out) {
+        size_t rows = r->at;
+        if (st_writer_data(&r->wr, r->lo, rows * sizeof(float), err, sizeof err) || st_writer_data(&r->wr, r->step, rows * sizeof(float), err, sizeof err) ||
+            st_writer_finish(&r->wr, err, sizeof err))
+            return fprintf(stderr, "colibri: --kld-base %s\n", err), EXIT_INPUT;
+        fprintf(stderr, "colibri: KLD base: %zu positions' distributions saved to %s (%.1f MB)\n", rows, r->a->base_out,
+                (double)rows * r->m->c.vocab * sizeof(uint16_t) / 1e6);
+    }
+    print_end(r->m);
+    printf("perplexity: %.4f \xc2\xb1 %.4f over %ld tokens\n", ppl_value(&r->ppl), ppl_stderr(&r->ppl), r->ppl.n);
+    if (r->a->base_in) {
+        long n = r->kld.kl.n;
+        double mean = n ? r->kld.kl.sum / (double)n : 0, se = kld_stderr(&r->kld), p99 = kld_quantile(&r->kld, 0.99);
+        printf("kld: mean %.6f \xc2\xb1 %.6f, 99th percentile %.6f, top-1 agreement %.2f%%, mean delta-p %+.4f%% over %ld tokens\n", mean, se, p99,
+               tel_pct((double)r->kld.top1, (double)n), n ? 100.0 * r->kld.dp_sum / (double)n : 0.0, n);
+    }
+    return 0;
+}
+
+/* --perplexity FILE [--kld-base OUT] / --kld BASE: the text's tokens in
+ * windows of the context (quality.h gives the plan), a running figure on
+ * stderr and, on stdout, "perplexity: P ± E over N tokens", then with --kld
+ * the divergence line. Returns the exit status. */
+static int run_quality(coli_model *m, const quality_args *a, tok *t, int ubatch) {
+    quality_run r;
+    memset(&r, 0, sizeof r);
+    r.m = m, r.a = a;
+    st_writer_init(&r.wr);
+    int V = m->c.vocab, rc = a->base_in ? kld_open(m, a->base_in, &r.b, &r.q) : quality_read_text(m, t, a->text, &r.q);
+    size_t rows = r.q.chunks * (size_t)ppl_scored(r.q.w);
+    int per = (int)(PPL_LOGITS_BYTES / ((size_t)V * sizeof(float)));
+    per = per < 1 ? 1 : per > ubatch ? ubatch : per;
+    if (!rc) {
+        r.lg = (float *)malloc((size_t)per * V * sizeof(float));
+        r.lp = (double *)malloc((size_t)V * sizeof(double)), r.lr = (double *)malloc((size_t)V * sizeof(double));
+        r.row = (uint16_t *)malloc((size_t)V * sizeof(uint16_t));
+        if (a->base_out) r.lo = (float *)malloc(rows * sizeof(float)), r.step = (float *)malloc(rows * sizeof(float));
+        if (!r.lg || !r.lp || !r.lr || !r.row || (a->base_out && (!r.lo || !r.step))) rc = (fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT);
+    }
+    if (!rc && a->base_out) rc = kld_begin(&r.wr, a->base_out, &r.q, V);
+    if (!rc) {
+        fprintf(stderr, "colibri: perplexity of %s: %zu tokens in %zu windows of %d, %d scored in each\n", a->base_in ? a->base_in : a->text,
+                r.q.chunks * (size_t)r.q.w, r.q.chunks, r.q.w, ppl_scored(r.q.w));
+        rc = quality_windows(&r, per);
+    }
+    if (!rc) rc = quality_report(&r);
+    st_writer_free(&r.wr); /* removes an unfinished base file's temporary */
+    kld_close(&r.b);
+    kld_free(&r.kld);
+    free(r.q.tokens), free(r.lg), free(r.lp), free(r.lr), free(r.row), free(r.lo), free(r.step);
+    return rc;
+}
+
 /* Loads the expert usage history for PIN into rows[n_layers][E]. Returns
  * 0 (rows filled or all zero), or -1 for a PIN file that cannot be used. */
 static int usage_history(const coli_model *m, const char *dir, const coli_opts *o, uint64_t *rows, int *have) {
@@ -1849,6 +2086,22 @@ static int check_save_targets(const coli_env *e) {
     return 0;
 }
 
+/* --perplexity FILE, --kld-base OUT and --kld BASE, each at most once, in
+ * any order before MODEL_DIR, with exactly one of FILE and BASE (the
+ * text). 1 when argv is such a command line (q filled), 0 when it names
+ * none of them, -1 when it is wrong. */
+static int quality_argv(int argc, char **argv, quality_args *q) {
+    memset(q, 0, sizeof *q);
+    if (argc < 2 || (strcmp(argv[1], "--perplexity") && strcmp(argv[1], "--kld-base") && strcmp(argv[1], "--kld"))) return 0;
+    if (argc % 2) return -1; /* flag-value pairs, then the model */
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char **v = !strcmp(argv[i], "--perplexity") ? &q->text : !strcmp(argv[i], "--kld-base") ? &q->base_out : !strcmp(argv[i], "--kld") ? &q->base_in : NULL;
+        if (!v || *v) return -1;
+        *v = argv[i + 1];
+    }
+    return !q->text != !q->base_in ? 1 : -1;
+}
+
 static int coli_main(int argc, char **argv) {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
     if (argc == 2 && !strcmp(argv[1], "--env-table")) { env_write_table(stdout); return 0; }
@@ -1858,7 +2111,9 @@ static int coli_main(int argc, char **argv) {
         return run_tokenize(argv[argc - 1], jsonl);
     }
     int chat_flag = argc == 3 && !strcmp(argv[1], "--chat"), serve_flag = argc == 3 && !strcmp(argv[1], "--serve");
-    if (!chat_flag && !serve_flag && (argc != 2 || argv[1][0] == '-')) { usage(stderr); return EXIT_INPUT; }
+    quality_args qa;
+    int quality = quality_argv(argc, argv, &qa);
+    if (quality < 0 || (!chat_flag && !serve_flag && !quality && (argc != 2 || argv[1][0] == '-'))) { usage(stderr); return EXIT_INPUT; }
     const char *dir = argv[argc - 1];
     char err[512];
     coli_env e;
@@ -1872,14 +2127,15 @@ static int coli_main(int argc, char **argv) {
     int have = 0, rc = EXIT_INPUT;
     tok *t = NULL;
     int chat = chat_flag || env_i(&e, ENV_CHAT), serve = serve_flag || env_i(&e, ENV_SERVE);
+    if (quality && (chat || serve || env_v(&e, ENV_PROMPT)->s)) { fprintf(stderr, "colibri: --perplexity and --kld read their text from a file; unset PROMPT, CHAT and SERVE\n"); return EXIT_INPUT; }
     if (chat && env_v(&e, ENV_PROMPT)->s) { fprintf(stderr, "colibri: CHAT reads its turns from stdin; unset PROMPT\n"); return EXIT_INPUT; }
     if (serve && (chat || env_v(&e, ENV_PROMPT)->s)) { fprintf(stderr, "colibri: SERVE takes its prompts over HTTP; unset PROMPT and CHAT\n"); return EXIT_INPUT; }
     if (check_save_targets(&e)) return EXIT_INPUT;
     int fmt = -1; /* the chat format, chosen once from what the model ships */
-    if (env_v(&e, ENV_PROMPT)->s || chat || serve) { /* the tokenizer, and the chat format and its tokens, before any weight is read */
+    if (env_v(&e, ENV_PROMPT)->s || chat || serve || qa.text) { /* the tokenizer, and the chat format and its tokens, before any weight is read */
         char cerr[1200];
         if (!(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail;
-        if ((env_i(&e, ENV_CHAT_TEMPLATE) || serve) && chat_select(dir, t, &fmt, cerr, sizeof cerr)) {
+        if (!quality && (env_i(&e, ENV_CHAT_TEMPLATE) || serve) && chat_select(dir, t, &fmt, cerr, sizeof cerr)) {
             fprintf(stderr, "colibri: %s (%s)\n", cerr, serve ? "serve mode renders every request with it" : "set CHAT_TEMPLATE=0 to send the prompt raw");
             goto out;
         }
@@ -1899,7 +2155,7 @@ static int coli_main(int argc, char **argv) {
     coli_gen g;
     gen_from_env(&e, &m.c, &g);
     g.chat_mode = chat, g.fmt = fmt;
-    rc = serve ? run_serve(&m, dir, &g, t, &e) : chat ? run_chat(&m, dir, &g, t) : g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
+    rc = quality ? run_quality(&m, &qa, t, o.ubatch) : serve ? run_serve(&m, dir, &g, t, &e) : chat ? run_chat(&m, dir, &g, t) : g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
     if (rc != EXIT_INPUT && env_i(&e, ENV_USAGE_SAVE)) usage_save(&m, dir);
     goto out;
 fail:

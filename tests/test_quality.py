@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""What the engine says a model's output is worth, against the reference
+(stdlib only).
+
+--perplexity on a trained fixture's held-out text equals the perplexity
+transformers computed with the same window plan (tools/make_oracle.py,
+ref.json "perplexity_head"), to 4 significant digits, at any UBATCH and
+thread count; a file it cannot use is refused with exit 2 naming it.
+--kld against a base kept by --kld-base: zero against itself, growing as
+load-time quantization takes bits away; a damaged base is refused.
+
+The binary is $COLIBRI (default ./colibri); run from the repository root.
+"""
+import os
+import re
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import FIXTURES, ORACLES, load_json, run  # noqa: E402
+
+LINE = re.compile(r"^perplexity: (\S+) \u00b1 (\S+) over (\d+) tokens$")
+KLD = re.compile(r"^kld: mean (\S+) \u00b1 \S+, 99th percentile (\S+), top-1 agreement (\S+)%, mean delta-p (\S+)% over \d+ tokens$")
+# Fixtures whose ref.json carries the reference perplexity of the first
+# lines of their heldout.txt.
+TRAINED = [d for d in ORACLES if "perplexity_head" in load_json(os.path.join(FIXTURES, d, "ref.json"))]
+
+
+def head(name, lines):
+    """A temporary file holding the first `lines` lines of name's heldout.txt."""
+    with open(os.path.join(FIXTURES, name, "heldout.txt"), "rb") as f:
+        text = b"".join(f.readlines()[:lines])
+    fd, path = tempfile.mkstemp(suffix=".txt")
+    with os.fdopen(fd, "wb") as f:
+        f.write(text)
+    return path
+
+
+def perplexity(name, path, env=None):
+    e = {"USAGE_SAVE": "0"}
+    e.update(env or {})
+    rc, out, err = run(None, e, ["--perplexity", path, os.path.join(FIXTURES, name)], timeout=300)
+    return rc, out, err
+
+
+class Perplexity(unittest.TestCase):
+    def test_equals_the_reference(self):
+        self.assertTrue(TRAINED, "no fixture carries a reference perplexity")
+        for name in TRAINED:
+            ref = load_json(os.path.join(FIXTURES, name, "ref.json"))["perplexity_head"]
+            path = head(name, ref["lines"])
+            try:
+                for env in ({}, {"UBATCH": "5", "THREADS": "1"}, {"UBATCH": "64", "THREADS": "3"}):
+                    rc, out, err = perplexity(name, path, env)
+                    self.assertEqual(rc, 0, name + ": " + err)
+                    m = LINE.match(out.splitlines()[-1])
+                    self.assertTrue(m, out)
+                    p, e, n = float(m.group(1)), float(m.group(2)), int(m.group(3))
+                    self.assertEqual(n, ref["tokens"], (name, env))
+                    # 4 significant digits (the issue's goal); the printed
+                    # figures have 4 decimals, so the rounding is inside.
+                    self.assertLess(abs(p - ref["perplexity"]) / ref["perplexity"], 5e-4, (name, env, p, ref["perplexity"]))
+                    self.assertLess(abs(e - ref["stderr"]), max(5e-4 * ref["stderr"], 1e-4), (name, env, e, ref["stderr"]))
+                    self.assertRegex(err, r"colibri: perplexity after (\d+) of \1 windows: ")
+            finally:
+                os.unlink(path)
+
+
+class Divergence(unittest.TestCase):
+    """--kld-base keeps a run's distributions; --kld compares another run
+    (here: the same weights quantized at load time) with them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.name = TRAINED[0]
+        cls.d = tempfile.mkdtemp()
+        ref = load_json(os.path.join(FIXTURES, cls.name, "ref.json"))["perplexity_head"]
+        cls.text = head(cls.name, ref["lines"])
+        cls.base = os.path.join(cls.d, "base.kld")
+        rc, out, err = run(None, {"USAGE_SAVE": "0"}, ["--perplexity", cls.text, "--kld-base", cls.base, os.path.join(FIXTURES, cls.name)], timeout=300)
+        assert rc == 0, err
+        cls.ppl = LINE.match(out.splitlines()[-1]).group(1)
+
+    @classmethod
+    def tearDownClass(cls):
+        os.unlink(cls.text)
+        for f in os.listdir(cls.d):
+            os.unlink(os.path.join(cls.d, f))
+        os.rmdir(cls.d)
+
+    def kld(self, base, env=None, model=None):
+        e = {"USAGE_SAVE": "0"}
+        e.update(env or {})
+        rc, out, err = run(None, e, ["--kld", base, os.path.join(FIXTURES, model or self.name)], timeout=300)
+        if rc:
+            return rc, None, err
+        m = KLD.match(out.splitlines()[-1])
+        self.assertTrue(m, out)
+        self.assertTrue(LINE.match(out.splitlines()[-2]), out)
+        return rc, (float(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4)), LINE.match(out.splitlines()[-2]).group(1)), err
+
+    def test_the_base_against_itself(self):
+        self.assertEqual([f for f in os.listdir(self.d) if ".tmp" in f], [])
+        rc, (mean, p99, top1, dp, ppl), err = self.kld(self.base)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(ppl, self.ppl)  # the same text, windows and weights
+        self.assertEqual(top1, 100.0)
+        self.assertLess(p99, 1e-5)  # quality.h: the packing's floor is ~1e-7
+
+    def test_fewer_bits_lose_more(self):
+        got = {}
+        for bits in ("8", "4", "2"):
+            rc, r, err = self.kld(self.base, {"EXPERT_BITS": bits, "DENSE_BITS": bits if bits != "2" else "4"})
+            self.assertEqual(rc, 0, err)
+            got[bits] = r
+        self.assertGreater(got["8"][0], 0)
+        self.assertLess(got["8"][0], got["4"][0])
+        self.assertLess(got["4"][0], got["2"][0])
+        self.assertGreaterEqual(got["8"][2], got["2"][2])  # top-1 agreement
+
+    def test_bases_it_cannot_use(self):
+        damaged = os.path.join(self.d, "damaged.kld")
+        with open(self.base, "rb") as f:
+            data = f.read()
+        cases = [(data[: len(data) // 2], "past end of file"), (b"\0" * 64, ""), (data.replace(b'"lp_step"', b'"lp_stop"'), "no tensor 'lp_step'")]
+        for blob, says in cases:
+            with open(damaged, "wb") as f:
+                f.write(blob)
+            rc, r, err = self.kld(damaged)
+            self.assertEqual(rc, 2, err)
+            self.assertIn("damaged.kld", err)
+            self.assertIn(says, err)
+        rc, r, err = self.kld(self.base, {"CTX": "16"})  # windows longer than the context
+        self.assertEqual(rc, 2, err)
+        self.assertIn("do not fit", err)
+        rc, r, err = self.kld(self.base, model=ORACLES[0])  # another vocabulary
+        self.assertEqual(rc, 2, err)
+        self.assertIn("'logprobs' has another dtype or shape", err)
+        rc, out, err = run(None, {"USAGE_SAVE": "0"}, ["--perplexity", self.text, "--kld-base", self.d, os.path.join(FIXTURES, self.name)])
+        self.assertEqual(rc, 2, err)
+        self.assertIn(self.d, err)
+
+
+class Refusals(unittest.TestCase):
+    def test_files_it_cannot_use(self):
+        d = tempfile.mkdtemp()
+        try:
+            short = os.path.join(d, "short.txt")
+            with open(short, "w") as f:
+                f.write("def f(x):\n    return x\n")
+            for path, says in ((os.path.join(d, "missing.txt"), "missing.txt"), (d, d), (short, "fewer than one window")):
+                rc, out, err = perplexity(ORACLES[0], path)
+                self.assertEqual(rc, 2, path + ": " + err)
+                self.assertIn(says, err)
+                self.assertEqual(out, "")
+        finally:
+            for f in os.listdir(d):
+                os.unlink(os.path.join(d, f))
+            os.rmdir(d)
+
+    def test_with_other_modes(self):
+        for env in ({"PROMPT": "hi"}, {"CHAT": "1"}, {"SERVE": "1"}):
+            rc, out, err = perplexity(ORACLES[0], "tests/fixtures/tiny-glm5/ref.json", env)
+            self.assertEqual(rc, 2, err)
+            self.assertIn("--perplexity and --kld read their text from a file", err)
+        d = os.path.join(FIXTURES, ORACLES[0])
+        for args in (["--perplexity", d], ["--kld-base", "x", d], ["--perplexity", "a", "--kld", "b", d], ["--perplexity", "a", "--perplexity", "b", d],
+                     ["--perplexity", "a", "--kld-bas", "b", d]):
+            rc, out, err = run(None, None, args)
+            self.assertEqual(rc, 2, args)
+            self.assertIn("usage:", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
