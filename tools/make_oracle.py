@@ -598,6 +598,18 @@ class Probe:
         self.router_gap = min(self.router_gap, float((v[:, m.top_k - 1] - v[:, m.top_k]).min()))
 
 
+def write_configs(d, spec, cfg, ids):
+    """config.json and generation_config.json of a fixture into d."""
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config_json(spec, cfg), f, indent=2, sort_keys=True)
+        f.write("\n")
+    gen = {k: v for k, v in spec["generation"].items() if k != "eos"}
+    gen.update(eos_token_id=ids["gen_eos"], pad_token_id=ids["pad"])
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump(gen, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def logit_gap(logits):
     v = torch.topk(logits, 2, dim=-1).values
     return float((v[..., 0] - v[..., 1]).min())
@@ -818,14 +830,7 @@ def build(name, spec, outdir):
     else:
         sys.exit("%s: no seed without near-ties" % name)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(config_json(spec, cfg), f, indent=2, sort_keys=True)
-        f.write("\n")
-    gen = {k: v for k, v in spec["generation"].items() if k != "eos"}
-    gen.update(eos_token_id=ids["gen_eos"], pad_token_id=ids["pad"])
-    with open(os.path.join(d, "generation_config.json"), "w") as f:
-        json.dump(gen, f, indent=2, sort_keys=True)
-        f.write("\n")
+    write_configs(d, spec, cfg, ids)
     tensors = checkpoint_tensors(model, cfg)
     if mcfg:
         extra = checkpoint_tensors(mtp, cfg, "model.layers.%d." % cfg.num_hidden_layers)

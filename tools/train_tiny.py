@@ -327,14 +327,7 @@ def main():
     tensors.update(mo.checkpoint_tensors(mtp, cfg, "model.layers.%d." % cfg.num_hidden_layers))
     tensors = {k: v if k.endswith("e_score_correction_bias") else v.to(torch.bfloat16) for k, v in tensors.items()}
     save_file(tensors, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(mo.config_json(spec, cfg), f, indent=2, sort_keys=True)
-        f.write("\n")
-    gen = {k: v for k, v in spec["generation"].items() if k != "eos"}
-    gen.update(eos_token_id=sid["gen_eos"], pad_token_id=sid["pad"])
-    with open(os.path.join(d, "generation_config.json"), "w") as f:
-        json.dump(gen, f, indent=2, sort_keys=True)
-        f.write("\n")
+    mo.write_configs(d, spec, cfg, sid)
     finish(a, spec, counts, hchunks, dict(log=log, train_seconds=round(time.time() - tt), steps=steps,
                                           parameters=n_params, heldout_files=[r for r, _ in chosen],
                                           heldout_modules=[r for r, _ in held], train_files=len(train),
