@@ -297,7 +297,7 @@ CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri buil
 ARM_QEMU ?= qemu-aarch64
 ARM_TEST_BINS := $(if $(and $(shell command -v $(ARM_CC) 2>/dev/null),$(shell command -v $(ARM_QEMU) 2>/dev/null)),arm-build \
                    $(if $(shell command -v $(ARM_CLANG) 2>/dev/null),arm-clang-build))
-test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/test_cuda build/cuda-host/test_batch $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
+test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/colibri-synth build/cuda-host/test_cuda build/cuda-host/test_batch $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
 ARM_WRAPPED := colibri colibri-synth colibri-convert colibri-fault colibri-convert-fault
 arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED))
 build/arm/qemu/%: tests/qemu_arm.sh
@@ -317,8 +317,8 @@ test-windows:
 
 sanitize:
 	@$(MAKE) --no-print-directory -j$(NPROC) sanitize-build
-	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) tests/run.py --sanitize build/asan
-	@TSAN_OPTIONS=halt_on_error=1:exitcode=66 $(PYTHON) tests/run.py --tsan build/tsan
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
+	  $(PYTHON) tests/run.py --sanitize build/asan --tsan build/tsan
 
 # ---- benchmarks (never part of `make test`) -------------------------------
 # make bench: bench/run.py measures the machine's limits and the engine's
