@@ -257,6 +257,7 @@ build/cuda-host/libcolicuda.a: build/cuda-host/cuda_host.o
 	@rm -f $@
 	$(AR) rcs $@ $^
 build/cuda-host/colibri build/cuda-host/test_cuda build/cuda-host/test_batch: build/cuda-host/libcolicuda.a
+build/cuda-host/colibri-synth: build/cuda-host/libcolicuda.a build/test/libkernels.a # on its link line with the flavour's libraries
 # The same under ThreadSanitizer (make sanitize): the GPU tier's barriers,
 # copies and fallback with the team's threads.
 $(eval $(call flavour,build/tsan-cuda-host,$(TSANFLAGS) -DCOLI_HAVE_CUDA,build/tsan-cuda-host/libcolicuda.a build/tsan/libkernels.a $(LIBS) $(OPTLIBS),build/tsan))
