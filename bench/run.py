@@ -6,6 +6,7 @@
 
 Sections, in order: limits (memory and O_DIRECT disk bandwidth), kernels
 (bench_quant), resident, streaming, history, iopaths, spec, serve, batch, grammar,
+quality (formats and speculation on the trained fixture),
 cuda (GPU; skipped without one), tokenizer, convert,
 llamacpp; the limits are probed again at the end. Every figure is paired with
 the limit it is judged against, measured in the same run; llama.cpp runs are
@@ -53,6 +54,9 @@ PLAN_RE = re.compile(r"plan: budget ([\d.]+ [KMG]B) \| resident: dense ([\d.]+ [
 READS_RE = re.compile(r"expert reads: (.*)")
 STOP_RE = re.compile(r"stopped: (.*)")
 DISKWAIT_RE = re.compile(r"disk wait (\d+)% of wall")
+QPPL_RE = re.compile(r"^perplexity: (\S+) \u00b1 (\S+) over (\d+) tokens$", re.M)
+QKLD_RE = re.compile(r"^kld: mean (\S+) \u00b1 (\S+), 99th percentile (\S+), top-1 agreement (\S+)%, mean delta-p (\S+)% over \d+ tokens$", re.M)
+QSPEC_RE = re.compile(r"speculation: (\d+) drafted, (\d+) accepted \([\d.]+%\), ([\d.]+) tokens per forward")
 
 # libgomp waiting: colibri runs inherit the user's environment (the engine's
 # per-token path has its own thread team, team.h, and no OpenMP); these are
@@ -1455,6 +1459,69 @@ class Bench:
                 rows["1"]["forced"], rows["1"]["gen_tokens"], rows["1"]["saved"], rows["1"]["decode_s"], rows["0"]["decode_s"], ratio))
         self.R["grammar"] = g
 
+    def quality(self):
+        """What load-time formats and speculation are worth on a model that
+        learned (tests/fixtures/trained-glm5, docs/training.md): the f32 run
+        of its held-out text kept as a base (--kld-base), each format
+        compared with it (--kld: perplexity, mean and p99 KL divergence,
+        top-1 agreement), and greedy MTP speculation on held-out code per
+        DRAFT (drafts accepted, tokens per forward, decode tok/s against
+        DRAFT=0). Deterministic but for the timings."""
+        d = os.path.join(ROOT, "tests", "fixtures", "trained-glm5")
+        text = os.path.join(d, "heldout.txt")
+        if self.a.quick:  # the first 100 lines: 5 windows
+            text = os.path.join(self.logdir, "heldout-head.txt")
+            with open(os.path.join(d, "heldout.txt"), "rb") as f, open(text, "wb") as g:
+                g.write(b"".join(f.readlines()[:100]))
+        base = os.path.join(self.logdir, "trained-glm5.kld")
+        env = {"USAGE_SAVE": "0"}
+        out, _, _, _, _, _ = self.run("quality-base", [os.path.join(ROOT, "colibri"), "--perplexity", text, "--kld-base", base, d], env)
+        m = QPPL_RE.search(out)
+        q = {"model": "trained-glm5", "text": os.path.relpath(text, ROOT), "base": {"perplexity": float(m.group(1)), "stderr": float(m.group(2)),
+                                                                                    "tokens": int(m.group(3))}, "formats": [], "spec": []}
+        self.say("quality: f32 perplexity %s +/- %s over %s tokens" % m.groups())
+        formats = [{"EXPERT_BITS": "8"}, {"EXPERT_BITS": "8", "IDOT": "0"}, {"EXPERT_BITS": "4"}, {"EXPERT_BITS": "4", "IDOT": "0"},
+                   {"EXPERT_BITS": "4", "GROUP_SIZE": "32"}, {"EXPERT_BITS": "4", "GROUP_SIZE": "64"}, {"EXPERT_BITS": "2"}, {"DENSE_BITS": "8"},
+                   {"DENSE_BITS": "4"}, {"DENSE_BITS": "8", "EXPERT_BITS": "4"}, {"DENSE_BITS": "4", "EXPERT_BITS": "4", "GROUP_SIZE": "32"}]
+        for f in formats[:4] if self.a.quick else formats:
+            out, err, rc, _, _, _ = self.run("quality-" + "-".join("%s%s" % kv for kv in sorted(f.items())), [os.path.join(ROOT, "colibri"), "--kld", base, d],
+                                             dict(env, **f), check=False)
+            m, k = QPPL_RE.search(out), QKLD_RE.search(out)
+            if rc or not (m and k):
+                self.skip("quality " + env_str(f), "exit %d: %s" % (rc, err.strip().splitlines()[-1:] or "no result line"))
+                continue
+            row = {"knobs": f, "perplexity": float(m.group(1)), "kld_mean": float(k.group(1)), "kld_stderr": float(k.group(2)),
+                   "kld_p99": float(k.group(3)), "top1_pct": float(k.group(4)), "delta_p_pct": float(k.group(5))}
+            q["formats"].append(row)
+            self.say("  %-40s perplexity %.4f, KLD %.6f (p99 %.6f), top-1 %.2f%%" % (env_str(f), row["perplexity"], row["kld_mean"], row["kld_p99"],
+                                                                                   row["top1_pct"]))
+        with open(os.path.join(d, "heldout.txt")) as f:
+            lines = f.readlines()
+        prompts = ["".join(lines[s:s + 11]) for s in (99, 299, 499, 699, 899, 1099)][: 2 if self.a.quick else 6]
+        for k in ("0", "1", "2", "3", "4", "-1"):
+            drafted = accepted = toks = 0
+            secs, tpf, busy = 0.0, [], 0.0
+            for i, p in enumerate(prompts):
+                out, err, rc, _, _, _ = self.run("quality-spec-k%s-%d" % (k, i), [os.path.join(ROOT, "colibri"), d],
+                                                 dict(env, PROMPT=p, CHAT_TEMPLATE="0", NGEN="100", TEMP="0", DRAFT=k), check=False)
+                busy = max(busy, (self.last_others or {}).get("others_cpu_frac") or 0.0)
+                e = END_RE.search(err)
+                s = QSPEC_RE.search(err)
+                if rc or not e:
+                    continue
+                n, tps = int(e.group(3)), float(e.group(4))  # generated tokens, their tok/s
+                toks += n
+                secs += n / tps if tps else 0
+                if s:
+                    drafted, accepted = drafted + int(s.group(1)), accepted + int(s.group(2))
+                    tpf.append(float(s.group(3)))
+            row = {"draft": int(k), "drafted": drafted, "accepted": accepted, "tokens_per_forward": tpf, "gen_tokens": toks,
+                   "decode_tok_s": round(toks / secs, 2) if secs else None, "disturbed": busy > BUSY_FRAC}
+            q["spec"].append(row)
+            self.say("  DRAFT=%s: %d of %d drafts accepted, tokens per forward %s, decode %s tok/s" % (
+                k, accepted, drafted, " ".join("%.2f" % x for x in tpf) or "-", row["decode_tok_s"]))
+        self.R["quality"] = q
+
     def cuda(self):
         """The GPU (CUDA builds, build/rel-cuda): bench_cuda's decode matmul
         at GLM-5 dense shapes against the device's copy bandwidth; then
@@ -1765,7 +1832,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("quality", self.quality), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):
@@ -2263,6 +2330,18 @@ def print_table(R, prev):
             if r.get("llamacpp_default_over_spin") is not None:
                 print("%-28s llama.cpp default/spin %.3f [%.3f-%.3f]" % ("", r["llamacpp_default_over_spin"], r["llamacpp_default_over_spin_min"],
                                                                         r["llamacpp_default_over_spin_max"]))
+    if R.get("quality"):
+        Q = R["quality"]
+        b = Q["base"]
+        print("\nquality on %s over %s (f32 perplexity %.4f +/- %.4f over %d tokens; KLD against the f32 run):" % (Q["model"], Q["text"], b["perplexity"],
+                                                                                                         b["stderr"], b["tokens"]))
+        print("  %-44s %11s %10s %10s %8s" % ("knobs", "perplexity", "KLD mean", "KLD p99", "top-1"))
+        for r in Q["formats"]:
+            print("  %-44s %11.4f %10.6f %10.6f %7.2f%%" % (env_str(r["knobs"]), r["perplexity"], r["kld_mean"], r["kld_p99"], r["top1_pct"]))
+        for r in Q["spec"]:
+            print("  DRAFT=%-3d %4d of %4d drafts accepted, tokens per forward %s, decode %s tok/s%s" % (
+                r["draft"], r["accepted"], r["drafted"], " ".join("%.2f" % x for x in r["tokens_per_forward"]) or "-", r["decode_tok_s"],
+                " ! (other processes took more than %d%% of the CPUs)" % (100 * BUSY_FRAC) if r.get("disturbed") else ""))
     if R.get("fuzz"):
         print("\nfuzz (bench/fuzz.json, %s):" % (R.get("fuzz_file") or {}).get("modified", "?"))
         for t in R["fuzz"] if isinstance(R["fuzz"], list) else []:
