@@ -8,6 +8,8 @@ ref.json "perplexity_head"), to 4 significant digits, at any UBATCH and
 thread count; a file it cannot use is refused with exit 2 naming it.
 --kld against a base kept by --kld-base: zero against itself, growing as
 load-time quantization takes bits away; a damaged base is refused.
+Greedy speculation with one draft per forward keeps exactly the drafts
+the reference's simulation of the same rounds keeps.
 
 The binary is $COLIBRI (default ./colibri); run from the repository root.
 """
@@ -140,6 +142,28 @@ class Divergence(unittest.TestCase):
         rc, out, err = run(None, {"USAGE_SAVE": "0"}, ["--perplexity", self.text, "--kld-base", self.d, os.path.join(FIXTURES, self.name)])
         self.assertEqual(rc, 2, err)
         self.assertIn(self.d, err)
+
+
+class Speculation(unittest.TestCase):
+    def test_greedy_acceptance_equals_the_reference(self):
+        """DRAFT=1, greedy, no guard: the prompt's ids, the generated ids and
+        how many of the MTP head's drafts the main model kept equal the
+        reference's simulation of the same rounds (tools/make_oracle.py
+        spec_reference) on held-out code."""
+        runs = [d for d in TRAINED if "spec" in load_json(os.path.join(FIXTURES, d, "ref.json"))]
+        self.assertTrue(runs, "no fixture carries a speculation reference")
+        for name in runs:
+            ref = load_json(os.path.join(FIXTURES, name, "ref.json"))["spec"]
+            env = {"PROMPT": ref["text"], "CHAT_TEMPLATE": "0", "NGEN": str(ref["ngen"]), "TEMP": "0", "DRAFT": "1", "DRAFT_GUARD_PCT": "0",
+                   "TOKENS": "1", "USAGE_SAVE": "0"}
+            rc, out, err = run(os.path.join(FIXTURES, name), env)
+            self.assertEqual(rc, 0, err)
+            ids = lambda what: [int(x) for x in re.search(r"^colibri: %s tokens: (.*)$" % what, err, re.M).group(1).split()]  # noqa: E731
+            self.assertEqual(ids("prompt"), ref["prompt_ids"], name)
+            self.assertEqual(ids("generated"), ref["greedy_ids"], name)
+            m = re.search(r"speculation: (\d+) drafted, (\d+) accepted", err)
+            self.assertTrue(m, err)
+            self.assertEqual((int(m.group(1)), int(m.group(2))), (ref["drafted"], ref["accepted"]), name)
 
 
 class Refusals(unittest.TestCase):

@@ -923,17 +923,58 @@ def heldout_head(text, tok, window, chunks=5):
 
 def prompt_candidates(text, tok, lo, hi):
     """Runs of whole held-out lines, each start line in order, whose tokens
-    number lo..hi."""
+    number lo..hi: (first line, ids, the run's text)."""
     lines = text.split("\n")
     for i in range(len(lines)):
         if not lines[i].strip():
             continue
         for j in range(i + 1, len(lines) + 1):
-            ids = tok.encode("\n".join(lines[i:j]) + "\n", add_special_tokens=False).ids
+            run = "\n".join(lines[i:j]) + "\n"
+            ids = tok.encode(run, add_special_tokens=False).ids
             if len(ids) >= lo:
                 if len(ids) <= hi:
-                    yield i, ids
+                    yield i, ids, run
                 break
+
+
+SPEC_NGEN = 40  # tokens of the speculation reference
+
+
+def spec_reference(model, cfg, mtp, mcfg, prompt, ngen=SPEC_NGEN):
+    """Greedy decoding with one MTP draft per verifying forward (DRAFT=1),
+    as spec.h runs it: after the prefill the first token is the main
+    model's; each round at position pos (token x there, the main model's
+    hidden row h_{pos-1} before it) drafts d = argmax MTP(h_{pos-1}, x),
+    keeps it when it is the main model's greedy token at pos+1 (then the
+    bonus token after it too) and moves on 2 positions, else 1; a round
+    with one token left drafts nothing. Greedy output never depends on the
+    drafts, so the MTP logits are the teacher-forced ones over the greedy
+    sequence. Returns the greedy ids, the accept flag of each draft, and
+    the margins of every decision (main and MTP)."""
+    try:
+        tf, steps, greedy = reference(model, cfg, prompt, ngen + 1)
+    except AssertionError:  # generate() and the cached loop part at a near-tie: not this prompt
+        return None, {"logit": 0.0}, {}
+    full = prompt + greedy
+    m = margins(model, cfg, full, tf, steps, exact_ties=True)
+    probe = Probe(mtp, mcfg, True)
+    with torch.no_grad():
+        h = model.model(input_ids=torch.tensor([full]), use_cache=False).last_hidden_state[0]
+    n = len(prompt)
+    _, lg = mtp_forward(model, mtp, mcfg, h[: len(full) - 1], full[1:])
+    probe.close()
+    used = lg[n - 1:]
+    d = [int(x) for x in torch.argmax(lg, dim=-1)]
+    pos, left, accept = n, ngen - 1, []
+    while left > 0:
+        if left >= 2:
+            ok = d[pos - 1] == full[pos + 1]
+            accept.append(ok)
+            pos, left = pos + (2 if ok else 1), left - (2 if ok else 1)
+        else:
+            pos, left = pos + 1, left - 1
+    mm = dict(index=probe.index_gap, router=probe.router_gap, group=probe.group_gap, logit=logit_gap(used))
+    return dict(greedy_ids=greedy[:ngen], accept=accept, drafted=len(accept), accepted=sum(accept)), m, mm
 
 
 def build_trained(name, spec, outdir, src=None, unigram_counts=None):
@@ -969,7 +1010,7 @@ def build_trained(name, spec, outdir, src=None, unigram_counts=None):
     tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     with open(os.path.join(d, "heldout.txt"), encoding="utf-8") as f:
         text = f.read()
-    for line, prompt in prompt_candidates(text, tok, spec["prompt_len"], spec["prompt_len"] + 16):
+    for line, prompt, _ in prompt_candidates(text, tok, spec["prompt_len"], spec["prompt_len"] + 16):
         tf, steps, greedy = reference(model, cfg, prompt, spec["greedy_len"])
         m = margins(model, cfg, prompt + greedy, tf, steps, exact_ties=True)
         mref = mtp_reference(model, mtp, mcfg, prompt, tf, greedy[0], exact_ties=True)
@@ -993,6 +1034,17 @@ def build_trained(name, spec, outdir, src=None, unigram_counts=None):
              "perplexity_detail": {"window": W, "chunks": chunks, "tokens": n, "stderr": err, "unigram": unigram},
              "perplexity_head": {"lines": lines, "bytes": len(head.encode("utf-8")), "perplexity": hppl, "stderr": herr,
                                  "tokens": hn}}
+    for line, sprompt, run in prompt_candidates(text, tok, spec["prompt_len"], spec["prompt_len"] + 16):
+        sref, m1, m2 = spec_reference(model, cfg, mtp, mcfg, sprompt)
+        ok = sref is not None and margins_ok(m1) and margins_ok(m2)
+        print("%s: speculation on held-out line %d: %s%s" % (name, line + 1, "%d of %d drafts kept" % (sref["accepted"], sref["drafted"]) if sref else
+              "generate() and the cached greedy loop differ", "" if ok else " (rejected: margins %s mtp %s)" % (
+                  {k: "%.2g" % v for k, v in m1.items()}, {k: "%.2g" % v for k, v in m2.items()})))
+        if ok:
+            extra["spec"] = dict(sref, text=run, prompt_ids=sprompt, ngen=SPEC_NGEN, draft=1)
+            break
+    else:
+        sys.exit("%s: no held-out prompt without near-ties for the speculation reference" % name)
     stop = sorted(set(ids["eos"] + ids["gen_eos"]))
     chat = chat_reference(model, d, spec["chat"], stop)
     write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat, mref, extra)
