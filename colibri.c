@@ -1909,7 +1909,7 @@ typedef struct {
     ppl_acc ppl;
     kld_acc kld;
     float *lg, *lo, *step;   /* a forward's logits; the packed rows' ranges (--kld-base) */
-    double *lp, *lr;         /* scratch rows of vocab doubles */
+    double *lp, *lr;         /* rows of vocab doubles: the base's and this run's log-probabilities */
     uint16_t *row;           /* one packed row */
     size_t at;               /* scored positions so far */
 } quality_run;
@@ -1918,9 +1918,13 @@ typedef struct {
 static int quality_score(quality_run *r, const int *tk, int j, const float *lg) {
     int V = r->m->c.vocab;
     char err[700];
-    ppl_add(&r->ppl, ppl_nll(lg, V, tk[j + 1]));
+    if (r->a->base_out || r->a->base_in) { /* the log-probabilities once, for the NLL and the base */
+        kld_log_softmax(lg, V, r->lr);
+        ppl_add(&r->ppl, -r->lr[tk[j + 1]]);
+    } else
+        ppl_add(&r->ppl, ppl_nll(lg, V, tk[j + 1]));
     if (r->a->base_out) {
-        kld_pack(lg, V, r->lp, r->row, &r->lo[r->at], &r->step[r->at]);
+        kld_pack(r->lr, V, r->row, &r->lo[r->at], &r->step[r->at]);
         if (st_writer_data(&r->wr, r->row, (size_t)V * sizeof(uint16_t), err, sizeof err))
             return fprintf(stderr, "colibri: --kld-base %s\n", err), EXIT_INPUT;
     }
@@ -1931,7 +1935,7 @@ static int quality_score(quality_run *r, const int *tk, int j, const float *lg) 
             return fprintf(stderr, "colibri: --kld %s: read failed: %s\n", r->a->base_in, errno == EIO ? "file truncated or I/O error" : compat_strerror(errno)), EXIT_INPUT;
         if (kld_unpack(r->row, V, r->b.lo[r->at], r->b.step[r->at], r->lp))
             return fprintf(stderr, "colibri: --kld %s: row %zu's range (lp_lo, lp_step) is not finite and positive\n", r->a->base_in, r->at), EXIT_INPUT;
-        if (kld_add(&r->kld, r->lp, lg, V, tk[j + 1], r->lr)) return fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT;
+        if (kld_add(&r->kld, r->lp, r->lr, V, tk[j + 1])) return fprintf(stderr, "colibri: out of memory\n"), EXIT_INPUT;
     }
     r->at++;
     return 0;
@@ -1978,8 +1982,9 @@ static int quality_report(quality_run *r) {
     printf("perplexity: %.4f \xc2\xb1 %.4f over %ld tokens\n", ppl_value(&r->ppl), ppl_stderr(&r->ppl), r->ppl.n);
     if (r->a->base_in) {
         long n = r->kld.kl.n;
-        double mean = n ? r->kld.kl.sum / (double)n : 0, se = kld_stderr(&r->kld), p99 = kld_quantile(&r->kld, 0.99);
-        printf("kld: mean %.6f \xc2\xb1 %.6f, 99th percentile %.6f, top-1 agreement %.2f%%, mean delta-p %+.4f%% over %ld tokens\n", mean, se, p99,
+        double p99 = kld_quantile(&r->kld, 0.99);
+        printf("kld: mean %.6f \xc2\xb1 %.6f, 99th percentile %.6f, top-1 agreement %.2f%%, mean delta-p %+.4f%% over %ld tokens\n", ppl_mean(&r->kld.kl),
+               ppl_mean_err(&r->kld.kl), p99,
                tel_pct((double)r->kld.top1, (double)n), n ? 100.0 * r->kld.dp_sum / (double)n : 0.0, n);
     }
     return 0;

@@ -23,15 +23,18 @@
 static inline int ppl_first(int w) { return w / 2; }
 static inline int ppl_scored(int w) { return w - 1 - ppl_first(w); }
 
-/* -log softmax(logits)[target], in double: the log-sum-exp is taken about
- * the row's maximum, so no logit overflows however large. */
-static inline double ppl_nll(const float *logits, int vocab, int target) {
+/* log(sum(exp(logits))) in double, taken about the row's maximum so no
+ * logit overflows however large. */
+static inline double ppl_lse(const float *logits, int vocab) {
     double mx = logits[0], s = 0;
     for (int i = 1; i < vocab; i++)
         if (logits[i] > mx) mx = logits[i];
     for (int i = 0; i < vocab; i++) s += exp((double)logits[i] - mx);
-    return mx + log(s) - (double)logits[target];
+    return mx + log(s);
 }
+
+/* -log softmax(logits)[target], in double. */
+static inline double ppl_nll(const float *logits, int vocab, int target) { return ppl_lse(logits, vocab) - (double)logits[target]; }
 
 /* The running sums of the scored tokens' negative log-likelihoods. */
 typedef struct {
@@ -41,15 +44,20 @@ typedef struct {
 
 static inline void ppl_add(ppl_acc *a, double nll) { a->sum += nll, a->sum2 += nll * nll, a->n++; }
 
-static inline double ppl_value(const ppl_acc *a) { return a->n ? exp(a->sum / (double)a->n) : 0.0; }
+static inline double ppl_mean(const ppl_acc *a) { return a->n ? a->sum / (double)a->n : 0.0; }
 
-/* The standard error of the perplexity: that of the mean NLL (sample
- * variance over n - 1) carried through exp, as llama.cpp reports it. */
-static inline double ppl_stderr(const ppl_acc *a) {
+/* The standard error of the mean (sample variance over n - 1). */
+static inline double ppl_mean_err(const ppl_acc *a) {
     if (a->n < 2) return 0.0;
-    double mean = a->sum / (double)a->n, var = a->sum2 / (double)a->n - mean * mean;
-    return var > 0 ? ppl_value(a) * sqrt(var / (double)(a->n - 1)) : 0.0;
+    double mean = ppl_mean(a), var = a->sum2 / (double)a->n - mean * mean;
+    return var > 0 ? sqrt(var / (double)(a->n - 1)) : 0.0;
 }
+
+static inline double ppl_value(const ppl_acc *a) { return a->n ? exp(ppl_mean(a)) : 0.0; }
+
+/* The standard error of the perplexity: the mean NLL's carried through
+ * exp, as llama.cpp reports it. */
+static inline double ppl_stderr(const ppl_acc *a) { return ppl_value(a) * ppl_mean_err(a); }
 
 /* ------------------------------------------------ KL divergence to a base
  *
@@ -62,18 +70,13 @@ static inline double ppl_stderr(const ppl_acc *a) {
 
 /* The row's log-probabilities in double: logits minus their log-sum-exp. */
 static inline void kld_log_softmax(const float *logits, int vocab, double *lp) {
-    double mx = logits[0], s = 0;
-    for (int i = 1; i < vocab; i++)
-        if (logits[i] > mx) mx = logits[i];
-    for (int i = 0; i < vocab; i++) s += exp((double)logits[i] - mx);
-    double lse = mx + log(s);
+    double lse = ppl_lse(logits, vocab);
     for (int i = 0; i < vocab; i++) lp[i] = (double)logits[i] - lse;
 }
 
-/* Packs a row of logits: q[i] = round((lp[i] - lo) / step). lp is scratch
- * of vocab doubles. */
-static inline void kld_pack(const float *logits, int vocab, double *lp, uint16_t *q, float *lo, float *step) {
-    kld_log_softmax(logits, vocab, lp);
+/* Packs a row of log-probabilities (kld_log_softmax): q[i] =
+ * round((lp[i] - lo) / step). */
+static inline void kld_pack(const double *lp, int vocab, uint16_t *q, float *lo, float *step) {
     double a = lp[0], b = lp[0];
     for (int i = 1; i < vocab; i++) a = lp[i] < a ? lp[i] : a, b = lp[i] > b ? lp[i] : b;
     double st = b > a ? (b - a) / 65535.0 : 1.0;
@@ -108,11 +111,10 @@ typedef struct {
     double dp_sum;   /* sum of p_run(next) - p_base(next) */
 } kld_acc;
 
-/* Adds one position: lb the base's log-probabilities (kld_unpack), logits
- * the run's, lr scratch of vocab doubles, target the token that came.
- * 0, or -1 out of memory. */
-static inline int kld_add(kld_acc *a, const double *lb, const float *logits, int vocab, int target, double *lr) {
-    kld_log_softmax(logits, vocab, lr);
+/* Adds one position: lb the base's log-probabilities (kld_unpack), lr
+ * the run's (kld_log_softmax), target the token that came. 0, or -1 out
+ * of memory. */
+static inline int kld_add(kld_acc *a, const double *lb, const double *lr, int vocab, int target) {
     double kl = 0;
     int ab = 0, ar = 0;
     for (int i = 0; i < vocab; i++) {
@@ -146,13 +148,6 @@ static inline double kld_quantile(kld_acc *a, double q) {
     qsort(a->each, (size_t)a->kl.n, sizeof(double), kld_cmp_);
     size_t k = (size_t)ceil(q * (double)a->kl.n);
     return a->each[k ? k - 1 : 0];
-}
-
-/* The mean divergence's standard error (sample variance over n - 1). */
-static inline double kld_stderr(const kld_acc *a) {
-    if (a->kl.n < 2) return 0.0;
-    double mean = a->kl.sum / (double)a->kl.n, var = a->kl.sum2 / (double)a->kl.n - mean * mean;
-    return var > 0 ? sqrt(var / (double)(a->kl.n - 1)) : 0.0;
 }
 
 static inline void kld_free(kld_acc *a) { free(a->each), a->each = NULL, a->cap = 0; }
