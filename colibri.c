@@ -1346,6 +1346,7 @@ typedef struct {
     fwd_row *rows;   /* [cap] */
     float *out;      /* [cap][vocab] the wanted rows' logits */
     int cap;
+    gr_tabcache gtc; /* grammar masks' token tables between requests */
 } serve_ctx;
 
 /* Ends slot k's request: its answer (or, failed, its error: 503 when the
@@ -1568,6 +1569,7 @@ static int serve_slots_open(serve_ctx *x, coli_model *m, const coli_gen *g, tok 
         }
         sess_use_slot(&cv->s, i);
         sess_set_max_rows(&cv->s, max_rows);
+        cv->s.gtc = &x->gtc;
         if (sess_drafts_off(&cv->s) && !said++ && g->draft_set && g->spec.k)
             fprintf(stderr, "colibri: serve mode decodes without MTP drafts (prefix reuse rewinds the cache, which the drafting state cannot follow)\n");
     }
@@ -1578,6 +1580,7 @@ static void serve_slots_close(serve_ctx *x) {
     for (int i = 0; i < x->nsl && x->sl; i++) conv_close(&x->sl[i].cv);
     free(x->sl), free(x->rows), free(x->out);
     x->sl = NULL, x->rows = NULL, x->out = NULL;
+    gr_tabcache_free(&x->gtc);
 }
 
 /* The model's name for /v1/models: SERVE_MODEL, or the directory's last

@@ -1095,16 +1095,21 @@ static inline int gr_can_end(const gr_state *s) {
 
 /* ------------------------------------------------------------ vocabulary */
 
-/* The tokens' bytes as a trie: node 0 is the root; children by byte. */
+/* The tokens' bytes as a trie: node 0 is the root; children by byte.
+ * Once built, the nodes are renumbered in depth-first order (children by
+ * byte), so a walk is one pass over arrays and a subtree is a range
+ * [i, end[i]) skipped in one step. */
 typedef struct {
     int *child, *sib, *tok; /* first child, next sibling, first token ending here (-1) */
     unsigned char *byte;
     int *tok_next;          /* [n_tokens] next token with the same bytes */
     int n, cap, n_tokens, max_len;
+    int *end, *dep, *par;   /* [n] after building: subtree end, depth (bytes), parent */
 } gr_vocab;
 
 static inline void gr_vocab_free(gr_vocab *v) {
     free(v->child), free(v->sib), free(v->tok), free(v->byte), free(v->tok_next);
+    free(v->end), free(v->dep), free(v->par);
     memset(v, 0, sizeof *v);
 }
 
@@ -1123,6 +1128,35 @@ static inline int gr_vocab_node_(gr_vocab *v, unsigned char b) {
     }
     v->child[v->n] = v->sib[v->n] = v->tok[v->n] = -1, v->byte[v->n] = b;
     return v->n++;
+}
+
+/* Renumbers the trie's nodes depth first (the root stays 0): byte, tok,
+ * end, dep and par indexed by the new numbers; child and sib are freed
+ * (nothing walks by links after this). 0 or -1. */
+static inline int gr_vocab_order_(gr_vocab *v) {
+    int n = v->n, nx = 1, d = 0;
+    int *tok = (int *)malloc((size_t)n * sizeof(int)), *end = (int *)malloc((size_t)n * sizeof(int));
+    int *dep = (int *)malloc((size_t)n * sizeof(int)), *par = (int *)malloc((size_t)n * sizeof(int));
+    int *open = (int *)malloc((size_t)(v->max_len + 2) * sizeof(int)), *next = (int *)malloc((size_t)(v->max_len + 2) * sizeof(int));
+    unsigned char *byte = (unsigned char *)malloc((size_t)n);
+    if (!tok || !end || !dep || !par || !open || !next || !byte) {
+        free(tok), free(end), free(dep), free(par), free(open), free(next), free(byte);
+        return -1;
+    }
+    tok[0] = v->tok[0], dep[0] = 0, par[0] = -1, byte[0] = 0;
+    open[0] = 0, next[0] = v->child[0];
+    while (d >= 0) { /* open[k]: the new number of the node at depth k; next[k]: its next child to number */
+        int c = next[d];
+        if (c < 0) { end[open[d]] = nx, d--; continue; }
+        next[d] = v->sib[c];
+        int i = nx++;
+        tok[i] = v->tok[c], byte[i] = v->byte[c], dep[i] = d + 1, par[i] = open[d];
+        d++, open[d] = i, next[d] = v->child[c];
+    }
+    free(v->child), free(v->sib), free(v->tok), free(v->byte), free(open), free(next);
+    v->child = v->sib = NULL;
+    v->tok = tok, v->byte = byte, v->end = end, v->dep = dep, v->par = par;
+    return 0;
 }
 
 /* Builds the trie of n tokens; bytes[i] NULL (or len 0) leaves token i out
@@ -1152,20 +1186,56 @@ static inline int gr_vocab_build(gr_vocab *v, int n, const char *const *bytes, c
         v->tok_next[i] = v->tok[node], v->tok[node] = i;
         if ((int)lens[i] > v->max_len) v->max_len = (int)lens[i];
     }
-    return 0;
+    return gr_vocab_order_(v) ? (gr_vocab_free(v), -1) : 0;
 }
 
 /* The walk's memory: stack sets interned (an id per distinct set) and the
- * transitions between them by code point, so that a state met at many
- * trie nodes (inside a JSON string almost every character leads back to
- * the same set) is stepped once per code point, then looked up. Kept
- * across masks of the same grammar; cleared when it grows past
- * GR_CACHE_SETS sets. */
+ * transitions between them by code point (ASCII ones in a table per set),
+ * so that a state met at many trie nodes (inside a JSON string almost
+ * every character leads back to the same set) is stepped once per code
+ * point, then looked up. Kept across masks of the same grammar; cleared
+ * when it grows past GR_CACHE_SETS sets.
+ *
+ * And the token tables (XGrammar's idea, written for these stacks): what
+ * a token does from a stack depends mostly on the stack's top frames. For
+ * each distinct top of at most GR_KEY_DEPTH frames met, one walk of the
+ * trie from those frames alone sorts every token into accepted (some way
+ * consumes all its bytes without leaving the frames: accepted whatever
+ * lies below), rejected (every way dies inside them), or uncertain (a way
+ * leaves the frames with bytes still to go: only those depend on the rest
+ * of the stack). A mask is then the union of its stacks' accepted bits
+ * plus the uncertain tokens checked against the whole state; a stack of
+ * at most GR_KEY_DEPTH frames is its own key and leaves nothing uncertain.
+ * The tables outlive the set cache; they are dropped past GR_TAB_BYTES. */
 #define GR_CACHE_SETS 16384
+#define GR_KEY_DEPTH 4
+#define GR_TAB_BYTES ((size_t)64 << 20)
+typedef struct {
+    uint32_t key[GR_KEY_DEPTH];
+    int klen, whole; /* frames; whole: the stack itself, nothing below */
+    uint64_t *acc;   /* [words] tokens accepted from these frames */
+    int *unc, nunc;  /* uncertain subtrees as trie ranges [unc[2k], unc[2k+1]) */
+    int lmax, smax;  /* the longest stack and the most stacks the walk met */
+} gr_tab_;
+
+/* The tables of one grammar over one vocabulary; they can move from one
+ * context to another (gr_mask_give / gr_mask_take) to serve the next
+ * request with the same grammar. */
+typedef struct {
+    gr_tab_ *tab;
+    int n, cap, *idx, icap; /* idx: open addressing over the keys, table + 1 */
+    size_t bytes;
+    uint64_t gid; /* gr_grammar_id of the grammar they are for; 0 none */
+    int words;
+} gr_tables;
+
 typedef struct {
     const gr_grammar *g;
     gr_stacks *sets;
     uint64_t *shash;
+    int *smax_len;     /* [cap] the longest stack of each set */
+    unsigned char *sempty; /* [cap] the set holds the empty stack */
+    int **asc;         /* [cap] next set by ASCII code point (-3 not known yet), or NULL */
     int n, cap;
     int *sidx; /* open addressing over set hashes: set id + 1, 0 empty */
     int scap;
@@ -1175,33 +1245,106 @@ typedef struct {
     gr_stacks tmp;
     uint32_t *buf;
     int limit; /* a step of this mask hit GR_MAX_STACKS or GR_MAX_DEPTH */
+    /* the walk: per trie depth, the set, the partial code point, whether
+     * a way left the table's frames, the node the depth was stepped for */
+    int *wsid, *wprem, *wplen, *wu, *wnode;
+    uint32_t *wpv;
+    int words; /* 64-bit words of a token bitmap */
+    uint64_t *bits;
+    gr_tables tb;
+    int *use; /* [GR_MAX_STACKS] the tables of one mask */
+    int whole_walk; /* tests: always walk the whole trie from the state */
+    int built;      /* tables built since the context was made (for measurements) */
+    uint64_t spread[256]; /* byte b -> eight bytes, byte k = bit k of b */
 } gr_mask_ctx;
 
 static inline void gr_cache_clear_(gr_mask_ctx *c) {
-    for (int i = 0; i < c->n; i++) gr_stacks_free(&c->sets[i]);
+    for (int i = 0; i < c->n; i++) gr_stacks_free(&c->sets[i]), free(c->asc[i]), c->asc[i] = NULL;
     c->n = 0, c->tn = 0;
     if (c->sidx) memset(c->sidx, 0, (size_t)c->scap * sizeof(int));
     if (c->tkey) memset(c->tkey, 0, (size_t)c->tcap * sizeof(uint64_t));
 }
 
+static inline void gr_tables_clear_(gr_tables *t) {
+    for (int i = 0; i < t->n; i++) free(t->tab[i].acc), free(t->tab[i].unc);
+    t->n = 0, t->bytes = 0;
+    if (t->idx) memset(t->idx, 0, (size_t)t->icap * sizeof(int));
+}
+
+static inline void gr_tables_free(gr_tables *t) {
+    gr_tables_clear_(t);
+    free(t->tab), free(t->idx);
+    memset(t, 0, sizeof *t);
+}
+
+static inline void gr_tabs_clear_(gr_mask_ctx *c) { gr_tables_clear_(&c->tb); }
+
+/* A hash of g's rules (two grammars parsed from the same text have the
+ * same), never 0. */
+static inline uint64_t gr_grammar_id(const gr_grammar *g) {
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)g->n_el ^ (uint64_t)g->root << 40;
+    for (int i = 0; i < g->n_el; i++) h = (h ^ (g->el[i].type | (uint64_t)g->el[i].v << 8)) * 0x100000001b3ull;
+    for (int r = 0; r < g->n_rules; r++) h = (h ^ (uint64_t)g->start[r]) * 0x100000001b3ull;
+    return h ? h : 1;
+}
+
+/* Moves the context's tables out (for the next request with the same
+ * grammar); the context keeps none. */
+static inline gr_tables gr_mask_give(gr_mask_ctx *c) {
+    gr_tables t = c->tb;
+    memset(&c->tb, 0, sizeof c->tb);
+    c->tb.words = c->words, c->g = NULL;
+    return t;
+}
+
+/* Gives the context tables made by another (*t is emptied); they are kept
+ * when they are for the grammar of the next mask over a vocabulary of
+ * the same size, dropped otherwise. */
+static inline void gr_mask_take(gr_mask_ctx *c, gr_tables *t) {
+    gr_tables_free(&c->tb);
+    c->tb = *t;
+    memset(t, 0, sizeof *t);
+    if (c->tb.words != c->words) gr_tables_free(&c->tb), c->tb.words = c->words;
+    c->g = NULL; /* the next mask compares the grammar's id with the tables' */
+}
+
 static inline void gr_mask_ctx_free(gr_mask_ctx *c) {
-    gr_cache_clear_(c);
-    free(c->sets), free(c->shash), free(c->sidx), free(c->tkey), free(c->tval), free(c->buf);
+    if (c->sets) gr_cache_clear_(c);
+    gr_tables_free(&c->tb);
+    free(c->sets), free(c->shash), free(c->smax_len), free(c->sempty), free(c->asc), free(c->sidx), free(c->tkey), free(c->tval), free(c->buf);
+    free(c->wsid), free(c->wprem), free(c->wplen), free(c->wu), free(c->wnode), free(c->wpv), free(c->bits);
+    free(c->use);
     gr_stacks_free(&c->tmp);
     memset(c, 0, sizeof *c);
 }
 
 static inline int gr_mask_ctx_init(gr_mask_ctx *c, const gr_vocab *v) {
-    (void)v;
     memset(c, 0, sizeof *c);
     c->scap = 2 * GR_CACHE_SETS, c->tcap = 1 << 16, c->cap = GR_CACHE_SETS;
     c->sets = (gr_stacks *)calloc((size_t)c->cap, sizeof(gr_stacks));
     c->shash = (uint64_t *)malloc((size_t)c->cap * sizeof(uint64_t));
+    c->smax_len = (int *)malloc((size_t)c->cap * sizeof(int));
+    c->sempty = (unsigned char *)malloc((size_t)c->cap);
+    c->asc = (int **)calloc((size_t)c->cap, sizeof(int *));
     c->sidx = (int *)calloc((size_t)c->scap, sizeof(int));
     c->tkey = (uint64_t *)calloc((size_t)c->tcap, sizeof(uint64_t));
     c->tval = (int *)malloc((size_t)c->tcap * sizeof(int));
     c->buf = (uint32_t *)malloc((GR_MAX_DEPTH + 2) * sizeof(uint32_t));
-    return c->sets && c->shash && c->sidx && c->tkey && c->tval && c->buf ? 0 : -1;
+    size_t dn = (size_t)v->max_len + 2;
+    c->wsid = (int *)malloc(dn * sizeof(int)), c->wprem = (int *)malloc(dn * sizeof(int)), c->wplen = (int *)malloc(dn * sizeof(int));
+    c->wu = (int *)malloc(dn * sizeof(int)), c->wnode = (int *)malloc(dn * sizeof(int)), c->wpv = (uint32_t *)malloc(dn * sizeof(uint32_t));
+    c->words = c->tb.words = (v->n_tokens + 63) / 64;
+    c->bits = (uint64_t *)malloc(((size_t)c->words + 1) * sizeof(uint64_t));
+    c->use = (int *)malloc(GR_MAX_STACKS * sizeof(int));
+    for (int b = 0; b < 256; b++) {
+        uint8_t e[8];
+        for (int k = 0; k < 8; k++) e[k] = (uint8_t)(b >> k & 1);
+        memcpy(&c->spread[b], e, 8);
+    }
+    return c->sets && c->shash && c->smax_len && c->sempty && c->asc && c->sidx && c->tkey && c->tval && c->buf && c->wsid && c->wprem &&
+                   c->wplen && c->wu && c->wnode && c->wpv && c->bits && c->use
+               ? 0
+               : -1;
 }
 
 static inline uint64_t gr_set_hash_(const gr_stacks *s) {
@@ -1231,9 +1374,14 @@ static inline int gr_intern_(gr_mask_ctx *c, const gr_stacks *s) {
             if (c->n >= c->cap) return -1;
             gr_stacks *d = &c->sets[c->n];
             memset(d, 0, sizeof *d);
-            for (int k = 0; k < s->n; k++) gr_stacks_add_(d, s->len[k] ? s->d + s->off[k] : NULL, s->len[k]);
+            int longest = 0, empty = 0;
+            for (int k = 0; k < s->n; k++) {
+                gr_stacks_add_(d, s->len[k] ? s->d + s->off[k] : NULL, s->len[k]);
+                if (s->len[k] > longest) longest = s->len[k];
+                empty |= !s->len[k];
+            }
             if (d->oom) { gr_stacks_free(d); return -1; }
-            c->shash[c->n] = h;
+            c->shash[c->n] = h, c->smax_len[c->n] = longest, c->sempty[c->n] = (unsigned char)empty;
             c->sidx[i] = c->n + 1;
             return c->n++;
         }
@@ -1245,6 +1393,8 @@ static inline int gr_intern_(gr_mask_ctx *c, const gr_stacks *s) {
  * survives, -2 when the cache cannot hold it (the caller clears it) or a
  * stack was lost (out of memory; c->limit set when to the limits). */
 static inline int gr_next_(gr_mask_ctx *c, int id, uint32_t cp) {
+    int *asc = cp < 128 ? c->asc[id] : NULL;
+    if (asc && asc[cp] != -3) return asc[cp];
     uint64_t key = ((uint64_t)id << 32 | cp) + 1;
     int mask = c->tcap - 1, slot = (int)((key * 0x9E3779B97F4A7C15ull) >> 40) & mask;
     for (;; slot = (slot + 1) & mask) {
@@ -1255,6 +1405,11 @@ static inline int gr_next_(gr_mask_ctx *c, int id, uint32_t cp) {
     if (c->tmp.oom) { c->limit |= c->tmp.limit; return -2; }
     int r = !c->tmp.n ? -1 : gr_intern_(c, &c->tmp);
     if (r == -1 && c->tmp.n) return -2;
+    if (cp < 128) { /* ASCII: a table of the set's own */
+        if (!asc && (asc = c->asc[id] = (int *)malloc(128 * sizeof(int))))
+            for (int k = 0; k < 128; k++) asc[k] = -3;
+        if (asc) { asc[cp] = r; return r; }
+    }
     if (c->tn * 2 >= c->tcap) { /* grow the transition table */
         int ncap = c->tcap * 2;
         uint64_t *nk = (uint64_t *)calloc((size_t)ncap, sizeof(uint64_t));
@@ -1275,27 +1430,248 @@ static inline int gr_next_(gr_mask_ctx *c, int id, uint32_t cp) {
     return r;
 }
 
-static inline int gr_mask_walk_(const gr_vocab *v, gr_mask_ctx *cx, int node, int sid, uint32_t pv, int prem, int plen, uint8_t *allowed,
-                                int *full) {
-    int count = 0;
-    for (int c = v->child[node]; c >= 0 && !*full; c = v->sib[c]) {
-        uint32_t npv = pv, cp;
-        int nprem = prem, nplen = plen;
-        int r = gr_utf8_(&npv, &nprem, &nplen, v->byte[c], &cp);
-        if (r < 0) continue;
-        int next = sid;
-        if (r == 1) {
-            next = gr_next_(cx, sid, cp);
-            if (next == -2) { *full = 1; return count; }
-            if (next < 0) continue;
-        } else {
-            uint32_t lo, hi;
-            if (!gr_partial_range_(npv, nprem, nplen, &lo, &hi) || !gr_admits_range_(cx->g, &cx->sets[sid], lo, hi)) continue;
-        }
-        for (int t = v->tok[c]; t >= 0; t = v->tok_next[t]) allowed[t] = 1, count++;
-        if (v->child[c] >= 0) count += gr_mask_walk_(v, cx, c, next, npv, nprem, nplen, allowed, full);
+/* Steps trie node i (depth d) from the walk's state at depth d - 1 into
+ * depth d: 1 some way goes on, 0 none (its subtree is dead), -2 the cache
+ * is full or a limit was hit (gr_next_). */
+static inline int gr_walk_step_(const gr_vocab *v, gr_mask_ctx *c, int i, int d) {
+    uint32_t pv = c->wpv[d - 1], cp;
+    int prem = c->wprem[d - 1], plen = c->wplen[d - 1], sid = c->wsid[d - 1];
+    int r = gr_utf8_(&pv, &prem, &plen, v->byte[i], &cp);
+    if (r < 0) return 0;
+    if (r == 1) {
+        if ((sid = gr_next_(c, sid, cp)) < 0) return sid == -2 ? -2 : 0;
+    } else {
+        uint32_t lo, hi;
+        if (!gr_partial_range_(pv, prem, plen, &lo, &hi) || !gr_admits_range_(c->g, &c->sets[sid], lo, hi)) return 0;
     }
-    return count;
+    c->wsid[d] = sid, c->wpv[d] = pv, c->wprem[d] = prem, c->wplen[d] = plen;
+    return 1;
+}
+
+static inline void gr_bits_tokens_(const gr_vocab *v, int i, uint64_t *bits) {
+    for (int t = v->tok[i]; t >= 0; t = v->tok_next[t]) bits[t >> 6] |= 1ull << (t & 63);
+}
+
+/* Sets in bits the tokens of trie nodes [lo, hi) (a run of whole subtrees
+ * whose parent's state is at depth dep[lo] - 1) that the walk's state lets
+ * through. 0 or -2 (gr_next_). */
+static inline int gr_walk_(const gr_vocab *v, gr_mask_ctx *c, int lo, int hi, uint64_t *bits) {
+    for (int i = lo; i < hi;) {
+        int r = gr_walk_step_(v, c, i, v->dep[i]);
+        if (r < 0) return r;
+        if (!r) { i = v->end[i]; continue; }
+        gr_bits_tokens_(v, i, bits);
+        i++;
+    }
+    return 0;
+}
+
+/* The table of frames st[0..n) (whole: the stack itself) from the set
+ * sid holding that one stack: one walk of the trie. 0 or -2 (gr_next_). */
+static inline int gr_tab_fill_(const gr_vocab *v, gr_mask_ctx *c, gr_tab_ *t, int sid) {
+    int cap = 0;
+    memset(t->acc, 0, (size_t)c->words * sizeof(uint64_t));
+    t->nunc = 0, t->lmax = c->smax_len[sid], t->smax = c->sets[sid].n;
+    c->wsid[0] = sid, c->wpv[0] = 0, c->wprem[0] = c->wplen[0] = 0, c->wu[0] = 0;
+    for (int i = 1; i < v->n;) {
+        int d = v->dep[i];
+        /* a way that left the frames at or before the parent's last code point */
+        int u = c->wu[d - 1] || (!t->whole && c->sempty[c->wsid[d - 1]]);
+        int r = gr_walk_step_(v, c, i, d);
+        if (r < 0) return r;
+        if (!r) {
+            uint32_t pv = c->wpv[d - 1], cp;
+            int prem = c->wprem[d - 1], plen = c->wplen[d - 1];
+            if (u && gr_utf8_(&pv, &prem, &plen, v->byte[i], &cp) >= 0) { /* uncertain subtree (invalid UTF-8 never is) */
+                if (t->nunc && t->unc[2 * t->nunc - 1] == i) t->unc[2 * t->nunc - 1] = v->end[i];
+                else {
+                    if (t->nunc == cap) {
+                        int nc = cap ? cap * 2 : 64, *nu = (int *)realloc(t->unc, (size_t)nc * 2 * sizeof(int));
+                        if (!nu) return -2;
+                        t->unc = nu, cap = nc;
+                    }
+                    t->unc[2 * t->nunc] = i, t->unc[2 * t->nunc + 1] = v->end[i], t->nunc++;
+                }
+            }
+            i = v->end[i];
+            continue;
+        }
+        int s = c->wsid[d];
+        if (c->smax_len[s] > t->lmax) t->lmax = c->smax_len[s];
+        if (c->sets[s].n > t->smax) t->smax = c->sets[s].n;
+        c->wu[d] = u;
+        gr_bits_tokens_(v, i, t->acc);
+        i++;
+    }
+    return 0;
+}
+
+static inline uint32_t gr_key_hash_(const uint32_t *k, int n, int whole) {
+    uint32_t h = gr_stack_hash_(k, n) ^ (uint32_t)whole * 0x9E3779B9u;
+    return h ? h : 1;
+}
+
+/* The table of the stack st[0..n): its index, built when new; -2 as
+ * gr_next_ (the cache is full, or a limit: c->limit), -1 out of memory. */
+static inline int gr_tab_of_(const gr_vocab *v, gr_mask_ctx *c, const uint32_t *st, int n) {
+    int k = n < GR_KEY_DEPTH ? n : GR_KEY_DEPTH, whole = n <= GR_KEY_DEPTH;
+    const uint32_t *key = st + n - k;
+    uint32_t h = gr_key_hash_(key, k, whole);
+    if (c->tb.icap) {
+        for (int s = (int)(h & (uint32_t)(c->tb.icap - 1));; s = (s + 1) & (c->tb.icap - 1)) {
+            int id = c->tb.idx[s] - 1;
+            if (id < 0) break;
+            gr_tab_ *t = &c->tb.tab[id];
+            if (t->klen == k && t->whole == whole && !memcmp(t->key, key, (size_t)k * 4)) return id;
+        }
+    }
+    size_t tb = (size_t)c->words * sizeof(uint64_t);
+    if (c->tb.bytes + tb > GR_TAB_BYTES) gr_tabs_clear_(c);
+    if (c->tb.n == c->tb.cap) {
+        int nc = c->tb.cap ? c->tb.cap * 2 : 64;
+        gr_tab_ *nt = (gr_tab_ *)realloc(c->tb.tab, (size_t)nc * sizeof *nt);
+        if (!nt) return -1;
+        c->tb.tab = nt, c->tb.cap = nc;
+    }
+    if (4 * (c->tb.n + 1) > 3 * c->tb.icap) { /* the index at most 3/4 full */
+        int nc = c->tb.icap ? c->tb.icap * 2 : 256, *ni = (int *)calloc((size_t)nc, sizeof(int));
+        if (!ni) return -1;
+        for (int i = 0; i < c->tb.n; i++) {
+            gr_tab_ *t = &c->tb.tab[i];
+            int s = (int)(gr_key_hash_(t->key, t->klen, t->whole) & (uint32_t)(nc - 1));
+            while (ni[s]) s = (s + 1) & (nc - 1);
+            ni[s] = i + 1;
+        }
+        free(c->tb.idx), c->tb.idx = ni, c->tb.icap = nc;
+    }
+    gr_tab_ *t = &c->tb.tab[c->tb.n];
+    memset(t, 0, sizeof *t);
+    memcpy(t->key, key, (size_t)k * 4), t->klen = k, t->whole = whole;
+    if (!(t->acc = (uint64_t *)malloc(tb))) return -1;
+    gr_stacks_clear_(&c->tmp);
+    gr_stacks_add_(&c->tmp, key, k);
+    int sid = c->tmp.oom ? -1 : gr_intern_(c, &c->tmp), rc = sid < 0 ? -2 : gr_tab_fill_(v, c, t, sid);
+    if (rc) { free(t->acc), free(t->unc); return rc; }
+    int s = (int)(h & (uint32_t)(c->tb.icap - 1));
+    while (c->tb.idx[s]) s = (s + 1) & (c->tb.icap - 1);
+    c->tb.idx[s] = c->tb.n + 1, c->tb.bytes += tb + (size_t)t->nunc * 2 * sizeof(int), c->built++;
+    return c->tb.n++;
+}
+
+/* The uncertain subtrees of table t checked from the whole state (set
+ * sid, no partial code point) into c->bits. 0 or -2 (gr_next_). */
+static inline int gr_tab_check_(const gr_vocab *v, gr_mask_ctx *c, const gr_tab_ *t, int sid) {
+    int path = 0; /* depths 1..path hold the states of wnode[1..path] */
+    c->wsid[0] = sid, c->wpv[0] = 0, c->wprem[0] = c->wplen[0] = 0;
+    for (int k = 0; k < t->nunc; k++) {
+        int lo = t->unc[2 * k], hi = t->unc[2 * k + 1], d = v->dep[lo], alive = 1;
+        for (int x = v->par[lo], e = d - 1; e >= 1; x = v->par[x], e--) c->wnode[e] = x == c->wnode[e] && e <= path ? x : ~x;
+        for (int e = 1; e < d; e++) { /* the ancestors not stepped yet (a run already known: no step) */
+            if (c->wnode[e] >= 0) continue;
+            int x = c->wnode[e] = ~c->wnode[e];
+            for (int f = e + 1; f < d; f++) if (c->wnode[f] >= 0) c->wnode[f] = ~c->wnode[f]; /* below a new step nothing is known */
+            int r = gr_walk_step_(v, c, x, e);
+            if (r < 0) return r;
+            if (!r) { alive = 0, path = e - 1; break; }
+        }
+        if (!alive) continue;
+        path = d - 1;
+        int r = gr_walk_(v, c, lo, hi, c->bits);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+/* The mask of state s by the tables of its stacks' tops into c->bits: 0,
+ * 1 when the tables cannot decide it (a partial code point pending, or a
+ * stack so deep or a state so wide that a limit could bind: the caller
+ * walks the whole trie), -2 as gr_next_, -1 out of memory. */
+static inline int gr_mask_tabs_(const gr_vocab *v, gr_mask_ctx *c, const gr_state *s, int sid) {
+    if (s->prem || c->whole_walk) return 1;
+    int nuse = 0, ways = 0;
+    for (int i = 0; i < s->st.n; i++) {
+        int n = s->st.len[i];
+        if (!n) continue;
+        int id = gr_tab_of_(v, c, s->st.d + s->st.off[i], n);
+        if (id < 0) return id;
+        const gr_tab_ *t = &c->tb.tab[id];
+        if (n - t->klen + t->lmax > GR_MAX_DEPTH - 2 || (ways += t->smax) > GR_MAX_STACKS) return 1;
+        int seen = 0;
+        for (int k = 0; k < nuse && !seen; k++) seen = c->use[k] == id;
+        if (!seen) c->use[nuse++] = id;
+    }
+    memset(c->bits, 0, (size_t)c->words * sizeof(uint64_t));
+    for (int k = 0; k < nuse; k++) {
+        const uint64_t *a = c->tb.tab[c->use[k]].acc;
+        for (int w = 0; w < c->words; w++) c->bits[w] |= a[w];
+    }
+    for (int k = 0; k < nuse; k++) {
+        int r = gr_tab_check_(v, c, &c->tb.tab[c->use[k]], sid);
+        if (r) return r;
+    }
+    return 0;
+}
+
+/* Tables of recent grammars, for the next request with the same one (a
+ * client sends the same tools and schema request after request): at most
+ * GR_TABCACHE_N grammars and GR_TABCACHE_BYTES, the least recently kept
+ * dropped first. */
+#define GR_TABCACHE_N 8
+#define GR_TABCACHE_BYTES ((size_t)128 << 20)
+typedef struct {
+    gr_tables t[GR_TABCACHE_N];
+    uint64_t when[GR_TABCACHE_N], clock;
+} gr_tabcache;
+
+static inline void gr_tabcache_free(gr_tabcache *k) {
+    for (int i = 0; i < GR_TABCACHE_N; i++) gr_tables_free(&k->t[i]);
+    memset(k, 0, sizeof *k);
+}
+
+/* Keeps *t (emptied): it replaces the entry of the same grammar when it
+ * holds more tables, else the oldest; tables of no grammar are freed. */
+static inline void gr_tabcache_put(gr_tabcache *k, gr_tables *t) {
+    int at = -1;
+    for (int i = 0; i < GR_TABCACHE_N && at < 0; i++)
+        if (k->t[i].gid == t->gid) at = i;
+    if (!t->gid || !t->n || (at >= 0 && k->t[at].n >= t->n)) { gr_tables_free(t); return; }
+    for (int i = 0; i < GR_TABCACHE_N && at < 0; i++)
+        if (!k->t[i].n) at = i;
+    if (at < 0) /* the least recently kept */
+        for (int i = at = 0; i < GR_TABCACHE_N; i++)
+            if (k->when[i] < k->when[at]) at = i;
+    gr_tables_free(&k->t[at]);
+    k->t[at] = *t, k->when[at] = ++k->clock;
+    memset(t, 0, sizeof *t);
+    for (;;) { /* within the bytes, the oldest others dropped */
+        size_t all = 0;
+        int old = -1;
+        for (int i = 0; i < GR_TABCACHE_N; i++) {
+            all += k->t[i].bytes;
+            if (i != at && k->t[i].n && (old < 0 || k->when[i] < k->when[old])) old = i;
+        }
+        if (all <= GR_TABCACHE_BYTES || old < 0) break;
+        gr_tables_free(&k->t[old]);
+    }
+}
+
+/* Moves the tables of grammar id gid into *out: 1, or 0 when none are kept. */
+static inline int gr_tabcache_take(gr_tabcache *k, uint64_t gid, gr_tables *out) {
+    for (int i = 0; i < GR_TABCACHE_N; i++)
+        if (k->t[i].gid == gid && k->t[i].n) {
+            *out = k->t[i];
+            memset(&k->t[i], 0, sizeof k->t[i]);
+            return 1;
+        }
+    return 0;
+}
+
+/* Bits set in x. */
+static inline int gr_popcount_(uint64_t x) {
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (int)((x * 0x0101010101010101ull) >> 56);
 }
 
 /* Sets allowed[t] = 1 for each token whose bytes can continue the text
@@ -1304,17 +1680,39 @@ static inline int gr_mask_walk_(const gr_vocab *v, gr_mask_ctx *cx, int node, in
  * more than GR_MAX_STACKS ways to follow: too ambiguous to decide).
  * Whether the grammar may end here is gr_can_end. */
 static inline int gr_mask(const gr_grammar *g, const gr_state *s, const gr_vocab *v, gr_mask_ctx *cx, uint8_t *allowed) {
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (cx->g != g || attempt) gr_cache_clear_(cx), cx->g = g;
-        memset(allowed, 0, (size_t)v->n_tokens);
+    int rc = -1;
+    for (int attempt = 0; attempt < 2 && rc == -1; attempt++) {
+        if (cx->g != g) {
+            uint64_t id = gr_grammar_id(g);
+            gr_cache_clear_(cx), cx->g = g;
+            if (cx->tb.gid != id) gr_tabs_clear_(cx), cx->tb.gid = id;
+        }
+        else if (attempt) gr_cache_clear_(cx);
         cx->limit = 0;
-        int sid = gr_intern_(cx, &s->st), full = 0;
+        int sid = gr_intern_(cx, &s->st);
         if (sid < 0) continue;
-        int n = gr_mask_walk_(v, cx, 0, sid, s->pv, s->prem, s->plen, allowed, &full);
+        int r = gr_mask_tabs_(v, cx, s, sid);
+        if (r == 1) {
+            memset(cx->bits, 0, (size_t)cx->words * sizeof(uint64_t));
+            cx->wsid[0] = sid, cx->wpv[0] = s->pv, cx->wprem[0] = s->prem, cx->wplen[0] = s->plen;
+            r = gr_walk_(v, cx, 1, v->n, cx->bits);
+        }
         if (cx->limit) return -2;
-        if (!full) return n;
+        if (!r) rc = 0;
     }
-    return -1;
+    if (rc) return rc;
+    int n = 0, full = v->n_tokens / 64;
+    for (int w = 0; w < cx->words; w++) {
+        uint64_t x = cx->bits[w];
+        n += gr_popcount_(x);
+        if (w < full) /* eight tokens a store: the bits of a byte spread to one byte each */
+            for (int k = 0; k < 8; k++) {
+                memcpy(allowed + w * 64 + 8 * k, &cx->spread[x >> (8 * k) & 0xFF], 8);
+            }
+        else
+            for (int k = 0; k < v->n_tokens - w * 64; k++) allowed[w * 64 + k] = (uint8_t)(x >> k & 1);
+    }
+    return n;
 }
 
 /* ------------------------------------------------------------ JSON schema */
@@ -1364,6 +1762,88 @@ static inline void gr_js_lit_(jw *w, const char *s, size_t n) {
         else jw_raw(w, (const char *)&c, 1);
     }
     jw_lit(w, "\"");
+}
+
+/* A list of texts (enum values as written) to be one alternation. */
+typedef struct {
+    char *s;
+    size_t len;
+} gr_js_text_;
+typedef struct {
+    gr_js_text_ *t;
+    int n, cap;
+} gr_js_alts_;
+
+static inline void gr_js_alts_free_(gr_js_alts_ *a) {
+    for (int i = 0; i < a->n; i++) free(a->t[i].s);
+    free(a->t);
+    memset(a, 0, sizeof *a);
+}
+
+/* Adds a copy of s[0..n). 0 or -1 (out of memory). */
+static inline int gr_js_alts_add_(gr_js_alts_ *a, const char *s, size_t n) {
+    if (a->n == a->cap) {
+        int nc = a->cap ? a->cap * 2 : 16;
+        gr_js_text_ *nt = (gr_js_text_ *)realloc(a->t, (size_t)nc * sizeof *nt);
+        if (!nt) return -1;
+        a->t = nt, a->cap = nc;
+    }
+    char *c = (char *)malloc(n + 1);
+    if (!c) return -1;
+    memcpy(c, s, n), c[n] = 0;
+    a->t[a->n].s = c, a->t[a->n++].len = n;
+    return 0;
+}
+
+static inline int gr_js_text_cmp_(const void *x, const void *y) {
+    const gr_js_text_ *a = (const gr_js_text_ *)x, *b = (const gr_js_text_ *)y;
+    int r = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
+    return r ? r : a->len < b->len ? -1 : a->len > b->len;
+}
+
+#define GR_JS_TRIE_NEST 256 /* nested groups of an alternation's trie; deeper, the rest is written flat */
+
+/* Texts t[lo..hi) (sorted, distinct, sharing their first `off` bytes)
+ * from byte off on, as GBNF: their common prefix, then one group whose
+ * alternatives start with different characters (and `?` when a text ends
+ * there). A character is never split between a literal and a group. */
+static inline void gr_js_trie_(jw *w, const gr_js_text_ *t, int lo, int hi, size_t off, int nest) {
+    const char *f = t[lo].s, *l = t[hi - 1].s;
+    size_t fl = t[lo].len, ll = t[hi - 1].len, p = off;
+    while (p < fl && p < ll && f[p] == l[p]) p++; /* sorted: the first and last share what all share */
+    while (p > off && ((p < fl && (f[p] & 0xC0) == 0x80) || (p < ll && (l[p] & 0xC0) == 0x80))) p--;
+    if (p > off) gr_js_lit_(w, f + off, p - off);
+    if (hi - lo == 1) {
+        if (p == off && fl == off) jw_lit(w, "\"\"");
+        return;
+    }
+    int ends = fl == p, groups = 0;
+    if (p > off) jw_lit(w, " ");
+    jw_lit(w, "(");
+    for (int i = lo + ends; i < hi;) {
+        unsigned char b = (unsigned char)t[i].s[p];
+        size_t cl = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+        int j = i + 1;
+        if (nest < GR_JS_TRIE_NEST)
+            while (j < hi && t[j].len >= p + cl && !memcmp(t[j].s + p, t[i].s + p, cl)) j++;
+        if (groups++) jw_lit(w, " | ");
+        gr_js_trie_(w, t, i, j, p, nest + 1);
+        i = j;
+    }
+    jw_lit(w, ends ? ")?" : ")");
+}
+
+/* The texts of a as one GBNF alternation into w, duplicates dropped, as a
+ * trie (gr_js_trie_); a is sorted. */
+static inline void gr_js_alts_write_(jw *w, gr_js_alts_ *a) {
+    int m = 0;
+    qsort(a->t, (size_t)a->n, sizeof *a->t, gr_js_text_cmp_);
+    for (int i = 0; i < a->n; i++) {
+        if (m && !gr_js_text_cmp_(&a->t[m - 1], &a->t[i])) { free(a->t[i].s); continue; }
+        a->t[m++] = a->t[i];
+    }
+    a->n = m;
+    if (m) gr_js_trie_(w, a->t, 0, m, 0, 0);
 }
 
 /* jkey/kchar: an object key as JSON writes it (json.dumps, jw_strn): one
@@ -2052,16 +2532,18 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
         if (e >= 0 && !js_count(d, e)) return gr_js_fail_(c, "%s", "\"enum\" must be a non-empty array");
         const char *o = gr_js_other_(d, s, e >= 0 ? "enum" : "const", 1);
         if (o) return gr_js_fail_(c, "\"%s\" beside \"%s\" is not supported", e >= 0 ? "enum" : "const", o);
-        int any = 0;
-        for (int v = e >= 0 ? js_first(d, e) : cst; v >= 0; v = e >= 0 ? js_next(d, v) : -1) {
+        gr_js_alts_ al = {0};
+        int rc = 0;
+        for (int v = e >= 0 ? js_first(d, e) : cst; v >= 0 && !rc; v = e >= 0 ? js_next(d, v) : -1) {
             if (!(gr_js_value_type_(d, v) & tm)) continue; /* ruled out by type */
             jw vj = {0};
-            if (gr_js_canon_(c, &vj, d, v)) { jw_free(&vj); return -1; }
-            if (any++) jw_lit(body, " | ");
-            gr_js_lit_(body, vj.s, vj.n);
+            rc = gr_js_canon_(c, &vj, d, v) ? -1 : gr_js_alts_add_(&al, vj.s, vj.n) ? gr_js_fail_(c, "%s", "out of memory") : 0;
             jw_free(&vj);
         }
-        return any > 0;
+        if (!rc && al.n) gr_js_alts_write_(body, &al);
+        int any = al.n;
+        gr_js_alts_free_(&al);
+        return rc ? -1 : any > 0;
     }
     int any = 0, r;
     jw part = {0};
@@ -2266,17 +2748,18 @@ static inline int gr_tool_value_(gr_js_ *c, const js_doc *d, int prop) {
     if (en >= 0 && (js_typeof(d, en) != JS_ARR || !js_count(d, en))) return gr_js_fail_(c, "%s", "\"enum\" must be a non-empty array");
     int k = gr_js_rule_(c);
     if (en >= 0) {
-        int first = 1;
+        gr_js_alts_ al = {0};
         for (int e = js_first(d, en); e >= 0; e = js_next(d, e)) {
-            if (js_typeof(d, e) != JS_STR) return gr_js_fail_(c, "%s", "a string property's enum lists a value that is not a string");
+            if (js_typeof(d, e) != JS_STR) return gr_js_alts_free_(&al), gr_js_fail_(c, "%s", "a string property's enum lists a value that is not a string");
             int len = 0; /* in code points, against minLength/maxLength */
             for (uint32_t i = 0; i < js_str_len(d, e); i++) len += (js_str(d, e)[i] & 0xC0) != 0x80;
             if (len < mn || (mx >= 0 && len > mx)) continue;
-            if (!first) jw_lit(&c->out, " | ");
-            gr_js_lit_(&c->out, js_str(d, e), js_str_len(d, e));
-            first = 0;
+            if (gr_js_alts_add_(&al, js_str(d, e), js_str_len(d, e))) return gr_js_alts_free_(&al), gr_js_fail_(c, "%s", "out of memory");
         }
-        if (first) return gr_js_fail_(c, "the string argument \"%.100s\" matches no value", js_key(d, prop));
+        int none = !al.n;
+        if (!none) gr_js_alts_write_(&c->out, &al);
+        gr_js_alts_free_(&al);
+        if (none) return gr_js_fail_(c, "the string argument \"%.100s\" matches no value", js_key(d, prop));
         jw_lit(&c->out, "\n");
     } else {
         char b[64];

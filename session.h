@@ -115,6 +115,7 @@ typedef struct {
     int g_tag[SESS_MAX_TAGS], g_ntag;   /* the tag tokens in gv (special tokens), dropped from other grammars' masks */
     gr_state gst;
     gr_mask_ctx gcx;
+    gr_tabcache *gtc;               /* where the tables of finished grammars wait for the next request with the same (serve), or NULL */
     uint8_t *allowed;
     long g_steps, g_forced, g_saved;
     double g_mask_s;
@@ -186,6 +187,10 @@ static inline int sess_drafts_off(sess *s) {
  * and grammar drafts take the verifying forward; s->note says so). 0, or
  * -1 (out of memory). */
 static inline int sess_grammar(sess *s, const gr_grammar *gram, const gr_vocab *gv, int tools) {
+    if (s->gtc && s->gram) {
+        gr_tables t = gr_mask_give(&s->gcx);
+        gr_tabcache_put(s->gtc, &t);
+    }
     gr_mask_ctx_free(&s->gcx);
     free(s->allowed), s->allowed = NULL;
     s->gram = gram, s->gv = gv, s->g_tools = tools;
@@ -194,6 +199,8 @@ static inline int sess_grammar(sess *s, const gr_grammar *gram, const gr_vocab *
     s->g_ntag = sess_tag_ids(s->t, gv->n_tokens, s->g_tag);
     if (sess_drafts_off(s)) snprintf(s->note, sizeof s->note, "grammar-constrained output decodes without MTP drafts");
     if (!(s->allowed = (uint8_t *)malloc((size_t)gv->n_tokens + 1)) || gr_mask_ctx_init(&s->gcx, gv)) return -1;
+    gr_tables t;
+    if (s->gtc && gr_tabcache_take(s->gtc, gr_grammar_id(gram), &t)) gr_mask_take(&s->gcx, &t);
     return 0;
 }
 

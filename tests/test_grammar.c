@@ -369,6 +369,225 @@ static void test_too_ambiguous(const tok *t, const gr_vocab *v) {
     free(text);
 }
 
+/* The token tables against the whole walk: random walks over a 32k BPE
+ * vocabulary (byte tokens that end inside a character included), a
+ * mask from the tables and one walking the whole trie at every step,
+ * equal token for token. Half the picks go to the shortest allowed
+ * tokens, so walks reach nesting deeper than a table's frames. Returns
+ * the steps compared. */
+static int tables_walk_ctx(const gr_grammar *g, const tok *t, const gr_vocab *v, gr_mask_ctx *ap, int walks, int steps) {
+    gr_mask_ctx b, *a = ap;
+    CHECK(gr_mask_ctx_init(&b, v) == 0);
+    b.whole_walk = 1;
+    uint8_t *ma = (uint8_t *)malloc((size_t)v->n_tokens), *mb = (uint8_t *)malloc((size_t)v->n_tokens);
+    int mism = 0, compared = 0;
+    for (int w = 0; w < walks; w++) {
+        gr_state s;
+        CHECK(gr_init(g, &s) == 0);
+        for (int st = 0; st < steps; st++) {
+            int na = gr_mask(g, &s, v, a, ma), nb = gr_mask(g, &s, v, &b, mb);
+            compared++;
+            if (na != nb || memcmp(ma, mb, (size_t)v->n_tokens)) {
+                mism++;
+                fprintf(stderr, "tables: step %d of walk %d: %d allowed, the whole walk %d\n", st, w, na, nb);
+                break;
+            }
+            if (na <= 0 || (gr_can_end(&s) && next_rand() % 16 == 0)) break;
+            int id = -1;
+            if (next_rand() % 2) { /* the shortest allowed, a random one of them */
+                size_t best = (size_t)-1;
+                int ties = 0;
+                for (int i = 0; i < v->n_tokens; i++) {
+                    size_t len = 0;
+                    if (!ma[i]) continue;
+                    tok_piece(t, i, &len);
+                    if (len < best) best = len, ties = 0;
+                    if (len == best && next_rand() % (uint32_t)++ties == 0) id = i;
+                }
+            } else {
+                int pick = (int)(next_rand() % (uint32_t)na);
+                for (id = 0; id < v->n_tokens; id++)
+                    if (ma[id] && pick-- == 0) break;
+            }
+            size_t len = 0;
+            const char *p = tok_piece(t, id, &len);
+            if (!p || gr_accept(g, &s, (const uint8_t *)p, len)) { mism++; break; }
+        }
+        gr_state_free(&s);
+    }
+    CHECK(mism == 0);
+    free(ma), free(mb);
+    gr_mask_ctx_free(&b);
+    return compared;
+}
+
+static int tables_walk(const gr_grammar *g, const tok *t, const gr_vocab *v, int walks, int steps) {
+    gr_mask_ctx a;
+    CHECK(gr_mask_ctx_init(&a, v) == 0);
+    int n = tables_walk_ctx(g, t, v, &a, walks, steps);
+    gr_mask_ctx_free(&a);
+    return n;
+}
+
+static void test_tables_move(const tok *t, const gr_vocab *v);
+
+static void test_tables(void) {
+    char err[300];
+    tok *t = tok_load("tests/fixtures/tokenizer/tokenizer.json", err, sizeof err);
+    CHECK(t != NULL);
+    if (!t) return;
+    int n = tok_n_ids(t);
+    const char **b = (const char **)calloc((size_t)n, sizeof *b);
+    size_t *l = (size_t *)calloc((size_t)n, sizeof *l);
+    for (int i = 0; i < n; i++)
+        if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
+    gr_vocab v;
+    CHECK(gr_vocab_build(&v, n, b, l) == 0);
+    free(b), free(l);
+    const char *schema =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},\"n\":{\"type\":\"integer\",\"minimum\":-20,\"maximum\":300},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"alpha\",\"beta\",\"\\u00e9t\\u00e9\",7,null]},\"maxItems\":3},"
+        "\"kid\":{\"$ref\":\"#\"},\"x\":{\"type\":\"number\"}},\"required\":[\"name\"]}";
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+                        "\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"unit\":{\"type\":\"string\",\"enum\":[\"C\",\"F\"]}},"
+                        "\"required\":[\"city\",\"days\"]}}}]";
+    js_doc *sd = js_parse(schema, strlen(schema), err, sizeof err), *td = js_parse(tools, strlen(tools), err, sizeof err);
+    char *st = sd ? gr_json_schema(sd, sd->root, err, sizeof err) : NULL;
+    char *tt = td ? gr_tool_calls(td, td->root, &chat_info(CHAT_GLM5)->calls, NULL, 0, NULL, err, sizeof err) : NULL;
+    CHECK(st && tt);
+    const char *texts[] = {
+        G_JSON, G_ARITH, G_C, st ? st : "root ::= \"x\"", tt ? tt : "root ::= \"x\"",
+        "root ::= \"(\" root \")\" | \"[\" root \"]\" | x\nx ::= [a-z\\u00e0-\\u00ff]{0,3}\n",  /* nesting far past the frames */
+        "root ::= ([^\\x00-\\x7f] | [a-c])* \"\\u4e2d\" [\\u4e00-\\u9fff]{1,2} \".\"\n", /* characters of several bytes */
+        "root ::= (\"ab\" | \"a\")* (\"b\" \"c\"?)+ \"!\"\n",                              /* ambiguity across tokens */
+    };
+    int compared = 0;
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        gr_grammar *g = parse(texts[i]);
+        CHECK(g != NULL);
+        if (g) compared += tables_walk(g, t, &v, 6, 40);
+        gr_free(g);
+    }
+    CHECK(compared > 600);
+    test_tables_move(t, &v);
+    free(st), free(tt), js_free(sd), js_free(td);
+    gr_vocab_free(&v);
+    tok_free(t);
+}
+
+/* Tables made by one context serve another (serve's next request with
+ * the same grammar): masks equal to the whole walk; the cache keeps them
+ * by grammar, gives them to that grammar only, and drops the oldest. */
+static void test_tables_move(const tok *t, const gr_vocab *v) {
+    gr_grammar *g = parse(G_JSON), *h = parse(G_ARITH);
+    CHECK(g && h);
+    if (!g || !h) { gr_free(g), gr_free(h); return; }
+    gr_tabcache k;
+    memset(&k, 0, sizeof k);
+    gr_mask_ctx a;
+    CHECK(gr_mask_ctx_init(&a, v) == 0);
+    tables_walk_ctx(g, t, v, &a, 3, 30);
+    int made = a.tb.n;
+    CHECK(made > 0);
+    gr_tables out = gr_mask_give(&a);
+    CHECK(a.tb.n == 0 && out.n == made && out.gid == gr_grammar_id(g));
+    gr_tabcache_put(&k, &out);
+    gr_tables in;
+    CHECK(gr_tabcache_take(&k, gr_grammar_id(h), &in) == 0); /* another grammar's: not given */
+    CHECK(gr_tabcache_take(&k, gr_grammar_id(g), &in) == 1 && in.n == made);
+    gr_mask_ctx b;
+    CHECK(gr_mask_ctx_init(&b, v) == 0);
+    gr_mask_take(&b, &in);
+    int before = b.built;
+    tables_walk_ctx(g, t, v, &b, 3, 30); /* the same walks: nothing to build, masks still exact */
+    CHECK(b.built == before && b.tb.n == made);
+    gr_mask_ctx_free(&b);
+    b.built = 0;
+    CHECK(gr_mask_ctx_init(&b, v) == 0);
+    in = gr_mask_give(&a); /* empty */
+    gr_mask_take(&b, &in);
+    tables_walk_ctx(h, t, v, &b, 2, 20); /* another grammar's tables in a context: dropped at its first mask */
+    gr_tables hh = gr_mask_give(&b);
+    CHECK(hh.gid == gr_grammar_id(h) && hh.n > 0);
+    for (int i = 0; i < GR_TABCACHE_N + 2; i++) { /* full: the oldest goes */
+        gr_tables x = {0};
+        x.gid = 1000 + (uint64_t)i, x.n = 1, x.words = hh.words;
+        x.tab = (gr_tab_ *)calloc(1, sizeof *x.tab), x.cap = 1;
+        gr_tabcache_put(&k, &x);
+    }
+    gr_tables y;
+    CHECK(gr_tabcache_take(&k, 1000, &y) == 0 && gr_tabcache_take(&k, 1001, &y) == 0);
+    CHECK(gr_tabcache_take(&k, 1000 + GR_TABCACHE_N + 1, &y) == 1);
+    gr_tables_free(&y);
+    gr_tables_free(&hh);
+    gr_tabcache_free(&k);
+    gr_mask_ctx_free(&a), gr_mask_ctx_free(&b);
+    gr_free(g), gr_free(h);
+}
+
+/* Enums as tries: 100,000 strings (values that are prefixes of others,
+ * characters of several bytes) compile, are followed one way at a time
+ * (the 4,096-ways limit is not reached), and hold exactly their values;
+ * a tool's string argument with a large enum too. */
+static void test_enum_trie(void) {
+    enum { N = 100000 };
+    jw w = {0};
+    jw_lit(&w, "{\"enum\":[");
+    uint64_t r = 7;
+    char (*val)[16] = (char (*)[16])malloc((size_t)N * 16);
+    CHECK(val != NULL);
+    if (!val) return;
+    static const char *const alpha[] = {"a", "b", "c", "\xc3\xa9", "\xe4\xb8\xad", "z", "0", " "};
+    for (int i = 0; i < N; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        int len = 1 + (int)(r >> 60) % 6;
+        val[i][0] = 0;
+        for (int k = 0; k < len; k++) strcat(val[i], alpha[(r >> (8 + 3 * k)) & 7]);
+        if (i) jw_lit(&w, ",");
+        jw_str(&w, val[i]);
+    }
+    jw_lit(&w, ",\"a\",\"ab\",\"abc\",\"\",7,null]}");
+    char err[300];
+    js_doc *d = js_parse(w.s, w.n, err, sizeof err);
+    char *text = d ? gr_json_schema(d, d->root, err, sizeof err) : NULL;
+    CHECK(text != NULL);
+    gr_grammar *g = text ? parse(text) : NULL;
+    CHECK(g != NULL);
+    if (g) {
+        int rule;
+        CHECK(gr_check(g, &rule, err, sizeof err) == 0);
+        int bad = 0;
+        for (int i = 0; i < N; i += 97) {
+            char q[40];
+            snprintf(q, sizeof q, "\"%s\"", val[i]);
+            bad += in_lang(g, q) != 1;
+        }
+        CHECK(bad == 0);
+        CHECK(in_lang(g, "\"a\"") == 1 && in_lang(g, "\"ab\"") == 1 && in_lang(g, "\"abc\"") == 1 && in_lang(g, "\"\"") == 1);
+        CHECK(in_lang(g, "7") == 1 && in_lang(g, "null") == 1 && in_lang(g, "8") == 0 && in_lang(g, "\"abcabcabcabcabcabcabc\"") == 0);
+        gr_state s;
+        CHECK(gr_init(g, &s) == 0);
+        CHECK(gr_accept(g, &s, (const uint8_t *)"\"", 1) == 0 && s.st.n <= 16); /* one way per next character, not one per value */
+        gr_state_free(&s);
+    }
+    gr_free(g), free(text), js_free(d), jw_free(&w);
+    /* a tool's string argument */
+    jw tw = {0};
+    jw_lit(&tw, "[{\"type\":\"function\",\"function\":{\"name\":\"pick\",\"parameters\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"string\",\"enum\":[");
+    for (int i = 0; i < 20000; i++) {
+        if (i) jw_lit(&tw, ",");
+        jw_str(&tw, val[i]);
+    }
+    jw_lit(&tw, "]}},\"required\":[\"v\"]}}}]");
+    js_doc *td = js_parse(tw.s, tw.n, err, sizeof err);
+    char *tt = td ? gr_tool_calls(td, td->root, &chat_info(CHAT_GLM5)->calls, NULL, 0, NULL, err, sizeof err) : NULL;
+    gr_grammar *tg = tt ? parse(tt) : NULL;
+    int rule;
+    CHECK(tg && gr_check(tg, &rule, err, sizeof err) == 0);
+    gr_free(tg), free(tt), js_free(td), jw_free(&tw);
+    free(val);
+}
+
 static void test_mask(void) {
     char err[300];
     tok *t = tok_load("tests/fixtures/tiny-glm5/tokenizer.json", err, sizeof err);
@@ -773,6 +992,8 @@ int main(int argc, char **argv) {
     test_schema_generation();
     test_nullable_repeats();
     test_mask();
+    test_tables();
+    test_enum_trie();
     test_schema();
     test_schema_exact();
     test_tools();
