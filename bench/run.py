@@ -1409,22 +1409,39 @@ class Bench:
 
     def grammar(self):
         """Grammar masks: bench_grammar's cost per mask over a 150k-token
-        vocabulary on a JSON-schema walk and a free JSON-object walk; then a
-        JSON-schema workload on the resident model, forced tokens batched
+        vocabulary on four random walks (a JSON schema, a free JSON object,
+        a tool call, a 10,000-value enum), each walked three times in one
+        run: token tables built as the walk goes (a grammar's first
+        request), the tables kept (a grammar seen before), and the whole
+        trie walked at every step (the peer: masks before the tables). Then
+        a JSON-schema workload on the resident model, forced tokens batched
         (GRAMMAR_BATCH=1) against one forward each, with the forwards saved."""
         out, _, _, _, _, lp = self.run("bench_grammar", [os.path.join(ROOT, "build", "rel", "bench_grammar"), os.path.join(ROOT, "tests", "fixtures", "tokenizer", "tokenizer.json"),
-                                                         "150000", "60" if self.a.quick else "200"], timeout=1800)
+                                                         "150000", "100" if self.a.quick else "400"], timeout=1800)
         g = {"log": lp}
+        pc = r"p50 ([\d.]+), p99 ([\d.]+), max ([\d.]+)"
         for line in out.splitlines():
-            m = re.match(r"grammar (\S+): ([\d.]+) ms per mask \(median\), ([\d.]+) mean, ([\d.]+) p90 over (\d+) tokens \| (\d+) allowed on average \| ([\d.]+)% of steps forced", line)
-            if m:
-                g[m.group(1)] = {"median_ms": float(m.group(2)), "mean_ms": float(m.group(3)), "p90_ms": float(m.group(4)), "vocab": int(m.group(5)),
-                                 "allowed": int(m.group(6)), "forced_pct": float(m.group(7))}
-                self.R["workloads"].append({"id": "grammar.mask.%s" % m.group(1), "engine": "colibri", "model": None, "unit": "ms/token", "n": 1,
-                                            "value": float(m.group(3)), "what": "grammar mask over %s tokens, mean per step of a random walk (%s)" % (
-                                                m.group(5), m.group(1))})
-                self.say("  grammar %s: %.3f ms per mask (median), %.3f mean over %s tokens; %.1f%% of steps forced" % (
-                    m.group(1), float(m.group(2)), float(m.group(3)), m.group(5), float(m.group(7))))
+            m = re.match(r"grammar (\S+): compiled in ([\d.]+) ms \| first walk " + pc + r" us \((\d+) token tables built\) \| again " + pc +
+                         r" us \| whole trie " + pc + r" us \| mean ([\d.]+) / ([\d.]+) / ([\d.]+) us over (\d+) tokens \| (\d+) allowed on average \| ([\d.]+)% of steps forced", line)
+            if not m:
+                continue
+            v = [float(x) for x in m.groups()[1:]]
+            name = m.group(1)
+            row = {"compile_ms": v[0], "first": {"p50_us": v[1], "p99_us": v[2], "max_us": v[3], "mean_us": v[11]}, "tables": int(v[4]),
+                   "again": {"p50_us": v[5], "p99_us": v[6], "max_us": v[7], "mean_us": v[12]},
+                   "whole_trie": {"p50_us": v[8], "p99_us": v[9], "max_us": v[10], "mean_us": v[13]},
+                   "vocab": int(v[14]), "allowed": int(v[15]), "forced_pct": v[16]}
+            g[name] = row
+            self.R["workloads"].append({"id": "grammar.mask.%s" % name, "engine": "colibri", "model": None, "unit": "us/token", "n": 1,
+                                        "value": row["again"]["p50_us"], "what": "grammar mask over %d tokens, median of a random walk with the token "
+                                        "tables kept (%s); p99 %.1f us; first walk p50 %.1f / p99 %.1f us" % (row["vocab"], name, row["again"]["p99_us"],
+                                                                                                         row["first"]["p50_us"], row["first"]["p99_us"]),
+                                        "limit_name": "whole-trie walk, median", "limit": row["whole_trie"]["p50_us"],
+                                        "ratio": round(row["whole_trie"]["p50_us"] / row["again"]["p50_us"], 1) if row["again"]["p50_us"] else None})
+            self.say("  grammar %s: compiled in %.2f ms; masks p50/p99 %.1f/%.1f us (tables kept), %.1f/%.1f us (first walk, %d tables), "
+                     "%.1f/%.1f us (whole trie) over %d tokens; %.1f%% of steps forced" % (
+                         name, row["compile_ms"], row["again"]["p50_us"], row["again"]["p99_us"], row["first"]["p50_us"], row["first"]["p99_us"],
+                         row["tables"], row["whole_trie"]["p50_us"], row["whole_trie"]["p99_us"], row["vocab"], row["forced_pct"]))
         d = self.ensure_model("medium")
         schema = os.path.join(self.logdir, "bench-schema.json")
         with open(schema, "w") as f:
