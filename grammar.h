@@ -1209,7 +1209,7 @@ static inline int gr_vocab_build(gr_vocab *v, int n, const char *const *bytes, c
  * The tables outlive the set cache; they are dropped past GR_TAB_BYTES. */
 #define GR_CACHE_SETS 16384
 #define GR_KEY_DEPTH 4
-#define GR_TAB_BYTES ((size_t)64 << 20)
+#define GR_TAB_BYTES ((size_t)32 << 20)
 typedef struct {
     uint32_t key[GR_KEY_DEPTH];
     int klen, whole; /* frames; whole: the stack itself, nothing below */
@@ -1731,6 +1731,9 @@ typedef struct {
     int has_ref;         /* the document holds a $ref: a nested $id would change what it points at */
     int exact;           /* the schema's whole language; 0 (generation): an object that lists its properties and says
                           * nothing of additionalProperties writes no other keys, as peers' structured output does */
+    jw fmt;              /* the rules of the formats used (fmt-<name>, fmtraw-<name>), appended to out at the end */
+    unsigned fmt_done, fmt_raw_done; /* bit f: gr_formats_[f] is in fmt */
+    int leap_done;       /* fmt-leap is in fmt */
 } gr_js_;
 
 #define GR_JS_MAX_DEPTH 256   /* nested schemas, $ref hops counted */
@@ -2007,9 +2010,10 @@ enum { GR_KW_ANNOT, GR_KW_OWN, GR_KW_REFUSED };
 static inline int gr_js_keyword_(const char *k, int *types) {
     static const char *const own[] = {"type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "properties", "required",
                                       "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
-                                      "maxLength", "uniqueItems", "$id", "id", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+                                      "maxLength", "uniqueItems", "$id", "id", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                      "pattern", "format", NULL};
     static const struct { const char *k; int t; } refused[] = {
-        {"pattern", GR_T_STR}, {"format", GR_T_ALL}, {"contentSchema", 0}, {"multipleOf", GR_T_INT | GR_T_FRAC},
+        {"contentSchema", 0}, {"multipleOf", GR_T_INT | GR_T_FRAC},
         {"patternProperties", GR_T_OBJ}, {"propertyNames", GR_T_OBJ}, {"minProperties", GR_T_OBJ}, {"maxProperties", GR_T_OBJ},
         {"dependencies", GR_T_OBJ}, {"dependentRequired", GR_T_OBJ}, {"dependentSchemas", GR_T_OBJ}, {"unevaluatedProperties", GR_T_OBJ},
         {"contains", GR_T_ARR}, {"minContains", GR_T_ARR}, {"maxContains", GR_T_ARR}, {"unevaluatedItems", GR_T_ARR},
@@ -2333,11 +2337,568 @@ static inline int gr_js_array_(gr_js_ *c, const js_doc *d, int s, int depth, jw 
     return 1;
 }
 
+/* ------------------------------------------------------------ pattern and format */
+
+/* `pattern` (an ECMAScript regular expression, matched anywhere in the
+ * string unless anchored) compiled to GBNF over the JSON text of the
+ * string's characters, each in the one spelling the engine writes (kchar:
+ * escapes only for `"`, `\` and control characters). Code points, as with
+ * the `u` flag. Supported: literals, `.`, classes with ranges and
+ * negation, \d \D \w \W \s \S, character escapes (\t \n \v \f \r \0 \cX
+ * \xHH \uHHHH \u{H...}, escaped syntax characters), groups (capturing,
+ * named, non-capturing), alternation, * + ? {n} {n,} {n,m} (lazy or not:
+ * the same language), ^ at the start and $ at the end of a top-level
+ * alternative. Refused by name: lookaround, backreferences, word
+ * boundaries, Unicode property escapes, anchors elsewhere. */
+#define GR_RE_NEST 64
+typedef struct {
+    uint32_t (*r)[2];
+    int n, cap, oom;
+} gr_rs_; /* a set of code points as ranges */
+
+static inline void gr_rs_add_(gr_rs_ *s, uint32_t lo, uint32_t hi) {
+    if (s->n == s->cap) {
+        int nc = s->cap ? s->cap * 2 : 8;
+        uint32_t(*nr)[2] = (uint32_t(*)[2])realloc(s->r, (size_t)nc * sizeof *nr);
+        if (!nr) { s->oom = 1; return; }
+        s->r = nr, s->cap = nc;
+    }
+    s->r[s->n][0] = lo, s->r[s->n][1] = hi, s->n++;
+}
+
+static inline int gr_rs_cmp_(const void *a, const void *b) {
+    uint32_t x = ((const uint32_t *)a)[0], y = ((const uint32_t *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* Sorted, merged, without the surrogates (no characters). */
+static inline void gr_rs_norm_(gr_rs_ *s) {
+    int n = s->n;
+    for (int i = 0; i < n; i++) /* cut the surrogates out */
+        if (s->r[i][0] <= 0xDFFF && s->r[i][1] >= 0xD800) {
+            uint32_t lo = s->r[i][0], hi = s->r[i][1];
+            s->r[i][0] = 1, s->r[i][1] = 0; /* empty */
+            if (lo < 0xD800) gr_rs_add_(s, lo, 0xD7FF);
+            if (hi > 0xDFFF) gr_rs_add_(s, 0xE000, hi);
+        }
+    qsort(s->r, (size_t)s->n, sizeof *s->r, gr_rs_cmp_);
+    int m = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (s->r[i][0] > s->r[i][1]) continue;
+        if (m && s->r[i][0] <= s->r[m - 1][1] + 1) {
+            if (s->r[i][1] > s->r[m - 1][1]) s->r[m - 1][1] = s->r[i][1];
+        } else s->r[m][0] = s->r[i][0], s->r[m][1] = s->r[i][1], m++;
+    }
+    s->n = m;
+}
+
+/* The complement of s (normalized) over the scalar values. */
+static inline void gr_rs_neg_(gr_rs_ *s) {
+    gr_rs_norm_(s);
+    gr_rs_ o = {0};
+    uint32_t at = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (s->r[i][0] > at) gr_rs_add_(&o, at, s->r[i][0] - 1);
+        at = s->r[i][1] + 1;
+    }
+    if (at <= 0x10FFFF) gr_rs_add_(&o, at, 0x10FFFF);
+    o.oom |= s->oom;
+    free(s->r);
+    *s = o;
+    gr_rs_norm_(s);
+}
+
+/* \d \w \s (lower case) into s; upper case: their complements. */
+static inline void gr_rs_class_(gr_rs_ *s, uint32_t c) {
+    gr_rs_ t = {0};
+    uint32_t l = c | 0x20;
+    if (l == 'd') gr_rs_add_(&t, '0', '9');
+    else if (l == 'w') gr_rs_add_(&t, '0', '9'), gr_rs_add_(&t, 'A', 'Z'), gr_rs_add_(&t, 'a', 'z'), gr_rs_add_(&t, '_', '_');
+    else {
+        static const uint32_t sp[][2] = {{9, 13}, {32, 32}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
+                                         {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+        for (size_t i = 0; i < sizeof sp / sizeof *sp; i++) gr_rs_add_(&t, sp[i][0], sp[i][1]);
+    }
+    if (c != l) gr_rs_neg_(&t);
+    for (int i = 0; i < t.n; i++) gr_rs_add_(s, t.r[i][0], t.r[i][1]);
+    s->oom |= t.oom;
+    free(t.r);
+}
+
+typedef struct {
+    gr_js_ *c;
+    const uint32_t *p; /* the pattern's code points */
+    int n, at;
+    int raw; /* characters as themselves, never '<' (a tool call's raw string argument) */
+} gr_re_;
+
+static inline int gr_re_fail_(gr_re_ *x, const char *what) {
+    return gr_js_fail_(x->c, "\"pattern\": %s (at character %d) is not supported", what, x->at + 1);
+}
+
+/* One code point of a GBNF class. */
+static inline void gr_re_cp_(jw *w, uint32_t v) {
+    char b[16];
+    if (v < 0x80 && v > 0x20 && v != '\\' && v != ']' && v != '[' && v != '-' && v != '^' && v != '"' && v != 0x7F) b[0] = (char)v, b[1] = 0;
+    else if (v <= 0xFFFF) snprintf(b, sizeof b, "\\u%04X", (unsigned)v);
+    else snprintf(b, sizeof b, "\\U%08X", (unsigned)v);
+    jw_lit(w, b);
+}
+
+/* The characters of s (normalized, non-empty) as JSON text: a class of
+ * those written as themselves, and the escapes of the others; as_raw:
+ * all as themselves (the caller has taken '<' out). */
+static inline void gr_re_set_(jw *w, const gr_rs_ *s, int as_raw) {
+    gr_js_alts_ esc = {0};
+    int raw = 0;
+    jw cls = {0};
+    jw_lit(&cls, "[");
+    for (int i = 0; i < s->n && as_raw; i++) {
+        gr_re_cp_(&cls, s->r[i][0]), raw = 1;
+        if (s->r[i][1] > s->r[i][0]) jw_lit(&cls, "-"), gr_re_cp_(&cls, s->r[i][1]);
+    }
+    for (int i = 0; i < s->n && !as_raw; i++) {
+        uint32_t lo = s->r[i][0], hi = s->r[i][1];
+        for (uint32_t v = lo; v <= hi && v < 0x20; v++) { /* control characters: escaped as JSON writes them */
+            const char *named = v == '\n' ? "\\n" : v == '\r' ? "\\r" : v == '\t' ? "\\t" : v == '\b' ? "\\b" : v == '\f' ? "\\f" : NULL;
+            char e[8];
+            if (!named) snprintf(e, sizeof e, "\\u%04x", (unsigned)v), named = e;
+            gr_js_alts_add_(&esc, named, strlen(named));
+        }
+        if (lo < 0x20) lo = 0x20;
+        for (uint32_t cut = lo; lo <= hi;) { /* '"' and '\\' out of the raw ranges */
+            while (cut <= hi && cut != '"' && cut != '\\') cut++;
+            if (cut > lo) gr_re_cp_(&cls, lo), (cut - 1 > lo ? (jw_lit(&cls, "-"), gr_re_cp_(&cls, cut - 1)) : (void)0), raw = 1;
+            if (cut > hi) break;
+            gr_js_alts_add_(&esc, cut == '"' ? "\\\"" : "\\\\", 2);
+            lo = ++cut;
+        }
+    }
+    jw_lit(&cls, "]");
+    int both = raw && esc.n;
+    if (both) jw_lit(w, "(");
+    if (raw) jw_raw(w, cls.s, cls.n);
+    if (both) jw_lit(w, " | ");
+    if (esc.n) gr_js_alts_write_(w, &esc);
+    if (both) jw_lit(w, ")");
+    jw_free(&cls), gr_js_alts_free_(&esc);
+}
+
+static inline int gr_re_hex_(gr_re_ *x, int digits, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < digits; i++) {
+        if (x->at >= x->n) return -1;
+        uint32_t c = x->p[x->at], d = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : 99;
+        if (d > 15) return -1;
+        *v = *v * 16 + d, x->at++;
+    }
+    return 0;
+}
+
+/* An escape after '\' (x->at past it) into s; in a class, \b is
+ * backspace and \- a hyphen. 0 or -1 (refused). */
+static inline int gr_re_escape_(gr_re_ *x, gr_rs_ *s, int in_class) {
+    if (x->at >= x->n) return gr_re_fail_(x, "a '\\' at the end");
+    uint32_t c = x->p[x->at++], v;
+    if (strchr("dDwWsS", (int)c) && c < 0x80) { gr_rs_class_(s, c); return 0; }
+    switch (c) {
+    case 't': v = 9; break;
+    case 'n': v = 10; break;
+    case 'v': v = 11; break;
+    case 'f': v = 12; break;
+    case 'r': v = 13; break;
+    case 'c':
+        if (x->at >= x->n || !(((x->p[x->at] | 0x20) >= 'a') && ((x->p[x->at] | 0x20) <= 'z'))) return gr_re_fail_(x, "\\c without a letter");
+        v = x->p[x->at++] % 32;
+        break;
+    case '0':
+        if (x->at < x->n && x->p[x->at] >= '0' && x->p[x->at] <= '9') return gr_re_fail_(x, "an octal escape");
+        v = 0;
+        break;
+    case 'x':
+        if (gr_re_hex_(x, 2, &v)) return gr_re_fail_(x, "\\x without two hex digits");
+        break;
+    case 'u':
+        if (x->at < x->n && x->p[x->at] == '{') {
+            x->at++, v = 0;
+            int k = 0;
+            for (uint32_t d; x->at < x->n && x->p[x->at] != '}' && !gr_re_hex_(x, 1, &d); k++) v = v * 16 + d;
+            if (x->at >= x->n || x->p[x->at] != '}' || !k || k > 6 || v > 0x10FFFF) return gr_re_fail_(x, "a malformed \\u{...}");
+            x->at++;
+        } else if (gr_re_hex_(x, 4, &v)) return gr_re_fail_(x, "\\u without four hex digits");
+        else if (v >= 0xD800 && v <= 0xDBFF && x->at + 5 < x->n && x->p[x->at] == '\\' && x->p[x->at + 1] == 'u') { /* a surrogate pair */
+            int back = x->at;
+            uint32_t lo;
+            x->at += 2;
+            if (!gr_re_hex_(x, 4, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+            else x->at = back;
+        }
+        if (v >= 0xD800 && v <= 0xDFFF) return gr_re_fail_(x, "a lone surrogate");
+        break;
+    case 'b':
+        if (!in_class) return gr_re_fail_(x, "the word boundary \\b");
+        v = 8;
+        break;
+    case 'B': return gr_re_fail_(x, "the word boundary \\B");
+    case 'k': return gr_re_fail_(x, "a named backreference");
+    case 'p': case 'P': return gr_re_fail_(x, "a Unicode property escape");
+    default:
+        if (c >= '1' && c <= '9') return gr_re_fail_(x, "a backreference");
+        if (!strchr("^$\\.*+?()[]{}|/-", (int)c) || c >= 0x80 || !c) return gr_re_fail_(x, "this escape");
+        v = c;
+    }
+    gr_rs_add_(s, v, v);
+    return 0;
+}
+
+/* A class after '[' into s. 0 or -1. */
+static inline int gr_re_class_(gr_re_ *x, gr_rs_ *s) {
+    int neg = x->at < x->n && x->p[x->at] == '^';
+    x->at += neg;
+    for (;;) {
+        if (x->at >= x->n) return gr_re_fail_(x, "a '[' never closed");
+        if (x->p[x->at] == ']') { x->at++; break; }
+        gr_rs_ a = {0};
+        uint32_t lo, hi;
+        int single = 1;
+        if (x->p[x->at] == '\\') {
+            x->at++;
+            int before = a.n;
+            if (gr_re_escape_(x, &a, 1)) return free(a.r), -1;
+            single = a.n == before + 1 && a.r[before][0] == a.r[before][1] && !strchr("dDwWsS", (int)(x->p[x->at - 1] < 0x80 ? x->p[x->at - 1] : 'z'));
+        } else gr_rs_add_(&a, x->p[x->at], x->p[x->at]), x->at++;
+        lo = hi = a.n ? a.r[a.n - 1][0] : 0;
+        if (x->at + 1 < x->n && x->p[x->at] == '-' && x->p[x->at + 1] != ']') { /* a range */
+            x->at++;
+            if (!single) return free(a.r), gr_re_fail_(x, "a range from a class escape");
+            gr_rs_ b = {0};
+            if (x->p[x->at] == '\\') {
+                x->at++;
+                if (gr_re_escape_(x, &b, 1)) return free(a.r), free(b.r), -1;
+                if (b.n != 1 || b.r[0][0] != b.r[0][1] || strchr("dDwWsS", (int)(x->p[x->at - 1] < 0x80 ? x->p[x->at - 1] : 'z')))
+                    return free(a.r), free(b.r), gr_re_fail_(x, "a range to a class escape");
+                hi = b.r[0][0];
+            } else hi = x->p[x->at++];
+            free(b.r);
+            if (hi < lo) return free(a.r), gr_re_fail_(x, "a range out of order");
+            a.n = 0, gr_rs_add_(&a, lo, hi);
+        }
+        for (int i = 0; i < a.n; i++) gr_rs_add_(s, a.r[i][0], a.r[i][1]);
+        s->oom |= a.oom;
+        free(a.r);
+    }
+    if (neg) gr_rs_neg_(s);
+    else gr_rs_norm_(s);
+    return 0;
+}
+
+static inline int gr_re_disj_(gr_re_ *x, jw *w, int top, int depth, long *mn, long *mx);
+
+/* The set s as an atom into w: 0, or -1 when it matches no character
+ * (in raw mode once '<' is out). */
+static inline int gr_re_emit_(gr_re_ *x, jw *w, gr_rs_ *s) {
+    if (x->raw) { /* '<' out: no closing tag can start inside */
+        gr_rs_ lt = {0};
+        gr_rs_add_(&lt, '<', '<');
+        gr_rs_neg_(&lt);
+        gr_rs_ both = {0};
+        for (int i = 0; i < s->n; i++)
+            for (int j = 0; j < lt.n; j++) {
+                uint32_t lo = s->r[i][0] > lt.r[j][0] ? s->r[i][0] : lt.r[j][0], hi = s->r[i][1] < lt.r[j][1] ? s->r[i][1] : lt.r[j][1];
+                if (lo <= hi) gr_rs_add_(&both, lo, hi);
+            }
+        free(lt.r), free(s->r);
+        *s = both;
+        gr_rs_norm_(s);
+        if (!s->n) return gr_re_fail_(x, "a character that is only '<' (a string argument is written raw, without '<')");
+    }
+    if (!s->n) return gr_re_fail_(x, "a class that matches no character");
+    gr_re_set_(w, s, x->raw);
+    return 0;
+}
+
+static inline int gr_re_set_1_(gr_re_ *x, jw *w, uint32_t v) {
+    gr_rs_ s = {0};
+    gr_rs_add_(&s, v, v);
+    int r = gr_re_emit_(x, w, &s);
+    free(s.r);
+    return r;
+}
+
+/* An atom into w (its lengths in code points into mn, mx; -1 unbounded):
+ * 1, 0 at the end of an alternative, -1 refused. */
+static inline int gr_re_atom_(gr_re_ *x, jw *w, int depth, long *mn, long *mx) {
+    if (x->at >= x->n) return 0;
+    uint32_t c = x->p[x->at];
+    if (c == '|' || c == ')') return 0;
+    if (c == '^' || c == '$') return gr_re_fail_(x, "an anchor inside the pattern");
+    if (c == '*' || c == '+' || c == '?') return gr_re_fail_(x, "a quantifier with nothing to repeat");
+    if (c == '(') {
+        x->at++;
+        if (x->at < x->n && x->p[x->at] == '?') {
+            if (x->at + 1 < x->n && x->p[x->at + 1] == ':') x->at += 2;
+            else if (x->at + 2 < x->n && x->p[x->at + 1] == '<' && x->p[x->at + 2] != '=' && x->p[x->at + 2] != '!') { /* a named group */
+                while (x->at < x->n && x->p[x->at] != '>') x->at++;
+                if (x->at >= x->n) return gr_re_fail_(x, "a group name never closed");
+                x->at++;
+            } else return gr_re_fail_(x, "lookaround");
+        }
+        if (depth >= GR_RE_NEST) return gr_re_fail_(x, "groups nested this deep");
+        jw_lit(w, "(");
+        if (gr_re_disj_(x, w, 0, depth + 1, mn, mx)) return -1;
+        if (x->at >= x->n || x->p[x->at] != ')') return gr_re_fail_(x, "a '(' never closed");
+        x->at++;
+        jw_lit(w, ")");
+        return 1;
+    }
+    gr_rs_ s = {0};
+    int rc = 0;
+    if (c == '[') x->at++, rc = gr_re_class_(x, &s);
+    else if (c == '\\') x->at++, rc = gr_re_escape_(x, &s, 0), gr_rs_norm_(&s);
+    else if (c == '.') x->at++, gr_rs_add_(&s, '\n', '\n'), gr_rs_add_(&s, '\r', '\r'), gr_rs_add_(&s, 0x2028, 0x2029), gr_rs_neg_(&s);
+    else x->at++, gr_rs_add_(&s, c, c);
+    if (!rc && s.oom) rc = gr_js_fail_(x->c, "%s", "out of memory");
+    if (!rc) rc = gr_re_emit_(x, w, &s);
+    if (!rc) *mn = *mx = 1;
+    free(s.r);
+    return rc ? -1 : 1;
+}
+
+/* A decimal count of a quantifier; -1 when none. */
+static inline long gr_re_int_(gr_re_ *x) {
+    long v = -1;
+    while (x->at < x->n && x->p[x->at] >= '0' && x->p[x->at] <= '9') v = (v < 0 ? 0 : v) * 10 + (long)(x->p[x->at++] - '0'), v = v > 1000000 ? 1000000 : v;
+    return v;
+}
+
+/* An alternative: terms until | ) or the end. top: ^ may open it and $
+ * close it; *open / *close say whether they did. */
+static inline int gr_re_alt_(gr_re_ *x, jw *w, int top, int depth, long *mn, long *mx, int *open, int *close) {
+    *mn = 0, *mx = 0, *open = *close = 0;
+    if (top && x->at < x->n && x->p[x->at] == '^') x->at++, *open = 1;
+    for (int first = 1;; first = 0) {
+        if (top && x->at < x->n && x->p[x->at] == '$' && (x->at + 1 == x->n || x->p[x->at + 1] == '|')) { x->at++, *close = 1; break; }
+        jw a = {0};
+        long amn, amx;
+        int r = gr_re_atom_(x, &a, depth, &amn, &amx);
+        if (r <= 0) { jw_free(&a); if (r < 0) return -1; break; }
+        long lo = 1, hi = 1; /* the quantifier */
+        if (x->at < x->n && (x->p[x->at] == '*' || x->p[x->at] == '+' || x->p[x->at] == '?')) {
+            uint32_t q = x->p[x->at++];
+            lo = q == '+', hi = q == '?' ? 1 : -1;
+        } else if (x->at < x->n && x->p[x->at] == '{') {
+            int back = x->at;
+            x->at++;
+            long m = gr_re_int_(x), n = m;
+            if (m >= 0 && x->at < x->n && x->p[x->at] == ',') x->at++, n = gr_re_int_(x);
+            if (m >= 0 && x->at < x->n && x->p[x->at] == '}') {
+                x->at++, lo = m, hi = n;
+                if (hi >= 0 && hi < lo) return jw_free(&a), gr_re_fail_(x, "a {n,m} with m below n");
+                if (lo > GR_JS_MAX_COUNT || hi > GR_JS_MAX_COUNT) return jw_free(&a), gr_re_fail_(x, "a repetition count above 10000");
+            } else { /* a '{' that opens no quantifier is itself (Annex B) */
+                x->at = back + 1, jw_free(&a), a = (jw){0}, amn = amx = 1;
+                if (gr_re_set_1_(x, &a, '{')) return jw_free(&a), -1;
+            }
+        }
+        if (x->at < x->n && x->p[x->at] == '?' && !(lo == 1 && hi == 1)) x->at++; /* lazy: the same language */
+        if (!first) jw_lit(w, " ");
+        jw_lit(w, "(");
+        jw_raw(w, a.s ? a.s : "", a.n);
+        if (lo == 1 && hi == 1) jw_lit(w, ")");
+        else if (lo == 0 && hi == 1) jw_lit(w, ")?");
+        else if (lo == 0 && hi < 0) jw_lit(w, ")*");
+        else if (lo == 1 && hi < 0) jw_lit(w, ")+");
+        else {
+            char b[48];
+            if (hi < 0) snprintf(b, sizeof b, "){%ld,}", lo);
+            else snprintf(b, sizeof b, "){%ld,%ld}", lo, hi);
+            jw_lit(w, b);
+        }
+        jw_free(&a);
+        *mn += lo * amn;
+        *mx = *mx < 0 || (hi < 0 && amx != 0) || amx < 0 ? -1 : *mx + hi * amx;
+        if (*mn > 1000000) *mn = 1000000;
+        if (*mx > 1000000) *mx = 1000000; /* beyond any count a schema may give */
+    }
+    return 0;
+}
+
+/* Alternatives until ) or the end; top: the whole pattern, each
+ * alternative found anywhere in the string unless anchored. */
+static inline int gr_re_disj_(gr_re_ *x, jw *w, int top, int depth, long *mn, long *mx) {
+    *mn = -1, *mx = 0;
+    for (int k = 0;; k++) {
+        long amn, amx;
+        int open, close;
+        jw a = {0};
+        if (k) jw_lit(w, " | ");
+        if (gr_re_alt_(x, &a, top, depth, &amn, &amx, &open, &close)) return jw_free(&a), -1;
+        if (top && !open) jw_lit(w, x->raw ? "[^<]* " : "kchar* "), amx = -1;
+        jw_lit(w, a.n ? "(" : "\"\"");
+        if (a.n) jw_raw(w, a.s, a.n), jw_lit(w, ")");
+        if (top && !close) jw_lit(w, x->raw ? " [^<]*" : " kchar*"), amx = -1;
+        jw_free(&a);
+        *mn = *mn < 0 || amn < *mn ? amn : *mn;
+        *mx = *mx < 0 || amx < 0 ? -1 : amx > *mx ? amx : *mx;
+        if (x->at < x->n && x->p[x->at] == '|') { x->at++; continue; }
+        return 0;
+    }
+}
+
+/* The string content (no quotes) of strings that pattern text[0..len)
+ * matches, as GBNF into w; *mn / *mx: the lengths in code points the
+ * matches can have (-1: unbounded). 0 or -1 (refused: c->err). */
+static inline int gr_re_compile_(gr_js_ *c, const char *text, size_t len, int raw, jw *w, long *mn, long *mx) {
+    uint32_t *cp = (uint32_t *)malloc((len + 1) * sizeof(uint32_t));
+    if (!cp) return gr_js_fail_(c, "%s", "out of memory");
+    int n = 0, prem = 0, plen = 0;
+    uint32_t pv = 0, v;
+    for (size_t i = 0; i < len; i++) {
+        int r = gr_utf8_(&pv, &prem, &plen, (unsigned char)text[i], &v);
+        if (r < 0) return free(cp), gr_js_fail_(c, "%s", "\"pattern\" is not valid UTF-8");
+        if (r == 1) cp[n++] = v;
+    }
+    gr_re_ x = {c, cp, n, 0, raw};
+    int rc = gr_re_disj_(&x, w, 1, 0, mn, mx);
+    if (!rc && x.at < n) rc = gr_re_fail_(&x, "a ')' never opened");
+    free(cp);
+    return rc;
+}
+
+/* The `format`s enforced, as anchored patterns over the string's
+ * characters (RFC 3339 date, time and date-time with leap seconds where
+ * the time is 23:59:60 UTC, RFC 3339 Appendix A durations, RFC 4122 UUIDs
+ * in either case, dotted-quad IPv4 without leading zeros, RFC 4291 IPv6
+ * text forms, RFC 1123 host names (labels of 1 to 63 characters; the
+ * 253-character total is not bounded), e-mail addresses (RFC 5321: a
+ * dot-atom or quoted local part, a host name or an address literal), RFC
+ * 3986 URIs with a scheme). Each is written once per grammar as rule
+ * fmt-<name>. */
+#define GR_RE_IPV4 "(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+#define GR_RE_H16 "[0-9A-Fa-f]{1,4}"
+#define GR_RE_LS32 "(?:" GR_RE_H16 ":" GR_RE_H16 "|" GR_RE_IPV4 ")"
+#define GR_RE_IPV6                                                                                                                             \
+    "(?:(?:" GR_RE_H16 ":){6}" GR_RE_LS32 "|::(?:" GR_RE_H16 ":){5}" GR_RE_LS32 "|(?:" GR_RE_H16 ")?::(?:" GR_RE_H16 ":){4}" GR_RE_LS32        \
+    "|(?:(?:" GR_RE_H16 ":){0,1}" GR_RE_H16 ")?::(?:" GR_RE_H16 ":){3}" GR_RE_LS32 "|(?:(?:" GR_RE_H16 ":){0,2}" GR_RE_H16 ")?::(?:" GR_RE_H16 \
+    ":){2}" GR_RE_LS32 "|(?:(?:" GR_RE_H16 ":){0,3}" GR_RE_H16 ")?::" GR_RE_H16 ":" GR_RE_LS32 "|(?:(?:" GR_RE_H16 ":){0,4}" GR_RE_H16       \
+    ")?::" GR_RE_LS32 "|(?:(?:" GR_RE_H16 ":){0,5}" GR_RE_H16 ")?::" GR_RE_H16 "|(?:(?:" GR_RE_H16 ":){0,6}" GR_RE_H16 ")?::)"
+#define GR_RE_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#define GR_RE_HOST GR_RE_LABEL "(?:\\." GR_RE_LABEL ")*"
+#define GR_RE_DATE                                                                                                                             \
+    "(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"        \
+    "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[048]|[2468][048]|[13579][26])00)-02-29)"
+#define GR_RE_FRAC "(?:\\.[0-9]+)?"
+#define GR_RE_TIME "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]" GR_RE_FRAC "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+#define GR_RE_PCT "%[0-9A-Fa-f]{2}"
+#define GR_RE_PCHAR "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|" GR_RE_PCT ")"
+#define GR_RE_URI                                                                                                                              \
+    "[A-Za-z][A-Za-z0-9+.-]*:(?://(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|" GR_RE_PCT ")*@)?(?:\\[(?:" GR_RE_IPV6                                   \
+    "|[vV][0-9A-Fa-f]+\\.[A-Za-z0-9._~!$&'()*+,;=:-]+)\\]|(?:[A-Za-z0-9._~!$&'()*+,;=-]|" GR_RE_PCT ")*)(?::[0-9]*)?(?:/" GR_RE_PCHAR         \
+    "*)*|/(?:" GR_RE_PCHAR "+(?:/" GR_RE_PCHAR "*)*)?|" GR_RE_PCHAR "+(?:/" GR_RE_PCHAR "*)*|)(?:\\?(?:" GR_RE_PCHAR "|[/?])*)?(?:#(?:"      \
+    GR_RE_PCHAR "|[/?])*)?"
+static const struct {
+    const char *name, *re;
+} gr_formats_[] = {
+    {"date", GR_RE_DATE},
+    {"time", GR_RE_TIME},
+    {"date-time", NULL}, /* fmt-date [Tt] fmt-time */
+    {"duration", "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))?"
+                 "|T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)|[0-9]+W)"},
+    {"uuid", "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"},
+    {"ipv4", GR_RE_IPV4},
+    {"ipv6", GR_RE_IPV6},
+    {"hostname", GR_RE_HOST},
+    {"email", "(?:[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*|\"(?:[ !#-\\[\\]-~]|\\\\[ -~])*\")@(?:" GR_RE_HOST
+              "|\\[" GR_RE_IPV4 "\\]|\\[IPv6:" GR_RE_IPV6 "\\])"},
+    {"uri", GR_RE_URI},
+    {NULL, NULL}};
+
+/* The rule of format name[0..n) (written into c->fmt when first used),
+ * or NULL with the refusal in c->err; raw: as a tool call's raw string
+ * argument (fmtraw-<name>: characters as themselves). */
+static inline const char *gr_js_format_(gr_js_ *c, const char *name, size_t n, int raw) {
+    int f = 0;
+    while (gr_formats_[f].name && (strlen(gr_formats_[f].name) != n || memcmp(gr_formats_[f].name, name, n))) f++;
+    if (!gr_formats_[f].name) return gr_js_fail_(c, "the format \"%.*s\" is not supported", (int)(n < 100 ? n : 100), name), NULL;
+    unsigned *done = raw ? &c->fmt_raw_done : &c->fmt_done;
+    const char *pre = raw ? "fmtraw-" : "fmt-";
+    if (!(*done >> f & 1)) {
+        *done |= 1u << f;
+        int time = !strcmp(gr_formats_[f].name, "time");
+        if (!gr_formats_[f].re) { /* date-time */
+            if (!gr_js_format_(c, "date", 4, raw) || !gr_js_format_(c, "time", 4, raw)) return NULL;
+            jw_lit(&c->fmt, pre), jw_lit(&c->fmt, "date-time ::= "), jw_lit(&c->fmt, pre), jw_lit(&c->fmt, "date [Tt] ");
+            jw_lit(&c->fmt, pre), jw_lit(&c->fmt, "time\n");
+            return gr_formats_[f].name;
+        }
+        if (time && !c->leap_done) { /* a leap second: 23:59:60 UTC, as the local time of each offset */
+            c->leap_done = 1;
+            jw_lit(&c->fmt, "fmt-leap ::= ");
+            for (int h = 0; h < 24; h++) {
+                char b[64];
+                snprintf(b, sizeof b, "%s\"%02d:\" (", h ? " | " : "", h);
+                jw_lit(&c->fmt, b);
+                for (int m = 0; m < 60; m++) {
+                    int local = h * 60 + m, plus = (local - 1439 + 1440) % 1440, minus = (1439 - local + 1440) % 1440;
+                    snprintf(b, sizeof b, "%s\"%02d:60\" (\".\" [0-9]+)? (", m ? " | " : "", m);
+                    jw_lit(&c->fmt, b);
+                    snprintf(b, sizeof b, "\"+%02d:%02d\" | \"-%02d:%02d\"%s)", plus / 60, plus % 60, minus / 60, minus % 60, local == 1439 ? " | [Zz]" : "");
+                    jw_lit(&c->fmt, b);
+                }
+                jw_lit(&c->fmt, ")");
+            }
+            jw_lit(&c->fmt, "\n");
+        }
+        jw body = {0}, src = {0};
+        long mn, mx;
+        jw_lit(&src, "^(?:"), jw_lit(&src, gr_formats_[f].re), jw_lit(&src, ")$");
+        int rc = gr_re_compile_(c, src.s, src.n, raw, &body, &mn, &mx);
+        jw_free(&src);
+        if (rc) return jw_free(&body), NULL;
+        jw_lit(&c->fmt, pre), jw_lit(&c->fmt, gr_formats_[f].name), jw_lit(&c->fmt, " ::= ");
+        jw_raw(&c->fmt, body.s, body.n), jw_lit(&c->fmt, time ? " | fmt-leap\n" : "\n");
+        jw_free(&body);
+    }
+    return gr_formats_[f].name;
+}
+
+/* The characters of a string that `pattern` or `format` of schema s
+ * allow, as GBNF into content (raw: a tool call's raw argument, else JSON
+ * text); the lengths mn..mx (mx -1: none) must hold every such string
+ * (they then say nothing more), else refused. 1, 0 when s has neither,
+ * -1 refused. */
+static inline int gr_js_pattern_(gr_js_ *c, const js_doc *d, int s, int raw, int mn, int mx, jw *content) {
+    int pat = js_get(d, s, "pattern"), fmt = js_get(d, s, "format");
+    if (pat < 0 && fmt < 0) return 0;
+    if (pat >= 0 && fmt >= 0) return gr_js_fail_(c, "%s", "\"pattern\" beside \"format\" is not supported");
+    int k = pat >= 0 ? pat : fmt;
+    if (js_typeof(d, k) != JS_STR) return gr_js_fail_(c, "\"%s\" must be a string", pat >= 0 ? "pattern" : "format");
+    long lo = 0, hi = -1;
+    if (pat >= 0) {
+        if (gr_re_compile_(c, js_str(d, k), js_str_len(d, k), raw, content, &lo, &hi)) return -1;
+    } else {
+        const char *name = gr_js_format_(c, js_str(d, k), js_str_len(d, k), raw);
+        if (!name) return -1;
+        jw_lit(content, raw ? "fmtraw-" : "fmt-"), jw_lit(content, name);
+    }
+    if ((mn > 0 && lo < mn) || (mx >= 0 && (hi < 0 || hi > mx)))
+        return gr_js_fail_(c, "\"%s\" beside minLength/maxLength is not supported (unless every string it matches has a length within them)",
+                           pat >= 0 ? "pattern" : "format");
+    return 1;
+}
+
 /* The string of schema s: minLength..maxLength code points. */
 static inline int gr_js_string_(gr_js_ *c, const js_doc *d, int s, jw *body) {
     int mn, mx;
     if (gr_js_count_(c, d, s, "minLength", 0, &mn) || gr_js_count_(c, d, s, "maxLength", -1, &mx)) return -1;
     if (mx >= 0 && mx < mn) return gr_js_fail_(c, "maxLength %d is below minLength %d", mx, mn);
+    jw content = {0};
+    int r = gr_js_pattern_(c, d, s, 0, mn, mx, &content);
+    if (r) {
+        if (r > 0) jw_lit(body, "\"\\\"\" ("), jw_raw(body, content.s, content.n), jw_lit(body, ") \"\\\"\"");
+        jw_free(&content);
+        return r;
+    }
     char b[96];
     if (!mn && mx < 0) snprintf(b, sizeof b, "jstring");
     else if (mx < 0) snprintf(b, sizeof b, "\"\\\"\" jcharb{%d,} \"\\\"\"", mn);
@@ -2640,7 +3201,10 @@ static inline char *gr_json_schema_mode_(const js_doc *d, int schema, int exact,
     int k = gr_js_schema_(&c, d, schema, 0);
     free(c.memo), free(c.busy);
     if (!k && !c.failed) gr_js_fail_(&c, "%s", "the schema matches no JSON value");
-    if (k <= 0 || c.failed || c.out.oom) {
+    if (c.fmt.n) jw_raw(&c.out, c.fmt.s, c.fmt.n);
+    int foom = c.fmt.oom;
+    jw_free(&c.fmt);
+    if (k <= 0 || c.failed || c.out.oom || foom) {
         if (!c.failed && err) snprintf(err, errlen, "out of memory");
         jw_free(&c.out);
         return NULL;
@@ -2739,13 +3303,28 @@ static inline int gr_tool_value_(gr_js_ *c, const js_doc *d, int prop) {
     for (int f = js_first(d, prop); f >= 0; f = js_next(d, f)) { /* raw text enforces these only */
         int t;
         const char *kw = js_key(d, f);
-        if (gr_js_keyword_(kw, &t) != GR_KW_ANNOT && strcmp(kw, "type") && strcmp(kw, "enum") && strcmp(kw, "minLength") && strcmp(kw, "maxLength"))
+        if (gr_js_keyword_(kw, &t) != GR_KW_ANNOT && strcmp(kw, "type") && strcmp(kw, "enum") && strcmp(kw, "minLength") && strcmp(kw, "maxLength") &&
+            strcmp(kw, "pattern") && strcmp(kw, "format"))
             return gr_js_fail_(c, "the schema keyword \"%s\" is not supported (string argument \"%.100s\")", kw, js_key(d, prop));
     }
     int en = js_get(d, prop, "enum"), mn, mx;
     if (gr_js_count_(c, d, prop, "minLength", 0, &mn) || gr_js_count_(c, d, prop, "maxLength", -1, &mx)) return -1;
     if (mx >= 0 && mx < mn) return gr_js_fail_(c, "%s", "a string property's maxLength is below its minLength");
     if (en >= 0 && (js_typeof(d, en) != JS_ARR || !js_count(d, en))) return gr_js_fail_(c, "%s", "\"enum\" must be a non-empty array");
+    if (en < 0) { /* a pattern or a format, written raw (no '<') */
+        jw content = {0};
+        int r = gr_js_pattern_(c, d, prop, 1, mn, mx, &content);
+        if (r > 0) {
+            int k = gr_js_rule_(c);
+            jw_raw(&c->out, content.s, content.n), jw_lit(&c->out, "\n");
+            jw_free(&content);
+            return k;
+        }
+        jw_free(&content);
+        if (r < 0) return -1;
+    } else if (js_get(d, prop, "pattern") >= 0 || js_get(d, prop, "format") >= 0)
+        return gr_js_fail_(c, "\"enum\" beside \"%s\" is not supported (string argument \"%.100s\")", js_get(d, prop, "pattern") >= 0 ? "pattern" : "format",
+                           js_key(d, prop));
     int k = gr_js_rule_(c);
     if (en >= 0) {
         gr_js_alts_ al = {0};
@@ -2890,9 +3469,11 @@ static inline char *gr_tool_calls(const js_doc *d, int tools, const gr_tool_synt
             gr_tool_lit2_(&c.out, " ", sx->section_end, NULL, "\n");
         }
     }
-    int oom = alts.oom;
+    int oom = alts.oom || c.fmt.oom;
     jw_free(&alts);
     free(c.memo), free(c.busy);
+    if (c.fmt.n) jw_raw(&c.out, c.fmt.s, c.fmt.n);
+    jw_free(&c.fmt);
     if (c.failed || c.out.oom || oom) {
         if (!c.failed && err) snprintf(err, errlen, "out of memory");
         jw_free(&c.out);

@@ -644,7 +644,7 @@ static void test_schema(void) {
         }
     }
     gr_free(g), free(text), js_free(d);
-    const char *bad[][2] = {{"{\"type\":\"string\",\"pattern\":\"a+\"}", "\"pattern\" is not supported"},
+    const char *bad[][2] = {{"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "\"pattern\": a backreference"},
                             {"{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", "maxLength 2 is below minLength 5"},
                             {"{\"type\":\"thing\"}", "type \"thing\""},
                             {"{\"enum\":[]}", "non-empty"},
@@ -875,10 +875,13 @@ static void test_tools(void) {
     t = e ? gr_tool_calls(e, e->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
     CHECK(e && !t && strstr(err, "at least one function"));
     free(t), js_free(e), js_free(d);
-    /* GLM-5's raw string arguments enforce type, enum, minLength and
-     * maxLength only: anything else is refused by name, never dropped */
+    /* GLM-5's raw string arguments enforce type, enum, minLength,
+     * maxLength, pattern and format: anything else is refused by name,
+     * never dropped; raw text has no '<' */
     static const char *const bad[][2] = {
-        {"{\"city\":{\"type\":\"string\",\"pattern\":\"^a\"}}", "\"pattern\" is not supported (string argument \"city\")"},
+        {"{\"city\":{\"type\":\"string\",\"pattern\":\"^<\"}}", "a character that is only '<'"},
+        {"{\"city\":{\"type\":\"string\",\"enum\":[\"a\"],\"format\":\"date\"}}", "\"enum\" beside \"format\" is not supported (string argument \"city\")"},
+        {"{\"city\":{\"type\":\"string\",\"uniqueItems\":true}}", "\"uniqueItems\" is not supported (string argument \"city\")"},
         {"{\"city\":{\"type\":\"string\",\"maxLength\":-1}}", "\"maxLength\" must be a non-negative integer"},
         {"{\"city\":{\"type\":\"string\",\"enum\":[\"abc\"],\"maxLength\":2}}", "matches no value"},
         {"{\"city\":{\"type\":\"string\"}},\"required\":[\"town\"]", "\"required\" names \"town\""},
@@ -901,6 +904,32 @@ static void test_tools(void) {
     gr_grammar *g = t ? parse(t) : NULL;
     CHECK(g && in_lang(g, "<tool_call>f<arg_key>u</arg_key><arg_value>C</arg_value></tool_call>") == 1 &&
           in_lang(g, "<tool_call>f<arg_key>u</arg_key><arg_value>Fahrenheit</arg_value></tool_call>") == 0);
+    gr_free(g), free(t), js_free(x);
+    /* a pattern and formats on raw arguments: characters as themselves (a quote, a backslash), the format's rule once */
+    tj = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+         "{\"p\":{\"type\":\"string\",\"pattern\":\"^[a-c\\\"\\\\\\\\]{1,3}$\"},\"d\":{\"type\":\"string\",\"format\":\"date-time\"},"
+         "\"e\":{\"type\":\"string\",\"format\":\"email\"}},\"required\":[\"p\",\"d\",\"e\"]}}}]";
+    x = js_parse(tj, strlen(tj), err, sizeof err);
+    t = x ? gr_tool_calls(x, x->root, &glm->calls, NULL, 1, NULL, err, sizeof err) : NULL;
+    g = t ? parse(t) : NULL;
+    CHECK(g != NULL);
+    if (!g) fprintf(stderr, "raw pattern/format: %s\n", t ? t : err);
+    const char *head = "<tool_call>f<arg_key>p</arg_key><arg_value>";
+    char call[512];
+    static const struct { const char *p, *d, *e; int ok; } raw[] = {
+        {"a\"\\", "1998-12-31T15:59:60.5-08:00", "\"joe bloggs\"@example.com", 1},
+        {"abcd", "1998-12-31T15:59:60.5-08:00", "a@b.c", 0},
+        {"ab", "1998-12-31T23:59:61Z", "a@b.c", 0},
+        {"ab", "2020-02-29t08:30:06z", "te..st@b.c", 0},
+        {"ab", "2020-02-29t08:30:06z", "joe@[IPv6:::1]", 1},
+    };
+    for (size_t i = 0; g && i < sizeof raw / sizeof *raw; i++) {
+        snprintf(call, sizeof call, "%s%s</arg_value><arg_key>d</arg_key><arg_value>%s</arg_value><arg_key>e</arg_key><arg_value>%s</arg_value></tool_call>",
+                 head, raw[i].p, raw[i].d, raw[i].e);
+        CHECK(in_lang(g, call) == raw[i].ok);
+        if (in_lang(g, call) != raw[i].ok) fprintf(stderr, "raw arguments: %s: want %d\n", call, raw[i].ok);
+    }
+    CHECK(t && strstr(t, "fmtraw-date-time ::=") && strstr(strstr(t, "fmtraw-date ::=") + 1, "fmtraw-date ::=") == NULL);
     gr_free(g), free(t), js_free(x);
 }
 

@@ -9,7 +9,8 @@
  * appended to the text so far, are accepted from the start.
  * Properties: a refusal has a message with "line L, column C" (GBNF) or a
  * reason (schema); recognition never crashes or loops; the mask equals the
- * brute force; feeding all of the text at once and piece by piece agree. */
+ * brute force, and the mask from token tables the one walking the whole
+ * trie; feeding all of the text at once and piece by piece agree. */
 #include "grammar.h"
 
 #include "fuzz_common.h"
@@ -71,14 +72,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     gr_state s;
     if (gr_init(g, &s)) { gr_state_free(&s), gr_free(g), free(gbnf); return 0; } /* too ambiguous to follow: refused */
-    gr_mask_ctx cx;
-    FUZZ_CHECK(gr_mask_ctx_init(&cx, &fz_v) == 0);
-    uint8_t allowed[FZ_V], buf[512 + 16];
+    gr_mask_ctx cx, whole;
+    FUZZ_CHECK(gr_mask_ctx_init(&cx, &fz_v) == 0 && gr_mask_ctx_init(&whole, &fz_v) == 0);
+    whole.whole_walk = 1;
+    uint8_t allowed[FZ_V], all[FZ_V], buf[512 + 16];
     const uint8_t *text = p.count > 1 ? p.p[1] : NULL;
     size_t tn = p.count > 1 ? (p.n[1] < 512 ? p.n[1] : 512) : 0, at = 0;
     int checks = 0;
     while (checks < 6) {
-        if (gr_mask(g, &s, &fz_v, &cx, allowed) < 0) break; /* too ambiguous to decide: said, never a wrong mask */
+        int n = gr_mask(g, &s, &fz_v, &cx, allowed);
+        FUZZ_CHECK(gr_mask(g, &s, &fz_v, &whole, all) == n); /* the token tables and the whole walk agree */
+        if (n < 0) break; /* too ambiguous to decide: said, never a wrong mask */
+        FUZZ_CHECK(!memcmp(allowed, all, FZ_V));
         if (s.st.n > FZ_BRUTE_WAYS) break; /* the brute force below re-reads the text 276 times: seconds past this many ways */
         if (at) memcpy(buf, text, at);
         for (int t = 0; t < FZ_V; t++) {
@@ -96,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (r) break;
         at += step;
     }
-    gr_mask_ctx_free(&cx);
+    gr_mask_ctx_free(&cx), gr_mask_ctx_free(&whole);
     gr_state_free(&s);
     gr_free(g);
     free(gbnf);

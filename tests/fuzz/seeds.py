@@ -662,10 +662,18 @@ def seeds_grammar():
         "schema-ref-cycle": {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "$ref": "#/$defs/a"},
         "schema-tuple": {"prefixItems": [{"const": 1}, {"type": "string"}], "items": {"type": "boolean"}, "minItems": 1, "maxItems": 3},
         "schema-oneof": {"oneOf": [{"const": "a"}, {"enum": ["b", 2]}, {"type": "object"}]},
+        # patterns, formats, an enum written as a trie
+        "schema-pattern": {"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]{2}(?:-[0-9]+)*\\.?$"},
+                                                            "q": {"type": "string", "pattern": "a\"|[^\\x00-\\x1f]{2}\\\\"}}},
+        "schema-format": {"type": "array", "items": {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "format": "ipv6"},
+                                                               {"type": "string", "format": "email"}, {"type": "string", "format": "uri"}]}},
+        "schema-enum-trie": {"enum": ["a", "ab", "abc", "b\u00e9", "\u4e2d\u6587", "", 7, None, "a b"]},
     }
     texts = {"schema-object": '{"name": "bo", "tags": ["a"]}', "schema-anyof": "-1.5e3", "schema-types": "true",
              "schema-recursive": '{"v":7,"next":{"v":-5},"ab":"x"}', "schema-ref-cycle": "null", "schema-tuple": '[1,"x",true]',
-             "schema-oneof": '"b"'}
+             "schema-oneof": '"b"', "schema-pattern": '{"id":"ab-12.","q":"xa\\""}',
+             "schema-format": '["1998-12-31T15:59:60.123-08:00","::ffff:1.2.3.4","\\"a b\\"@[IPv6:::1]","http://x/?y#z"]',
+             "schema-enum-trie": '"abc"'}
     for name, sc in schemas.items():
         put("grammar", name, dumps(sc) + SEP + texts[name].encode())
 
