@@ -2641,7 +2641,7 @@ static inline int gr_re_atom_(gr_re_ *x, jw *w, int depth, long *mn, long *mx) {
                 while (x->at < x->n && x->p[x->at] != '>') x->at++;
                 if (x->at >= x->n) return gr_re_fail_(x, "a group name never closed");
                 x->at++;
-            } else return gr_re_fail_(x, "lookaround");
+            } else return x->at--, gr_re_fail_(x, "lookaround"); /* at its '(' */
         }
         if (depth >= GR_RE_NEST) return gr_re_fail_(x, "groups nested this deep");
         jw_lit(w, "(");
