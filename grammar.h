@@ -2814,12 +2814,21 @@ static const struct {
     {NULL, NULL}};
 
 /* The rule of format name[0..n) (written into c->fmt when first used),
- * or NULL with the refusal in c->err; raw: as a tool call's raw string
- * argument (fmtraw-<name>: characters as themselves). */
+ * "" for a format the specification does not define (an annotation), or
+ * NULL with the refusal in c->err (a format it defines that is not
+ * written here); raw: as a tool call's raw string argument
+ * (fmtraw-<name>: characters as themselves). */
 static inline const char *gr_js_format_(gr_js_ *c, const char *name, size_t n, int raw) {
     int f = 0;
     while (gr_formats_[f].name && (strlen(gr_formats_[f].name) != n || memcmp(gr_formats_[f].name, name, n))) f++;
-    if (!gr_formats_[f].name) return gr_js_fail_(c, "the format \"%.*s\" is not supported", (int)(n < 100 ? n : 100), name), NULL;
+    if (!gr_formats_[f].name) {
+        static const char *const spec[] = {"idn-email", "idn-hostname", "uri-reference", "iri", "iri-reference", "uri-template", "json-pointer",
+                                           "relative-json-pointer", "regex", NULL};
+        for (int i = 0; spec[i]; i++)
+            if (strlen(spec[i]) == n && !memcmp(spec[i], name, n))
+                return gr_js_fail_(c, "the format \"%.*s\" is not supported", (int)(n < 100 ? n : 100), name), NULL;
+        return ""; /* a format the specification does not define: an annotation, as it says */
+    }
     unsigned *done = raw ? &c->fmt_raw_done : &c->fmt_done;
     const char *pre = raw ? "fmtraw-" : "fmt-";
     if (!(*done >> f & 1)) {
@@ -2869,18 +2878,20 @@ static inline const char *gr_js_format_(gr_js_ *c, const char *name, size_t n, i
  * -1 refused. */
 static inline int gr_js_pattern_(gr_js_ *c, const js_doc *d, int s, int raw, int mn, int mx, jw *content) {
     int pat = js_get(d, s, "pattern"), fmt = js_get(d, s, "format");
+    if (pat >= 0 && js_typeof(d, pat) != JS_STR) return gr_js_fail_(c, "%s", "\"pattern\" must be a string");
+    if (fmt >= 0 && js_typeof(d, fmt) != JS_STR) return gr_js_fail_(c, "%s", "\"format\" must be a string");
+    const char *name = NULL;
+    if (fmt >= 0) {
+        if (!(name = gr_js_format_(c, js_str(d, fmt), js_str_len(d, fmt), raw))) return -1;
+        if (!*name) fmt = -1; /* a format the specification does not define: as if absent */
+    }
     if (pat < 0 && fmt < 0) return 0;
     if (pat >= 0 && fmt >= 0) return gr_js_fail_(c, "%s", "\"pattern\" beside \"format\" is not supported");
-    int k = pat >= 0 ? pat : fmt;
-    if (js_typeof(d, k) != JS_STR) return gr_js_fail_(c, "\"%s\" must be a string", pat >= 0 ? "pattern" : "format");
     long lo = 0, hi = -1;
     if (pat >= 0) {
-        if (gr_re_compile_(c, js_str(d, k), js_str_len(d, k), raw, content, &lo, &hi)) return -1;
-    } else {
-        const char *name = gr_js_format_(c, js_str(d, k), js_str_len(d, k), raw);
-        if (!name) return -1;
+        if (gr_re_compile_(c, js_str(d, pat), js_str_len(d, pat), raw, content, &lo, &hi)) return -1;
+    } else
         jw_lit(content, raw ? "fmtraw-" : "fmt-"), jw_lit(content, name);
-    }
     if ((mn > 0 && lo < mn) || (mx >= 0 && (hi < 0 || hi > mx)))
         return gr_js_fail_(c, "\"%s\" beside minLength/maxLength is not supported (unless every string it matches has a length within them)",
                            pat >= 0 ? "pattern" : "format");

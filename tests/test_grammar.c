@@ -987,7 +987,7 @@ static int driver(const char *mode, const char *path) {
         gr_grammar *g = gr_parse(buf.s ? buf.s : "", buf.n, "root", err, sizeof err);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-        if (g) printf("ok %.3f\n", dt);
+        if (g) printf("ok %.6f\n", dt);
         else printf("refused %.3f: %s\n", dt, err);
         gr_free(g), jw_free(&buf);
         return 0;
@@ -1003,7 +1003,7 @@ static int driver(const char *mode, const char *path) {
         double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
         if (!g) printf("refused: %s\n", err);
         else {
-            printf("ok %.3f ", dt);
+            printf("ok %.6f ", dt);
             for (int t = js_first(d, js_get(d, cs, "texts")); t >= 0; t = js_next(d, t)) putchar('0' + in_lang(g, js_str(d, t)));
             putchar('\n');
         }

@@ -57,7 +57,7 @@ NOT_RUN = {"refRemote.json"}
 # the optional files whose keywords the engine enforces (the formats of
 # gr_formats_, and pattern's ECMAScript semantics)
 OPTIONAL = ["optional/ecmascript-regex.json", "optional/non-bmp-regex.json"] + ["optional/format/%s.json" % f for f in (
-    "date", "time", "date-time", "duration", "uuid", "email", "hostname", "ipv4", "ipv6", "uri")]
+    "date", "time", "date-time", "duration", "uuid", "email", "hostname", "ipv4", "ipv6", "uri", "unknown")]
 # files where format is an annotation (see the docstring): a valid value refused by its format is counted, not failed
 FORMAT_ANNOTATION = {"draft2020-12/format.json"}
 
