@@ -1871,6 +1871,8 @@ static const char gr_js_prims_[] =
     "jarray ::= \"[\" ws (jvalue ws (\",\" ws jvalue ws)*)? \"]\"\n";
 
 static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth);
+static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int depth, jw *key, int *val);
+static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n);
 
 /* A new rule name r<k>; writes "r<k> ::= " and returns k. */
 static inline int gr_js_rule_(gr_js_ *c) {
@@ -2011,10 +2013,10 @@ static inline int gr_js_keyword_(const char *k, int *types) {
     static const char *const own[] = {"type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "properties", "required",
                                       "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
                                       "maxLength", "uniqueItems", "$id", "id", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                      "pattern", "format", NULL};
+                                      "pattern", "format", "patternProperties", NULL};
     static const struct { const char *k; int t; } refused[] = {
         {"contentSchema", 0}, {"multipleOf", GR_T_INT | GR_T_FRAC},
-        {"patternProperties", GR_T_OBJ}, {"propertyNames", GR_T_OBJ}, {"minProperties", GR_T_OBJ}, {"maxProperties", GR_T_OBJ},
+        {"propertyNames", GR_T_OBJ}, {"minProperties", GR_T_OBJ}, {"maxProperties", GR_T_OBJ},
         {"dependencies", GR_T_OBJ}, {"dependentRequired", GR_T_OBJ}, {"dependentSchemas", GR_T_OBJ}, {"unevaluatedProperties", GR_T_OBJ},
         {"contains", GR_T_ARR}, {"minContains", GR_T_ARR}, {"maxContains", GR_T_ARR}, {"unevaluatedItems", GR_T_ARR},
         {"if", GR_T_ALL}, {"then", GR_T_ALL}, {"else", GR_T_ALL}, {"not", GR_T_ALL}, {"$dynamicRef", GR_T_ALL}, {"$dynamicAnchor", GR_T_ALL},
@@ -2171,6 +2173,8 @@ static inline int gr_js_other_key_(gr_js_ *c, uint32_t **cp, const int *len, int
  * text; 1, 0 (no object matches), -1. */
 static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body) {
     int props = js_get(d, s, "properties"), req = js_get(d, s, "required"), ap = js_get(d, s, "additionalProperties");
+    int pp = js_get(d, s, "patternProperties"), pval = 0, has_pp = 0;
+    jw pkey = {0};
     if (props >= 0 && js_typeof(d, props) != JS_OBJ) return gr_js_fail_(c, "%s", "\"properties\" must be an object");
     if (req >= 0 && js_typeof(d, req) != JS_ARR) return gr_js_fail_(c, "%s", "\"required\" must be an array of names");
     int np = js_count(d, props), nr = js_count(d, req), nd = 0, rc = -1, apk = 1;
@@ -2190,6 +2194,20 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
     qsort(pn, (size_t)np, sizeof *pn, gr_js_name_cmp_);
     qsort(rn, (size_t)nr, sizeof *rn, gr_js_name_cmp_);
     int ap_any = ap < 0 || js_typeof(d, ap) == JS_TRUE;
+    if (pp >= 0) { /* keys its patterns match take its schema; named keys must match none; other keys: only where additionalProperties is false */
+        int r = gr_js_pattern_keys_(c, d, pp, depth, &pkey, &pval);
+        if (r < 0) goto out;
+        has_pp = r > 0;
+        for (int j = 0; j < np && has_pp; j++) {
+            int m = gr_js_key_matches_(c, d, pp, pn[j].s, pn[j].n);
+            if (m < 0) goto out;
+            if (m) { gr_js_fail_(c, "%s", "a property in \"properties\" whose name a \"patternProperties\" pattern matches is not supported"); goto out; }
+        }
+        if (has_pp && c->exact && !(ap >= 0 && js_typeof(d, ap) == JS_FALSE)) {
+            gr_js_fail_(c, "%s", "\"patternProperties\" beside additionalProperties other than false is not supported (keys no pattern matches)");
+            goto out;
+        }
+    }
     if (!ap_any && (apk = gr_js_schema_(c, d, ap, depth + 1)) < 0) goto out;
     if (ap_any) { /* absent or true: any value */
         char b[40];
@@ -2208,15 +2226,22 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
         int dup = 0; /* a name required twice is one property */
         for (int j = 0; j < nd && !dup; j++) dup = dn[j].i < 0 && dn[j].n == js_str_len(d, r) && !memcmp(dn[j].s, js_str(d, r), dn[j].n);
         if (dup) continue;
-        if (!apk) empty = 1;
-        else val[nd] = apk, reqd[nd] = 1, dn[nd++] = (gr_js_name_){js_str(d, r), js_str_len(d, r), -1};
+        int m = has_pp ? gr_js_key_matches_(c, d, pp, js_str(d, r), js_str_len(d, r)) : 0, v = m ? pval : apk;
+        if (m < 0) goto out;
+        if (!v) empty = 1;
+        else val[nd] = v, reqd[nd] = 1, dn[nd++] = (gr_js_name_){js_str(d, r), js_str_len(d, r), -1};
     }
     if (empty) { rc = 0; goto out; }
-    if (!np && !nd && ap_any) { jw_lit(body, "jobject"); rc = 1; goto out; }
+    if (!np && !nd && ap_any && !has_pp) { jw_lit(body, "jobject"); rc = 1; goto out; }
     /* the other keys: a trie that leaves out the properties' names (all of them, present or not); when
      * generating, none unless additionalProperties admits them in so many words (or nothing is listed) */
-    int others = apk && (c->exact || ap >= 0 || !np), key = 0;
-    if (others) {
+    int others = has_pp ? pval > 0 : apk && (c->exact || ap >= 0 || !np), key = 0;
+    if (has_pp && others) { /* the keys the patterns match (no named key among them), with the patterns' schema */
+        char b[40];
+        snprintf(b, sizeof b, "r%d ::= ", key = ++c->n);
+        jw_lit(&c->out, b), jw_raw(&c->out, pkey.s, pkey.n), jw_lit(&c->out, "\n");
+        apk = pval;
+    } else if (others) {
         if (!np) key = -1; /* jkey */
         else {
             cp = (uint32_t **)calloc((size_t)np, sizeof *cp), cpl = (int *)malloc((size_t)np * sizeof(int));
@@ -2247,6 +2272,7 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
     c->n += 2 * (nd + 1) + 1;
     char b[160], kb[32];
     if (key < 0) snprintf(kb, sizeof kb, "jkey");
+    else if (has_pp) snprintf(kb, sizeof kb, "r%d", key);
     else snprintf(kb, sizeof kb, "\"\\\"\" r%d", key);
     for (int j = 0; j < nd; j++) {
         for (int rest = 0; rest < 2; rest++) {
@@ -2276,6 +2302,7 @@ out:
     if (cp)
         for (int j = 0; j < np; j++) free(cp[j]);
     free(cp), free(cpl), free(pn), free(rn), free(val), free(reqd), free(dn);
+    jw_free(&pkey);
     return c->failed ? -1 : rc;
 }
 
@@ -2896,6 +2923,92 @@ static inline int gr_js_pattern_(gr_js_ *c, const js_doc *d, int s, int raw, int
         return gr_js_fail_(c, "\"%s\" beside minLength/maxLength is not supported (unless every string it matches has a length within them)",
                            pat >= 0 ? "pattern" : "format");
     return 1;
+}
+
+/* 1 when JSON values a and b are equal (objects as sets of members,
+ * numbers by value), 0 when not or nested past 64. */
+static inline int gr_js_equal_(const js_doc *d, int a, int b, int depth) {
+    js_type t = js_typeof(d, a);
+    if (t != js_typeof(d, b) || depth > 64) return 0;
+    if (t == JS_NUM) return js_num(d, a) == js_num(d, b);
+    if (t == JS_STR) return js_str_len(d, a) == js_str_len(d, b) && !memcmp(js_str(d, a), js_str(d, b), js_str_len(d, a));
+    if (t == JS_ARR || t == JS_OBJ) {
+        if (js_count(d, a) != js_count(d, b)) return 0;
+        for (int x = js_first(d, a), y = js_first(d, b); x >= 0; x = js_next(d, x), y = js_next(d, y)) {
+            int z = t == JS_ARR ? y : gr_js_member_(d, b, js_key(d, x), js_key_len(d, x));
+            if (z < 0 || !gr_js_equal_(d, x, z, depth + 1)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* 1 when pattern p (a JSON string node) matches the string key[0..n), 0
+ * when not, -1 refused (c->err). The pattern is compiled as for a string
+ * and run by the recognizer on the key as JSON writes it. */
+static inline int gr_re_matches_(gr_js_ *c, const js_doc *d, int p, const char *key, size_t n) {
+    jw g = {0}, k = {0};
+    long lo, hi;
+    jw_lit(&g, gr_js_prims_), jw_lit(&g, "root ::= \"\\\"\" (");
+    if (gr_re_compile_(c, js_str(d, p), js_str_len(d, p), 0, &g, &lo, &hi)) return jw_free(&g), -1;
+    jw_lit(&g, ") \"\\\"\"\n");
+    gr_grammar *gm = g.oom ? NULL : gr_parse(g.s, g.n, "root", NULL, 0);
+    jw_free(&g);
+    if (!gm) return gr_js_fail_(c, "%s", "\"patternProperties\": a pattern whose grammar is refused");
+    jw_strn(&k, key, n);
+    gr_state st;
+    int r = gr_init(gm, &st) == 0 && !k.oom && gr_accept(gm, &st, (const uint8_t *)k.s, k.n) == 0 && gr_can_end(&st);
+    gr_state_free(&st), gr_free(gm), jw_free(&k);
+    return r;
+}
+
+/* patternProperties of schema s (object pp): the keys any of its patterns
+ * match as GBNF into *key (JSON text, quotes included) and their value's
+ * rule into *val. Exact when the patterns share one schema (a key
+ * matching two needs both); else refused. 1, 0 (none: an empty object),
+ * -1. */
+static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int depth, jw *key, int *val) {
+    if (js_typeof(d, pp) != JS_OBJ) return gr_js_fail_(c, "%s", "\"patternProperties\" must be an object");
+    int first = js_first(d, pp);
+    if (first < 0) return 0;
+    jw_lit(key, "\"\\\"\" (");
+    for (int m = first; m >= 0; m = js_next(d, m)) {
+        if (!gr_js_equal_(d, m, first, 0))
+            return gr_js_fail_(c, "%s", "\"patternProperties\" whose patterns have different schemas is not supported (a key matching two needs both)");
+        jw pat = {0};
+        long lo, hi;
+        jw_lit(key, m == first ? "(" : " | (");
+        /* the member's key is the pattern: compile it from a string node made of it */
+        js_doc *pd = NULL;
+        jw src = {0};
+        jw_strn(&src, js_key(d, m), js_key_len(d, m));
+        pd = src.oom ? NULL : js_parse(src.s, src.n, NULL, 0);
+        jw_free(&src);
+        if (!pd) return gr_js_fail_(c, "%s", "out of memory");
+        int r = gr_re_compile_(c, js_str(pd, pd->root), js_str_len(pd, pd->root), 0, &pat, &lo, &hi);
+        js_free(pd);
+        if (r) return jw_free(&pat), -1;
+        jw_raw(key, pat.s, pat.n), jw_lit(key, ")");
+        jw_free(&pat);
+    }
+    jw_lit(key, ") \"\\\"\"");
+    *val = gr_js_schema_(c, d, first, depth + 1);
+    return *val < 0 ? -1 : 1;
+}
+
+/* 1 when some pattern of patternProperties pp matches key[0..n), 0 when
+ * none, -1 refused. */
+static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n) {
+    for (int m = js_first(d, pp); m >= 0; m = js_next(d, m)) {
+        jw src = {0};
+        jw_strn(&src, js_key(d, m), js_key_len(d, m));
+        js_doc *pd = src.oom ? NULL : js_parse(src.s, src.n, NULL, 0);
+        jw_free(&src);
+        if (!pd) return gr_js_fail_(c, "%s", "out of memory");
+        int r = gr_re_matches_(c, pd, pd->root, key, n);
+        js_free(pd);
+        if (r) return r;
+    }
+    return 0;
 }
 
 /* The string of schema s: minLength..maxLength code points. */
