@@ -1734,6 +1734,9 @@ typedef struct {
     jw fmt;              /* the rules of the formats used (fmt-<name>, fmtraw-<name>), appended to out at the end */
     unsigned fmt_done, fmt_raw_done; /* bit f: gr_formats_[f] is in fmt */
     int leap_done;       /* fmt-leap is in fmt */
+    uint64_t *mkey;      /* schemas compiled for some types only (beside a "type"): node * 128 + types + 1, 0 empty */
+    int *mrule, mcap, mn; /* their rules (-2: no value), open addressing */
+    unsigned char *mbusy;
 } gr_js_;
 
 #define GR_JS_MAX_DEPTH 256   /* nested schemas, $ref hops counted */
@@ -1871,6 +1874,7 @@ static const char gr_js_prims_[] =
     "jarray ::= \"[\" ws (jvalue ws (\",\" ws jvalue ws)*)? \"]\"\n";
 
 static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth);
+static inline int gr_js_schema_m_(gr_js_ *c, const js_doc *d, int s, int depth, int mask);
 static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int depth, jw *key, int *val);
 static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n);
 
@@ -3149,10 +3153,10 @@ static inline int gr_js_consts_apart_(gr_js_ *c, const js_doc *d, int a) {
 
 /* The alternatives of a list of subschemas (anyOf, and oneOf whose
  * branches exclude one another) into body. 1, 0 (none matches), -1. */
-static inline int gr_js_union_(gr_js_ *c, const js_doc *d, int a, int depth, jw *body) {
+static inline int gr_js_union_(gr_js_ *c, const js_doc *d, int a, int depth, jw *body, int mask) {
     int any = 0;
     for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
-        int k = gr_js_schema_(c, d, b, depth + 1);
+        int k = gr_js_schema_m_(c, d, b, depth + 1, mask);
         if (k < 0) return -1;
         if (!k) continue;
         if (any++) jw_lit(body, " | ");
@@ -3161,10 +3165,22 @@ static inline int gr_js_union_(gr_js_ *c, const js_doc *d, int a, int depth, jw 
     return any > 0;
 }
 
-/* The body of schema object s's rule. 1, 0 (no value matches), -1. */
-static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body) {
+/* Any value of the types in mask (GR_T_ALL: jvalue) as GBNF into w. */
+static inline void gr_js_any_(jw *w, int mask) {
+    static const struct { int t; const char *r; } k[] = {{GR_T_NULL, "jnull"}, {GR_T_BOOL, "jbool"}, {GR_T_OBJ, "jobject"}, {GR_T_ARR, "jarray"},
+                                                       {GR_T_STR, "jstring"}, {GR_T_FRAC, "jnumber"}, {GR_T_INT, "jint"}};
+    if (mask == GR_T_ALL) { jw_lit(w, "jvalue"); return; }
+    for (int i = 0, n = 0; i < 7; i++)
+        if ((mask & k[i].t) && !(k[i].t == GR_T_INT && (mask & GR_T_FRAC))) jw_lit(w, n++ ? " | " : ""), jw_lit(w, k[i].r);
+}
+
+/* The body of schema object s's rule, of the types in mask only (what a
+ * "type" beside the keyword that led here allows). 1, 0 (no value
+ * matches), -1. */
+static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body, int mask) {
     int tm = gr_js_type_kw_(c, d, s);
     if (tm < 0) return -1;
+    if (!(tm &= mask)) return 0;
     for (int f = js_first(d, s); f >= 0; f = js_next(d, f)) {
         int types;
         const char *k = js_key(d, f);
@@ -3174,10 +3190,10 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
     }
     int ref = js_get(d, s, "$ref");
     if (ref >= 0) {
-        const char *o = c->legacy ? NULL : gr_js_other_(d, s, "$ref", 0);
+        const char *o = c->legacy ? NULL : gr_js_other_(d, s, "$ref", 1); /* beside "type": the target of those types */
         if (o) return gr_js_fail_(c, "\"$ref\" beside \"%s\" is not supported (the two would have to be merged)", o);
         int to = gr_js_resolve_(c, d, ref);
-        int k = to < 0 ? -1 : gr_js_schema_(c, d, to, depth + 1);
+        int k = to < 0 ? -1 : gr_js_schema_m_(c, d, to, depth + 1, c->legacy ? mask : tm);
         if (k > 0) gr_js_ref_(body, k);
         return k < 0 ? -1 : k > 0;
     }
@@ -3186,27 +3202,27 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
         int a = js_get(d, s, comb[i]);
         if (a < 0) continue;
         if (js_typeof(d, a) != JS_ARR || !js_count(d, a)) return gr_js_fail_(c, "\"%s\" must be a non-empty array of schemas", comb[i]);
-        const char *o = gr_js_other_(d, s, comb[i], 0);
+        const char *o = gr_js_other_(d, s, comb[i], 1); /* beside "type": each branch of those types */
         if (o) return gr_js_fail_(c, "\"%s\" beside \"%s\" is not supported (the two would have to be merged)", comb[i], o);
         if (i == 1) { /* oneOf: exactly one branch; as anyOf only when no two branches share a type */
             int seen = 0, apart = 1;
             for (int b = js_first(d, a); b >= 0 && apart; b = js_next(d, b)) {
-                int t = gr_js_types_(c, d, b, depth + 1);
+                int t = gr_js_types_(c, d, b, depth + 1) & tm;
                 apart = !(t & seen);
                 seen |= t;
             }
             if (!apart && !gr_js_consts_apart_(c, d, a))
                 return gr_js_fail_(c, "%s", "\"oneOf\" whose branches may overlap is not supported (use anyOf, or branches of different types or different constants)");
         }
-        if (i < 2) return gr_js_union_(c, d, a, depth, body);
+        if (i < 2) return gr_js_union_(c, d, a, depth, body, tm);
         int only = -1, n = 0; /* allOf: exact when at most one branch asserts anything */
         for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
             if (js_typeof(d, b) == JS_FALSE) return 0; /* one branch matches nothing: so does allOf */
             if (gr_js_asserts_(d, b, NULL)) only = b, n++;
         }
         if (n > 1) return gr_js_fail_(c, "%s", "\"allOf\" of several schemas that assert something is not supported");
-        if (only < 0) { jw_lit(body, "jvalue"); return 1; }
-        int k = gr_js_schema_(c, d, only, depth + 1);
+        if (only < 0) { gr_js_any_(body, tm); return 1; }
+        int k = gr_js_schema_m_(c, d, only, depth + 1, tm);
         if (k > 0) gr_js_ref_(body, k);
         return k < 0 ? -1 : k > 0;
     }
@@ -3281,7 +3297,7 @@ static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth) {
     int k = ++c->n;
     c->memo[s] = k, c->busy[s] = 1;
     jw body = {0};
-    int r = js_typeof(d, s) == JS_TRUE ? (jw_lit(&body, "jvalue"), 1) : gr_js_body_(c, d, s, depth, &body);
+    int r = js_typeof(d, s) == JS_TRUE ? (jw_lit(&body, "jvalue"), 1) : gr_js_body_(c, d, s, depth, &body, GR_T_ALL);
     int back = c->busy[s] == 2;
     c->busy[s] = 0;
     if (r > 0) gr_js_def_(c, k, &body);
@@ -3289,6 +3305,62 @@ static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth) {
     if (r < 0) return -1;
     if (!r) {
         c->memo[s] = -2;
+        if (back) return gr_js_fail_(c, "%s", "a schema that refers to itself matches no value");
+        return 0;
+    }
+    return k;
+}
+
+/* The slot of key in the masked-schema table (grown to hold one more),
+ * or -1 without memory. */
+static inline int gr_js_mslot_(gr_js_ *c, uint64_t key) {
+    if (2 * (c->mn + 1) > c->mcap) {
+        int nc = c->mcap ? 2 * c->mcap : 64;
+        uint64_t *nk = (uint64_t *)calloc((size_t)nc, sizeof *nk);
+        int *nr = (int *)malloc((size_t)nc * sizeof *nr);
+        unsigned char *nb = (unsigned char *)malloc((size_t)nc);
+        if (!nk || !nr || !nb) return free(nk), free(nr), free(nb), -1;
+        for (int i = 0; i < c->mcap; i++)
+            if (c->mkey[i]) {
+                int j = (int)((c->mkey[i] * 0x9E3779B97F4A7C15ull) >> 40) & (nc - 1);
+                while (nk[j]) j = (j + 1) & (nc - 1);
+                nk[j] = c->mkey[i], nr[j] = c->mrule[i], nb[j] = c->mbusy[i];
+            }
+        free(c->mkey), free(c->mrule), free(c->mbusy);
+        c->mkey = nk, c->mrule = nr, c->mbusy = nb, c->mcap = nc;
+    }
+    int j = (int)((key * 0x9E3779B97F4A7C15ull) >> 40) & (c->mcap - 1);
+    while (c->mkey[j] && c->mkey[j] != key) j = (j + 1) & (c->mcap - 1);
+    return j;
+}
+
+/* The rule of schema node s restricted to the types in mask (a "type"
+ * beside the $ref or combinator that led to it): compiled once per (s,
+ * mask); gr_js_schema_ when mask is every type. */
+static inline int gr_js_schema_m_(gr_js_ *c, const js_doc *d, int s, int depth, int mask) {
+    if (mask == GR_T_ALL || c->failed) return c->failed ? -1 : gr_js_schema_(c, d, s, depth);
+    if (depth > GR_JS_MAX_DEPTH) return gr_js_fail_(c, "the schema nests deeper than %d (counting $ref)", GR_JS_MAX_DEPTH);
+    if (js_typeof(d, s) == JS_FALSE) return 0;
+    if (js_typeof(d, s) != JS_TRUE && js_typeof(d, s) != JS_OBJ) return gr_js_fail_(c, "%s", "a schema must be an object or a boolean");
+    uint64_t key = (uint64_t)s * 128 + (uint64_t)mask + 1;
+    int j = gr_js_mslot_(c, key);
+    if (j < 0) return gr_js_fail_(c, "%s", "out of memory");
+    if (c->mkey[j]) {
+        if (c->mbusy[j]) c->mbusy[j] = 2;
+        return c->mrule[j] > 0 ? c->mrule[j] : 0;
+    }
+    int k = ++c->n;
+    c->mkey[j] = key, c->mrule[j] = k, c->mbusy[j] = 1, c->mn++;
+    jw body = {0};
+    int r = js_typeof(d, s) == JS_TRUE ? (gr_js_any_(&body, mask), 1) : gr_js_body_(c, d, s, depth, &body, mask);
+    j = gr_js_mslot_(c, key); /* the table may have grown meanwhile */
+    int back = j >= 0 && c->mbusy[j] == 2;
+    if (j >= 0) c->mbusy[j] = 0;
+    if (r > 0) gr_js_def_(c, k, &body);
+    jw_free(&body);
+    if (r < 0 || j < 0) return j < 0 ? gr_js_fail_(c, "%s", "out of memory") : -1;
+    if (!r) {
+        c->mrule[j] = -2;
         if (back) return gr_js_fail_(c, "%s", "a schema that refers to itself matches no value");
         return 0;
     }
@@ -3323,7 +3395,7 @@ static inline char *gr_json_schema_mode_(const js_doc *d, int schema, int exact,
     gr_js_start_(&c, d, schema);
     jw_lit(&c.out, gr_js_prims_);
     int k = gr_js_schema_(&c, d, schema, 0);
-    free(c.memo), free(c.busy);
+    free(c.memo), free(c.busy), free(c.mkey), free(c.mrule), free(c.mbusy);
     if (!k && !c.failed) gr_js_fail_(&c, "%s", "the schema matches no JSON value");
     if (c.fmt.n) jw_raw(&c.out, c.fmt.s, c.fmt.n);
     int foom = c.fmt.oom;
@@ -3595,7 +3667,7 @@ static inline char *gr_tool_calls(const js_doc *d, int tools, const gr_tool_synt
     }
     int oom = alts.oom || c.fmt.oom;
     jw_free(&alts);
-    free(c.memo), free(c.busy);
+    free(c.memo), free(c.busy), free(c.mkey), free(c.mrule), free(c.mbusy);
     if (c.fmt.n) jw_raw(&c.out, c.fmt.s, c.fmt.n);
     jw_free(&c.fmt);
     if (c.failed || c.out.oom || oom) {

@@ -259,7 +259,10 @@ def rand_schema(r, depth=0):
     """A random schema of the supported keywords; at the top, sometimes
     behind a $ref to $defs, or a recursive one."""
     if depth == 0 and r.random() < 0.15:
-        return {"$defs": {"a": rand_schema(r, 1)}, "$ref": "#/$defs/a"}
+        s = {"$defs": {"a": rand_schema(r, 1)}, "$ref": "#/$defs/a"}
+        if r.random() < 0.3:  # beside $ref (2020-12): the target of those types
+            s["type"] = r.choice(["string", "integer", ["array", "null"]])
+        return s
     if depth == 0 and r.random() < 0.1:
         return {"$defs": {"t": {"type": ["object", "null"], "properties": {"a": {"$ref": "#/$defs/t"}, "b": rand_schema(r, 2)},
                               "additionalProperties": r.choice([True, False])}}, "$ref": "#/$defs/t"}
@@ -286,8 +289,14 @@ def rand_schema(r, depth=0):
             return {"oneOf": [r.choice([{"const": rand_value(r, 2)}, {"enum": [rand_value(r, 2) for _ in range(2)]}]) for _ in range(r.randint(1, 3))]}
         if k == "oneOf":
             ts = r.sample(["null", "boolean", "integer", "string", "array", "object"], r.randint(1, 3))
-            return {"oneOf": [dict({"type": t}, **rand_type_kw(r, depth)) for t in ts]}
-        return {"anyOf": [rand_schema(r, depth + 1) for _ in range(r.randint(1, 3))]}
+            s = {"oneOf": [dict({"type": t}, **rand_type_kw(r, depth)) for t in ts]}
+            if r.random() < 0.3:
+                s["type"] = r.choice(["integer", "number", "string", ["object", "array"]])
+            return s
+        s = {"anyOf": [rand_schema(r, depth + 1) for _ in range(r.randint(1, 3))]}
+        if r.random() < 0.3:  # beside a type: each branch of those types
+            s["type"] = r.sample(["null", "boolean", "integer", "number", "string", "array", "object"], r.randint(1, 3))
+        return s
     if k == "integer":
         s = {"type": "integer"}
         for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
