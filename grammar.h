@@ -3119,6 +3119,177 @@ static inline int gr_js_integer_(gr_js_ *c, const js_doc *d, int s, jw *body) {
     return 1;
 }
 
+/* ------------------------------------------------------------ bounded numbers
+ * Numbers with bounds are written as plain decimals (no exponent): up to
+ * 16 integer and 16 fraction digits, compared exactly as decimals. A
+ * magnitude is a fixed string of 32 digits (16 integer, 16 fraction). */
+#define GR_FIX 32
+
+/* The shortest decimal that reads back as x ("%.17g" at most), as text. */
+static inline void gr_js_short_(double x, char *out, size_t cap) {
+    for (int p = 1; p <= 17; p++) {
+        snprintf(out, cap, "%.*g", p, x);
+        if (strtod(out, NULL) == x) return;
+    }
+}
+
+/* The magnitude of number node v (sign into *neg) as a fixed string,
+ * rounded up (up) or down to 16 fraction digits and held below 10^16
+ * (*big set when it was not). */
+static inline void gr_js_fix_(const js_doc *d, int v, int up, int *neg, char *fix, int *big) {
+    char t[64], dig[64];
+    if (d->nodes[v].is_int) snprintf(t, sizeof t, "%lld", (long long)d->nodes[v].ival);
+    else gr_js_short_(js_num(d, v), t, sizeof t);
+    const char *p = t;
+    *neg = *p == '-', p += *p == '-' || *p == '+';
+    int nd = 0, point = -1, e = 0;
+    for (; *p && *p != 'e' && *p != 'E'; p++)
+        if (*p == '.') point = nd;
+        else if (nd < 40) dig[nd++] = *p;
+    if (*p) e = atoi(p + 1);
+    if (point < 0) point = nd;
+    point += e; /* the value is 0.dig * 10^point, digits dig[0..nd) */
+    memset(fix, '0', GR_FIX), fix[GR_FIX] = 0, *big = 0;
+    int rest = 0; /* a nonzero digit past the 16th fraction digit */
+    for (int i = 0; i < nd; i++) {
+        int at = 16 - point + i; /* dig[i] is the digit of weight 10^(point-1-i): position 16 + (i - point) */
+        at = 16 + i - point;
+        if (at < 0) { if (dig[i] != '0') *big = 1; continue; }
+        if (at >= GR_FIX) { rest |= dig[i] != '0'; continue; }
+        fix[at] = dig[i];
+    }
+    if (*big) { memset(fix, '9', GR_FIX); return; }
+    if (rest && up) /* one unit of the last digit up */
+        for (int i = GR_FIX - 1; i >= 0; i--) {
+            if (fix[i] < '9') { fix[i]++; break; }
+            fix[i] = '0';
+            if (!i) { memset(fix, '9', GR_FIX), *big = 1; }
+        }
+}
+
+/* fix one unit of the last digit up (dir 1) or down (-1); 0, or -1 when
+ * it would leave 0..10^16 - 10^-16. */
+static inline int gr_js_fix_step_(char *fix, int dir) {
+    for (int i = GR_FIX - 1; i >= 0; i--) {
+        if (dir > 0 ? fix[i] < '9' : fix[i] > '0') { fix[i] = (char)(fix[i] + dir); return 0; }
+        fix[i] = dir > 0 ? '0' : '9';
+    }
+    return -1;
+}
+
+/* Digit strings s of 0..16-i digits after the fraction digits fixed so
+ * far, such that those digits then s (padded with zeros) lie within x..y
+ * (16 digits each); tl / th: the digits so far equal x's / y's. one: at
+ * least one digit (the first after the point). */
+static inline void gr_js_frac_(jw *w, const char *x, const char *y, int i, int tl, int th, int one) {
+    int n = 0, end = !one;
+    for (int k = i; tl && k < 16 && end; k++) end = x[k] == '0';
+    if (end && (i == 16 || (!tl && !th))) { /* the end, or anything */
+        if (i == 16) { jw_lit(w, "\"\""); return; }
+    }
+    char b[48];
+    if (!tl && !th) {
+        snprintf(b, sizeof b, "[0-9]{%d,%d}", one, 16 - i);
+        jw_lit(w, b);
+        return;
+    }
+    jw_lit(w, "(");
+    if (end) jw_lit(w, "\"\""), n++;
+    int lo = tl ? x[i] - '0' : 0, hi = th ? y[i] - '0' : 9;
+    for (int dg = lo; dg <= hi;) {
+        int ntl = tl && dg == lo, nth = th && dg == hi;
+        if (ntl || nth) {
+            snprintf(b, sizeof b, "%s\"%d\" ", n++ ? " | " : "", dg);
+            jw_lit(w, b);
+            if (i + 1 < 16) gr_js_frac_(w, x, y, i + 1, ntl, nth, 0);
+            else jw_lit(w, "\"\"");
+            dg++;
+            continue;
+        }
+        int top = th ? hi - 1 : hi; /* the digits strictly inside: free after them */
+        snprintf(b, sizeof b, "%s[%d-%d]", n++ ? " | " : "", dg, top);
+        jw_lit(w, b);
+        if (i + 1 < 16) snprintf(b, sizeof b, " [0-9]{0,%d}", 15 - i), jw_lit(w, b);
+        dg = top + 1;
+    }
+    jw_lit(w, ")");
+}
+
+/* Texts I ("." F)? whose value lies within the fixed strings a..b (a <= b). */
+static inline void gr_js_mag_(jw *w, const char *a, const char *b) {
+    char ai[17], bi[17];
+    memcpy(ai, a, 16), ai[16] = 0, memcpy(bi, b, 16), bi[16] = 0;
+    int64_t x = strtoll(ai, NULL, 10), y = strtoll(bi, NULL, 10);
+    static const char zeros[] = "0000000000000000", nines[] = "9999999999999999";
+    char lit[24];
+    int n = 0;
+    for (int part = 0; part < 3; part++) {
+        const char *fl = part == 0 ? a + 16 : zeros, *fh = part == 2 || x == y ? b + 16 : nines;
+        if (part == 1 && y - x < 2) continue;
+        if (part == 2 && x == y) break;
+        jw_lit(w, n++ ? " | (" : "(");
+        if (part == 1) gr_js_uint_range_(w, x + 1, y - 1), jw_lit(w, ") (\".\" [0-9]{1,16})?");
+        else {
+            snprintf(lit, sizeof lit, "\"%lld\"", (long long)(part == 0 ? x : y));
+            jw_lit(w, lit);
+            int zero_ok = !memcmp(fl, zeros, 16); /* no fraction: the value I itself */
+            jw_lit(w, zero_ok ? " (\".\" " : " \".\" ");
+            gr_js_frac_(w, fl, fh, 0, 1, 1, 1);
+            jw_lit(w, zero_ok ? ")?)" : ")");
+        }
+    }
+}
+
+/* The numbers of schema s within minimum / maximum / exclusiveMinimum /
+ * exclusiveMaximum (draft 4's boolean forms too), exactly, as plain
+ * decimals. 1, 0 (none), -1. */
+static inline int gr_js_number_(gr_js_ *c, const js_doc *d, int s, jw *body) {
+    static const char *const names[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    int at[4];
+    for (int i = 0; i < 4; i++) {
+        at[i] = js_get(d, s, names[i]);
+        if (at[i] >= 0 && !js_is_num(d, at[i]) && !(i >= 2 && js_is_bool(d, at[i]))) return gr_js_fail_(c, "\"%s\" must be a number", names[i]);
+    }
+    if (at[0] < 0 && at[1] < 0 && !js_is_num(d, at[2]) && !js_is_num(d, at[3])) { jw_lit(body, "jnumber"); return 1; }
+    /* per sign, the magnitudes a..b (fixed strings): [0] the non-negative texts, [1] those with "-" */
+    char a[2][GR_FIX + 1], b[2][GR_FIX + 1];
+    int ok[2] = {1, 1};
+    for (int k = 0; k < 2; k++) memset(a[k], '0', GR_FIX), a[k][GR_FIX] = 0, memset(b[k], '9', GR_FIX), b[k][GR_FIX] = 0;
+    for (int i = 0; i < 4; i++) {
+        int v = at[i];
+        if (v < 0 || !js_is_num(d, v)) continue;
+        int lower = i == 0 || i == 2, excl = i >= 2 || js_typeof(d, at[i + 2]) == JS_TRUE;
+        double val = js_num(d, v);
+        for (int k = 0; k < 2; k++) { /* k 0: x = m, k 1: x = -m (m >= 0) */
+            /* the bound on m: x >= v is m >= v (k 0) or m <= -v (k 1); x <= v is m <= v or m >= -v */
+            int m_lower = lower != k, neg, big;
+            double mv = k ? -val : val; /* m compared with mv */
+            char f[GR_FIX + 1];
+            if (m_lower) {
+                if (mv < 0 || (mv == 0 && !excl)) continue; /* m >= 0 always holds */
+                gr_js_fix_(d, v, !excl, &neg, f, &big);
+                if (big || (excl && gr_js_fix_step_(f, 1))) { ok[k] = 0; continue; }
+                if (strcmp(f, a[k]) > 0) memcpy(a[k], f, GR_FIX);
+            } else {
+                if (mv < 0 || (mv == 0 && excl)) { ok[k] = 0; continue; } /* m <= negative: none */
+                gr_js_fix_(d, v, excl, &neg, f, &big);
+                if (big) continue;
+                if (excl && gr_js_fix_step_(f, -1)) { ok[k] = 0; continue; }
+                if (strcmp(f, b[k]) < 0) memcpy(b[k], f, GR_FIX);
+            }
+        }
+    }
+    int any = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!ok[k] || strcmp(a[k], b[k]) > 0) continue;
+        jw_lit(body, any++ ? " | " : "");
+        jw_lit(body, k ? "\"-\" (" : "(");
+        gr_js_mag_(body, a[k], b[k]);
+        jw_lit(body, ")");
+    }
+    return any > 0;
+}
+
 /* 1 when the branches of oneOf a are all enum/const (beside type and
  * annotations, after $ref) whose values, as the grammar writes them, no
  * two branches share: then at most one branch matches any value. */
@@ -3257,14 +3428,7 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
         case GR_T_OBJ: r = gr_js_object_(c, d, s, depth, &part); break;
         case GR_T_ARR: r = gr_js_array_(c, d, s, depth, &part); break;
         case GR_T_STR: r = gr_js_string_(c, d, s, &part); break;
-        case GR_T_FRAC: { /* bounds on numbers that need not be integers: not yet */
-            const char *bk[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-            r = 1;
-            for (int i = 0; i < 4 && r > 0; i++)
-                if (js_get(d, s, bk[i]) >= 0) r = gr_js_fail_(c, "\"%s\" on type number is not supported (only on integers)", bk[i]);
-            if (r > 0) jw_lit(&part, "jnumber");
-            break;
-        }
+        case GR_T_FRAC: r = gr_js_number_(c, d, s, &part); break;
         default: r = gr_js_integer_(c, d, s, &part); break;
         }
         if (r < 0) { jw_free(&part); return -1; }
@@ -3394,7 +3558,12 @@ static inline char *gr_json_schema_mode_(const js_doc *d, int schema, int exact,
     if (err && errlen) err[0] = 0;
     gr_js_start_(&c, d, schema);
     jw_lit(&c.out, gr_js_prims_);
-    int k = gr_js_schema_(&c, d, schema, 0);
+    const char *ms = js_str(d, js_get(d, schema, "$schema"));
+    if (ms && strncmp(ms, "http://json-schema.org/", 23) && strncmp(ms, "https://json-schema.org/", 24))
+        gr_js_fail_(&c, "\"$schema\" names a metaschema that is none of the specification's drafts (\"%.100s\"): its vocabularies could make keywords "
+                        "annotations",
+                    ms);
+    int k = c.failed ? -1 : gr_js_schema_(&c, d, schema, 0);
     free(c.memo), free(c.busy), free(c.mkey), free(c.mrule), free(c.mbusy);
     if (!k && !c.failed) gr_js_fail_(&c, "%s", "the schema matches no JSON value");
     if (c.fmt.n) jw_raw(&c.out, c.fmt.s, c.fmt.n);

@@ -739,7 +739,11 @@ static void test_schema_exact(void) {
         {"{\"oneOf\":[{\"const\":\"a\",\"title\":\"A\"},{\"enum\":[\"b\",2]},{\"$ref\":\"#/$defs/c\"}],\"$defs\":{\"c\":{\"const\":[1]}}}",
          {"\"a\"", "\"b\"", "2", "[1]"}, {"\"c\"", "1", "[2]"}, NULL},
         {"{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}", {NULL}, {NULL}, "\"allOf\" of several"},
-        {"{\"type\":\"number\",\"minimum\":3}", {NULL}, {NULL}, "\"minimum\" on type number is not supported"},
+        /* bounds on numbers: plain decimals, compared exactly */
+        {"{\"type\":\"number\",\"minimum\":-1.5,\"exclusiveMaximum\":3}", {"-1.5", "0", "-0.0", "2.9999999999999999"}, {"-1.5000001", "3", "3.0", "1e0", "-2"}, NULL},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1e-3}", {"0.001", "0.0000000000000001", "0.00099"}, {"0", "-0", "0.0010000000000001", "-0.0001"}, NULL},
+        {"{\"type\":\"number\",\"minimum\":2,\"exclusiveMinimum\":true,\"$schema\":\"http://json-schema.org/draft-04/schema#\"}", {"2.01", "3"}, {"2", "2.0000"}, NULL},
+        {"{\"type\":\"number\",\"minimum\":5,\"maximum\":4.99}", {NULL}, {NULL}, "matches no JSON value"},
         {"{\"type\":\"integer\",\"minimum\":-12,\"exclusiveMaximum\":130.5}", {"-12", "0", "99", "130"}, {"-13", "131", "-0", "1.5", "200"}, NULL},
         {"{\"type\":[\"integer\",\"string\"],\"minimum\":1e3,\"maximum\":12345}", {"1000", "12345", "\"a\"", "9999"}, {"999", "12346", "100000", "0"}, NULL},
         {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":true,\"$schema\":\"http://json-schema.org/draft-04/schema#\"}", {"6"}, {"5"}, NULL},

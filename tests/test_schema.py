@@ -35,9 +35,11 @@ say SKIP (tags schema-suite, schema-diff) where what they need is missing:
 the suite is looked for in $JSON_SCHEMA_SUITE (a directory holding
 draft7/ and draft2020-12/), /opt/wheels and pip's download of the sdist.
 """
+import decimal
 import glob
 import itertools
 import json
+import math
 import os
 import random
 import re
@@ -51,6 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN_DIR = os.path.dirname(os.environ.get("COLIBRI", os.path.join(ROOT, "build/test/colibri")))
 DRIVER = os.path.join(BIN_DIR, "test_grammar")
 NUMBER = re.compile(r"^-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][-+]?[0-9]{1,3})?$")
+PLAIN = re.compile(r"^-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?$")
 # the suite's required files whose keywords are all outside JSON values' syntax
 # (remote references need a server): not run
 NOT_RUN = {"refRemote.json"}
@@ -98,11 +101,24 @@ def key_orders(schema):
 
 
 def texts(v, orders, cap=64):
-    """The compact texts of v in each key order the schema names (capped)."""
+    """The compact texts of v in each key order the schema names (capped);
+    a number also as a plain decimal (how the engine writes a number that
+    has bounds) when that differs and fits the number syntax."""
     if isinstance(v, bool) or v is None:
         return [json.dumps(v)]
     if isinstance(v, (int, float)):
-        return [num_text(v)]
+        out = []
+        try:
+            out.append(num_text(v))
+        except OutOfRange:
+            pass
+        if isinstance(v, float) and math.isfinite(v):
+            plain = format(decimal.Decimal(repr(v)), "f")
+            if plain not in out and PLAIN.match(plain):
+                out.append(plain)
+        if not out:
+            raise OutOfRange(repr(v))
+        return out
     if isinstance(v, str):
         json.dumps(v, ensure_ascii=False).encode("utf-8")  # lone surrogates fail here
         return [json.dumps(v, ensure_ascii=False)]
@@ -266,7 +282,7 @@ def rand_schema(r, depth=0):
     if depth == 0 and r.random() < 0.1:
         return {"$defs": {"t": {"type": ["object", "null"], "properties": {"a": {"$ref": "#/$defs/t"}, "b": rand_schema(r, 2)},
                               "additionalProperties": r.choice([True, False])}}, "$ref": "#/$defs/t"}
-    kinds = ["type", "enum", "const", "anyOf", "oneOf", "object", "array", "string", "true", "false", "allOf", "integer"]
+    kinds = ["type", "enum", "const", "anyOf", "oneOf", "object", "array", "string", "true", "false", "allOf", "integer", "number"]
     k = r.choice(kinds if depth < 3 else kinds[:3] + ["string", "true"])
     if k == "true":
         return r.choice([True, {}])
@@ -296,6 +312,12 @@ def rand_schema(r, depth=0):
         s = {"anyOf": [rand_schema(r, depth + 1) for _ in range(r.randint(1, 3))]}
         if r.random() < 0.3:  # beside a type: each branch of those types
             s["type"] = r.sample(["null", "boolean", "integer", "number", "string", "array", "object"], r.randint(1, 3))
+        return s
+    if k == "number":
+        s = {"type": "number"}
+        for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if r.random() < 0.4:
+                s[kw] = r.choice([r.randint(-20, 20), round(r.uniform(-20, 20), r.randint(0, 3)), r.choice([0, 2.5, -0.25, 1.0])])
         return s
     if k == "integer":
         s = {"type": "integer"}
