@@ -1917,7 +1917,10 @@ static inline int gr_js_count_(gr_js_ *c, const js_doc *d, int s, const char *ke
     if (i < 0) return 0;
     double v = js_num(d, i);
     if (!js_is_num(d, i) || v < 0 || v != (double)(int64_t)v) return gr_js_fail_(c, "\"%s\" must be a non-negative integer", key);
-    if (v > GR_JS_MAX_COUNT) return gr_js_fail_(c, "\"%s\" above %d is not supported", key, GR_JS_MAX_COUNT);
+    if (v > GR_JS_MAX_COUNT) {
+        if (!c->exact && !strncmp(key, "max", 3)) v = GR_JS_MAX_COUNT; /* generation: at most the limit, a valid subset */
+        else return gr_js_fail_(c, "\"%s\" above %d is not supported%s", key, GR_JS_MAX_COUNT, strncmp(key, "max", 3) ? "" : " (as the whole language)");
+    }
     *out = (int)v;
     return 0;
 }
@@ -2017,10 +2020,10 @@ static inline int gr_js_keyword_(const char *k, int *types) {
     static const char *const own[] = {"type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "properties", "required",
                                       "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
                                       "maxLength", "uniqueItems", "$id", "id", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                      "pattern", "format", "patternProperties", NULL};
+                                      "pattern", "format", "patternProperties", "minProperties", "maxProperties", NULL};
     static const struct { const char *k; int t; } refused[] = {
         {"contentSchema", 0}, {"multipleOf", GR_T_INT | GR_T_FRAC},
-        {"propertyNames", GR_T_OBJ}, {"minProperties", GR_T_OBJ}, {"maxProperties", GR_T_OBJ},
+        {"propertyNames", GR_T_OBJ}, 
         {"dependencies", GR_T_OBJ}, {"dependentRequired", GR_T_OBJ}, {"dependentSchemas", GR_T_OBJ}, {"unevaluatedProperties", GR_T_OBJ},
         {"contains", GR_T_ARR}, {"minContains", GR_T_ARR}, {"maxContains", GR_T_ARR}, {"unevaluatedItems", GR_T_ARR},
         {"if", GR_T_ALL}, {"then", GR_T_ALL}, {"else", GR_T_ALL}, {"not", GR_T_ALL}, {"$dynamicRef", GR_T_ALL}, {"$dynamicAnchor", GR_T_ALL},
@@ -2179,6 +2182,7 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
     int props = js_get(d, s, "properties"), req = js_get(d, s, "required"), ap = js_get(d, s, "additionalProperties");
     int pp = js_get(d, s, "patternProperties"), pval = 0, has_pp = 0;
     jw pkey = {0};
+    unsigned char *viable = NULL; /* the member chain's states that can still end in a valid object */
     if (props >= 0 && js_typeof(d, props) != JS_OBJ) return gr_js_fail_(c, "%s", "\"properties\" must be an object");
     if (req >= 0 && js_typeof(d, req) != JS_ARR) return gr_js_fail_(c, "%s", "\"required\" must be an array of names");
     int np = js_count(d, props), nr = js_count(d, req), nd = 0, rc = -1, apk = 1;
@@ -2236,10 +2240,40 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
         else val[nd] = v, reqd[nd] = 1, dn[nd++] = (gr_js_name_){js_str(d, r), js_str_len(d, r), -1};
     }
     if (empty) { rc = 0; goto out; }
-    if (!np && !nd && ap_any && !has_pp) { jw_lit(body, "jobject"); rc = 1; goto out; }
+    if (!np && !nd && ap_any && !has_pp && js_get(d, s, "minProperties") < 0 && js_get(d, s, "maxProperties") < 0) {
+        jw_lit(body, "jobject");
+        rc = 1;
+        goto out;
+    }
     /* the other keys: a trie that leaves out the properties' names (all of them, present or not); when
      * generating, none unless additionalProperties admits them in so many words (or nothing is listed) */
     int others = has_pp ? pval > 0 : apk && (c->exact || ap >= 0 || !np), key = 0;
+    /* R(j, rest, k): the members from the j-th named one on, after k members (capped at cap) and a comma
+     * before the next (rest); R(nd, rest, k): the other keys, as many as minProperties / maxProperties leave */
+    int minp, maxp;
+    if (gr_js_count_(c, d, s, "minProperties", 0, &minp) || gr_js_count_(c, d, s, "maxProperties", -1, &maxp)) goto out;
+    if (maxp >= 0 && maxp < minp) { gr_js_fail_(c, "maxProperties %d is below minProperties %d", maxp, minp); goto out; }
+    int cap = maxp >= 0 ? maxp : minp, states = (nd + 1) * 2 * (cap + 1);
+    if ((long)(nd + 1) * 2 * (cap + 1) > 200000) { gr_js_fail_(c, "%s", "minProperties/maxProperties this large beside this many properties is not supported"); goto out; }
+    viable = (unsigned char *)malloc((size_t)states);
+    if (!viable) { gr_js_fail_(c, "%s", "out of memory"); goto out; }
+#define GR_JS_ST(j, rest, k) ((((j) * 2 + (rest)) * (cap + 1)) + (k))
+    for (int again = 0; again < 2; again++) { /* generating: other keys too when the named ones alone cannot reach minProperties */
+        for (int rest = 0; rest < 2; rest++)
+            for (int k = 0; k <= cap; k++) {
+                int lo = minp - k > 0 ? minp - k : 0;
+                viable[GR_JS_ST(nd, rest, k)] = (unsigned char)(others || lo == 0);
+            }
+        for (int j = nd - 1; j >= 0; j--)
+            for (int rest = 0; rest < 2; rest++)
+                for (int k = 0; k <= cap; k++) {
+                    int k1 = k + 1 > cap ? cap : k + 1, take = (maxp < 0 || k + 1 <= maxp) && viable[GR_JS_ST(j + 1, 1, k1)];
+                    viable[GR_JS_ST(j, rest, k)] = (unsigned char)(take || (!reqd[j] && viable[GR_JS_ST(j + 1, rest, k)]));
+                }
+        if (viable[GR_JS_ST(0, 0, 0)] || others || !apk || c->exact || has_pp || again) break;
+        others = 1; /* the named keys alone cannot reach minProperties: the other keys additionalProperties allows */
+    }
+    if (!viable[GR_JS_ST(0, 0, 0)]) { rc = 0; goto out; }
     if (has_pp && others) { /* the keys the patterns match (no named key among them), with the patterns' schema */
         char b[40];
         snprintf(b, sizeof b, "r%d ::= ", key = ++c->n);
@@ -2271,41 +2305,62 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
             if ((key = gr_js_other_key_(c, cp, cpl, 0, np, 0)) < 0) goto out;
         }
     }
-    /* first_i / rest_i for i = 0..nd; first_nd / rest_nd: the other keys or nothing */
     int base = c->n;
-    c->n += 2 * (nd + 1) + 1;
-    char b[160], kb[32];
+    c->n += states + 1;
+    char b[200], kb[32];
     if (key < 0) snprintf(kb, sizeof kb, "jkey");
     else if (has_pp) snprintf(kb, sizeof kb, "r%d", key);
     else snprintf(kb, sizeof kb, "\"\\\"\" r%d", key);
-    for (int j = 0; j < nd; j++) {
-        for (int rest = 0; rest < 2; rest++) {
-            snprintf(b, sizeof b, "r%d ::= %s", base + 1 + 2 * j + rest, rest ? "\",\" ws " : "");
+    for (int j = 0; j < nd; j++)
+        for (int rest = 0; rest < 2; rest++)
+            for (int k = 0; k <= cap; k++) {
+                if (!viable[GR_JS_ST(j, rest, k)]) continue;
+                int k1 = k + 1 > cap ? cap : k + 1, alts = 0;
+                snprintf(b, sizeof b, "r%d ::= ", base + 1 + GR_JS_ST(j, rest, k));
+                jw_lit(&c->out, b);
+                if ((maxp < 0 || k + 1 <= maxp) && viable[GR_JS_ST(j + 1, 1, k1)]) {
+                    jw_lit(&c->out, rest ? "\",\" ws " : "");
+                    jw kj = {0};
+                    jw_strn(&kj, dn[j].s, dn[j].n);
+                    gr_js_lit_(&c->out, kj.s, kj.n);
+                    jw_free(&kj);
+                    snprintf(b, sizeof b, " ws \":\" ws r%d ws r%d", val[j], base + 1 + GR_JS_ST(j + 1, 1, k1));
+                    jw_lit(&c->out, b), alts++;
+                }
+                if (!reqd[j] && viable[GR_JS_ST(j + 1, rest, k)])
+                    snprintf(b, sizeof b, "%sr%d", alts ? " | " : "", base + 1 + GR_JS_ST(j + 1, rest, k)), jw_lit(&c->out, b);
+                jw_lit(&c->out, "\n");
+            }
+    int add = base + 1 + states; /* one other member */
+    if (others) snprintf(b, sizeof b, "r%d ::= %s ws \":\" ws r%d ws\n", add, kb, apk), jw_lit(&c->out, b);
+    for (int rest = 0; rest < 2; rest++)
+        for (int k = 0; k <= cap; k++) {
+            if (!viable[GR_JS_ST(nd, rest, k)]) continue;
+            int lo = minp - k > 0 ? minp - k : 0, hi = maxp >= 0 ? maxp - k : -1;
+            snprintf(b, sizeof b, "r%d ::= ", base + 1 + GR_JS_ST(nd, rest, k));
             jw_lit(&c->out, b);
-            jw kj = {0};
-            jw_strn(&kj, dn[j].s, dn[j].n);
-            gr_js_lit_(&c->out, kj.s, kj.n);
-            jw_free(&kj);
-            snprintf(b, sizeof b, " ws \":\" ws r%d ws r%d", val[j], base + 1 + 2 * (j + 1) + 1);
-            jw_lit(&c->out, b);
-            if (!reqd[j]) snprintf(b, sizeof b, " | r%d", base + 1 + 2 * (j + 1) + rest), jw_lit(&c->out, b);
+            char rep[48];
+            if (!others || hi == 0) jw_lit(&c->out, "\"\"");
+            else if (rest) {
+                if (hi < 0) snprintf(rep, sizeof rep, lo ? "{%d,}" : "*", lo);
+                else snprintf(rep, sizeof rep, "{%d,%d}", lo, hi);
+                snprintf(b, sizeof b, "(\",\" ws r%d)%s", add, rep), jw_lit(&c->out, b);
+            } else {
+                int l1 = lo ? lo - 1 : 0;
+                if (hi < 0) snprintf(rep, sizeof rep, l1 ? "{%d,}" : "*", l1);
+                else snprintf(rep, sizeof rep, "{%d,%d}", l1, hi - 1);
+                snprintf(b, sizeof b, "%sr%d (\",\" ws r%d)%s", lo ? "" : "\"\" | ", add, add, rep), jw_lit(&c->out, b);
+            }
             jw_lit(&c->out, "\n");
         }
-    }
-    int add = base + 2 * (nd + 1) + 1; /* one other member after a comma */
-    if (others) {
-        snprintf(b, sizeof b, "r%d ::= %s ws \":\" ws r%d ws\n", add, kb, apk), jw_lit(&c->out, b);
-        snprintf(b, sizeof b, "r%d ::= r%d (\",\" ws r%d)* | \"\"\nr%d ::= (\",\" ws r%d)* \n", base + 1 + 2 * nd, add, add, base + 2 + 2 * nd, add);
-    } else
-        snprintf(b, sizeof b, "r%d ::= \"\"\nr%d ::= \"\"\nr%d ::= \"\"\n", base + 1 + 2 * nd, base + 2 + 2 * nd, add);
-    jw_lit(&c->out, b);
+#undef GR_JS_ST
     snprintf(b, sizeof b, "\"{\" ws r%d \"}\"", base + 1);
     jw_lit(body, b);
     rc = 1;
 out:
     if (cp)
         for (int j = 0; j < np; j++) free(cp[j]);
-    free(cp), free(cpl), free(pn), free(rn), free(val), free(reqd), free(dn);
+    free(cp), free(cpl), free(pn), free(rn), free(val), free(reqd), free(dn), free(viable);
     jw_free(&pkey);
     return c->failed ? -1 : rc;
 }

@@ -686,8 +686,17 @@ static void test_schema_generation(void) {
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":true}", "{\"a\":1,\"b\":2}", 1, 1},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"string\"}}",
          "{\"a\":1,\"b\":\"x\"}", 1, 1},
+        /* the named keys alone cannot reach minProperties: generation writes other keys too */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"minProperties\":2}", "{\"a\":1,\"b\":2}", 1, 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"minProperties\":1}", "{\"b\":2}", 0, 1},
         {"{\"type\":\"object\"}", "{\"b\":2}", 1, 1},
         {"{\"type\":\"object\",\"required\":[\"z\"],\"properties\":{\"a\":{}}}", "{\"z\":[1]}", 1, 1},
+        /* a maximum count above the grammar's limit: generation writes at most the limit; the whole language is refused (-1) */
+        {"{\"type\":\"string\",\"maxLength\":65535}", "\"abc\"", 1, -1},
+        {"{\"type\":\"array\",\"maxItems\":1000000}", "[1,2]", 1, -1},
+        /* patternProperties beside additionalProperties other than false: generation writes named and pattern keys only */
+        {"{\"type\":\"object\",\"patternProperties\":{\"^x\":{\"type\":\"integer\"}}}", "{\"xa\":1}", 1, -1},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^x\":{\"type\":\"integer\"}}}", "{\"y\":1}", 0, -1},
     };
     char err[300];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
@@ -739,6 +748,14 @@ static void test_schema_exact(void) {
         {"{\"oneOf\":[{\"const\":\"a\",\"title\":\"A\"},{\"enum\":[\"b\",2]},{\"$ref\":\"#/$defs/c\"}],\"$defs\":{\"c\":{\"const\":[1]}}}",
          {"\"a\"", "\"b\"", "2", "[1]"}, {"\"c\"", "1", "[2]"}, NULL},
         {"{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}", {NULL}, {NULL}, "\"allOf\" of several"},
+        /* minProperties / maxProperties: named members counted with the others */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"minProperties\":1,\"maxProperties\":2,\"additionalProperties\":false}",
+         {"{\"a\":1}", "{\"b\":1,\"c\":2}", "{\"a\":1,\"c\":[]}"}, {"{}", "{\"a\":1,\"b\":2,\"c\":3}", "{\"d\":1}"}, NULL},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"],\"minProperties\":3}", {"{\"a\":1,\"b\":2,\"c\":3}"},
+         {"{\"a\":1,\"b\":2}", "{\"b\":2,\"c\":3,\"d\":4}", "[]"}, NULL},
+        {"{\"maxProperties\":1}", {"{}", "{\"x\":[1,2]}", "3"}, {"{\"x\":1,\"y\":2}"}, NULL},
+        {"{\"type\":\"object\",\"minProperties\":3,\"maxProperties\":2}", {NULL}, {NULL}, "maxProperties 2 is below minProperties 3"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"],\"maxProperties\":0}", {NULL}, {NULL}, "matches no JSON value"},
         /* bounds on numbers: plain decimals, compared exactly */
         {"{\"type\":\"number\",\"minimum\":-1.5,\"exclusiveMaximum\":3}", {"-1.5", "0", "-0.0", "2.9999999999999999"}, {"-1.5000001", "3", "3.0", "1e0", "-2"}, NULL},
         {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1e-3}", {"0.001", "0.0000000000000001", "0.00099"}, {"0", "-0", "0.0010000000000001", "-0.0001"}, NULL},

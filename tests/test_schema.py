@@ -338,6 +338,12 @@ def rand_type_kw(r, depth, t=None):
         s["required"] = [n for n in names + ["z"] if r.random() < 0.4]
         if r.random() < 0.6:
             s["additionalProperties"] = r.choice([False, True, rand_schema(r, depth + 1)])
+        if r.random() < 0.3:
+            lo = r.randint(0, 3)
+            if r.random() < 0.6:
+                s["minProperties"] = lo
+            if r.random() < 0.6:
+                s["maxProperties"] = lo + r.randint(0, 2)
     if t in (None, "array") and r.random() < 0.7:
         if r.random() < 0.4:
             s["prefixItems"] = [rand_schema(r, depth + 1) for _ in range(r.randint(1, 2))]
