@@ -325,7 +325,7 @@ static void test_ant_refusals(void) {
     ant_req q;
     char err[300], param[100];
     const char *body = J("{'model':'m','max_tokens':5,'messages':[{'role':'user','content':'a'}],"
-                         "'output_config':{'format':{'type':'json_schema','schema':{'type':'object','patternProperties':{'a':{}}}}}}");
+                         "'output_config':{'format':{'type':'json_schema','schema':{'type':'object','not':{}}}}}");
     CHECK(ant_parse(body, strlen(body), ANT_MESSAGES, &LIM, &q, err, sizeof err, param, sizeof param) == 0);
     oai_req r;
     CHECK(oai_parse_msg(q.chat.s, q.chat.n, 1, &LIM, &r, err, sizeof err) != 0 && strstr(err, "response_format"));
