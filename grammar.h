@@ -1875,6 +1875,7 @@ static const char gr_js_prims_[] =
 
 static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth);
 static inline int gr_js_schema_m_(gr_js_ *c, const js_doc *d, int s, int depth, int mask);
+static inline void gr_js_start_(gr_js_ *c, const js_doc *d, int root);
 static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int depth, jw *key, int *val);
 static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n);
 
@@ -3400,6 +3401,171 @@ static inline void gr_js_any_(jw *w, int mask) {
         if ((mask & k[i].t) && !(k[i].t == GR_T_INT && (mask & GR_T_FRAC))) jw_lit(w, n++ ? " | " : ""), jw_lit(w, k[i].r);
 }
 
+/* Schema b after $ref hops within the document (up to 16), or -1. */
+static inline int gr_js_deref_(gr_js_ *c, const js_doc *d, int b) {
+    for (int hops = 0; hops < 16 && js_typeof(d, b) == JS_OBJ && js_get(d, b, "$ref") >= 0; hops++) {
+        if (!c->legacy && gr_js_other_(d, b, "$ref", 0)) return -1;
+        gr_js_ quiet = *c;
+        quiet.err = NULL, quiet.failed = 0;
+        b = gr_js_resolve_(&quiet, d, js_get(d, b, "$ref"));
+        if (b < 0) return -1;
+    }
+    return js_typeof(d, b) == JS_OBJ && js_get(d, b, "$ref") >= 0 ? -1 : b;
+}
+
+/* The grammar of schema b alone (its $refs resolved in c's document),
+ * the whole language, or NULL (refused or out of memory). */
+static inline gr_grammar *gr_js_alone_(gr_js_ *c, const js_doc *d, int b) {
+    gr_js_ sub = {.exact = 1};
+    gr_js_start_(&sub, d, c->root);
+    jw_lit(&sub.out, gr_js_prims_);
+    int k = gr_js_schema_(&sub, d, b, 0);
+    free(sub.memo), free(sub.busy), free(sub.mkey), free(sub.mrule), free(sub.mbusy);
+    if (sub.fmt.n) jw_raw(&sub.out, sub.fmt.s, sub.fmt.n);
+    jw_free(&sub.fmt);
+    gr_grammar *g = NULL;
+    if (k > 0 && !sub.failed && !sub.out.oom) {
+        char r[48];
+        snprintf(r, sizeof r, "root ::= r%d\n", k);
+        jw_lit(&sub.out, r);
+        if (!sub.out.oom) g = gr_parse(sub.out.s, sub.out.n, "root", NULL, 0);
+    }
+    jw_free(&sub.out);
+    return g;
+}
+
+/* 1 when schema x forbids key k[0..n) in an object: additionalProperties
+ * false without k among its properties (and no patternProperties), or
+ * the property's schema is false. */
+static inline int gr_js_forbids_(const js_doc *d, int x, const char *k, size_t n) {
+    int props = js_get(d, x, "properties"), ap = js_get(d, x, "additionalProperties");
+    int p = js_typeof(d, props) == JS_OBJ ? gr_js_member_(d, props, k, n) : -1;
+    if (p >= 0) return js_typeof(d, p) == JS_FALSE;
+    return js_typeof(d, ap) == JS_FALSE && js_get(d, x, "patternProperties") < 0;
+}
+
+/* 1 when no object matches both schemas a and b (after $ref): a name one
+ * requires that the other forbids, or a name both require whose values
+ * are constants (const / enum) with none in common. */
+static inline int gr_js_obj_apart_(gr_js_ *c, const js_doc *d, int a, int b) {
+    for (int side = 0; side < 2; side++) {
+        int x = side ? b : a, y = side ? a : b, req = js_get(d, x, "required");
+        for (int r = js_first(d, js_typeof(d, req) == JS_ARR ? req : -1); r >= 0; r = js_next(d, r)) {
+            if (js_typeof(d, r) != JS_STR) continue;
+            if (gr_js_forbids_(d, y, js_str(d, r), js_str_len(d, r))) return 1;
+            if (side) continue;
+            int yreq = js_get(d, y, "required"), both = 0;
+            for (int q = js_first(d, js_typeof(d, yreq) == JS_ARR ? yreq : -1); q >= 0 && !both; q = js_next(d, q))
+                both = js_typeof(d, q) == JS_STR && js_str_len(d, q) == js_str_len(d, r) && !memcmp(js_str(d, q), js_str(d, r), js_str_len(d, r));
+            if (!both) continue;
+            int xp = js_get(d, x, "properties"), yp = js_get(d, y, "properties");
+            int xs = js_typeof(d, xp) == JS_OBJ ? gr_js_member_(d, xp, js_str(d, r), js_str_len(d, r)) : -1;
+            int ys = js_typeof(d, yp) == JS_OBJ ? gr_js_member_(d, yp, js_str(d, r), js_str_len(d, r)) : -1;
+            if (xs < 0 || ys < 0 || (xs = gr_js_deref_(c, d, xs)) < 0 || (ys = gr_js_deref_(c, d, ys)) < 0) continue;
+            int xl = js_get(d, xs, "enum") >= 0 ? js_get(d, xs, "enum") : js_get(d, xs, "const"), yl = js_get(d, ys, "enum") >= 0 ? js_get(d, ys, "enum") : js_get(d, ys, "const");
+            if (xl < 0 || yl < 0) continue;
+            int xe = js_get(d, xs, "enum") >= 0, ye = js_get(d, ys, "enum") >= 0, common = 0;
+            for (int u = xe ? js_first(d, xl) : xl; u >= 0 && !common; u = xe ? js_next(d, u) : -1)
+                for (int v = ye ? js_first(d, yl) : yl; v >= 0 && !common; v = ye ? js_next(d, v) : -1) common = gr_js_equal_(d, u, v, 0);
+            if (!common) return 1;
+        }
+    }
+    return 0;
+}
+
+/* oneOf a whose branches share types, exactly where that is decidable:
+ * every branch only a type (then the types exactly one branch has), or
+ * branches of different types beside enum/const branches none of whose
+ * values another branch matches (checked by the branch's grammar) and no
+ * value in two (then as anyOf). 1 / 0 written (body) or none matches, -1
+ * refused, -3 neither shape. */
+static inline int gr_js_oneof_(gr_js_ *c, const js_doc *d, int a, int depth, int tm, jw *body) {
+    int count[7] = {0}, typed_only = 1, n = 0;
+    for (int b = js_first(d, a); b >= 0; b = js_next(d, b), n++) {
+        int x = gr_js_deref_(c, d, b);
+        if (x < 0) return -3;
+        if (js_typeof(d, x) == JS_OBJ && gr_js_asserts_(d, x, "type")) { typed_only = 0; continue; }
+        gr_js_ quiet = *c;
+        quiet.err = NULL, quiet.failed = 0;
+        int t = js_typeof(d, x) == JS_FALSE ? 0 : js_typeof(d, x) == JS_TRUE ? GR_T_ALL : gr_js_type_kw_(&quiet, d, x);
+        if (t < 0) return -3;
+        for (int i = 0; i < 7; i++) count[i] += (t & tm) >> i & 1;
+    }
+    if (typed_only) { /* the types exactly one branch has */
+        int allowed = 0;
+        for (int i = 0; i < 7; i++) allowed |= (count[i] == 1) << i;
+        if ((allowed & GR_T_FRAC) && !(allowed & GR_T_INT))
+            return gr_js_fail_(c, "%s", "\"oneOf\" that leaves only the numbers that are not integers is not supported");
+        if (!allowed) return 0;
+        gr_js_any_(body, allowed);
+        return 1;
+    }
+    /* enum/const branches beside branches of different types (objects: apart by a required name) */
+    for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
+        int x = gr_js_deref_(c, d, b);
+        if (js_typeof(d, x) == JS_OBJ && (js_get(d, x, "enum") >= 0 || js_get(d, x, "const") >= 0) &&
+            !gr_js_other_(d, x, js_get(d, x, "enum") >= 0 ? "enum" : "const", 1))
+            continue;
+        int t = gr_js_types_(c, d, b, depth + 1) & tm;
+        for (int e = js_first(d, a); e != b; e = js_next(d, e)) {
+            int z = gr_js_deref_(c, d, e);
+            if (js_typeof(d, z) == JS_OBJ && (js_get(d, z, "enum") >= 0 || js_get(d, z, "const") >= 0) &&
+                !gr_js_other_(d, z, js_get(d, z, "enum") >= 0 ? "enum" : "const", 1))
+                continue;
+            int shared = t & gr_js_types_(c, d, e, depth + 1);
+            if (shared && (shared != GR_T_OBJ || js_typeof(d, x) != JS_OBJ || js_typeof(d, z) != JS_OBJ || !gr_js_obj_apart_(c, d, x, z))) return -3;
+        }
+    }
+    int ok = 1;
+    for (int b = js_first(d, a); b >= 0 && ok; b = js_next(d, b)) { /* each other branch against every listed value */
+        int x = gr_js_deref_(c, d, b);
+        if (js_typeof(d, x) == JS_OBJ && (js_get(d, x, "enum") >= 0 || js_get(d, x, "const") >= 0) &&
+            !gr_js_other_(d, x, js_get(d, x, "enum") >= 0 ? "enum" : "const", 1))
+            continue;
+        gr_grammar *g = gr_js_alone_(c, d, b);
+        if (!g) return -3;
+        for (int v = js_first(d, a); v >= 0 && ok; v = js_next(d, v)) {
+            int y = gr_js_deref_(c, d, v);
+            if (y == x || !(js_typeof(d, y) == JS_OBJ && (js_get(d, y, "enum") >= 0 || js_get(d, y, "const") >= 0))) continue;
+            int e = js_get(d, y, "enum"), k = js_get(d, y, "const");
+            for (int u = e >= 0 ? js_first(d, e) : k; u >= 0 && ok; u = e >= 0 ? js_next(d, u) : -1) {
+                jw w = {0};
+                gr_js_ quiet = *c;
+                quiet.err = NULL, quiet.failed = 0;
+                if (gr_js_canon_(&quiet, &w, d, u) || w.oom) { jw_free(&w); ok = 0; break; }
+                gr_state st;
+                int in = gr_init(g, &st) == 0 && gr_accept(g, &st, (const uint8_t *)w.s, w.n) == 0 && gr_can_end(&st);
+                gr_state_free(&st), jw_free(&w);
+                ok = !in;
+            }
+        }
+        gr_free(g);
+    }
+    if (!ok) return -3;
+    /* no listed value in two enum/const branches */
+    enum { MAXV = 1024 };
+    char *val[MAXV];
+    int from[MAXV], nv = 0;
+    for (int b = js_first(d, a), bi = 0; b >= 0 && ok; b = js_next(d, b), bi++) {
+        int y = gr_js_deref_(c, d, b);
+        if (!(js_typeof(d, y) == JS_OBJ && (js_get(d, y, "enum") >= 0 || js_get(d, y, "const") >= 0))) continue;
+        int e = js_get(d, y, "enum"), k = js_get(d, y, "const");
+        gr_js_ quiet = *c;
+        quiet.err = NULL, quiet.failed = 0;
+        int yt = gr_js_type_kw_(&quiet, d, y);
+        for (int u = e >= 0 ? js_first(d, e) : k; u >= 0 && ok; u = e >= 0 ? js_next(d, u) : -1) {
+            if (yt < 0 || !(gr_js_value_type_(d, u) & yt & tm)) continue;
+            jw w = {0};
+            if (gr_js_canon_(&quiet, &w, d, u) || w.oom || nv == MAXV) { jw_free(&w); ok = 0; break; }
+            for (int i = 0; i < nv && ok; i++) ok = from[i] == bi || strcmp(val[i], w.s) != 0;
+            val[nv] = w.s, from[nv++] = bi;
+        }
+    }
+    for (int i = 0; i < nv; i++) free(val[i]);
+    if (!ok) return -3;
+    return gr_js_union_(c, d, a, depth, body, tm);
+}
+
 /* The body of schema object s's rule, of the types in mask only (what a
  * "type" beside the keyword that led here allows). 1, 0 (no value
  * matches), -1. */
@@ -3411,7 +3577,7 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
         int types;
         const char *k = js_key(d, f);
         if (gr_js_keyword_(k, &types) == GR_KW_REFUSED && (types & tm)) return gr_js_fail_(c, "the schema keyword \"%s\" is not supported", k);
-        if ((!strcmp(k, "$id") || !strcmp(k, "id")) && s != c->root && c->has_ref && js_typeof(d, f) == JS_STR)
+        if ((!strcmp(k, "$id") || !strcmp(k, "id")) && s != c->root && c->has_ref && js_typeof(d, f) == JS_STR && js_str(d, f)[0] != '#')
             return gr_js_fail_(c, "\"%s\" inside a schema is not supported (it changes what $ref points at)", k);
     }
     int ref = js_get(d, s, "$ref");
@@ -3437,8 +3603,11 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
                 apart = !(t & seen);
                 seen |= t;
             }
-            if (!apart && !gr_js_consts_apart_(c, d, a))
+            if (!apart && !gr_js_consts_apart_(c, d, a)) {
+                int r = gr_js_oneof_(c, d, a, depth, tm, body);
+                if (r != -3) return r;
                 return gr_js_fail_(c, "%s", "\"oneOf\" whose branches may overlap is not supported (use anyOf, or branches of different types or different constants)");
+            }
         }
         if (i < 2) return gr_js_union_(c, d, a, depth, body, tm);
         int only = -1, n = 0; /* allOf: exact when at most one branch asserts anything */

@@ -743,7 +743,21 @@ static void test_schema_exact(void) {
         {"{\"type\":\"array\",\"maxItems\":-1}", {NULL}, {NULL}, "\"maxItems\" must be a non-negative integer"},
         {"{\"type\":\"array\",\"maxItems\":2.5}", {NULL}, {NULL}, "\"maxItems\" must be a non-negative integer"},
         {"{\"type\":\"string\",\"maxLength\":100000}", {NULL}, {NULL}, "above 10000"},
-        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", {NULL}, {NULL}, "\"oneOf\" whose branches may overlap"},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", {NULL}, {NULL}, "only the numbers that are not integers"},
+        /* oneOf of types only: the types exactly one branch has; enum/const branches none of whose values another branch matches */
+        {"{\"oneOf\":[{\"type\":[\"string\",\"null\"]},{\"type\":\"string\",\"title\":\"t\"},{\"type\":\"integer\"}]}", {"null", "3"}, {"\"a\"", "1.5", "[]"}, NULL},
+        {"{\"oneOf\":[{\"enum\":[\"auto\",\"none\"]},{\"type\":\"string\",\"pattern\":\"^[0-9]+px$\"},{\"type\":\"integer\"}]}",
+         {"\"auto\"", "\"12px\"", "7"}, {"\"px\"", "\"other\"", "1.5"}, NULL},
+        {"{\"oneOf\":[{\"enum\":[\"auto\",\"12px\"]},{\"type\":\"string\",\"pattern\":\"^[0-9]+px$\"}]}", {NULL}, {NULL}, "may overlap"},
+        {"{\"oneOf\":[{\"const\":\"a\"},{\"enum\":[\"a\",1]},{\"type\":\"boolean\"}]}", {NULL}, {NULL}, "may overlap"},
+        /* objects apart: a discriminator both require with different constants, a name one requires and the other forbids */
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"a\"},\"x\":{\"type\":\"integer\"}},\"required\":[\"kind\"]},"
+         "{\"$ref\":\"#/$defs/b\"},{\"type\":\"string\"}],\"$defs\":{\"b\":{\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"b\",\"c\"]}},\"required\":[\"kind\"]}}}",
+         {"{\"kind\":\"a\",\"x\":1}", "{\"kind\":\"c\",\"y\":\"s\"}", "\"s\""}, {"{\"kind\":\"d\"}", "{\"x\":1}", "{\"kind\":\"a\",\"x\":\"s\"}"}, NULL},
+        {"{\"oneOf\":[{\"properties\":{\"a\":{}},\"required\":[\"a\"],\"additionalProperties\":false},{\"properties\":{\"b\":{}},\"required\":[\"b\"],"
+         "\"additionalProperties\":false}],\"type\":\"object\"}",
+         {"{\"a\":1}", "{\"b\":[]}"}, {"{\"a\":1,\"b\":2}", "{}", "{\"c\":1}"}, NULL},
+        {"{\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}],\"type\":\"object\"}", {NULL}, {NULL}, "may overlap"},
         {"{\"oneOf\":[{\"const\":1},{\"const\":1.0}]}", {NULL}, {NULL}, "\"oneOf\" whose branches may overlap"},
         {"{\"oneOf\":[{\"const\":\"a\",\"title\":\"A\"},{\"enum\":[\"b\",2]},{\"$ref\":\"#/$defs/c\"}],\"$defs\":{\"c\":{\"const\":[1]}}}",
          {"\"a\"", "\"b\"", "2", "[1]"}, {"\"c\"", "1", "[2]"}, NULL},
@@ -785,7 +799,7 @@ static void test_schema_exact(void) {
         /* a combinator or $ref beside "type": each branch of those types */
         {"{\"type\":\"object\",\"anyOf\":[{\"required\":[\"a\"]},{\"type\":[\"string\",\"object\"],\"properties\":{\"b\":{\"type\":\"integer\"}}}]}",
          {"{\"a\":1}", "{\"b\":2}", "{}"}, {"\"x\"", "{\"b\":\"x\"}", "1"}, NULL},
-        {"{\"type\":[\"integer\",\"null\"],\"oneOf\":[{\"type\":\"number\"},{\"type\":\"string\"},{}]}", {NULL}, {NULL}, "may overlap"},
+        {"{\"type\":[\"integer\",\"null\"],\"oneOf\":[{\"type\":\"number\"},{\"type\":\"string\"},{}]}", {"null"}, {"1", "\"a\""}, NULL},
         {"{\"type\":\"integer\",\"oneOf\":[{\"type\":\"number\"},{\"type\":\"string\"}]}", {"1", "-7"}, {"1.5", "\"a\"", "null"}, NULL},
         {"{\"type\":\"string\",\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"anyOf\":[{\"const\":\"x\"},{\"const\":1},{\"maxLength\":1}]}}}",
          {"\"x\"", "\"\"", "\"q\""}, {"1", "\"qq\"", "[]"}, NULL},

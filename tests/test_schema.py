@@ -303,6 +303,23 @@ def rand_schema(r, depth=0):
     if k in ("anyOf", "oneOf"):
         if k == "oneOf" and r.random() < 0.4:
             return {"oneOf": [r.choice([{"const": rand_value(r, 2)}, {"enum": [rand_value(r, 2) for _ in range(2)]}]) for _ in range(r.randint(1, 3))]}
+        if k == "oneOf" and r.random() < 0.3:  # types only, overlapping
+            return {"oneOf": [r.choice([{"type": r.sample(["null", "boolean", "integer", "number", "string", "array", "object"], r.randint(1, 2))}, True, False])
+                              for _ in range(r.randint(1, 3))]}
+        if k == "oneOf" and r.random() < 0.3:  # objects: a discriminator, or names required here and forbidden there
+            names = ["a", "b", "c"]
+            br = []
+            for i in range(r.randint(1, 3)):
+                props = {"k": {"const": r.choice([i, "a", i + 1])}} if r.random() < 0.5 else {}
+                props.update({n: rand_schema(r, depth + 2) for n in r.sample(names, r.randint(0, 2))})
+                b = {"type": "object", "properties": props, "required": r.sample(list(props) or names, r.randint(0, min(2, len(props) or 1)))}
+                if r.random() < 0.5:
+                    b["additionalProperties"] = False
+                br.append(b)
+            return {"oneOf": br}
+        if k == "oneOf" and r.random() < 0.3:  # constants beside typed branches
+            return {"oneOf": [{"enum": [rand_value(r, 2) for _ in range(2)]}] + [dict({"type": t}, **rand_type_kw(r, depth, t if t != "integer" else None))
+                                                                                 for t in r.sample(["integer", "string", "array"], r.randint(1, 2))]}
         if k == "oneOf":
             ts = r.sample(["null", "boolean", "integer", "string", "array", "object"], r.randint(1, 3))
             s = {"oneOf": [dict({"type": t}, **rand_type_kw(r, depth)) for t in ts]}
@@ -384,7 +401,7 @@ def rand_value(r, depth=0):
         return "".join(r.choice("abé\n\"\\z") for _ in range(r.randint(0, 4)))
     if k == 5 or k == 6:
         return [rand_value(r, depth + 1) for _ in range(r.randint(0, 4))]
-    return {r.choice(["a", "b", "ab", "c", "é", "z", "q"]): rand_value(r, depth + 1) for _ in range(r.randint(0, 4))}
+    return {r.choice(["a", "b", "ab", "c", "é", "z", "q", "k"]): rand_value(r, depth + 1) for _ in range(r.randint(0, 4))}
 
 
 @unittest.skipUnless(os.path.exists(DRIVER), "schema-diff: %s not built" % DRIVER)
