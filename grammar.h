@@ -1737,6 +1737,7 @@ typedef struct {
     uint64_t *mkey;      /* schemas compiled for some types only (beside a "type"): node * 128 + types + 1, 0 empty */
     int *mrule, mcap, mn; /* their rules (-2: no value), open addressing */
     unsigned char *mbusy;
+    int alone;           /* compiling one branch for gr_js_oneof_'s membership checks: no further such checks */
 } gr_js_;
 
 #define GR_JS_MAX_DEPTH 256   /* nested schemas, $ref hops counted */
@@ -3416,7 +3417,7 @@ static inline int gr_js_deref_(gr_js_ *c, const js_doc *d, int b) {
 /* The grammar of schema b alone (its $refs resolved in c's document),
  * the whole language, or NULL (refused or out of memory). */
 static inline gr_grammar *gr_js_alone_(gr_js_ *c, const js_doc *d, int b) {
-    gr_js_ sub = {.exact = 1};
+    gr_js_ sub = {.exact = 1, .alone = 1};
     gr_js_start_(&sub, d, c->root);
     jw_lit(&sub.out, gr_js_prims_);
     int k = gr_js_schema_(&sub, d, b, 0);
@@ -3500,6 +3501,7 @@ static inline int gr_js_oneof_(gr_js_ *c, const js_doc *d, int a, int depth, int
         gr_js_any_(body, allowed);
         return 1;
     }
+    if (c->alone) return -3; /* inside a branch compiled for such a check: one level only */
     /* enum/const branches beside branches of different types (objects: apart by a required name) */
     for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
         int x = gr_js_deref_(c, d, b);
