@@ -2469,7 +2469,7 @@ static inline void gr_rs_norm_(gr_rs_ *s) {
             if (lo < 0xD800) gr_rs_add_(s, lo, 0xD7FF);
             if (hi > 0xDFFF) gr_rs_add_(s, 0xE000, hi);
         }
-    qsort(s->r, (size_t)s->n, sizeof *s->r, gr_rs_cmp_);
+    if (s->n) qsort(s->r, (size_t)s->n, sizeof *s->r, gr_rs_cmp_);
     int m = 0;
     for (int i = 0; i < s->n; i++) {
         if (s->r[i][0] > s->r[i][1]) continue;
