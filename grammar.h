@@ -2518,6 +2518,8 @@ typedef struct {
     const uint32_t *p; /* the pattern's code points */
     int n, at;
     int raw; /* characters as themselves, never '<' (a tool call's raw string argument) */
+    int fit, alts;        /* fit the lengths fit_lo..fit_hi (gr_re_alt_); alternatives at the top so far */
+    long fit_lo, fit_hi;
 } gr_re_;
 
 static inline int gr_re_fail_(gr_re_ *x, const char *what) {
@@ -2761,15 +2763,38 @@ static inline long gr_re_int_(gr_re_ *x) {
 
 /* An alternative: terms until | ) or the end. top: ^ may open it and $
  * close it; *open / *close say whether they did. */
+/* One term's quantifier {lo, hi} (hi -1: unbounded) after "(atom" into w. */
+static inline void gr_re_quant_(jw *w, long lo, long hi) {
+    char b[48];
+    if (lo == 1 && hi == 1) jw_lit(w, ")");
+    else if (lo == 0 && hi == 1) jw_lit(w, ")?");
+    else if (lo == 0 && hi < 0) jw_lit(w, ")*");
+    else if (lo == 1 && hi < 0) jw_lit(w, ")+");
+    else {
+        if (hi < 0) snprintf(b, sizeof b, "){%ld,}", lo);
+        else snprintf(b, sizeof b, "){%ld,%ld}", lo, hi);
+        jw_lit(w, b);
+    }
+}
+
+/* An alternative: terms until | ) or the end. top: ^ may open it and $
+ * close it; *open / *close say whether they did. When it is the whole
+ * pattern, anchored, and x->fit_lo/fit_hi ask for string lengths (the
+ * schema's minLength/maxLength), a term that repeats one character is
+ * given the count that makes the lengths fit, if all the other terms
+ * have one length ("^[a-z][a-z0-9-]*$" with maxLength 63). */
 static inline int gr_re_alt_(gr_re_ *x, jw *w, int top, int depth, long *mn, long *mx, int *open, int *close) {
+    typedef struct { jw a; long lo, hi, amn, amx; } term;
+    term *t = NULL;
+    int nt = 0, cap = 0, rc = 0;
     *mn = 0, *mx = 0, *open = *close = 0;
     if (top && x->at < x->n && x->p[x->at] == '^') x->at++, *open = 1;
-    for (int first = 1;; first = 0) {
+    for (;;) {
         if (top && x->at < x->n && x->p[x->at] == '$' && (x->at + 1 == x->n || x->p[x->at + 1] == '|')) { x->at++, *close = 1; break; }
         jw a = {0};
         long amn, amx;
         int r = gr_re_atom_(x, &a, depth, &amn, &amx);
-        if (r <= 0) { jw_free(&a); if (r < 0) return -1; break; }
+        if (r <= 0) { jw_free(&a); if (r < 0) rc = -1; break; }
         long lo = 1, hi = 1; /* the quantifier */
         if (x->at < x->n && (x->p[x->at] == '*' || x->p[x->at] == '+' || x->p[x->at] == '?')) {
             uint32_t q = x->p[x->at++];
@@ -2781,34 +2806,51 @@ static inline int gr_re_alt_(gr_re_ *x, jw *w, int top, int depth, long *mn, lon
             if (m >= 0 && x->at < x->n && x->p[x->at] == ',') x->at++, n = gr_re_int_(x);
             if (m >= 0 && x->at < x->n && x->p[x->at] == '}') {
                 x->at++, lo = m, hi = n;
-                if (hi >= 0 && hi < lo) return jw_free(&a), gr_re_fail_(x, "a {n,m} with m below n");
-                if (lo > GR_JS_MAX_COUNT || hi > GR_JS_MAX_COUNT) return jw_free(&a), gr_re_fail_(x, "a repetition count above 10000");
+                if (hi >= 0 && hi < lo) { jw_free(&a), rc = gr_re_fail_(x, "a {n,m} with m below n"); break; }
+                if (lo > GR_JS_MAX_COUNT || hi > GR_JS_MAX_COUNT) { jw_free(&a), rc = gr_re_fail_(x, "a repetition count above 10000"); break; }
             } else { /* a '{' that opens no quantifier is itself (Annex B) */
                 x->at = back + 1, jw_free(&a), a = (jw){0}, amn = amx = 1;
-                if (gr_re_set_1_(x, &a, '{')) return jw_free(&a), -1;
+                if (gr_re_set_1_(x, &a, '{')) { jw_free(&a), rc = -1; break; }
             }
         }
         if (x->at < x->n && x->p[x->at] == '?' && !(lo == 1 && hi == 1)) x->at++; /* lazy: the same language */
-        if (!first) jw_lit(w, " ");
-        jw_lit(w, "(");
-        jw_raw(w, a.s ? a.s : "", a.n);
-        if (lo == 1 && hi == 1) jw_lit(w, ")");
-        else if (lo == 0 && hi == 1) jw_lit(w, ")?");
-        else if (lo == 0 && hi < 0) jw_lit(w, ")*");
-        else if (lo == 1 && hi < 0) jw_lit(w, ")+");
-        else {
-            char b[48];
-            if (hi < 0) snprintf(b, sizeof b, "){%ld,}", lo);
-            else snprintf(b, sizeof b, "){%ld,%ld}", lo, hi);
-            jw_lit(w, b);
+        if (nt == cap) {
+            term *nt2 = (term *)realloc(t, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *t);
+            if (!nt2) { jw_free(&a), rc = gr_js_fail_(x->c, "%s", "out of memory"); break; }
+            t = nt2;
         }
-        jw_free(&a);
-        *mn += lo * amn;
-        *mx = *mx < 0 || (hi < 0 && amx != 0) || amx < 0 ? -1 : *mx + hi * amx;
-        if (*mn > 1000000) *mn = 1000000;
-        if (*mx > 1000000) *mx = 1000000; /* beyond any count a schema may give */
+        t[nt++] = (term){a, lo, hi, amn, amx};
     }
-    return 0;
+    if (!rc && top && x->fit && *open && *close && x->at == x->n && !x->alts) { /* fit the lengths asked for */
+        long fixed = 0;
+        int var = -1, ok = 1;
+        for (int i = 0; i < nt && ok; i++) {
+            if (t[i].lo == t[i].hi && t[i].amn == t[i].amx) fixed += t[i].lo * t[i].amn;
+            else if (var < 0 && t[i].amn == 1 && t[i].amx == 1) var = i;
+            else ok = 0;
+        }
+        if (ok && var >= 0) {
+            long lo = x->fit_lo - fixed, hi = x->fit_hi < 0 ? -1 : x->fit_hi - fixed;
+            if (lo < t[var].lo) lo = t[var].lo;
+            if (t[var].hi >= 0 && (hi < 0 || hi > t[var].hi)) hi = t[var].hi;
+            if (hi >= 0 && hi < lo) rc = gr_re_fail_(x, "a pattern no string of the lengths minLength/maxLength allow matches");
+            else t[var].lo = lo, t[var].hi = hi;
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        if (!rc) {
+            jw_lit(w, i ? " (" : "(");
+            jw_raw(w, t[i].a.s ? t[i].a.s : "", t[i].a.n);
+            gr_re_quant_(w, t[i].lo, t[i].hi);
+            *mn += t[i].lo * t[i].amn;
+            *mx = *mx < 0 || (t[i].hi < 0 && t[i].amx != 0) || t[i].amx < 0 ? -1 : *mx + t[i].hi * t[i].amx;
+            if (*mn > 1000000) *mn = 1000000;
+            if (*mx > 1000000) *mx = 1000000; /* beyond any count a schema may give */
+        }
+        jw_free(&t[i].a);
+    }
+    free(t);
+    return rc;
 }
 
 /* Alternatives until ) or the end; top: the whole pattern, each
@@ -2820,6 +2862,7 @@ static inline int gr_re_disj_(gr_re_ *x, jw *w, int top, int depth, long *mn, lo
         int open, close;
         jw a = {0};
         if (k) jw_lit(w, " | ");
+        if (top) x->alts = k;
         if (gr_re_alt_(x, &a, top, depth, &amn, &amx, &open, &close)) return jw_free(&a), -1;
         if (top && !open) jw_lit(w, x->raw ? "[^<]* " : "kchar* "), amx = -1;
         jw_lit(w, a.n ? "(" : "\"\"");
@@ -2835,8 +2878,11 @@ static inline int gr_re_disj_(gr_re_ *x, jw *w, int top, int depth, long *mn, lo
 
 /* The string content (no quotes) of strings that pattern text[0..len)
  * matches, as GBNF into w; *mn / *mx: the lengths in code points the
- * matches can have (-1: unbounded). 0 or -1 (refused: c->err). */
-static inline int gr_re_compile_(gr_js_ *c, const char *text, size_t len, int raw, jw *w, long *mn, long *mx) {
+ * matches can have (-1: unbounded). 0 or -1 (refused: c->err). lo..hi
+ * (hi -1: none; lo 0 and hi -1: no fitting): the lengths a schema asks
+ * for, to which gr_re_alt_ fits a repeated character (gr_re_compile_:
+ * none asked for). */
+static inline int gr_re_compile_fit_(gr_js_ *c, const char *text, size_t len, int raw, long lo, long hi, jw *w, long *mn, long *mx) {
     uint32_t *cp = (uint32_t *)malloc((len + 1) * sizeof(uint32_t));
     if (!cp) return gr_js_fail_(c, "%s", "out of memory");
     int n = 0, prem = 0, plen = 0;
@@ -2846,11 +2892,15 @@ static inline int gr_re_compile_(gr_js_ *c, const char *text, size_t len, int ra
         if (r < 0) return free(cp), gr_js_fail_(c, "%s", "\"pattern\" is not valid UTF-8");
         if (r == 1) cp[n++] = v;
     }
-    gr_re_ x = {c, cp, n, 0, raw};
+    gr_re_ x = {c, cp, n, 0, raw, lo >= 0 && (lo > 0 || hi >= 0), 0, lo, hi};
     int rc = gr_re_disj_(&x, w, 1, 0, mn, mx);
     if (!rc && x.at < n) rc = gr_re_fail_(&x, "a ')' never opened");
     free(cp);
     return rc;
+}
+
+static inline int gr_re_compile_(gr_js_ *c, const char *text, size_t len, int raw, jw *w, long *mn, long *mx) {
+    return gr_re_compile_fit_(c, text, len, raw, 0, -1, w, mn, mx);
 }
 
 /* The `format`s enforced, as anchored patterns over the string's
@@ -2977,7 +3027,7 @@ static inline int gr_js_pattern_(gr_js_ *c, const js_doc *d, int s, int raw, int
     if (pat >= 0 && fmt >= 0) return gr_js_fail_(c, "%s", "\"pattern\" beside \"format\" is not supported");
     long lo = 0, hi = -1;
     if (pat >= 0) {
-        if (gr_re_compile_(c, js_str(d, pat), js_str_len(d, pat), raw, content, &lo, &hi)) return -1;
+        if (gr_re_compile_fit_(c, js_str(d, pat), js_str_len(d, pat), raw, mn, mx, content, &lo, &hi)) return -1;
     } else
         jw_lit(content, raw ? "fmtraw-" : "fmt-"), jw_lit(content, name);
     if ((mn > 0 && lo < mn) || (mx >= 0 && (hi < 0 || hi > mx)))

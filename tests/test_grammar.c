@@ -750,6 +750,10 @@ static void test_schema_exact(void) {
          {"\"auto\"", "\"12px\"", "7"}, {"\"px\"", "\"other\"", "1.5"}, NULL},
         {"{\"oneOf\":[{\"enum\":[\"auto\",\"12px\"]},{\"type\":\"string\",\"pattern\":\"^[0-9]+px$\"}]}", {NULL}, {NULL}, "may overlap"},
         {"{\"oneOf\":[{\"const\":\"a\"},{\"enum\":[\"a\",1]},{\"type\":\"boolean\"}]}", {NULL}, {NULL}, "may overlap"},
+        /* a pattern beside minLength/maxLength: its one repeated character counted to fit */
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z][a-z0-9-]*$\",\"maxLength\":4}", {"\"a\"", "\"ab-1\""}, {"\"abcde\"", "\"1ab\"", "\"\""}, NULL},
+        {"{\"type\":\"string\",\"pattern\":\"^x[0-9]{2,}y$\",\"minLength\":5,\"maxLength\":6}", {"\"x123y\"", "\"x1234y\""}, {"\"x12y\"", "\"x12345y\""}, NULL},
+        {"{\"type\":\"string\",\"pattern\":\"^(ab)+$\",\"maxLength\":4}", {NULL}, {NULL}, "\"pattern\" beside minLength/maxLength"},
         /* objects apart: a discriminator both require with different constants, a name one requires and the other forbids */
         {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"a\"},\"x\":{\"type\":\"integer\"}},\"required\":[\"kind\"]},"
          "{\"$ref\":\"#/$defs/b\"},{\"type\":\"string\"}],\"$defs\":{\"b\":{\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"b\",\"c\"]}},\"required\":[\"kind\"]}}}",
