@@ -1877,6 +1877,8 @@ static const char gr_js_prims_[] =
 static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth);
 static inline int gr_js_schema_m_(gr_js_ *c, const js_doc *d, int s, int depth, int mask);
 static inline void gr_js_start_(gr_js_ *c, const js_doc *d, int root);
+static inline int gr_js_equal_(const js_doc *d, int a, int b, int depth);
+static inline int gr_js_deref_(gr_js_ *c, const js_doc *d, int b);
 static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int depth, jw *key, int *val);
 static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n);
 
@@ -2180,27 +2182,54 @@ static inline int gr_js_other_key_(gr_js_ *c, uint32_t **cp, const int *len, int
  * of the named ones). Commas are placed by two chains of rules (a
  * property written before this one / not yet). body gets the rule's
  * text; 1, 0 (no object matches), -1. */
-static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body) {
-    int props = js_get(d, s, "properties"), req = js_get(d, s, "required"), ap = js_get(d, s, "additionalProperties");
-    int pp = js_get(d, s, "patternProperties"), pval = 0, has_pp = 0;
+/* 1 when schema x asserts nothing (true, {} or annotations only). */
+static inline int gr_js_trivial_(const js_doc *d, int x) { return js_typeof(d, x) == JS_TRUE || (js_typeof(d, x) == JS_OBJ && !gr_js_asserts_(d, x, NULL)); }
+
+static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int nn, int depth, jw *body);
+
+static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw *body) { return gr_js_object_n_(c, d, &s, 1, depth, body); }
+
+/* The object of schemas ns[0..nn) together (allOf's branches merged: the
+ * properties of all, a name in several with one schema that asserts, the
+ * required names of all, the tightest property counts; with nn > 1 no
+ * branch may have additionalProperties or patternProperties). */
+static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int nn, int depth, jw *body) {
+    int s = ns[0], ap = nn == 1 ? js_get(d, s, "additionalProperties") : -1;
+    int pp = nn == 1 ? js_get(d, s, "patternProperties") : -1, pval = 0, has_pp = 0;
     jw pkey = {0};
     unsigned char *viable = NULL; /* the member chain's states that can still end in a valid object */
-    if (props >= 0 && js_typeof(d, props) != JS_OBJ) return gr_js_fail_(c, "%s", "\"properties\" must be an object");
-    if (req >= 0 && js_typeof(d, req) != JS_ARR) return gr_js_fail_(c, "%s", "\"required\" must be an array of names");
-    int np = js_count(d, props), nr = js_count(d, req), nd = 0, rc = -1, apk = 1;
+    int np = 0, nr = 0, nd = 0, rc = -1, apk = 1;
+    for (int q = 0; q < nn; q++) {
+        int props = js_get(d, ns[q], "properties"), req = js_get(d, ns[q], "required");
+        if (props >= 0 && js_typeof(d, props) != JS_OBJ) return gr_js_fail_(c, "%s", "\"properties\" must be an object");
+        if (req >= 0 && js_typeof(d, req) != JS_ARR) return gr_js_fail_(c, "%s", "\"required\" must be an array of names");
+        np += js_count(d, props), nr += js_count(d, req);
+    }
     gr_js_name_ *pn = (gr_js_name_ *)malloc(((size_t)np + 1) * sizeof *pn), *rn = (gr_js_name_ *)malloc(((size_t)nr + 1) * sizeof *rn);
+    gr_js_name_ *po = (gr_js_name_ *)malloc(((size_t)np + 1) * sizeof *po), *ro = (gr_js_name_ *)malloc(((size_t)nr + 1) * sizeof *ro); /* in order */
     int *val = (int *)malloc(((size_t)np + nr + 1) * sizeof(int)), *reqd = (int *)malloc(((size_t)np + nr + 1) * sizeof(int));
     gr_js_name_ *dn = (gr_js_name_ *)malloc(((size_t)np + nr + 1) * sizeof *dn); /* the named keys, in order */
     uint32_t **cp = NULL;
     int *cpl = NULL;
-    if (!pn || !rn || !val || !reqd || !dn) { gr_js_fail_(c, "%s", "out of memory"); goto out; }
-    int i = 0;
-    for (int p = js_first(d, props); p >= 0; p = js_next(d, p), i++) pn[i] = (gr_js_name_){js_key(d, p), js_key_len(d, p), p};
-    i = 0;
-    for (int r = js_first(d, req); r >= 0; r = js_next(d, r), i++) {
-        if (js_typeof(d, r) != JS_STR) { gr_js_fail_(c, "%s", "\"required\" must be an array of names"); goto out; }
-        rn[i] = (gr_js_name_){js_str(d, r), js_str_len(d, r), r};
+    if (!pn || !rn || !po || !ro || !val || !reqd || !dn) { gr_js_fail_(c, "%s", "out of memory"); goto out; }
+    np = nr = 0;
+    for (int q = 0; q < nn; q++) {
+        int props = js_get(d, ns[q], "properties"), req = js_get(d, ns[q], "required");
+        for (int p = js_first(d, props); p >= 0; p = js_next(d, p)) {
+            int at = -1; /* the same name from an earlier branch: one of the two must assert nothing */
+            for (int j = 0; j < np && at < 0 && nn > 1; j++)
+                if (po[j].n == js_key_len(d, p) && !memcmp(po[j].s, js_key(d, p), po[j].n)) at = j;
+            if (at < 0) { po[np++] = (gr_js_name_){js_key(d, p), js_key_len(d, p), p}; continue; }
+            if (gr_js_trivial_(d, p) || gr_js_equal_(d, p, po[at].i, 0)) continue;
+            if (!gr_js_trivial_(d, po[at].i)) { gr_js_fail_(c, "%s", "\"allOf\" whose branches give one property two schemas is not supported"); goto out; }
+            po[at].i = p;
+        }
+        for (int r = js_first(d, req); r >= 0; r = js_next(d, r)) {
+            if (js_typeof(d, r) != JS_STR) { gr_js_fail_(c, "%s", "\"required\" must be an array of names"); goto out; }
+            ro[nr++] = (gr_js_name_){js_str(d, r), js_str_len(d, r), r};
+        }
     }
+    memcpy(pn, po, (size_t)np * sizeof *pn), memcpy(rn, ro, (size_t)nr * sizeof *rn);
     qsort(pn, (size_t)np, sizeof *pn, gr_js_name_cmp_);
     qsort(rn, (size_t)nr, sizeof *rn, gr_js_name_cmp_);
     int ap_any = ap < 0 || js_typeof(d, ap) == JS_TRUE;
@@ -2225,13 +2254,14 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
         jw_lit(&c->out, b);
     }
     int empty = 0;
-    for (int p = js_first(d, props); p >= 0 && !empty; p = js_next(d, p)) {
-        int v = gr_js_schema_(c, d, p, depth + 1), r = gr_js_find_(rn, nr, js_key(d, p), js_key_len(d, p)) >= 0;
+    for (int j = 0; j < np && !empty; j++) {
+        int p = po[j].i, v = gr_js_schema_(c, d, p, depth + 1), r = gr_js_find_(rn, nr, po[j].s, po[j].n) >= 0;
         if (v < 0) goto out;
         if (!v && r) empty = 1;
-        else if (v) val[nd] = v, reqd[nd] = r, dn[nd++] = (gr_js_name_){js_key(d, p), js_key_len(d, p), p};
+        else if (v) val[nd] = v, reqd[nd] = r, dn[nd++] = (gr_js_name_){po[j].s, po[j].n, p};
     }
-    for (int r = js_first(d, req); r >= 0 && !empty; r = js_next(d, r)) {
+    for (int q = 0; q < nr && !empty; q++) {
+        int r = ro[q].i;
         if (gr_js_find_(pn, np, js_str(d, r), js_str_len(d, r)) >= 0) continue;
         int dup = 0; /* a name required twice is one property */
         for (int j = 0; j < nd && !dup; j++) dup = dn[j].i < 0 && dn[j].n == js_str_len(d, r) && !memcmp(dn[j].s, js_str(d, r), dn[j].n);
@@ -2242,7 +2272,9 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
         else val[nd] = v, reqd[nd] = 1, dn[nd++] = (gr_js_name_){js_str(d, r), js_str_len(d, r), -1};
     }
     if (empty) { rc = 0; goto out; }
-    if (!np && !nd && ap_any && !has_pp && js_get(d, s, "minProperties") < 0 && js_get(d, s, "maxProperties") < 0) {
+    int counted = 0;
+    for (int q = 0; q < nn; q++) counted |= js_get(d, ns[q], "minProperties") >= 0 || js_get(d, ns[q], "maxProperties") >= 0;
+    if (!np && !nd && ap_any && !has_pp && !counted) {
         jw_lit(body, "jobject");
         rc = 1;
         goto out;
@@ -2252,8 +2284,13 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
     int others = has_pp ? pval > 0 : apk && (c->exact || ap >= 0 || !np), key = 0;
     /* R(j, rest, k): the members from the j-th named one on, after k members (capped at cap) and a comma
      * before the next (rest); R(nd, rest, k): the other keys, as many as minProperties / maxProperties leave */
-    int minp, maxp;
-    if (gr_js_count_(c, d, s, "minProperties", 0, &minp) || gr_js_count_(c, d, s, "maxProperties", -1, &maxp)) goto out;
+    int minp = 0, maxp = -1;
+    for (int q = 0; q < nn; q++) { /* the tightest of the branches' */
+        int a, b;
+        if (gr_js_count_(c, d, ns[q], "minProperties", 0, &a) || gr_js_count_(c, d, ns[q], "maxProperties", -1, &b)) goto out;
+        if (a > minp) minp = a;
+        if (b >= 0 && (maxp < 0 || b < maxp)) maxp = b;
+    }
     if (maxp >= 0 && maxp < minp) { gr_js_fail_(c, "maxProperties %d is below minProperties %d", maxp, minp); goto out; }
     int cap = maxp >= 0 ? maxp : minp, states = (nd + 1) * 2 * (cap + 1);
     if ((long)(nd + 1) * 2 * (cap + 1) > 200000) { gr_js_fail_(c, "%s", "minProperties/maxProperties this large beside this many properties is not supported"); goto out; }
@@ -2362,7 +2399,7 @@ static inline int gr_js_object_(gr_js_ *c, const js_doc *d, int s, int depth, jw
 out:
     if (cp)
         for (int j = 0; j < np; j++) free(cp[j]);
-    free(cp), free(cpl), free(pn), free(rn), free(val), free(reqd), free(dn), free(viable);
+    free(cp), free(cpl), free(pn), free(rn), free(po), free(ro), free(val), free(reqd), free(dn), free(viable);
     jw_free(&pkey);
     return c->failed ? -1 : rc;
 }
@@ -3452,6 +3489,65 @@ static inline void gr_js_any_(jw *w, int mask) {
         if ((mask & k[i].t) && !(k[i].t == GR_T_INT && (mask & GR_T_FRAC))) jw_lit(w, n++ ? " | " : ""), jw_lit(w, k[i].r);
 }
 
+static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int nn, int depth, jw *body);
+
+/* allOf a of several asserting branches, merged where that is exact:
+ * every branch (after $ref; a nested allOf flattened) only a type and
+ * object keywords (properties, required, minProperties, maxProperties;
+ * additionalProperties only true), so the object is gr_js_object_n_ of
+ * them all and a value of another type any of the types all allow. */
+static inline int gr_js_allof_(gr_js_ *c, const js_doc *d, int a, int depth, int tm, jw *body) {
+    enum { MAXB = 64 };
+    int ns[MAXB], nn = 0, todo[MAXB], nt = 0;
+    for (int b = js_first(d, a); b >= 0 && nt < MAXB; b = js_next(d, b)) todo[nt++] = b;
+    for (int i = 0; i < nt / 2; i++) { int t = todo[i]; todo[i] = todo[nt - 1 - i], todo[nt - 1 - i] = t; } /* popped in order */
+    while (nt > 0) {
+        int x = gr_js_deref_(c, d, todo[--nt]);
+        if (x < 0 || js_typeof(d, x) == JS_FALSE) return x < 0 ? gr_js_fail_(c, "%s", "\"allOf\" of several schemas that assert something is not supported") : 0;
+        if (js_typeof(d, x) == JS_TRUE) continue;
+        int sub = js_get(d, x, "allOf");
+        for (int f = js_first(d, x); f >= 0; f = js_next(d, f)) {
+            int t;
+            const char *k = js_key(d, f);
+            if (gr_js_keyword_(k, &t) == GR_KW_ANNOT || !strcmp(k, "type") || !strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "minProperties") ||
+                !strcmp(k, "maxProperties") || !strcmp(k, "$id") || !strcmp(k, "id") || (!strcmp(k, "additionalProperties") && js_typeof(d, f) == JS_TRUE) ||
+                (f == sub && js_typeof(d, f) == JS_ARR))
+                continue;
+            return gr_js_fail_(c, "\"allOf\" of several schemas that assert something is not supported (a branch's \"%s\" would have to be merged)", k);
+        }
+        int from = nt;
+        for (int b = js_first(d, sub); b >= 0; b = js_next(d, b))
+            if (nt < MAXB) todo[nt++] = b;
+            else return gr_js_fail_(c, "%s", "\"allOf\" of more than 64 schemas is not supported");
+        for (int i = 0; i < (nt - from) / 2; i++) { int t = todo[from + i]; todo[from + i] = todo[nt - 1 - i], todo[nt - 1 - i] = t; }
+        gr_js_ quiet = *c;
+        quiet.err = NULL, quiet.failed = 0;
+        int t = gr_js_type_kw_(&quiet, d, x);
+        if (t < 0) return gr_js_type_kw_(c, d, x);
+        tm &= t;
+        if (nn == MAXB) return gr_js_fail_(c, "%s", "\"allOf\" of more than 64 schemas is not supported");
+        ns[nn++] = x;
+    }
+    if (!tm) return 0;
+    int any = 0;
+    if (tm & GR_T_OBJ) {
+        if (!nn) jw_lit(body, "jobject"), any = 1;
+        else {
+            jw ob = {0};
+            int r = gr_js_object_n_(c, d, ns, nn, depth, &ob);
+            if (r < 0) return jw_free(&ob), -1;
+            if (r > 0) jw_raw(body, ob.s, ob.n), any = 1;
+            jw_free(&ob);
+        }
+    }
+    if (tm & ~GR_T_OBJ) {
+        if (any) jw_lit(body, " | ");
+        gr_js_any_(body, tm & ~GR_T_OBJ), any = 1;
+    }
+    return any;
+}
+
+
 /* Schema b after $ref hops within the document (up to 16), or -1. */
 static inline int gr_js_deref_(gr_js_ *c, const js_doc *d, int b) {
     for (int hops = 0; hops < 16 && js_typeof(d, b) == JS_OBJ && js_get(d, b, "$ref") >= 0; hops++) {
@@ -3667,7 +3763,7 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
             if (js_typeof(d, b) == JS_FALSE) return 0; /* one branch matches nothing: so does allOf */
             if (gr_js_asserts_(d, b, NULL)) only = b, n++;
         }
-        if (n > 1) return gr_js_fail_(c, "%s", "\"allOf\" of several schemas that assert something is not supported");
+        if (n > 1) return gr_js_allof_(c, d, a, depth, tm, body);
         if (only < 0) { gr_js_any_(body, tm); return 1; }
         int k = gr_js_schema_m_(c, d, only, depth + 1, tm);
         if (k > 0) gr_js_ref_(body, k);

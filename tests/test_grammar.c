@@ -766,6 +766,12 @@ static void test_schema_exact(void) {
         {"{\"oneOf\":[{\"const\":\"a\",\"title\":\"A\"},{\"enum\":[\"b\",2]},{\"$ref\":\"#/$defs/c\"}],\"$defs\":{\"c\":{\"const\":[1]}}}",
          {"\"a\"", "\"b\"", "2", "[1]"}, {"\"c\"", "1", "[2]"}, NULL},
         {"{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}", {NULL}, {NULL}, "\"allOf\" of several"},
+        /* allOf of object schemas: merged (properties, required, counts) */
+        {"{\"allOf\":[{\"$ref\":\"#/$defs/base\"},{\"properties\":{\"b\":{\"type\":\"string\"},\"a\":{}},\"required\":[\"b\"]}],"
+         "\"$defs\":{\"base\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],\"maxProperties\":3}}}",
+         {"{\"a\":1,\"b\":\"x\"}", "{\"a\":1,\"b\":\"x\",\"c\":null}"}, {"{\"a\":1}", "{\"b\":\"x\"}", "{\"a\":\"1\",\"b\":\"x\"}", "7"}, NULL},
+        {"{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}}},{\"properties\":{\"a\":{\"type\":\"string\"}}}]}", {NULL}, {NULL}, "one property two schemas"},
+        {"{\"allOf\":[{\"required\":[\"a\"]},{\"type\":[\"object\",\"string\"],\"minProperties\":2}]}", {"{\"a\":1,\"b\":2}", "\"s\""}, {"{\"a\":1}", "{\"b\":1,\"c\":2}", "1"}, NULL},
         /* minProperties / maxProperties: named members counted with the others */
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"minProperties\":1,\"maxProperties\":2,\"additionalProperties\":false}",
          {"{\"a\":1}", "{\"b\":1,\"c\":2}", "{\"a\":1,\"c\":[]}"}, {"{}", "{\"a\":1,\"b\":2,\"c\":3}", "{\"d\":1}"}, NULL},

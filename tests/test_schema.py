@@ -91,6 +91,15 @@ def key_orders(schema):
                 o = list(props) + [r for r in req if isinstance(r, str) and r not in props]
                 if o and o not in out:
                     out.append(o)
+                if isinstance(x.get("allOf"), list):  # merged branches: their properties in order, then their required names
+                    bs = [b for b in x["allOf"] if isinstance(b, dict)]
+                    mp = []
+                    for b in bs:
+                        mp += [k for k in (b.get("properties") if isinstance(b.get("properties"), dict) else {}) if k not in mp]
+                    mo = mp + [r for b in bs for r in (b.get("required") if isinstance(b.get("required"), list) else []) if isinstance(r, str) and r not in mp]
+                    mo = [k for i, k in enumerate(mo) if k not in mo[:i]]
+                    if mo and mo not in out:
+                        out.append(mo)
             for k, v in x.items():
                 walk(v, k)
         elif isinstance(x, list):
@@ -343,6 +352,18 @@ def rand_schema(r, depth=0):
                 s[kw] = r.choice([r.randint(-1200, 1200), r.uniform(-1200, 1200), r.randint(-10**15, 10**15)])
         return s
     if k == "allOf":
+        if r.random() < 0.4:  # object schemas to merge
+            names = ["a", "b", "c", "k"]
+            br = []
+            for _ in range(r.randint(2, 3)):
+                b = {"properties": {n: r.choice([{}, rand_schema(r, depth + 2)]) for n in r.sample(names, r.randint(0, 2))},
+                     "required": r.sample(names, r.randint(0, 2))}
+                if r.random() < 0.3:
+                    b["type"] = r.choice(["object", ["object", "null"], "string"])
+                if r.random() < 0.2:
+                    b["maxProperties"] = r.randint(1, 3)
+                br.append(b)
+            return {"allOf": br}
         return {"allOf": [rand_schema(r, depth + 1)] + [{"description": "x"}] * r.randint(0, 2)}
     return dict({"type": k}, **rand_type_kw(r, depth, k))
 
