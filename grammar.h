@@ -1879,6 +1879,7 @@ static inline int gr_js_schema_m_(gr_js_ *c, const js_doc *d, int s, int depth, 
 static inline void gr_js_start_(gr_js_ *c, const js_doc *d, int root);
 static inline int gr_js_equal_(const js_doc *d, int a, int b, int depth);
 static inline int gr_js_deref_(gr_js_ *c, const js_doc *d, int b);
+static inline int gr_js_obj_apart_(gr_js_ *c, const js_doc *d, int a, int b);
 static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int depth, jw *key, int *val);
 static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n);
 
@@ -3480,6 +3481,7 @@ static inline int gr_js_union_(gr_js_ *c, const js_doc *d, int a, int depth, jw 
     return any > 0;
 }
 
+static inline int gr_js_distribute_(gr_js_ *c, const js_doc *d, int s, int a, int one, int depth, int tm, jw *body);
 /* Any value of the types in mask (GR_T_ALL: jvalue) as GBNF into w. */
 static inline void gr_js_any_(jw *w, int mask) {
     static const struct { int t; const char *r; } k[] = {{GR_T_NULL, "jnull"}, {GR_T_BOOL, "jbool"}, {GR_T_OBJ, "jobject"}, {GR_T_ARR, "jarray"},
@@ -3496,25 +3498,41 @@ static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int
  * object keywords (properties, required, minProperties, maxProperties;
  * additionalProperties only true), so the object is gr_js_object_n_ of
  * them all and a value of another type any of the types all allow. */
+/* 1 when member f of a schema can be merged by gr_js_merge_: an
+ * annotation, type, an object keyword, additionalProperties true, or the
+ * schema's allOf (flattened). */
+static inline int gr_js_mergeable_(const js_doc *d, int f, int allof) {
+    int t;
+    const char *k = js_key(d, f);
+    return gr_js_keyword_(k, &t) == GR_KW_ANNOT || !strcmp(k, "type") || !strcmp(k, "properties") || !strcmp(k, "required") ||
+           !strcmp(k, "minProperties") || !strcmp(k, "maxProperties") || !strcmp(k, "$id") || !strcmp(k, "id") ||
+           (!strcmp(k, "additionalProperties") && js_typeof(d, f) == JS_TRUE) || (f == allof && js_typeof(d, f) == JS_ARR);
+}
+
+/* The schemas start[0..n) together, merged (see gr_js_allof_); skip: a
+ * member of start[0] left out (the anyOf/oneOf whose branch is start[1]). */
+static inline int gr_js_merge_(gr_js_ *c, const js_doc *d, const int *start, int n, int skip, int depth, int tm, jw *body);
+
 static inline int gr_js_allof_(gr_js_ *c, const js_doc *d, int a, int depth, int tm, jw *body) {
     enum { MAXB = 64 };
+    int st[MAXB], n = 0;
+    for (int b = js_first(d, a); b >= 0 && n < MAXB; b = js_next(d, b)) st[n++] = b;
+    return gr_js_merge_(c, d, st, n, -1, depth, tm, body);
+}
+
+static inline int gr_js_merge_(gr_js_ *c, const js_doc *d, const int *start, int n, int skip, int depth, int tm, jw *body) {
+    enum { MAXB = 64 };
     int ns[MAXB], nn = 0, todo[MAXB], nt = 0;
-    for (int b = js_first(d, a); b >= 0 && nt < MAXB; b = js_next(d, b)) todo[nt++] = b;
+    for (int b = 0; b < n && nt < MAXB; b++) todo[nt++] = start[b];
     for (int i = 0; i < nt / 2; i++) { int t = todo[i]; todo[i] = todo[nt - 1 - i], todo[nt - 1 - i] = t; } /* popped in order */
     while (nt > 0) {
         int x = gr_js_deref_(c, d, todo[--nt]);
         if (x < 0 || js_typeof(d, x) == JS_FALSE) return x < 0 ? gr_js_fail_(c, "%s", "\"allOf\" of several schemas that assert something is not supported") : 0;
         if (js_typeof(d, x) == JS_TRUE) continue;
         int sub = js_get(d, x, "allOf");
-        for (int f = js_first(d, x); f >= 0; f = js_next(d, f)) {
-            int t;
-            const char *k = js_key(d, f);
-            if (gr_js_keyword_(k, &t) == GR_KW_ANNOT || !strcmp(k, "type") || !strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "minProperties") ||
-                !strcmp(k, "maxProperties") || !strcmp(k, "$id") || !strcmp(k, "id") || (!strcmp(k, "additionalProperties") && js_typeof(d, f) == JS_TRUE) ||
-                (f == sub && js_typeof(d, f) == JS_ARR))
-                continue;
-            return gr_js_fail_(c, "\"allOf\" of several schemas that assert something is not supported (a branch's \"%s\" would have to be merged)", k);
-        }
+        for (int f = js_first(d, x); f >= 0; f = js_next(d, f))
+            if (f != skip && !gr_js_mergeable_(d, f, sub))
+                return gr_js_fail_(c, "\"allOf\" of several schemas that assert something is not supported (a branch's \"%s\" would have to be merged)", js_key(d, f));
         int from = nt;
         for (int b = js_first(d, sub); b >= 0; b = js_next(d, b))
             if (nt < MAXB) todo[nt++] = b;
@@ -3545,6 +3563,32 @@ static inline int gr_js_allof_(gr_js_ *c, const js_doc *d, int a, int depth, int
         gr_js_any_(body, tm & ~GR_T_OBJ), any = 1;
     }
     return any;
+}
+
+/* anyOf (one: oneOf) a beside object keywords of s: s merged with each
+ * branch, the alternatives of all; for oneOf the branches must be apart
+ * (types, or objects apart by a required name: gr_js_obj_apart_). */
+static inline int gr_js_distribute_(gr_js_ *c, const js_doc *d, int s, int a, int one, int depth, int tm, jw *body) {
+    int any = 0, skip = -1;
+    for (int f = js_first(d, s); f >= 0; f = js_next(d, f))
+        if (f == a) skip = f;
+    if (one)
+        for (int b = js_first(d, a); b >= 0; b = js_next(d, b))
+            for (int e = js_first(d, a); e != b; e = js_next(d, e)) {
+                int x = gr_js_deref_(c, d, b), z = gr_js_deref_(c, d, e);
+                int shared = gr_js_types_(c, d, b, depth + 1) & gr_js_types_(c, d, e, depth + 1) & tm;
+                if (x < 0 || z < 0 || (shared && (shared != GR_T_OBJ || js_typeof(d, x) != JS_OBJ || js_typeof(d, z) != JS_OBJ || !gr_js_obj_apart_(c, d, x, z))))
+                    return gr_js_fail_(c, "%s", "\"oneOf\" beside object keywords whose branches may overlap is not supported");
+            }
+    for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
+        int st[2] = {s, b};
+        jw part = {0};
+        int r = gr_js_merge_(c, d, st, 2, skip, depth, tm, &part);
+        if (r < 0) return jw_free(&part), -1;
+        if (r > 0) jw_lit(body, any++ ? " | (" : "("), jw_raw(body, part.s, part.n), jw_lit(body, ")");
+        jw_free(&part);
+    }
+    return any > 0;
 }
 
 
@@ -3743,7 +3787,13 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
         if (a < 0) continue;
         if (js_typeof(d, a) != JS_ARR || !js_count(d, a)) return gr_js_fail_(c, "\"%s\" must be a non-empty array of schemas", comb[i]);
         const char *o = gr_js_other_(d, s, comb[i], 1); /* beside "type": each branch of those types */
-        if (o) return gr_js_fail_(c, "\"%s\" beside \"%s\" is not supported (the two would have to be merged)", comb[i], o);
+        if (o) { /* beside object keywords: merged with each branch (allOf: with all) */
+            int mergeable = 1;
+            for (int f = js_first(d, s); f >= 0 && mergeable; f = js_next(d, f)) mergeable = f == a || gr_js_mergeable_(d, f, -1);
+            if (!mergeable) return gr_js_fail_(c, "\"%s\" beside \"%s\" is not supported (the two would have to be merged)", comb[i], o);
+            if (i == 2) return gr_js_merge_(c, d, &s, 1, -1, depth, tm, body);
+            return gr_js_distribute_(c, d, s, a, i == 1, depth, tm, body);
+        }
         if (i == 1) { /* oneOf: exactly one branch; as anyOf only when no two branches share a type */
             int seen = 0, apart = 1;
             for (int b = js_first(d, a); b >= 0 && apart; b = js_next(d, b)) {

@@ -766,6 +766,16 @@ static void test_schema_exact(void) {
         {"{\"oneOf\":[{\"const\":\"a\",\"title\":\"A\"},{\"enum\":[\"b\",2]},{\"$ref\":\"#/$defs/c\"}],\"$defs\":{\"c\":{\"const\":[1]}}}",
          {"\"a\"", "\"b\"", "2", "[1]"}, {"\"c\"", "1", "[2]"}, NULL},
         {"{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}", {NULL}, {NULL}, "\"allOf\" of several"},
+        /* anyOf / oneOf / allOf beside object keywords: merged with each branch (allOf: with all) */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}",
+         {"{\"a\":1}", "{\"b\":2}", "{\"a\":1,\"b\":2}"}, {"{}", "{\"a\":\"x\"}", "{\"c\":1}"}, NULL},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"additionalProperties\":true,\"oneOf\":[{\"required\":[\"a\"],\"properties\":{\"b\":false}},"
+         "{\"required\":[\"b\"],\"properties\":{\"a\":false}}]}",
+         {"{\"a\":1}", "{\"b\":2}"}, {"{}", "{\"a\":1,\"b\":2}"}, NULL},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", {NULL}, {NULL}, "may overlap"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"allOf\":[{\"required\":[\"a\"]}],\"minProperties\":2}", {"{\"a\":1,\"b\":2}"}, {"{\"a\":1}", "{\"b\":1,\"c\":2}"}, NULL},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false,\"anyOf\":[{\"required\":[\"a\"]}]}", {NULL}, {NULL},
+         "\"anyOf\" beside \"properties\" is not supported"},
         /* allOf of object schemas: merged (properties, required, counts) */
         {"{\"allOf\":[{\"$ref\":\"#/$defs/base\"},{\"properties\":{\"b\":{\"type\":\"string\"},\"a\":{}},\"required\":[\"b\"]}],"
          "\"$defs\":{\"base\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],\"maxProperties\":3}}}",

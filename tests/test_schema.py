@@ -91,8 +91,13 @@ def key_orders(schema):
                 o = list(props) + [r for r in req if isinstance(r, str) and r not in props]
                 if o and o not in out:
                     out.append(o)
+                groups = []
                 if isinstance(x.get("allOf"), list):  # merged branches: their properties in order, then their required names
-                    bs = [b for b in x["allOf"] if isinstance(b, dict)]
+                    groups.append([x] + [b for b in x["allOf"] if isinstance(b, dict)])
+                for comb in ("anyOf", "oneOf"):  # beside object keywords: x merged with each branch
+                    if isinstance(x.get(comb), list):
+                        groups += [[x, b] for b in x[comb] if isinstance(b, dict)]
+                for bs in groups:
                     mp = []
                     for b in bs:
                         mp += [k for k in (b.get("properties") if isinstance(b.get("properties"), dict) else {}) if k not in mp]
@@ -338,6 +343,11 @@ def rand_schema(r, depth=0):
         s = {"anyOf": [rand_schema(r, depth + 1) for _ in range(r.randint(1, 3))]}
         if r.random() < 0.3:  # beside a type: each branch of those types
             s["type"] = r.sample(["null", "boolean", "integer", "number", "string", "array", "object"], r.randint(1, 3))
+        if r.random() < 0.3:  # beside object keywords: merged with each branch
+            s["anyOf"] = [{"required": r.sample(["a", "b", "c"], r.randint(0, 2)), "properties": {n: rand_schema(r, depth + 2) for n in r.sample(["b", "k"], r.randint(0, 1))}}
+                          for _ in range(r.randint(1, 3))]
+            s["properties"] = {n: rand_schema(r, depth + 2) for n in r.sample(["a", "c"], r.randint(0, 2))}
+            s["required"] = r.sample(["a", "k"], r.randint(0, 1))
         return s
     if k == "number":
         s = {"type": "number"}
