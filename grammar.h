@@ -1880,6 +1880,7 @@ static inline void gr_js_start_(gr_js_ *c, const js_doc *d, int root);
 static inline int gr_js_equal_(const js_doc *d, int a, int b, int depth);
 static inline int gr_js_deref_(gr_js_ *c, const js_doc *d, int b);
 static inline int gr_js_obj_apart_(gr_js_ *c, const js_doc *d, int a, int b);
+static inline void gr_js_short_(double x, char *out, size_t cap);
 static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int depth, jw *key, int *val);
 static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n);
 
@@ -2025,9 +2026,9 @@ static inline int gr_js_keyword_(const char *k, int *types) {
     static const char *const own[] = {"type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "properties", "required",
                                       "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
                                       "maxLength", "uniqueItems", "$id", "id", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                      "pattern", "format", "patternProperties", "minProperties", "maxProperties", NULL};
+                                      "pattern", "format", "patternProperties", "minProperties", "maxProperties", "multipleOf", NULL};
     static const struct { const char *k; int t; } refused[] = {
-        {"contentSchema", 0}, {"multipleOf", GR_T_INT | GR_T_FRAC},
+        {"contentSchema", 0},
         {"propertyNames", GR_T_OBJ}, 
         {"dependencies", GR_T_OBJ}, {"dependentRequired", GR_T_OBJ}, {"dependentSchemas", GR_T_OBJ}, {"unevaluatedProperties", GR_T_OBJ},
         {"contains", GR_T_ARR}, {"minContains", GR_T_ARR}, {"maxContains", GR_T_ARR}, {"unevaluatedItems", GR_T_ARR},
@@ -3229,11 +3230,63 @@ static inline void gr_js_uint_range_(jw *w, int64_t a, int64_t b) {
     }
 }
 
+/* multipleOf m (node mo) of integers (integer) or numbers, written as
+ * plain text: m a whole number up to 10^6, the integers whose decimal
+ * digits leave remainder 0 (a state per remainder; a number also as
+ * "n.000"); m a power of ten below 1 (0.01), the decimals with no more
+ * fraction digits than it has (then every integer is one). Beside
+ * minimum/maximum, and other m, refused by name. 1, or -1. */
+static inline int gr_js_multiple_(gr_js_ *c, const js_doc *d, int s, int mo, int integer, jw *body) {
+    static const char *const bk[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    for (int i = 0; i < 4; i++)
+        if (js_get(d, s, bk[i]) >= 0 && js_typeof(d, js_get(d, s, bk[i])) != JS_FALSE)
+            return gr_js_fail_(c, "\"multipleOf\" beside \"%s\" is not supported", bk[i]);
+    double m = js_num(d, mo);
+    if (!js_is_num(d, mo) || !(m > 0)) return gr_js_fail_(c, "%s", "\"multipleOf\" must be a number above 0");
+    if (m == floor(m) && m <= 1e6) {
+        int64_t k = (int64_t)m;
+        if (k == 1) { jw_lit(body, integer ? "jint" : "jint (\".\" \"0\"{1,16})?"); return 1; }
+        int base = c->n;
+        c->n += (int)k;
+        char b[64];
+        for (int64_t r = 0; r < k; r++) { /* R_r: the digits still to come after a prefix of remainder r */
+            snprintf(b, sizeof b, "r%lld ::= %s", (long long)(base + 1 + r), r ? "" : "\"\" | ");
+            jw_lit(&c->out, b);
+            for (int dg = 0; dg < 10; dg++) {
+                snprintf(b, sizeof b, "%s\"%d\" r%lld", dg ? " | " : "", dg, (long long)(base + 1 + (10 * r + dg) % k));
+                jw_lit(&c->out, b);
+            }
+            jw_lit(&c->out, "\n");
+        }
+        jw_lit(body, "\"-\"? (\"0\"");
+        for (int dg = 1; dg < 10; dg++) snprintf(b, sizeof b, " | \"%d\" r%lld", dg, (long long)(base + 1 + dg % k)), jw_lit(body, b);
+        jw_lit(body, integer ? ")" : ") (\".\" \"0\"{1,16})?");
+        return 1;
+    }
+    char t[40];
+    gr_js_short_(m, t, sizeof t);
+    int p = 0;
+    if (!strncmp(t, "0.", 2)) { /* 0.0...01 */
+        const char *q = t + 2;
+        while (q[p] == '0') p++;
+        p = !strcmp(q + p, "1") ? p + 1 : 0;
+    } else if (!strncmp(t, "1e-", 3))
+        p = atoi(t + 3);
+    if (p < 1 || p > 16) return gr_js_fail_(c, "\"multipleOf\" %s is not supported (whole numbers up to 10^6 and powers of ten below 1 are)", t);
+    if (integer) { jw_lit(body, "jint"); return 1; }
+    char b[96];
+    if (p == 16) snprintf(b, sizeof b, "jint (\".\" [0-9]{1,16})?");
+    else snprintf(b, sizeof b, "jint (\".\" ([0-9]{1,%d} | [0-9]{%d} \"0\"{1,%d}))?", p, p, 16 - p);
+    jw_lit(body, b);
+    return 1;
+}
+
 /* The integers of schema s: jint, or with minimum / maximum /
  * exclusiveMinimum / exclusiveMaximum (draft 4's boolean forms too) the
  * integers in the bounds exactly, as digit-range alternatives (-0 is not
  * written). 1, 0 (none), -1. */
 static inline int gr_js_integer_(gr_js_ *c, const js_doc *d, int s, jw *body) {
+    if (js_get(d, s, "multipleOf") >= 0) return gr_js_multiple_(c, d, s, js_get(d, s, "multipleOf"), 1, body);
     const double big = 1e16; /* jint's 16 digits */
     double lo = -big + 1, hi = big - 1;
     int mn = js_get(d, s, "minimum"), mx = js_get(d, s, "maximum"), emn = js_get(d, s, "exclusiveMinimum"), emx = js_get(d, s, "exclusiveMaximum");
@@ -3389,6 +3442,7 @@ static inline void gr_js_mag_(jw *w, const char *a, const char *b) {
  * exclusiveMaximum (draft 4's boolean forms too), exactly, as plain
  * decimals. 1, 0 (none), -1. */
 static inline int gr_js_number_(gr_js_ *c, const js_doc *d, int s, jw *body) {
+    if (js_get(d, s, "multipleOf") >= 0) return gr_js_multiple_(c, d, s, js_get(d, s, "multipleOf"), 0, body);
     static const char *const names[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
     int at[4];
     for (int i = 0; i < 4; i++) {

@@ -790,6 +790,12 @@ static void test_schema_exact(void) {
         {"{\"maxProperties\":1}", {"{}", "{\"x\":[1,2]}", "3"}, {"{\"x\":1,\"y\":2}"}, NULL},
         {"{\"type\":\"object\",\"minProperties\":3,\"maxProperties\":2}", {NULL}, {NULL}, "maxProperties 2 is below minProperties 3"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"],\"maxProperties\":0}", {NULL}, {NULL}, "matches no JSON value"},
+        /* multipleOf: remainders digit by digit; powers of ten below 1 as fraction digits */
+        {"{\"type\":\"integer\",\"multipleOf\":7}", {"0", "-14", "700000007", "7"}, {"1", "-15", "700000008", "7.0"}, NULL},
+        {"{\"type\":\"number\",\"multipleOf\":3}", {"9", "9.00", "-3"}, {"9.5", "10", "1e1"}, NULL},
+        {"{\"type\":\"number\",\"multipleOf\":0.01}", {"1", "1.5", "-2.25", "3.250"}, {"1.005", "0.001", "2.2501"}, NULL},
+        {"{\"type\":\"number\",\"multipleOf\":2.5}", {NULL}, {NULL}, "\"multipleOf\" 2.5 is not supported"},
+        {"{\"type\":\"integer\",\"multipleOf\":2,\"minimum\":1}", {NULL}, {NULL}, "\"multipleOf\" beside \"minimum\""},
         /* bounds on numbers: plain decimals, compared exactly */
         {"{\"type\":\"number\",\"minimum\":-1.5,\"exclusiveMaximum\":3}", {"-1.5", "0", "-0.0", "2.9999999999999999"}, {"-1.5000001", "3", "3.0", "1e0", "-2"}, NULL},
         {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1e-3}", {"0.001", "0.0000000000000001", "0.00099"}, {"0", "-0", "0.0010000000000001", "-0.0001"}, NULL},

@@ -349,6 +349,8 @@ def rand_schema(r, depth=0):
             s["properties"] = {n: rand_schema(r, depth + 2) for n in r.sample(["a", "c"], r.randint(0, 2))}
             s["required"] = r.sample(["a", "k"], r.randint(0, 1))
         return s
+    if k == "number" and r.random() < 0.3:
+        return {"type": r.choice(["number", "integer", ["integer", "string"]]), "multipleOf": r.choice([1, 2, 3, 7, 12, 0.5, 0.1, 0.01, 1e-3])}
     if k == "number":
         s = {"type": "number"}
         for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
