@@ -1881,6 +1881,7 @@ static inline int gr_js_equal_(const js_doc *d, int a, int b, int depth);
 static inline int gr_js_deref_(gr_js_ *c, const js_doc *d, int b);
 static inline int gr_js_obj_apart_(gr_js_ *c, const js_doc *d, int a, int b);
 static inline void gr_js_short_(double x, char *out, size_t cap);
+static inline gr_grammar *gr_js_alone_(gr_js_ *c, const js_doc *d, int b);
 static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int depth, jw *key, int *val);
 static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n);
 
@@ -1984,12 +1985,35 @@ static inline int gr_js_member_(const js_doc *d, int o, const char *key, size_t 
 /* The node a $ref names: "#" or a JSON pointer "#/a/b" (~0 ~1 and %XX
  * unescaped) within the document. Another document, an $id or an $anchor
  * name is refused by name. -1 with the failure set. */
+/* The schema under node i named by name[0..n): "$anchor": name, or an
+ * "$id" / "id" of "#name" (draft 7 and older); -1 when none. */
+static inline int gr_js_anchor_(const js_doc *d, int i, const char *name, size_t n, int depth) {
+    if (depth > 256) return -1;
+    if (js_typeof(d, i) == JS_OBJ) {
+        int a = js_get(d, i, "$anchor"), id = js_get(d, i, "$id") >= 0 ? js_get(d, i, "$id") : js_get(d, i, "id");
+        if (a >= 0 && js_str_len(d, a) == n && js_str(d, a) && !memcmp(js_str(d, a), name, n)) return i;
+        if (id >= 0 && js_str_len(d, id) == n + 1 && js_str(d, id) && js_str(d, id)[0] == '#' && !memcmp(js_str(d, id) + 1, name, n)) return i;
+    }
+    for (int k = js_first(d, i); k >= 0; k = js_next(d, k)) {
+        if (js_typeof(d, i) == JS_OBJ && (js_key_len(d, k) == 4 && !memcmp(js_key(d, k), "enum", 4))) continue; /* values, not schemas */
+        if (js_typeof(d, i) == JS_OBJ && (js_key_len(d, k) == 5 && !memcmp(js_key(d, k), "const", 5))) continue;
+        int r = gr_js_anchor_(d, k, name, n, depth + 1);
+        if (r >= 0) return r;
+    }
+    return -1;
+}
+
 static inline int gr_js_resolve_(gr_js_ *c, const js_doc *d, int ref) {
     const char *r = js_str(d, ref);
     if (!r) return gr_js_fail_(c, "%s", "\"$ref\" must be a string");
     size_t n = js_str_len(d, ref);
-    if (!n || r[0] != '#' || (n > 1 && r[1] != '/'))
-        return gr_js_fail_(c, "\"$ref\" to \"%.200s\" is not supported (only \"#\" and JSON pointers \"#/...\" within the schema)", r);
+    if (n > 1 && r[0] == '#' && r[1] != '/') { /* a plain name: $anchor, or a fragment $id */
+        int at = gr_js_anchor_(d, c->root, r + 1, n - 1, 0);
+        if (at < 0) return gr_js_fail_(c, "\"$ref\": \"%.200s\" names no \"$anchor\" in the schema", r);
+        return at;
+    }
+    if (!n || r[0] != '#')
+        return gr_js_fail_(c, "\"$ref\" to \"%.200s\" is not supported (only \"#\", JSON pointers \"#/...\" and anchors \"#name\" within the schema)", r);
     int at = c->root;
     char *tok = (char *)malloc(n + 1);
     if (!tok) return gr_js_fail_(c, "%s", "out of memory");
@@ -2026,14 +2050,14 @@ static inline int gr_js_keyword_(const char *k, int *types) {
     static const char *const own[] = {"type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "properties", "required",
                                       "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength",
                                       "maxLength", "uniqueItems", "$id", "id", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                      "pattern", "format", "patternProperties", "minProperties", "maxProperties", "multipleOf", NULL};
+                                      "pattern", "format", "patternProperties", "minProperties", "maxProperties", "multipleOf", "propertyNames", NULL};
     static const struct { const char *k; int t; } refused[] = {
         {"contentSchema", 0},
-        {"propertyNames", GR_T_OBJ}, 
+ 
         {"dependencies", GR_T_OBJ}, {"dependentRequired", GR_T_OBJ}, {"dependentSchemas", GR_T_OBJ}, {"unevaluatedProperties", GR_T_OBJ},
         {"contains", GR_T_ARR}, {"minContains", GR_T_ARR}, {"maxContains", GR_T_ARR}, {"unevaluatedItems", GR_T_ARR},
         {"if", GR_T_ALL}, {"then", GR_T_ALL}, {"else", GR_T_ALL}, {"not", GR_T_ALL}, {"$dynamicRef", GR_T_ALL}, {"$dynamicAnchor", GR_T_ALL},
-        {"$recursiveRef", GR_T_ALL}, {"$recursiveAnchor", GR_T_ALL}, {"$anchor", GR_T_ALL}, {NULL, 0}};
+        {"$recursiveRef", GR_T_ALL}, {"$recursiveAnchor", GR_T_ALL}, {NULL, 0}};
     *types = 0;
     for (int i = 0; own[i]; i++)
         if (!strcmp(k, own[i])) return GR_KW_OWN;
@@ -2184,6 +2208,18 @@ static inline int gr_js_other_key_(gr_js_ *c, uint32_t **cp, const int *len, int
  * of the named ones). Commas are placed by two chains of rules (a
  * property written before this one / not yet). body gets the rule's
  * text; 1, 0 (no object matches), -1. */
+/* 1 when the key k[0..n) is a sentence of g (a JSON string text, as JSON
+ * writes it); g NULL: none is (propertyNames false). */
+static inline int gr_js_name_ok_(const gr_grammar *g, const char *k, size_t n) {
+    if (!g) return 0;
+    jw w = {0};
+    jw_strn(&w, k, n);
+    gr_state st;
+    int ok = !w.oom && gr_init(g, &st) == 0 && gr_accept(g, &st, (const uint8_t *)w.s, w.n) == 0 && gr_can_end(&st);
+    gr_state_free(&st), jw_free(&w);
+    return ok;
+}
+
 /* 1 when schema x asserts nothing (true, {} or annotations only). */
 static inline int gr_js_trivial_(const js_doc *d, int x) { return js_typeof(d, x) == JS_TRUE || (js_typeof(d, x) == JS_OBJ && !gr_js_asserts_(d, x, NULL)); }
 
@@ -2200,6 +2236,7 @@ static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int
     int pp = nn == 1 ? js_get(d, s, "patternProperties") : -1, pval = 0, has_pp = 0;
     jw pkey = {0};
     unsigned char *viable = NULL; /* the member chain's states that can still end in a valid object */
+    gr_grammar *kg = NULL;        /* propertyNames' grammar */
     int np = 0, nr = 0, nd = 0, rc = -1, apk = 1;
     for (int q = 0; q < nn; q++) {
         int props = js_get(d, ns[q], "properties"), req = js_get(d, ns[q], "required");
@@ -2255,10 +2292,16 @@ static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int
         snprintf(b, sizeof b, "r%d ::= jvalue\n", apk = ++c->n);
         jw_lit(&c->out, b);
     }
-    int empty = 0;
+    int empty = 0, pnm = nn == 1 ? js_get(d, s, "propertyNames") : -1, pnk = 0;
+    if (pnm >= 0 && c->alone) { gr_js_fail_(c, "%s", "\"propertyNames\" inside a schema compiled to check another is not supported"); goto out; }
+    if (pnm >= 0 && !(kg = gr_js_alone_(c, d, pnm)) && js_typeof(d, pnm) != JS_FALSE) { /* the names' schema, to check the named keys */
+        gr_js_fail_(c, "%s", "\"propertyNames\" whose schema is refused is not supported");
+        goto out;
+    }
     for (int j = 0; j < np && !empty; j++) {
         int p = po[j].i, v = gr_js_schema_(c, d, p, depth + 1), r = gr_js_find_(rn, nr, po[j].s, po[j].n) >= 0;
         if (v < 0) goto out;
+        if (pnm >= 0 && !gr_js_name_ok_(kg, po[j].s, po[j].n)) v = 0; /* a name propertyNames refuses: never present */
         if (!v && r) empty = 1;
         else if (v) val[nd] = v, reqd[nd] = r, dn[nd++] = (gr_js_name_){po[j].s, po[j].n, p};
     }
@@ -2270,13 +2313,14 @@ static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int
         if (dup) continue;
         int m = has_pp ? gr_js_key_matches_(c, d, pp, js_str(d, r), js_str_len(d, r)) : 0, v = m ? pval : apk;
         if (m < 0) goto out;
+        if (pnm >= 0 && !gr_js_name_ok_(kg, js_str(d, r), js_str_len(d, r))) v = 0;
         if (!v) empty = 1;
         else val[nd] = v, reqd[nd] = 1, dn[nd++] = (gr_js_name_){js_str(d, r), js_str_len(d, r), -1};
     }
     if (empty) { rc = 0; goto out; }
     int counted = 0;
     for (int q = 0; q < nn; q++) counted |= js_get(d, ns[q], "minProperties") >= 0 || js_get(d, ns[q], "maxProperties") >= 0;
-    if (!np && !nd && ap_any && !has_pp && !counted) {
+    if (!np && !nd && ap_any && !has_pp && !counted && pnm < 0) {
         jw_lit(body, "jobject");
         rc = 1;
         goto out;
@@ -2284,6 +2328,13 @@ static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int
     /* the other keys: a trie that leaves out the properties' names (all of them, present or not); when
      * generating, none unless additionalProperties admits them in so many words (or nothing is listed) */
     int others = has_pp ? pval > 0 : apk && (c->exact || ap >= 0 || !np), key = 0;
+    if (pnm >= 0 && others) { /* other keys: the strings propertyNames allows, where no name is listed */
+        if (np || has_pp) {
+            if (!c->exact && ap < 0) others = 0; /* generating: the listed keys only */
+            else { gr_js_fail_(c, "%s", "\"propertyNames\" beside properties and other keys is not supported (the names would have to be left out)"); goto out; }
+        } else if ((pnk = gr_js_schema_m_(c, d, pnm, depth + 1, GR_T_STR)) < 0) goto out;
+        else if (!pnk) others = 0;
+    }
     /* R(j, rest, k): the members from the j-th named one on, after k members (capped at cap) and a comma
      * before the next (rest); R(nd, rest, k): the other keys, as many as minProperties / maxProperties leave */
     int minp = 0, maxp = -1;
@@ -2349,7 +2400,8 @@ static inline int gr_js_object_n_(gr_js_ *c, const js_doc *d, const int *ns, int
     int base = c->n;
     c->n += states + 1;
     char b[200], kb[32];
-    if (key < 0) snprintf(kb, sizeof kb, "jkey");
+    if (pnk > 0) snprintf(kb, sizeof kb, "r%d", pnk);
+    else if (key < 0) snprintf(kb, sizeof kb, "jkey");
     else if (has_pp) snprintf(kb, sizeof kb, "r%d", key);
     else snprintf(kb, sizeof kb, "\"\\\"\" r%d", key);
     for (int j = 0; j < nd; j++)
@@ -2402,6 +2454,7 @@ out:
     if (cp)
         for (int j = 0; j < np; j++) free(cp[j]);
     free(cp), free(cpl), free(pn), free(rn), free(po), free(ro), free(val), free(reqd), free(dn), free(viable);
+    gr_free(kg);
     jw_free(&pkey);
     return c->failed ? -1 : rc;
 }

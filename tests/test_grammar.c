@@ -790,6 +790,16 @@ static void test_schema_exact(void) {
         {"{\"maxProperties\":1}", {"{}", "{\"x\":[1,2]}", "3"}, {"{\"x\":1,\"y\":2}"}, NULL},
         {"{\"type\":\"object\",\"minProperties\":3,\"maxProperties\":2}", {NULL}, {NULL}, "maxProperties 2 is below minProperties 3"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"],\"maxProperties\":0}", {NULL}, {NULL}, "matches no JSON value"},
+        /* propertyNames: the named keys checked, the other keys from its strings */
+        {"{\"type\":\"object\",\"propertyNames\":{\"maxLength\":2,\"pattern\":\"^[a-z]+$\"}}", {"{}", "{\"ab\":1,\"c\":[]}"}, {"{\"abc\":1}", "{\"A\":1}", "{\"\":1}"}, NULL},
+        {"{\"type\":\"object\",\"properties\":{\"ok\":{},\"toolong\":{}},\"propertyNames\":{\"maxLength\":4},\"additionalProperties\":false}",
+         {"{\"ok\":1}", "{}"}, {"{\"toolong\":1}", "{\"x\":1}"}, NULL},
+        {"{\"type\":\"object\",\"propertyNames\":{\"enum\":[\"a\",\"b\"]}}", {"{\"a\":1,\"b\":2}"}, {"{\"c\":1}"}, NULL},
+        {"{\"type\":\"object\",\"propertyNames\":false}", {"{}"}, {"{\"a\":1}"}, NULL},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{}},\"propertyNames\":{\"maxLength\":4}}", {NULL}, {NULL}, "\"propertyNames\" beside properties and other keys"},
+        {"{\"$defs\":{\"n\":{\"$anchor\":\"name\",\"type\":\"string\"}},\"properties\":{\"a\":{\"$ref\":\"#name\"}},\"type\":\"object\"}",
+         {"{\"a\":\"x\"}"}, {"{\"a\":1}"}, NULL},
+        {"{\"$ref\":\"#nowhere\"}", {NULL}, {NULL}, "names no \"$anchor\""},
         /* multipleOf: remainders digit by digit; powers of ten below 1 as fraction digits */
         {"{\"type\":\"integer\",\"multipleOf\":7}", {"0", "-14", "700000007", "7"}, {"1", "-15", "700000008", "7.0"}, NULL},
         {"{\"type\":\"number\",\"multipleOf\":3}", {"9", "9.00", "-3"}, {"9.5", "10", "1e1"}, NULL},

@@ -388,6 +388,10 @@ def rand_type_kw(r, depth, t=None):
         s["required"] = [n for n in names + ["z"] if r.random() < 0.4]
         if r.random() < 0.6:
             s["additionalProperties"] = r.choice([False, True, rand_schema(r, depth + 1)])
+        if r.random() < 0.2:
+            s["propertyNames"] = r.choice([{"maxLength": 1}, {"pattern": "^[ab]"}, {"enum": ["a", "b", "k"]}, {"type": "string", "minLength": 2}, False])
+            if r.random() < 0.5:
+                s.pop("properties", None)
         if r.random() < 0.3:
             lo = r.randint(0, 3)
             if r.random() < 0.6:
