@@ -431,19 +431,28 @@ static int tables_walk(const gr_grammar *g, const tok *t, const gr_vocab *v, int
 
 static void test_tables_move(const tok *t, const gr_vocab *v);
 
-static void test_tables(void) {
+/* The tokenizer at path and the trie of its pieces (special tokens left
+ * out) into v; NULL (a failed check) when it cannot be loaded. */
+static tok *load_vocab(const char *path, gr_vocab *v) {
     char err[300];
-    tok *t = tok_load("tests/fixtures/tokenizer/tokenizer.json", err, sizeof err);
+    tok *t = tok_load(path, err, sizeof err);
     CHECK(t != NULL);
-    if (!t) return;
+    if (!t) return NULL;
     int n = tok_n_ids(t);
     const char **b = (const char **)calloc((size_t)n, sizeof *b);
     size_t *l = (size_t *)calloc((size_t)n, sizeof *l);
     for (int i = 0; i < n; i++)
         if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
-    gr_vocab v;
-    CHECK(gr_vocab_build(&v, n, b, l) == 0);
+    CHECK(gr_vocab_build(v, n, b, l) == 0);
     free(b), free(l);
+    return t;
+}
+
+static void test_tables(void) {
+    char err[300];
+    gr_vocab v;
+    tok *t = load_vocab("tests/fixtures/tokenizer/tokenizer.json", &v);
+    if (!t) return;
     const char *schema =
         "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},\"n\":{\"type\":\"integer\",\"minimum\":-20,\"maximum\":300},"
         "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"alpha\",\"beta\",\"\\u00e9t\\u00e9\",7,null]},\"maxItems\":3},"
@@ -589,18 +598,9 @@ static void test_enum_trie(void) {
 }
 
 static void test_mask(void) {
-    char err[300];
-    tok *t = tok_load("tests/fixtures/tiny-glm5/tokenizer.json", err, sizeof err);
-    CHECK(t != NULL);
-    if (!t) return;
-    int n = tok_n_ids(t);
-    const char **b = (const char **)calloc((size_t)n, sizeof *b);
-    size_t *l = (size_t *)calloc((size_t)n, sizeof *l);
-    for (int i = 0; i < n; i++)
-        if (!tok_is_special(t, i)) b[i] = tok_piece(t, i, &l[i]);
     gr_vocab v;
-    CHECK(gr_vocab_build(&v, n, b, l) == 0);
-    free(b), free(l);
+    tok *t = load_vocab("tests/fixtures/tiny-glm5/tokenizer.json", &v);
+    if (!t) return;
     gr_grammar *j = parse(G_JSON), *a = parse(G_ARITH), *c = parse(G_CHESS);
     if (j) walk(j, t, &v, 12, 30);
     if (a) walk(a, t, &v, 12, 30);
