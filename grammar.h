@@ -1093,6 +1093,14 @@ static inline int gr_can_end(const gr_state *s) {
     return 0;
 }
 
+/* 1 when text[0..n) is a whole sentence of g (a fresh recognizer). */
+static inline int gr_sentence_(const gr_grammar *g, const char *text, size_t n) {
+    gr_state st;
+    int ok = gr_init(g, &st) == 0 && gr_accept(g, &st, (const uint8_t *)text, n) == 0 && gr_can_end(&st);
+    gr_state_free(&st);
+    return ok;
+}
+
 /* ------------------------------------------------------------ vocabulary */
 
 /* The tokens' bytes as a trie: node 0 is the root; children by byte.
@@ -1564,15 +1572,12 @@ static inline int gr_tab_check_(const gr_vocab *v, gr_mask_ctx *c, const gr_tab_
     int path = 0; /* depths 1..path hold the states of wnode[1..path] */
     c->wsid[0] = sid, c->wpv[0] = 0, c->wprem[0] = c->wplen[0] = 0;
     for (int k = 0; k < t->nunc; k++) {
-        int lo = t->unc[2 * k], hi = t->unc[2 * k + 1], d = v->dep[lo], alive = 1;
-        for (int x = v->par[lo], e = d - 1; e >= 1; x = v->par[x], e--) c->wnode[e] = x == c->wnode[e] && e <= path ? x : ~x;
-        for (int e = 1; e < d; e++) { /* the ancestors not stepped yet (a run already known: no step) */
-            if (c->wnode[e] >= 0) continue;
-            int x = c->wnode[e] = ~c->wnode[e];
-            for (int f = e + 1; f < d; f++) if (c->wnode[f] >= 0) c->wnode[f] = ~c->wnode[f]; /* below a new step nothing is known */
-            int r = gr_walk_step_(v, c, x, e);
+        int lo = t->unc[2 * k], hi = t->unc[2 * k + 1], d = v->dep[lo], alive = 1, e = d - 1;
+        for (int x = v->par[lo]; e >= 1 && !(e <= path && c->wnode[e] == x); x = v->par[x], e--) c->wnode[e] = x; /* up to the known part */
+        for (int f = e + 1; f < d; f++) { /* the ancestors below it, stepped */
+            int r = gr_walk_step_(v, c, c->wnode[f], f);
             if (r < 0) return r;
-            if (!r) { alive = 0, path = e - 1; break; }
+            if (!r) { alive = 0, path = f - 1; break; }
         }
         if (!alive) continue;
         path = d - 1;
@@ -1875,6 +1880,9 @@ static const char gr_js_prims_[] =
     "jarray ::= \"[\" ws (jvalue ws (\",\" ws jvalue ws)*)? \"]\"\n";
 
 static inline int gr_js_schema_(gr_js_ *c, const js_doc *d, int s, int depth);
+
+/* Frees what compiling took besides the text and the format rules. */
+static inline void gr_js_done_(gr_js_ *c) { free(c->memo), free(c->busy), free(c->mkey), free(c->mrule), free(c->mbusy); }
 static inline int gr_js_schema_m_(gr_js_ *c, const js_doc *d, int s, int depth, int mask);
 static inline void gr_js_start_(gr_js_ *c, const js_doc *d, int root);
 static inline int gr_js_equal_(const js_doc *d, int a, int b, int depth);
@@ -2214,9 +2222,8 @@ static inline int gr_js_name_ok_(const gr_grammar *g, const char *k, size_t n) {
     if (!g) return 0;
     jw w = {0};
     jw_strn(&w, k, n);
-    gr_state st;
-    int ok = !w.oom && gr_init(g, &st) == 0 && gr_accept(g, &st, (const uint8_t *)w.s, w.n) == 0 && gr_can_end(&st);
-    gr_state_free(&st), jw_free(&w);
+    int ok = !w.oom && gr_sentence_(g, w.s, w.n);
+    jw_free(&w);
     return ok;
 }
 
@@ -3145,22 +3152,21 @@ static inline int gr_js_equal_(const js_doc *d, int a, int b, int depth) {
     return 1;
 }
 
-/* 1 when pattern p (a JSON string node) matches the string key[0..n), 0
- * when not, -1 refused (c->err). The pattern is compiled as for a string
- * and run by the recognizer on the key as JSON writes it. */
-static inline int gr_re_matches_(gr_js_ *c, const js_doc *d, int p, const char *key, size_t n) {
+/* 1 when pattern pat[0..pn) matches the string key[0..n), 0 when not,
+ * -1 refused (c->err). The pattern is compiled as for a string and run
+ * by the recognizer on the key as JSON writes it. */
+static inline int gr_re_matches_(gr_js_ *c, const char *pat, size_t pn, const char *key, size_t n) {
     jw g = {0}, k = {0};
     long lo, hi;
     jw_lit(&g, gr_js_prims_), jw_lit(&g, "root ::= \"\\\"\" (");
-    if (gr_re_compile_(c, js_str(d, p), js_str_len(d, p), 0, &g, &lo, &hi)) return jw_free(&g), -1;
+    if (gr_re_compile_(c, pat, pn, 0, &g, &lo, &hi)) return jw_free(&g), -1;
     jw_lit(&g, ") \"\\\"\"\n");
     gr_grammar *gm = g.oom ? NULL : gr_parse(g.s, g.n, "root", NULL, 0);
     jw_free(&g);
     if (!gm) return gr_js_fail_(c, "%s", "\"patternProperties\": a pattern whose grammar is refused");
     jw_strn(&k, key, n);
-    gr_state st;
-    int r = gr_init(gm, &st) == 0 && !k.oom && gr_accept(gm, &st, (const uint8_t *)k.s, k.n) == 0 && gr_can_end(&st);
-    gr_state_free(&st), gr_free(gm), jw_free(&k);
+    int r = !k.oom && gr_sentence_(gm, k.s, k.n);
+    gr_free(gm), jw_free(&k);
     return r;
 }
 
@@ -3180,16 +3186,7 @@ static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int de
         jw pat = {0};
         long lo, hi;
         jw_lit(key, m == first ? "(" : " | (");
-        /* the member's key is the pattern: compile it from a string node made of it */
-        js_doc *pd = NULL;
-        jw src = {0};
-        jw_strn(&src, js_key(d, m), js_key_len(d, m));
-        pd = src.oom ? NULL : js_parse(src.s, src.n, NULL, 0);
-        jw_free(&src);
-        if (!pd) return gr_js_fail_(c, "%s", "out of memory");
-        int r = gr_re_compile_(c, js_str(pd, pd->root), js_str_len(pd, pd->root), 0, &pat, &lo, &hi);
-        js_free(pd);
-        if (r) return jw_free(&pat), -1;
+        if (gr_re_compile_(c, js_key(d, m), js_key_len(d, m), 0, &pat, &lo, &hi)) return jw_free(&pat), -1; /* the member's key is the pattern */
         jw_raw(key, pat.s, pat.n), jw_lit(key, ")");
         jw_free(&pat);
     }
@@ -3202,13 +3199,7 @@ static inline int gr_js_pattern_keys_(gr_js_ *c, const js_doc *d, int pp, int de
  * none, -1 refused. */
 static inline int gr_js_key_matches_(gr_js_ *c, const js_doc *d, int pp, const char *key, size_t n) {
     for (int m = js_first(d, pp); m >= 0; m = js_next(d, m)) {
-        jw src = {0};
-        jw_strn(&src, js_key(d, m), js_key_len(d, m));
-        js_doc *pd = src.oom ? NULL : js_parse(src.s, src.n, NULL, 0);
-        jw_free(&src);
-        if (!pd) return gr_js_fail_(c, "%s", "out of memory");
-        int r = gr_re_matches_(c, pd, pd->root, key, n);
-        js_free(pd);
+        int r = gr_re_matches_(c, js_key(d, m), js_key_len(d, m), key, n);
         if (r) return r;
     }
     return 0;
@@ -3403,8 +3394,7 @@ static inline void gr_js_fix_(const js_doc *d, int v, int up, int *neg, char *fi
     memset(fix, '0', GR_FIX), fix[GR_FIX] = 0, *big = 0;
     int rest = 0; /* a nonzero digit past the 16th fraction digit */
     for (int i = 0; i < nd; i++) {
-        int at = 16 - point + i; /* dig[i] is the digit of weight 10^(point-1-i): position 16 + (i - point) */
-        at = 16 + i - point;
+        int at = 16 + i - point; /* dig[i] has weight 10^(point-1-i) */
         if (at < 0) { if (dig[i] != '0') *big = 1; continue; }
         if (at >= GR_FIX) { rest |= dig[i] != '0'; continue; }
         fix[at] = dig[i];
@@ -3435,9 +3425,6 @@ static inline int gr_js_fix_step_(char *fix, int dir) {
 static inline void gr_js_frac_(jw *w, const char *x, const char *y, int i, int tl, int th, int one) {
     int n = 0, end = !one;
     for (int k = i; tl && k < 16 && end; k++) end = x[k] == '0';
-    if (end && (i == 16 || (!tl && !th))) { /* the end, or anything */
-        if (i == 16) { jw_lit(w, "\"\""); return; }
-    }
     char b[48];
     if (!tl && !th) {
         snprintf(b, sizeof b, "[0-9]{%d,%d}", one, 16 - i);
@@ -3542,10 +3529,19 @@ static inline int gr_js_number_(gr_js_ *c, const js_doc *d, int s, jw *body) {
     return any > 0;
 }
 
-/* 1 when the branches of oneOf a are all enum/const (beside type and
- * annotations, after $ref) whose values, as the grammar writes them, no
- * two branches share: then at most one branch matches any value. */
-static inline int gr_js_consts_apart_(gr_js_ *c, const js_doc *d, int a) {
+/* 1 when schema x (after $ref) lists its values: enum or const, beside
+ * nothing that asserts but type. */
+static inline int gr_js_listed_(const js_doc *d, int x) {
+    return js_typeof(d, x) == JS_OBJ && (js_get(d, x, "enum") >= 0 || js_get(d, x, "const") >= 0) &&
+           !gr_js_other_(d, x, js_get(d, x, "enum") >= 0 ? "enum" : "const", 1);
+}
+
+/* 1 when no value, as the grammar writes values, is listed (enum/const,
+ * of the branch's types and mask) by two branches of oneOf a: then at
+ * most one branch matches any listed value. mixed 0: every branch must
+ * be gr_js_listed_ (else 0); mixed 1: branches without enum/const are
+ * passed over (gr_js_oneof_ checks them apart). */
+static inline int gr_js_consts_apart_(gr_js_ *c, const js_doc *d, int a, int mask, int mixed) {
     enum { MAXV = 1024 };
     char **seen = (char **)calloc(MAXV, sizeof(char *));
     int n = 0, ok = seen != NULL;
@@ -3557,12 +3553,13 @@ static inline int gr_js_consts_apart_(gr_js_ *c, const js_doc *d, int a) {
             x = gr_js_resolve_(&quiet, d, js_get(d, x, "$ref"));
         }
         int e = js_get(d, x, "enum"), k = js_get(d, x, "const");
-        if ((e < 0) == (k < 0) || js_typeof(d, x) != JS_OBJ || gr_js_other_(d, x, e >= 0 ? "enum" : "const", 1)) { ok = 0; break; }
+        if (mixed && (js_typeof(d, x) != JS_OBJ || (e < 0 && k < 0))) continue;
+        if (!mixed && ((e < 0) == (k < 0) || !gr_js_listed_(d, x))) { ok = 0; break; }
         gr_js_ quiet = *c;
         quiet.err = NULL, quiet.failed = 0;
         int tm = gr_js_type_kw_(&quiet, d, x), first = n;
         for (int v = e >= 0 ? js_first(d, e) : k; v >= 0 && ok; v = e >= 0 ? js_next(d, v) : -1) {
-            if (tm < 0 || !(gr_js_value_type_(d, v) & tm)) continue;
+            if (tm < 0 || !(gr_js_value_type_(d, v) & tm & mask)) continue;
             jw w = {0};
             if (gr_js_canon_(&quiet, &w, d, v) || w.oom || n == MAXV) { jw_free(&w); ok = 0; break; }
             for (int i = 0; i < first && ok; i++) ok = strcmp(seen[i], w.s) != 0; /* only across branches */
@@ -3718,7 +3715,7 @@ static inline gr_grammar *gr_js_alone_(gr_js_ *c, const js_doc *d, int b) {
     gr_js_start_(&sub, d, c->root);
     jw_lit(&sub.out, gr_js_prims_);
     int k = gr_js_schema_(&sub, d, b, 0);
-    free(sub.memo), free(sub.busy), free(sub.mkey), free(sub.mrule), free(sub.mbusy);
+    gr_js_done_(&sub);
     if (sub.fmt.n) jw_raw(&sub.out, sub.fmt.s, sub.fmt.n);
     jw_free(&sub.fmt);
     gr_grammar *g = NULL;
@@ -3802,15 +3799,11 @@ static inline int gr_js_oneof_(gr_js_ *c, const js_doc *d, int a, int depth, int
     /* enum/const branches beside branches of different types (objects: apart by a required name) */
     for (int b = js_first(d, a); b >= 0; b = js_next(d, b)) {
         int x = gr_js_deref_(c, d, b);
-        if (js_typeof(d, x) == JS_OBJ && (js_get(d, x, "enum") >= 0 || js_get(d, x, "const") >= 0) &&
-            !gr_js_other_(d, x, js_get(d, x, "enum") >= 0 ? "enum" : "const", 1))
-            continue;
+        if (gr_js_listed_(d, x)) continue;
         int t = gr_js_types_(c, d, b, depth + 1) & tm;
         for (int e = js_first(d, a); e != b; e = js_next(d, e)) {
             int z = gr_js_deref_(c, d, e);
-            if (js_typeof(d, z) == JS_OBJ && (js_get(d, z, "enum") >= 0 || js_get(d, z, "const") >= 0) &&
-                !gr_js_other_(d, z, js_get(d, z, "enum") >= 0 ? "enum" : "const", 1))
-                continue;
+            if (gr_js_listed_(d, z)) continue;
             int shared = t & gr_js_types_(c, d, e, depth + 1);
             if (shared && (shared != GR_T_OBJ || js_typeof(d, x) != JS_OBJ || js_typeof(d, z) != JS_OBJ || !gr_js_obj_apart_(c, d, x, z))) return -3;
         }
@@ -3818,9 +3811,7 @@ static inline int gr_js_oneof_(gr_js_ *c, const js_doc *d, int a, int depth, int
     int ok = 1;
     for (int b = js_first(d, a); b >= 0 && ok; b = js_next(d, b)) { /* each other branch against every listed value */
         int x = gr_js_deref_(c, d, b);
-        if (js_typeof(d, x) == JS_OBJ && (js_get(d, x, "enum") >= 0 || js_get(d, x, "const") >= 0) &&
-            !gr_js_other_(d, x, js_get(d, x, "enum") >= 0 ? "enum" : "const", 1))
-            continue;
+        if (gr_js_listed_(d, x)) continue;
         gr_grammar *g = gr_js_alone_(c, d, b);
         if (!g) return -3;
         for (int v = js_first(d, a); v >= 0 && ok; v = js_next(d, v)) {
@@ -3832,36 +3823,13 @@ static inline int gr_js_oneof_(gr_js_ *c, const js_doc *d, int a, int depth, int
                 gr_js_ quiet = *c;
                 quiet.err = NULL, quiet.failed = 0;
                 if (gr_js_canon_(&quiet, &w, d, u) || w.oom) { jw_free(&w); ok = 0; break; }
-                gr_state st;
-                int in = gr_init(g, &st) == 0 && gr_accept(g, &st, (const uint8_t *)w.s, w.n) == 0 && gr_can_end(&st);
-                gr_state_free(&st), jw_free(&w);
-                ok = !in;
+                ok = !gr_sentence_(g, w.s, w.n);
+                jw_free(&w);
             }
         }
         gr_free(g);
     }
-    if (!ok) return -3;
-    /* no listed value in two enum/const branches */
-    enum { MAXV = 1024 };
-    char *val[MAXV];
-    int from[MAXV], nv = 0;
-    for (int b = js_first(d, a), bi = 0; b >= 0 && ok; b = js_next(d, b), bi++) {
-        int y = gr_js_deref_(c, d, b);
-        if (!(js_typeof(d, y) == JS_OBJ && (js_get(d, y, "enum") >= 0 || js_get(d, y, "const") >= 0))) continue;
-        int e = js_get(d, y, "enum"), k = js_get(d, y, "const");
-        gr_js_ quiet = *c;
-        quiet.err = NULL, quiet.failed = 0;
-        int yt = gr_js_type_kw_(&quiet, d, y);
-        for (int u = e >= 0 ? js_first(d, e) : k; u >= 0 && ok; u = e >= 0 ? js_next(d, u) : -1) {
-            if (yt < 0 || !(gr_js_value_type_(d, u) & yt & tm)) continue;
-            jw w = {0};
-            if (gr_js_canon_(&quiet, &w, d, u) || w.oom || nv == MAXV) { jw_free(&w); ok = 0; break; }
-            for (int i = 0; i < nv && ok; i++) ok = from[i] == bi || strcmp(val[i], w.s) != 0;
-            val[nv] = w.s, from[nv++] = bi;
-        }
-    }
-    for (int i = 0; i < nv; i++) free(val[i]);
-    if (!ok) return -3;
+    if (!ok || !gr_js_consts_apart_(c, d, a, tm, 1)) return -3; /* nor a listed value in two enum/const branches */
     return gr_js_union_(c, d, a, depth, body, tm);
 }
 
@@ -3908,7 +3876,7 @@ static inline int gr_js_body_(gr_js_ *c, const js_doc *d, int s, int depth, jw *
                 apart = !(t & seen);
                 seen |= t;
             }
-            if (!apart && !gr_js_consts_apart_(c, d, a)) {
+            if (!apart && !gr_js_consts_apart_(c, d, a, GR_T_ALL, 0)) {
                 int r = gr_js_oneof_(c, d, a, depth, tm, body);
                 if (r != -3) return r;
                 return gr_js_fail_(c, "%s", "\"oneOf\" whose branches may overlap is not supported (use anyOf, or branches of different types or different constants)");
@@ -4093,7 +4061,7 @@ static inline char *gr_json_schema_mode_(const js_doc *d, int schema, int exact,
                         "annotations",
                     ms);
     int k = c.failed ? -1 : gr_js_schema_(&c, d, schema, 0);
-    free(c.memo), free(c.busy), free(c.mkey), free(c.mrule), free(c.mbusy);
+    gr_js_done_(&c);
     if (!k && !c.failed) gr_js_fail_(&c, "%s", "the schema matches no JSON value");
     if (c.fmt.n) jw_raw(&c.out, c.fmt.s, c.fmt.n);
     int foom = c.fmt.oom;
@@ -4365,7 +4333,7 @@ static inline char *gr_tool_calls(const js_doc *d, int tools, const gr_tool_synt
     }
     int oom = alts.oom || c.fmt.oom;
     jw_free(&alts);
-    free(c.memo), free(c.busy), free(c.mkey), free(c.mrule), free(c.mbusy);
+    gr_js_done_(&c);
     if (c.fmt.n) jw_raw(&c.out, c.fmt.s, c.fmt.n);
     jw_free(&c.fmt);
     if (c.failed || c.out.oom || oom) {

@@ -1131,14 +1131,7 @@ def build_quantized(name, q, outdir, converter):
         randomize(model, seed)
         src = tempfile.mkdtemp()
         try:
-            with open(os.path.join(src, "config.json"), "w") as f:
-                json.dump(config_json(spec, cfg), f, indent=2, sort_keys=True)
-                f.write("\n")
-            gen = {k: v for k, v in spec["generation"].items() if k != "eos"}
-            gen.update(eos_token_id=ids["gen_eos"], pad_token_id=ids["pad"])
-            with open(os.path.join(src, "generation_config.json"), "w") as f:
-                json.dump(gen, f, indent=2, sort_keys=True)
-                f.write("\n")
+            write_configs(src, spec, cfg, ids)
             for fn in ("tokenizer.json", "tokenizer_config.json"):
                 shutil.copy(os.path.join(tokdir, fn), src)
             save_file(checkpoint_tensors(model, cfg), os.path.join(src, "model.safetensors"), metadata={"format": "pt"})
