@@ -707,7 +707,7 @@ static int conv_generate(conv *cv, size_t before, sess_io *io) {
     xs_stats_get(&m->xs, &x0);
     int r;
     while (!(r = sess_step(s))) {}
-    int spec_on = s->spec;
+    int spec_on = s->spec && !s->gram; /* grammar turns decode without drafts */
     spec_stats sst = s->sc.st;
     if (r < 0 || sess_finish(s)) goto fail;
     if (io->sink == stdout_sink) {
@@ -985,7 +985,8 @@ static void kvc_stash(kv_cache *kc, conv *cv) {
     char err[600];
     uint8_t *img;
     size_t len;
-    if (len = 0, kvp_image(cv->s.m, kc->fp, cv->s.ids.ids, n_tok, n_kv, &img, &len, err, sizeof err) ||
+    kvp_mtp mk;
+    if (len = 0, kvp_image(cv->s.m, kc->fp, cv->s.ids.ids, n_tok, n_kv, sess_mtp_state(&cv->s, &mk), &img, &len, err, sizeof err) ||
         kvc_add(kc, img, len, cv->s.ids.ids, n_tok, n_kv, cv->live_file, ++kc->clock)) {
         if (len) free(img);
         fprintf(stderr, "colibri: serve: cannot keep the conversation aside in memory: out of memory%s\n",
@@ -1112,7 +1113,9 @@ static void kvc_persist(kv_cache *kc, conv *cv) {
     }
     if (!cv->live_file[0]) { fprintf(stderr, "colibri: serve: no free file name in KV_CACHE_DIR=%s; the conversation is not saved\n", kc->dir); return; }
     snprintf(path, sizeof path, "%s/%s", kc->dir, cv->live_file);
-    if (kvp_save(cv->s.m, path, kc->fp, cv->s.ids.ids, (int)cv->s.ids.n, cv->s.n_kv, NULL, err, sizeof err)) fprintf(stderr, "colibri: serve: %s\n", err);
+    kvp_mtp mk;
+    if (kvp_save(cv->s.m, path, kc->fp, cv->s.ids.ids, (int)cv->s.ids.n, cv->s.n_kv, sess_mtp_state(&cv->s, &mk), err, sizeof err))
+        fprintf(stderr, "colibri: serve: %s\n", err);
 }
 
 /* Chooses where a request of ids[0..n) starts: the live conversation or a
@@ -1326,6 +1329,7 @@ typedef struct {
     srv_gen_stats st;
     sess_rows r;     /* the step planned for this forward (decoding) */
     int nrows, nwant; /* rows it put in this forward; of them, logits wanted */
+    int row_at;       /* its first row in the forward (hidden rows) */
     int want_at;      /* its first wanted row among the forward's wanted rows */
     uint64_t order;  /* admission order: prefill is first come, first served */
 } serve_slot;
@@ -1345,6 +1349,7 @@ typedef struct {
     const char *model, *fps;
     fwd_row *rows;   /* [cap] */
     float *out;      /* [cap][vocab] the wanted rows' logits */
+    float *hid;      /* [cap][dim] every row's final-normed hidden row (MTP drafts) */
     int cap;
     gr_tabcache gtc; /* grammar masks' token tables between requests */
 } serve_ctx;
@@ -1375,6 +1380,11 @@ static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
         fprintf(stderr, "colibri: stopped: %s | %s: prompt %d tokens (%d cached), %d generated, TTFT %.3f s, %.2f tok/s decoding\n", io->why, j->id,
                 k->st.prompt_tokens, io->cached, io->generated, k->st.ttft_s > 0 ? k->st.ttft_s : 0.0,
                 io->generated > 1 && k->st.decode_s > 0 ? (io->generated - 1) / k->st.decode_s : 0.0);
+        const spec_stats *sst = &cv->s.sc.st;
+        if (cv->s.spec && !cv->s.gram)
+            fprintf(stderr, "colibri: %s: speculation: %ld drafted, %ld accepted (%.1f%%), %.2f tokens per verifying forward\n", j->id, sst->drafted,
+                    sst->accepted, tel_pct((double)sst->accepted, (double)sst->drafted),
+                    sst->verifies ? (double)(io->generated > 0 ? io->generated - 1 : 0) / (double)sst->verifies : 0.0);
         oai_out_finish(&q->o);
         oai_call calls[OAI_MAX_TOOL_CALLS];
         q->meta.prompt_tokens = k->st.prompt_tokens, q->meta.completion_tokens = io->generated, q->meta.cached_tokens = io->cached;
@@ -1425,7 +1435,7 @@ static void serve_admit(serve_ctx *x, srv_job *j) {
     sess_params sp = conv_params(&k->g);
     sess_set_params(&cv->s, &sp);
     int n = (int)j->ids.n;
-    int p = kvc_select(x->kc, cv, j->ids.ids, n);
+    int p = sess_drafts_on(&cv->s) ? -1 : kvc_select(x->kc, cv, j->ids.ids, n); /* drafting again after a conversation that could not */
     k->q = (serve_req){.j = j, .t = cv->s.t, .sp = &k->g.sp, .w = &cv->s.w, .first = 1};
     k->q.meta = (oai_meta){j->id, x->model, x->fps, j->created, n, 0, 0, NULL};
     k->q.y.id = j->id, k->q.y.model = x->model, k->q.y.created = j->created, k->q.y.prompt_tokens = n, k->q.y.cached_tokens = p > 0 ? p : 0;
@@ -1460,7 +1470,7 @@ static int serve_gather(serve_ctx *x) {
             continue;
         }
         sess_plan_rows(&k->cv.s, &k->r, x->rows + n);
-        k->nrows = k->r.k, k->nwant = k->r.all ? k->r.k : 1, k->want_at = wanted, n += k->r.k, wanted += k->nwant;
+        k->nrows = k->r.k, k->nwant = k->r.all ? k->r.k : 1, k->row_at = n, k->want_at = wanted, n += k->r.k, wanted += k->nwant;
     }
     int budget = x->prefill_cap;
     for (int done = 0; !done && budget > 0;) { /* the earliest admitted prefilling slot first */
@@ -1476,7 +1486,7 @@ static int serve_gather(serve_ctx *x) {
             continue;
         }
         int t = sess_prefill_rows(&first->cv.s, budget, x->rows + n);
-        first->nrows = t, first->nwant = first->cv.s.u.pf == first->cv.s.u.np, first->want_at = wanted;
+        first->nrows = t, first->nwant = first->cv.s.u.pf == first->cv.s.u.np, first->row_at = n, first->want_at = wanted;
         n += t, budget -= t, wanted += first->nwant;
         done = t == 0;
     }
@@ -1484,25 +1494,23 @@ static int serve_gather(serve_ctx *x) {
 }
 
 /* The forward's logits back to their slots (each slot's wanted rows from
- * want_at: rows are gathered decoding slots first, then prompts in
- * admission order): a prefilling slot whose prompt is complete starts
- * decoding; a decoding slot accepts its rows. */
+ * want_at, its hidden rows from row_at: rows are gathered decoding slots
+ * first, then prompts in admission order): a prefilling slot takes its
+ * chunk and starts decoding once its prompt is complete; a decoding slot
+ * accepts its rows. */
 static void serve_scatter(serve_ctx *x) {
-    size_t V = (size_t)x->m->c.vocab;
+    size_t V = (size_t)x->m->c.vocab, D = (size_t)x->m->c.dim;
     int seqs = 0;
     for (int i = 0; i < x->nsl; i++) {
         serve_slot *k = &x->sl[i];
         if (!k->nrows) continue;
-        const float *lg = x->out + (size_t)k->want_at * V;
+        const float *lg = x->out + (size_t)k->want_at * V, *hid = x->hid + (size_t)k->row_at * D;
         if (k->phase == SLOT_PREFILL) {
-            if (k->nwant) {
-                k->cv.s.u.t1 = compat_now();
-                if (sess_prefilled(&k->cv.s, lg)) serve_end(x, k, 1);
-                else k->phase = SLOT_DECODE;
-            }
+            if (sess_prefilled(&k->cv.s, k->nrows, hid, k->nwant ? lg : NULL)) serve_end(x, k, 1);
+            else if (k->nwant) k->phase = SLOT_DECODE;
         } else {
             seqs++;
-            int r = sess_absorb(&k->cv.s, &k->r, lg);
+            int r = sess_absorb(&k->cv.s, &k->r, lg, hid);
             if (r) serve_end(x, k, r < 0);
         }
     }
@@ -1523,7 +1531,7 @@ static int serve_loop(serve_ctx *x) {
         int n = serve_gather(x);
         if (x->fatal) break;
         if (!n) continue;
-        if (fwd_rows(x->m, x->rows, n, x->out, NULL)) {
+        if (fwd_rows(x->m, x->rows, n, x->out, x->hid)) {
             for (int i = 0; i < x->nsl; i++)
                 if (x->sl[i].phase != SLOT_FREE) {
                     sess_fail(&x->sl[i].io, 1, 0, "%s", x->m->err);
@@ -1547,9 +1555,8 @@ static int serve_loop(serve_ctx *x) {
     return x->fatal ? -1 : 0;
 }
 
-/* The slots' sessions (slot i's conversation in KV slot i, MTP drafts off:
- * prefix reuse rewinds caches, which the drafting state cannot follow) and
- * one forward's rows and logits. 0, or -1 (said). */
+/* The slots' sessions (slot i's conversation in KV slot i) and one
+ * forward's rows, logits and hidden rows. 0, or -1 (said). */
 static int serve_slots_open(serve_ctx *x, coli_model *m, const coli_gen *g, tok *t, const char *dir) {
     x->m = m, x->nsl = m->kv.slots;
     int max_rows = SERVE_STEP_ROWS < m->ubatch ? SERVE_STEP_ROWS : m->ubatch;
@@ -1558,28 +1565,27 @@ static int serve_slots_open(serve_ctx *x, coli_model *m, const coli_gen *g, tok 
     x->sl = (serve_slot *)calloc((size_t)x->nsl, sizeof *x->sl);
     x->rows = (fwd_row *)malloc((size_t)x->cap * sizeof *x->rows);
     x->out = (float *)malloc((size_t)(x->nsl * max_rows + x->nsl) * m->c.vocab * sizeof(float));
-    if (!x->sl || !x->rows || !x->out) return fprintf(stderr, "colibri: out of memory for %d serve slots\n", x->nsl), free(x->sl), free(x->rows), free(x->out), -1;
-    int said = 0;
+    x->hid = (float *)malloc((size_t)x->cap * m->c.dim * sizeof(float));
+    if (!x->sl || !x->rows || !x->out || !x->hid)
+        return fprintf(stderr, "colibri: out of memory for %d serve slots\n", x->nsl), free(x->sl), free(x->rows), free(x->out), free(x->hid), -1;
     for (int i = 0; i < x->nsl; i++) {
         conv *cv = &x->sl[i].cv;
         if (conv_open(cv, m, g, t, dir)) {
             while (i--) conv_close(&x->sl[i].cv);
-            free(x->sl), free(x->rows), free(x->out);
+            free(x->sl), free(x->rows), free(x->out), free(x->hid);
             return -1;
         }
         sess_use_slot(&cv->s, i);
         sess_set_max_rows(&cv->s, max_rows);
         cv->s.gtc = &x->gtc;
-        if (sess_drafts_off(&cv->s) && !said++ && g->draft_set && g->spec.k)
-            fprintf(stderr, "colibri: serve mode decodes without MTP drafts (prefix reuse rewinds the cache, which the drafting state cannot follow)\n");
     }
     return 0;
 }
 
 static void serve_slots_close(serve_ctx *x) {
     for (int i = 0; i < x->nsl && x->sl; i++) conv_close(&x->sl[i].cv);
-    free(x->sl), free(x->rows), free(x->out);
-    x->sl = NULL, x->rows = NULL, x->out = NULL;
+    free(x->sl), free(x->rows), free(x->out), free(x->hid);
+    x->sl = NULL, x->rows = NULL, x->out = NULL, x->hid = NULL;
     gr_tabcache_free(&x->gtc);
 }
 

@@ -237,19 +237,19 @@ static inline int kvp_save(const coli_model *m, const char *path, uint64_t fp, c
     return e ? kvp_fail_(err, errlen, path, "cannot write: %s (the previous file, if any, is unchanged)", strerror(e)) : 0;
 }
 
-/* The same state as kvp_save writes, into memory (no MTP part): a
- * conversation kept aside by serve mode. *img is malloc'd. 0, or -1 (err). */
-static inline int kvp_image(const coli_model *m, uint64_t fp, const int *tok, int n_tok, int n_kv, uint8_t **img, size_t *len, char *err,
-                            size_t errlen) {
+/* The same state as kvp_save writes (the MTP part when mtp is given and
+ * in step), into memory: a conversation kept aside by serve mode. *img is
+ * malloc'd. 0, or -1 (err). */
+static inline int kvp_image(const coli_model *m, uint64_t fp, const int *tok, int n_tok, int n_kv, const kvp_mtp *mtp, uint8_t **img, size_t *len,
+                            char *err, size_t errlen) {
     *img = NULL, *len = 0;
     if (kvp_args_(m, "(memory)", n_tok, n_kv, err, errlen)) return -1;
     kvp_header h;
-    const kvp_mtp *mtp = NULL;
     uint64_t size = kvp_plan_(m, n_tok, n_kv, &mtp, &h);
     h.fingerprint = fp;
     kvp_out_ o = {-1, KVP_FNV0, 0, 0, (uint8_t *)malloc(size)};
     if (!o.mem) return kvp_fail_(err, errlen, "(memory)", "out of memory keeping a %.1f MB state", size / 1e6);
-    kvp_write_(&o, m, &h, tok, NULL);
+    kvp_write_(&o, m, &h, tok, mtp);
     *img = o.mem, *len = (size_t)size;
     return 0;
 }

@@ -13,9 +13,10 @@
  * of three proposers — MTP drafts (spec.h), grammar drafts (the text the
  * grammar forces, tokenized), forced grammar tokens (kept without
  * verification) — and what the forward's rows agree with is accepted.
- * Without MTP drafts the round is two halves around the forward,
- * sess_plan (the rows wanted) and sess_absorb (their logits accepted), so
- * that a caller may compute several sessions' rows in one forward. Each
+ * The round is two halves around the forward, sess_plan (the rows wanted)
+ * and sess_absorb (their logits, and with MTP drafts their hidden rows,
+ * accepted), so that a caller may compute several sessions' rows in one
+ * forward; the MTP head's own forwards run inside sess_plan. Each
  * accepted token goes through sess_emit_: stop tokens, the stop flag, the
  * text to the sink, the limits.
  *
@@ -104,6 +105,7 @@ typedef struct {
     int started; /* the first turn was rendered (or a state resumed): later turns are follow-ups */
     int spec;    /* drafting with the MTP head */
     spec_ctx sc;
+    spec_opts so; /* its settings (sess_drafts_on) */
     smp_work w;
     smp_rng rng;
     float *lg;   /* [vocab] the next token's logits (masked here, never in the model's scratch) */
@@ -181,11 +183,32 @@ static inline int sess_drafts_off(sess *s) {
     return on;
 }
 
+/* Drafts with the MTP head again (a session that turned them off for a
+ * conversation, when another starts): the MTP cache covers nothing, so
+ * the next sess_sync keeps no cached position. 0, or -1 (out of memory:
+ * drafts stay off). */
+static inline int sess_drafts_on(sess *s) {
+    if (s->spec || !s->m->mtp || !s->so.k) return 0;
+    if (spec_init(&s->sc, s->m, &s->so)) return -1;
+    s->spec = 1;
+    spec_cap_k(&s->sc, s->max_rows - 1);
+    if (!s->sc.k) sess_drafts_off(s); /* no room for a draft (UBATCH=1) */
+    return 0;
+}
+
+/* The MTP part of the state for kv_persist into *k: k, or NULL without
+ * drafts. */
+static inline const kvp_mtp *sess_mtp_state(const sess *s, kvp_mtp *k) {
+    *k = (kvp_mtp){s->sc.mtp_pos, s->sc.nq, s->sc.hq, s->sc.tq, s->sc.h_last};
+    return s->spec ? k : NULL;
+}
+
 /* Uses gram (with the trie gv) for the answers from now on; tools: it is
  * tool_choice's grammar, which alone may produce the tool-call tags. NULL
- * stops constraining. Turns MTP drafts off (they would need masking too,
- * and grammar drafts take the verifying forward; s->note says so). 0, or
- * -1 (out of memory). */
+ * stops constraining. Its turns decode without MTP drafts (they would need
+ * masking too, and grammar drafts take the verifying forward; s->note
+ * says so); the MTP cache still follows their prompts. 0, or -1 (out of
+ * memory). */
 static inline int sess_grammar(sess *s, const gr_grammar *gram, const gr_vocab *gv, int tools) {
     if (s->gtc && s->gram) {
         gr_tables t = gr_mask_give(&s->gcx);
@@ -197,7 +220,7 @@ static inline int sess_grammar(sess *s, const gr_grammar *gram, const gr_vocab *
     s->note[0] = 0;
     if (!gram) return 0;
     s->g_ntag = sess_tag_ids(s->t, gv->n_tokens, s->g_tag);
-    if (sess_drafts_off(s)) snprintf(s->note, sizeof s->note, "grammar-constrained output decodes without MTP drafts");
+    if (s->spec) snprintf(s->note, sizeof s->note, "grammar-constrained output decodes without MTP drafts");
     if (!(s->allowed = (uint8_t *)malloc((size_t)gv->n_tokens + 1)) || gr_mask_ctx_init(&s->gcx, gv)) return -1;
     gr_tables t;
     if (s->gtc && gr_tabcache_take(s->gtc, gr_grammar_id(gram), &t)) gr_mask_take(&s->gcx, &t);
@@ -274,7 +297,10 @@ static inline void sess_set_params(sess *s, const sess_params *p) {
  * sessions in one forward bounds the logits it holds. Tokens do not
  * change: fewer grammar drafts are verified or forced tokens batched per
  * forward. */
-static inline void sess_set_max_rows(sess *s, int n) { s->max_rows = n < 1 ? 1 : n < s->m->ubatch ? n : s->m->ubatch; }
+static inline void sess_set_max_rows(sess *s, int n) {
+    s->max_rows = n < 1 ? 1 : n < s->m->ubatch ? n : s->m->ubatch;
+    if (s->spec) spec_cap_k(&s->sc, s->max_rows - 1);
+}
 
 /* Keeps the conversation's cache in KV slot `slot` from now on (its
  * cached positions are those of that slot: the caller moves or drops
@@ -294,7 +320,7 @@ static inline void sess_select_(sess *s) { kv_select(&s->m->kv, s->slot); }
  * drafting is off when it was asked for. */
 static inline int sess_open(sess *s, coli_model *m, tok *t, const sess_params *p, int mtp, const spec_opts *spec) {
     memset(s, 0, sizeof *s);
-    s->m = m, s->t = t, s->max_rows = m->ubatch;
+    s->m = m, s->t = t, s->max_rows = m->ubatch, s->so = *spec;
     sess_set_params(s, p);
     s->spec = m->mtp && mtp;
     if (smp_work_alloc(&s->w, m->c.vocab) || !(s->lg = (float *)malloc((size_t)m->c.vocab * sizeof(float))) || (s->spec && spec_init(&s->sc, m, spec))) {
@@ -344,23 +370,24 @@ static inline int sess_load(sess *s, const char *path, uint64_t fp, char *err, s
 /* Saves the conversation (its ids, the cached positions, the MTP state)
  * to path. 0, or -1 (err says why). */
 static inline int sess_save(sess *s, const char *path, uint64_t fp, char *err, size_t errlen) {
-    kvp_mtp k = {s->sc.mtp_pos, s->sc.nq, s->sc.hq, s->sc.tq, s->sc.h_last};
+    kvp_mtp k;
+    const kvp_mtp *mk = sess_mtp_state(s, &k);
     sess_select_(s);
-    return kvp_save(s->m, path, fp, s->ids.ids, (int)s->ids.n, s->n_kv, s->spec ? &k : NULL, err, errlen);
+    return kvp_save(s->m, path, fp, s->ids.ids, (int)s->ids.n, s->n_kv, mk, err, errlen);
 }
 
 /* Makes the conversation ids[0..n) (n > 0), keeping the cached positions
  * it shares with the current one, at most n-1 (the last id is fed again
- * for its logits). MTP drafting cannot follow a rewind: drafts stop when
- * the kept positions are fewer than the cached ones (s->note). Returns
- * the positions reused, or -1 (out of memory: the conversation is then
- * empty). */
+ * for its logits); with MTP drafts, at most as many as the MTP cache
+ * covers (spec_rewind: a rewind recomputes the few positions whose MTP
+ * rows were still queued). Returns the positions reused, or -1 (out of
+ * memory: the conversation is then empty). */
 static inline int sess_sync(sess *s, const int *ids, int n) {
     int p = 0;
     s->note[0] = 0;
     while (p < s->n_kv && p < (int)s->ids.n && p < n && s->ids.ids[p] == ids[p]) p++;
     if (p > n - 1) p = n - 1;
-    if (p < s->n_kv && sess_drafts_off(s)) snprintf(s->note, sizeof s->note, "the conversation rewinds its cache, which MTP drafting cannot follow: decoding without speculation");
+    if (s->spec && (p < s->n_kv || s->sc.mtp_pos + s->sc.nq != p - 1)) p = spec_rewind(&s->sc, p); /* else it continues in step */
     s->ids.n = 0;
     s->started = 1;
     if (tok_ids_append(&s->ids, ids, (size_t)n)) return s->n_kv = 0, -1;
@@ -430,6 +457,7 @@ static inline int sess_begin(sess *s, size_t before, sess_io *io) {
     u->ngen = limit < m->kv.ctx - n ? limit : m->kv.ctx - n;
     u->np = n;
     u->drafting = s->gram && s->p.grammar_draft; /* the grammar drafts; the model's tokens are kept as they are */
+    if (s->spec) spec_rearm(&s->sc), memset(&s->sc.st, 0, sizeof s->sc.st); /* the turn's own figures */
     if (!(u->gen = (int *)malloc((size_t)u->ngen * sizeof(int) + sizeof(int))) || !(u->batch = (int *)malloc((size_t)m->ubatch * sizeof(int))) ||
         (u->drafting && !(u->rows = (float *)malloc((size_t)s->max_rows * c->vocab * sizeof(float)))))
         return sess_abort(s), sess_fail(io, 0, 0, "out of memory");
@@ -459,7 +487,6 @@ static inline int sess_prefill(sess *s) {
     tel_start(&m->tel, m->tel.prof); /* each turn's end line counts that turn */
     xs_stats_reset(&m->xs);
     io_stats_reset(&m->io);
-    memset(&s->sc.st, 0, sizeof s->sc.st);
     u->t0 = compat_now();
     sess_select_(s);
     int n = u->np, start = s->n_kv;
@@ -472,10 +499,9 @@ static inline int sess_prefill(sess *s) {
 }
 
 /* In place of sess_prefill, for a caller that computes several sessions'
- * rows in one forward (fwd_rows; without MTP drafts): the next at most
- * max rows of the turn's prompt not yet computed, written to rows (the
- * last prompt position's logits wanted). Returns how many (0: the prompt
- * is all computed; then sess_prefilled). */
+ * rows in one forward (fwd_rows): the next at most max rows of the turn's
+ * prompt not yet computed, written to rows (the last prompt position's
+ * logits wanted). Returns how many; after the forward, sess_prefilled. */
 static inline int sess_prefill_rows(sess *s, int max, fwd_row *rows) {
     sess_turn *u = &s->u;
     int k = 0;
@@ -487,9 +513,18 @@ static inline int sess_prefill_rows(sess *s, int max, fwd_row *rows) {
     return k;
 }
 
-/* The prompt's rows are computed: logits are those of its last position.
- * Decoding starts. 0, or -1 (io says why; the caller aborts). */
-static inline int sess_prefilled(sess *s, const float *logits) {
+/* The last k rows sess_prefill_rows gave are computed: hid[k][dim] their
+ * final-normed hidden rows (read with MTP drafts: the MTP head's rows are
+ * queued), logits the last prompt position's when they end the prompt
+ * (else NULL: more rows follow). Decoding starts after the last. 0, or -1
+ * (io says why; the caller aborts). */
+static inline int sess_prefilled(sess *s, int k, const float *hid, const float *logits) {
+    sess_turn *u = &s->u;
+    if (s->spec) {
+        sess_select_(s); /* a full queue runs through the MTP layer of this slot */
+        if (spec_rows(&s->sc, s->ids.ids, u->np, u->pf - k, k, hid)) return sess_fail(u->io, 1, 0, "%s", s->m->err);
+    }
+    if (!logits) return 0;
     memcpy(s->lg, logits, (size_t)s->m->c.vocab * sizeof(float));
     return sess_start_decoding_(s);
 }
@@ -586,7 +621,26 @@ static inline int sess_propose_forced_(sess *s, int next, int *stop) {
  * computed (k may be 0: nothing to compute). */
 typedef struct {
     int k, p0, all, done;
+    int mtp; /* the rows verify MTP drafts: sess_absorb needs their hidden rows too */
 } sess_rows;
+
+/* sess_emit_ for spec.h: the verifying row's logits go with the token. */
+static inline int sess_emit_row_(void *ud, int next, const float *logits) {
+    ((sess *)ud)->u.lg = logits;
+    return sess_emit_(ud, next);
+}
+
+/* An MTP round's first half (spec_propose in the session's slot): the
+ * token to feed and its drafts become the rows. 0, or -1 (io says why). */
+static inline int sess_plan_mtp_(sess *s, sess_rows *r) {
+    sess_turn *u = &s->u;
+    int k;
+    sess_select_(s);
+    if (spec_propose(&s->sc, u->ngen - u->n, &s->p.sp, &s->rng, &s->w, u->batch, &k, &r->done)) return sess_fail(u->io, 1, 0, "%s", s->m->err);
+    if (r->done) return 0;
+    r->k = k + 1, r->p0 = s->sc.pos, r->all = 1, r->mtp = 1;
+    return 0;
+}
 
 /* The first half of a step without MTP drafts: the next token (pending
  * from the last verification, forced, or drawn from s->lg) emitted, then
@@ -596,6 +650,7 @@ static inline int sess_plan(sess *s, sess_rows *r) {
     sess_turn *u = &s->u;
     sess_io *io = u->io;
     memset(r, 0, sizeof *r);
+    if (s->spec && u->mtp_started) return sess_plan_mtp_(s, r);
     int next = u->pending;
     u->pending = -1;
     if (next < 0) {
@@ -606,10 +661,10 @@ static inline int sess_plan(sess *s, sess_rows *r) {
     if (next < 0) return sess_fail(io, 0, 0, "the logits are not finite (NaN or infinity); stopping");
     if (sess_emit_(s, next)) return io->failed ? -1 : (r->done = 1, 0);
     r->p0 = u->np + u->n - 1; /* the position of next */
-    if (s->spec) { /* the first token is the plain draw; MTP rounds from here (sess_step) */
+    if (s->spec && !s->gram) { /* the first token is the plain draw; MTP rounds from here */
         spec_start(&s->sc, next, u->np);
         u->mtp_started = 1;
-        return 0;
+        return sess_plan_mtp_(s, r);
     }
     r->k = 1, u->batch[0] = next;
     if (u->drafting) r->k = sess_propose_grammar_(s, next), r->all = r->k > 1;
@@ -619,12 +674,18 @@ static inline int sess_plan(sess *s, sess_rows *r) {
 }
 
 /* The second half: the rows of r computed (logits: [k][vocab] when
- * r->all, else the last row's [vocab]) are accepted. Returns 0 to go on,
- * 1 when the turn is done (io->why), -1 when it failed. */
-static inline int sess_absorb(sess *s, const sess_rows *r, const float *logits) {
+ * r->all, else the last row's [vocab]; hid: their final-normed hidden
+ * rows [k][dim], read when r->mtp) are accepted. Returns 0 to go on, 1
+ * when the turn is done (io->why), -1 when it failed. */
+static inline int sess_absorb(sess *s, const sess_rows *r, const float *logits, const float *hid) {
     sess_turn *u = &s->u;
     u->io->forwards++;
     int done = r->done;
+    if (r->mtp) {
+        int e = spec_settle(&s->sc, u->batch, r->k - 1, logits, hid, u->ngen - u->n, &s->p.sp, &s->rng, &s->w, sess_emit_row_, s, &done);
+        if (e < 0 && !u->io->failed) sess_fail(u->io, 1, 0, "%s", s->m->err);
+        return u->io->failed ? -1 : done;
+    }
     if (r->all) done |= sess_accept_drafts_(s, r->k, logits);
     else {
         memcpy(s->lg, logits, (size_t)s->m->c.vocab * sizeof(float));
@@ -640,26 +701,24 @@ static inline void sess_plan_rows(const sess *s, const sess_rows *r, fwd_row *ro
 }
 
 /* One propose → verify → accept round: sess_plan, one forward of the
- * main model over its rows, sess_absorb; with MTP drafts, spec.h's round
- * (drafts, one verifying forward, acceptance). Returns 0 to go on, 1 when
- * the turn is done (io->why), -1 when it failed (io says why; the caller
- * aborts). */
+ * main model over its rows (with MTP drafts, a verifying forward: every
+ * row as a one-row forward, hidden rows kept), sess_absorb. Returns 0 to
+ * go on, 1 when the turn is done (io->why), -1 when it failed (io says
+ * why; the caller aborts). */
 static inline int sess_step(sess *s) {
     sess_turn *u = &s->u;
     sess_io *io = u->io;
     coli_model *m = s->m;
-    if (s->spec && u->mtp_started) {
-        sess_select_(s);
-        int done, e = spec_step(&s->sc, u->ngen - u->n, &s->p.sp, &s->rng, &s->w, sess_emit_, s, &done);
-        if (e < 0 && !io->failed) sess_fail(io, 1, 0, "%s", m->err);
-        return io->failed ? -1 : done ? 1 : 0;
-    }
     sess_rows r;
     if (sess_plan(s, &r)) return -1;
     if (!r.k) return r.done;
     sess_select_(s);
+    if (r.mtp) {
+        if (fwd_verify(m, u->batch, r.k, r.p0, s->sc.vlog, s->sc.vhid)) return sess_fail(io, 1, 0, "%s", m->err);
+        return sess_absorb(s, &r, s->sc.vlog, s->sc.vhid);
+    }
     if (fwd_tokens(m, u->batch, r.k, r.p0, r.all ? u->rows : NULL)) return sess_fail(io, 1, 0, "%s", m->err);
-    return sess_absorb(s, &r, r.all ? u->rows : m->sc.logits);
+    return sess_absorb(s, &r, r.all ? u->rows : m->sc.logits, NULL);
 }
 
 /* Ends a turn that did not fail: the text the decoder still held goes to
@@ -676,7 +735,7 @@ static inline int sess_finish(sess *s) {
     m->tel.t_decode = compat_now() - u->t1;
     m->tel.gen_tokens = u->n;
     if (tok_ids_append(&s->ids, u->gen, (size_t)u->n)) return sess_fail(io, 0, 0, "out of memory");
-    if (s->spec) {
+    if (s->spec && (u->mtp_started || !s->gram)) { /* drafted, or ended at the first token: the MTP part is in step */
         kvp_mtp k = spec_state(&s->sc); /* the row of position pos-1 is implied by h_last and the id at pos */
         s->n_kv = s->sc.pos;
         if (k.nq < 0) sess_drafts_off(s);
@@ -684,7 +743,6 @@ static inline int sess_finish(sess *s) {
             s->sc.mtp_pos = k.mtp_pos, s->sc.nq = k.nq;
             memcpy(s->sc.vhid, s->sc.h_last, (size_t)m->c.dim * 4);
         }
-        io->forwards = s->sc.st.verifies;
     } else
         s->n_kv = u->np + u->fed;
     io->generated = u->n;

@@ -48,14 +48,16 @@ typedef struct {
     long hist[SPEC_MAX_K + 1]; /* verifies by drafts accepted */
 } spec_stats;
 
-/* Called for each generated token in order; returns nonzero to stop. */
-typedef int (*spec_emit_fn)(void *ud, int tok);
+/* Called for each generated token in order, with the verifying row's
+ * logits it was chosen against; returns nonzero to stop. */
+typedef int (*spec_emit_fn)(void *ud, int tok, const float *logits);
 
 typedef struct {
     coli_model *m;
     spec_opts o;
     spec_stats st;
     int k, vocab, dim;
+    int kmax;     /* drafts a verifying forward may hold: max_s - 1, or less (spec_cap_k) */
     float *vlog;  /* [SPEC_MAX_K + 1][vocab] verify logits */
     float *vhid;  /* [SPEC_MAX_K + 1][dim] verify hidden rows */
     float *dq;    /* [SPEC_MAX_K][vocab] draft distributions (sampling) */
@@ -83,13 +85,22 @@ static inline void spec_free(spec_ctx *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* A fresh start of the guard and of the automatic k (a new turn): what
+ * a turn drafts then depends on its own conversation alone, not on the
+ * turns another conversation decoded before in the same slot. */
+static inline void spec_rearm(spec_ctx *s) {
+    s->k = s->o.k < 0 ? 2 : s->o.k;
+    if (s->k > s->kmax) s->k = s->kmax;
+    s->paused = 0, s->win_d = s->win_a = 0;
+}
+
 /* 0, or -1 (out of memory). m must have its MTP layer loaded. */
 static inline int spec_init(spec_ctx *s, coli_model *m, const spec_opts *o) {
     memset(s, 0, sizeof *s);
     s->m = m, s->o = *o;
     s->vocab = m->c.vocab, s->dim = m->c.dim;
-    s->k = o->k < 0 ? 2 : (o->k > SPEC_MAX_K ? SPEC_MAX_K : o->k);
-    if (s->k > m->sc.max_s - 1) s->k = m->sc.max_s - 1;
+    s->kmax = m->sc.max_s - 1 < SPEC_MAX_K ? m->sc.max_s - 1 : SPEC_MAX_K;
+    spec_rearm(s);
     s->cap = m->sc.max_s + SPEC_MAX_K + 2;
     size_t V = (size_t)s->vocab, D = (size_t)s->dim, K1 = SPEC_MAX_K + 1;
     s->vlog = (float *)malloc(K1 * V * 4), s->vhid = (float *)malloc(K1 * D * 4), s->dq = (float *)malloc(SPEC_MAX_K * V * 4);
@@ -126,25 +137,41 @@ static inline int spec_flush(spec_ctx *s) {
     return 0;
 }
 
+/* The main model computed positions p0..p0+S-1 of ids[0..n) (final-normed
+ * hidden rows h[S][dim]): each position's MTP row is queued as soon as its
+ * next token is known, and the row of position p0-1 (kept in s->vhid[0])
+ * first when it still waits for ids[p0]; the last row is left in
+ * s->vhid[0] (and s->h_last when it ends the prompt). The queue runs through the MTP layer in the selected slot
+ * when it fills. 0 or -1 (m->err). */
+static inline int spec_rows(spec_ctx *s, const int *ids, int n, int p0, int S, const float *h) {
+    size_t D = (size_t)s->dim;
+    if (s->nq + S + 1 > s->cap && spec_flush(s)) return -1;
+    if (p0 > 0 && s->mtp_pos + s->nq == p0 - 1) spec_queue(s, s->vhid, ids[p0]);
+    for (int j = 0; j < S && p0 + j + 1 < n; j++) spec_queue(s, h + (size_t)j * D, ids[p0 + j + 1]);
+    memcpy(s->vhid, h + (size_t)(S - 1) * D, D * 4);
+    s->pos = p0 + S;
+    if (s->pos == n) memcpy(s->h_last, s->vhid, D * 4); /* the prompt is complete */
+    if (s->nq >= s->m->sc.max_s && spec_flush(s)) return -1;
+    return 0;
+}
+
 /* Prefill of ids[start..n) at positions start.. in chunks of max_s (the
  * same chunks as fwd_tokens, so the main model's state and logits equal a
- * plain prefill's), queueing each position's MTP row as soon as its next
- * token is known; the last hidden row is left in s->vhid[0] and the last
- * logits in m->sc.logits. start > 0 continues a resumed state (spec_resume:
- * s->vhid[0] holds the hidden row of position start-1). 0 or -1 (m->err). */
+ * plain prefill's), queueing the MTP rows (spec_rows); the last hidden row
+ * is left in s->vhid[0] and s->h_last, the last logits in m->sc.logits.
+ * start > 0 continues a resumed state (spec_resume: s->vhid[0] holds the
+ * hidden row of position start-1) or a rewound one (spec_rewind: the MTP
+ * cache already covers [0, start)). 0 or -1 (m->err). */
 static inline int spec_prefill(spec_ctx *s, const int *ids, int n, int start) {
     coli_model *m = s->m;
     for (int done = start; done < n;) {
         int S = n - done < m->ubatch ? n - done : m->ubatch;
         if (S > m->sc.max_s) S = m->sc.max_s;
+        float *h = s->hout; /* [S][dim]: spec_rows flushes before it reads them, so the flush's output cannot overwrite them */
         if (s->nq + S + 1 > s->cap && spec_flush(s)) return -1;
-        if (done) spec_queue(s, s->vhid, ids[done]); /* the previous chunk's last row */
-        float *h = s->hout; /* [S][dim]: free until the next flush */
         if (fwd_run(m, ids + done, S, done, NULL, h, 0)) return -1;
-        memcpy(s->vhid, h + (size_t)(S - 1) * s->dim, (size_t)s->dim * 4);
-        for (int j = 0; j + 1 < S; j++) spec_queue(s, h + (size_t)j * s->dim, ids[done + j + 1]);
+        if (spec_rows(s, ids, n, done, S, h)) return -1;
         done += S;
-        if (s->nq >= m->sc.max_s && spec_flush(s)) return -1;
     }
     s->pos = n; /* a turn that ends before decoding (a stop token first, NGEN=1) is saved from here */
     memcpy(s->h_last, s->vhid, (size_t)s->dim * 4);
@@ -162,6 +189,21 @@ static inline kvp_mtp spec_state(const spec_ctx *s) {
     if (k.nq > s->nq) k.nq = -1; /* not in step: kvp_save leaves it out */
     k.hq = s->hq, k.tq = s->tq, k.h_last = s->h_last;
     return k;
+}
+
+/* The main model's cache keeps positions [0, p) of this conversation
+ * (a rewind, or a conversation started again): the MTP cache keeps its
+ * verified entries and the queued rows as far as they reach, the rest is
+ * dropped. Returns the positions to keep, at most p: the MTP part then
+ * covers exactly those, and spec_prefill(..., start = that) or spec_rows
+ * from it computes the rest. */
+static inline int spec_rewind(spec_ctx *s, int p) {
+    int keep = s->mtp_pos + s->nq < p ? s->mtp_pos + s->nq : p;
+    if (keep < 0) keep = 0;
+    if (keep < s->mtp_pos) s->mtp_pos = keep;
+    s->nq = keep - s->mtp_pos;
+    s->pos = keep;
+    return keep;
 }
 
 /* Restores a saved MTP part before spec_prefill(..., start = n_kv); the
@@ -196,14 +238,14 @@ static inline int spec_draft_pick(spec_ctx *s, const smp_params *sp, int j, smp_
     return smp_draw(q, s->vocab, r);
 }
 
-/* Verdict on draft d at verify row j (logits s->vlog[j]): -1 = accepted,
- * -2 = the row's logits are not finite, else the token that replaces it. Greedy: accepted iff it is the argmax,
- * else the argmax. Sampling: accepted with probability min(1, p(d)/q(d))
- * (q = s->dq[j], the distribution d was drawn from), else a draw from
- * max(0, p - q) renormalized; together, distributed exactly as p. */
-static inline int spec_judge(spec_ctx *s, const smp_params *sp, int j, int d, smp_rng *r, smp_work *w) {
+/* Verdict on draft d at verify row j (logits lg, that row's): -1 =
+ * accepted, -2 = the row's logits are not finite, else the token that
+ * replaces it. Greedy: accepted iff it is the argmax, else the argmax.
+ * Sampling: accepted with probability min(1, p(d)/q(d)) (q = s->dq[j],
+ * the distribution d was drawn from), else a draw from max(0, p - q)
+ * renormalized; together, distributed exactly as p. */
+static inline int spec_judge(spec_ctx *s, const smp_params *sp, int j, const float *lg, int d, smp_rng *r, smp_work *w) {
     int V = s->vocab;
-    const float *lg = s->vlog + (size_t)j * V;
     if (sp->temp <= 0) {
         int best = smp_argmax(lg, V);
         return best < 0 ? -2 : best == d ? -1 : best;
@@ -227,7 +269,7 @@ static inline void spec_window(spec_ctx *s) {
     } else if (s->o.k < 0) { /* the largest k whose last draft is still reached and kept 30% of the time */
         int k = acc <= 0 ? 1 : acc >= 1 ? 4 : (int)floor(log(0.3) / log(acc));
         s->k = k < 1 ? 1 : k > 4 ? 4 : k;
-        if (s->k > s->m->sc.max_s - 1) s->k = s->m->sc.max_s - 1;
+        if (s->k > s->kmax) s->k = s->kmax;
     }
     s->win_d = s->win_a = 0;
 }
@@ -239,22 +281,29 @@ static inline void spec_start(spec_ctx *s, int x, int pos) {
     s->pos = pos, s->x = x;
 }
 
-/* One round from s->x at s->pos: up to k drafts by the MTP head, one
- * verifying forward of the main model, the kept drafts and the main
- * model's own token emitted in order; at most `left` (> 0) tokens. *done
- * is set when emit asked to stop, `left` ran out or the context is full.
- * Returns the tokens emitted (>= 0), or -1 with m->err set. */
-static inline int spec_step(spec_ctx *s, int left, const smp_params *sp, smp_rng *r, smp_work *w, spec_emit_fn emit, void *ud, int *done) {
+/* At most kmax (>= 0) drafts per verifying forward from now on: a caller
+ * computing several sequences in one forward bounds the rows it holds.
+ * Greedy tokens do not change. */
+static inline void spec_cap_k(spec_ctx *s, int kmax) {
+    if (kmax < s->kmax) s->kmax = kmax < 0 ? 0 : kmax;
+    if (s->k > s->kmax) s->k = s->kmax;
+}
+
+/* The first half of a round from s->x at s->pos, in the selected slot:
+ * the MTP row of position pos-1 (h_{pos-1}, x) queued, and with drafts the
+ * queue run and up to k drafts chained by the MTP head. toks[0..*k] are the
+ * rows to verify at positions pos..; at most `left` tokens may follow.
+ * *done when nothing may be generated (left ran out, or the context is
+ * full): then nothing is queued. 0, or -1 with m->err set. */
+static inline int spec_propose(spec_ctx *s, int left, const smp_params *sp, smp_rng *r, smp_work *w, int *toks, int *kk, int *done) {
     coli_model *m = s->m;
-    int V = s->vocab, D = s->dim, pos = s->pos, x = s->x;
-    int toks[SPEC_MAX_K + 1];
-    *done = 0;
+    int pos = s->pos, x = s->x;
+    *done = 0, *kk = 0;
     if (left <= 0 || pos >= m->kv.ctx) return *done = 1, 0;
     int k = s->paused > 0 ? 0 : s->k;
     if (k > left - 1) k = left - 1;
     if (k > m->kv.ctx - pos - 1) k = m->kv.ctx - pos - 1;
     if (k < 0) k = 0;
-    /* the MTP row of position pos-1 (h_{pos-1}, x); with drafts, run the queue and chain */
     if (s->nq == s->cap && spec_flush(s)) return -1;
     spec_queue(s, s->h_last, x);
     toks[0] = x;
@@ -270,29 +319,52 @@ static inline int spec_step(spec_ctx *s, int left, const smp_params *sp, smp_rng
         }
     } else if (s->nq >= m->sc.max_s && spec_flush(s))
         return -1;
-    if (fwd_verify(m, toks, k + 1, pos, s->vlog, s->vhid)) return -1;
+    *kk = k;
+    return 0;
+}
+
+/* The second half: the verifying forward over toks[0..k] gave each row's
+ * logits vlog[k+1][vocab] and final-normed hidden row vhid[k+1][dim]. The
+ * longest agreeing prefix of the drafts and then the main model's own
+ * token are emitted in order (at most `left`), the verified positions'
+ * MTP rows queued. *done is set when emit asked to stop or `left` ran out.
+ * Returns the tokens emitted (>= 1), or -1 with m->err set. */
+static inline int spec_settle(spec_ctx *s, const int *toks, int k, const float *vlog, const float *vhid, int left, const smp_params *sp, smp_rng *r,
+                              smp_work *w, spec_emit_fn emit, void *ud, int *done) {
+    int V = s->vocab, D = s->dim;
     s->st.verifies++;
-    /* the longest agreeing prefix, then the main model's own token */
     int a = 0, y = -1;
-    while (a < k && (y = spec_judge(s, sp, a, toks[a + 1], r, w)) == -1) a++;
-    if (y == -1) y = smp_sample(sp, s->vlog + (size_t)a * V, V, r, w); /* every draft kept: the bonus token */
-    if (y < 0) return model_fail(m, "the logits are not finite (NaN or infinity)");
+    while (a < k && (y = spec_judge(s, sp, a, vlog + (size_t)a * V, toks[a + 1], r, w)) == -1) a++;
+    if (y == -1) y = smp_sample(sp, vlog + (size_t)a * V, V, r, w); /* every draft kept: the bonus token */
+    if (y < 0) return model_fail(s->m, "the logits are not finite (NaN or infinity)");
     s->st.drafted += k, s->st.accepted += a, s->st.hist[a]++;
     s->win_d += k, s->win_a += a;
     if (k) spec_window(s);
     else if (s->paused > 0) s->paused--;
-    /* emit the kept drafts and y; queue the MTP rows of the verified positions */
     int emitted = 0;
+    *done = 0;
     for (int j = 0; j <= a && !*done; j++) {
         int t = j < a ? toks[j + 1] : y;
         emitted++;
-        *done = emit(ud, t) || emitted >= left;
+        *done = emit(ud, t, vlog + (size_t)j * V) || emitted >= left;
     }
     if (*done) return emitted;
-    for (int j = 0; j < a; j++) spec_queue(s, s->vhid + (size_t)j * D, toks[j + 1]);
-    memcpy(s->h_last, s->vhid + (size_t)a * D, (size_t)D * 4);
-    s->x = y, s->pos = pos + a + 1;
+    for (int j = 0; j < a; j++) spec_queue(s, vhid + (size_t)j * D, toks[j + 1]);
+    memcpy(s->h_last, vhid + (size_t)a * D, (size_t)D * 4);
+    s->x = y, s->pos += a + 1;
     return emitted;
+}
+
+/* One round from s->x at s->pos: spec_propose, one verifying forward of
+ * the main model over its rows, spec_settle. *done as there (or when
+ * nothing may be generated). Returns the tokens emitted (>= 0), or -1 with
+ * m->err set. */
+static inline int spec_step(spec_ctx *s, int left, const smp_params *sp, smp_rng *r, smp_work *w, spec_emit_fn emit, void *ud, int *done) {
+    int toks[SPEC_MAX_K + 1], k;
+    if (spec_propose(s, left, sp, r, w, toks, &k, done)) return -1;
+    if (*done) return 0;
+    if (fwd_verify(s->m, toks, k + 1, s->pos, s->vlog, s->vhid)) return -1;
+    return spec_settle(s, toks, k, s->vlog, s->vhid, left, sp, r, w, emit, ud, done);
 }
 
 /* Generates after a prefill by spec_prefill: spec_start, then spec_step

@@ -104,7 +104,8 @@ typedef struct {
     int *t, n, max;
 } kv_sink_t;
 
-static int kv_sink(void *ud, int tok) {
+static int kv_sink(void *ud, int tok, const float *logits) {
+    (void)logits;
     kv_sink_t *k = (kv_sink_t *)ud;
     k->t[k->n++] = tok;
     return k->n >= k->max;

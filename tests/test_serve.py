@@ -1572,6 +1572,49 @@ class Batching(MhdCase):
             finally:
                 self.assertEqual(srv.stop(), 0, srv.log())
 
+    def test_mtp_drafts_in_batches(self):
+        """With the MTP head drafting (trained-glm5's, which has learned),
+        requests decoded together give each the answer it gets alone,
+        sampled ones included; the greedy ones are the answers without
+        drafts; a conversation continued and one that rewinds a kept one
+        keep drafting; drafts were kept."""
+        model = "tests/fixtures/trained-glm5"
+        code = ["def add(a, b):\n", "for i in range(10):\n", "class Point:\n    def __init__(self", "import os\nimport sys\n"]
+        bodies = []
+        for i, c in enumerate(code + [code[0]]):
+            b = {"messages": [{"role": "user", "content": c}], "max_tokens": 24, "logprobs": True, "top_logprobs": 2}
+            b.update(temperature=0) if i % 2 == 0 else b.update(temperature=0.8, seed=300 + i)
+            bodies.append(b)
+        follow = dict(bodies[0], messages=bodies[0]["messages"] + [{"role": "assistant", "content": "x = 1"}, {"role": "user", "content": "y"}])
+        bodies.append(follow)
+        plain = Server({"SERVE_SLOTS": "1", "DRAFT": "0"}, model=model)
+        try:
+            nodraft = {}
+            for i in (0, 2, 4, 5):
+                st, r = plain.request("POST", "/v1/chat/completions", bodies[i])
+                self.assertEqual(st, 200, r)
+                nodraft[i] = self.answer(r)
+        finally:
+            self.assertEqual(plain.stop(), 0, plain.log())
+        srv = Server({"SERVE_SLOTS": "3", "DRAFT": "-1"}, model=model)
+        try:
+            alone = []
+            for b in bodies:
+                st, r = srv.request("POST", "/v1/chat/completions", b)
+                self.assertEqual(st, 200, r)
+                alone.append(self.answer(r))
+            for i, a in nodraft.items():
+                self.assertEqual(alone[i], a, i)
+            got = self.concurrently(srv, bodies)
+            for i in range(len(bodies)):
+                self.assertEqual(got[i][0], 200, got[i][1])
+                self.assertEqual(self.answer(got[i][1]), alone[i], i)
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.log())
+        kept = [int(m) for m in re.findall(r"speculation: \d+ drafted, (\d+) accepted", srv.log())]
+        self.assertEqual(len(kept), 2 * len(bodies), srv.log())
+        self.assertGreater(min(kept[len(bodies):]), 0, srv.log())  # every request of the concurrent round kept drafts
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -3,7 +3,11 @@
  * (ref.json) with each proposer that can run greedy — plain, MTP drafts at
  * k = 1, 2 and auto — on models with and without an indexer; sess_sync
  * keeps exactly the shared cached prefix and what follows is bit for bit
- * what a session computing everything computes; a state saved and loaded
+ * what a session computing everything computes, with MTP drafts too (the
+ * MTP cache follows the rewind); several sessions drafting with the MTP
+ * head and decoded together in one forward per step (sess_plan, fwd_rows,
+ * sess_absorb) give each, greedy and sampled, the tokens it gives alone;
+ * a state saved and loaded
  * through the session continues as the session that never stopped; forced
  * grammar tokens batched into one forward give the tokens of masking them
  * one by one; the model's scratch logits are never left masked; a turn
@@ -15,10 +19,10 @@
 
 static const char *FIX5 = "tests/fixtures/tiny-glm5", *FIXM = "tests/fixtures/tiny-glm5-mtp", *FIXD = "tests/fixtures/tiny-dsv3";
 
-static int load(coli_model *m, const char *dir) {
+static int load_slots(coli_model *m, const char *dir, int slots) {
     coli_opts o;
     memset(&o, 0, sizeof o);
-    o.ctx = 256, o.ubatch = 16, o.absorb = -1, o.mtp = 1;
+    o.ctx = 256, o.ubatch = 16, o.absorb = -1, o.mtp = 1, o.slots = slots;
     o.pin = PIN_OFF, o.pin_gb = -1, o.quiet = 1;
     o.io.mode = IO_SYNC, o.io.workers = 2, o.io.weight[0] = 1;
     if (model_open(m, dir) || model_setup(m, &o, NULL)) {
@@ -28,6 +32,8 @@ static int load(coli_model *m, const char *dir) {
     m->c.n_eos = 0; /* the reference's greedy run does not stop at them either */
     return 0;
 }
+
+static int load(coli_model *m, const char *dir) { return load_slots(m, dir, 1); }
 
 /* m loaded from dir with its tokenizer in *t. 0, or -1 (a failed check;
  * nothing is left to free). */
@@ -106,6 +112,7 @@ static void test_sync(void) {
     tok *t;
     if (open_fixture(&m, FIX5, &t)) return;
     int V = m.c.vocab, a[40], b[40], out[16], outa[16], outb[16];
+    CHECK(V <= 4096);
     for (int i = 0; i < 40; i++) a[i] = (i * 37 + 11) % V, b[i] = i < 23 ? a[i] : (i * 61 + 3) % V;
     float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
     sess s;
@@ -121,17 +128,29 @@ static void test_sync(void) {
     CHECK(sess_sync(&s, b, 40) == 0 && turn(&s, 0, lb, outb, 8) == 8); /* everything computed */
     CHECK(!memcmp(la, lb, (size_t)V * 4) && !memcmp(outa, outb, 8 * sizeof(int)));
     sess_close(&s);
-    /* MTP drafting cannot follow a rewind: sync past one turns it off, saying so */
+    /* MTP drafting follows a rewind: sync keeps what the MTP cache covers,
+     * and the sampled turn after it, drafts and all, is a fresh session's */
     static coli_model mm;
     if (load(&mm, FIXM)) { CHECK(0); }
     else {
         spec_opts so = {2, 0, 16, 0};
-        CHECK(sess_open(&s, &mm, t, &p, 1, &so) == 0 && s.spec);
+        sess_params ps = greedy(12);
+        ps.sp.temp = 0.8f, ps.seed = 5;
+        CHECK(sess_open(&s, &mm, t, &ps, 1, &so) == 0 && s.spec);
         CHECK(sess_sync(&s, a, 30) == 0 && turn(&s, 0, NULL, out, 8) == 8 && s.spec);
         int n = (int)s.ids.n;
         memcpy(b, s.ids.ids, (size_t)n * sizeof(int));
         CHECK(sess_sync(&s, b, n) == s.n_kv && s.spec && !s.note[0]); /* continuing: nothing rewinds */
-        CHECK(sess_sync(&s, b, 20) == 19 && !s.spec && strstr(s.note, "MTP drafting"));
+        for (int i = 20; i < 30; i++) b[i] = (i * 53 + 9) % V;
+        int kept = sess_sync(&s, b, 30);
+        CHECK(kept > 10 && kept <= 20 && s.spec && !s.note[0]);
+        sess_set_params(&s, &ps);
+        CHECK(turn(&s, (size_t)kept, la, outa, 12) == 12 && s.sc.st.drafted > 0);
+        sess f;
+        CHECK(sess_open(&f, &mm, t, &ps, 1, &so) == 0 && sess_sync(&f, b, 30) == 0 && turn(&f, 0, lb, outb, 12) == 12);
+        CHECK(!memcmp(la, lb, (size_t)mm.c.vocab * 4) && !memcmp(outa, outb, 12 * sizeof(int)));
+        CHECK(f.sc.st.drafted == s.sc.st.drafted && f.sc.st.accepted == s.sc.st.accepted);
+        sess_close(&f);
         sess_close(&s);
         model_free(&mm);
     }
@@ -224,6 +243,89 @@ static void test_grammar(void) {
     model_free(&m);
 }
 
+/* Sessions drafting with the MTP head, decoded together: each step one
+ * fwd_rows over every session's planned rows (a prompt chunk of at most 7
+ * rows, or a token and its drafts), as serve mode runs them; each session
+ * gives exactly the tokens, drafting counts and cache of the same session
+ * decoded alone with sess_step. Greedy and sampled with a seed. */
+static void test_batched_drafts(void) {
+    enum { NS = 3, NG = 14 };
+    static coli_model m;
+    tok *t;
+    char err[600];
+    if (load_slots(&m, FIXM, NS)) { CHECK(0); return; }
+    if (!(t = load_tokenizer(FIXM, err, sizeof err))) { CHECK(0); model_free(&m); return; }
+    m.absorb = 1; /* a prompt chunk alone (sess_prefill) takes the path its rows take in fwd_rows */
+    int V = m.c.vocab, D = m.c.dim, ids[NS][40], len[NS] = {9, 23, 16}, alone[NS][NG], both[NS][NG];
+    long acc[NS];
+    spec_opts so = {-1, 0, 8, 0};
+    sess s[NS];
+    sess_io io[NS];
+    sess_params p[NS];
+    for (int q = 0; q < NS; q++) {
+        p[q] = greedy(NG);
+        if (q != 1) p[q].sp.temp = 0.9f, p[q].seed = 40 + (uint64_t)q;
+        for (int i = 0; i < len[q]; i++) ids[q][i] = (i * (13 + 4 * q) + 7 * q + 1) % V;
+        CHECK(sess_open(&s[q], &m, t, &p[q], 1, &so) == 0 && sess_use_slot(&s[q], q) == 0);
+        sess_set_max_rows(&s[q], 5);
+        CHECK(sess_sync(&s[q], ids[q], len[q]) == 0 && turn(&s[q], 0, NULL, alone[q], NG) == NG);
+        acc[q] = s[q].sc.st.accepted;
+        CHECK(s[q].sc.st.drafted > 0);
+        sess_close(&s[q]);
+    }
+    fwd_row rows[NS * 8];
+    float *lg = malloc((size_t)NS * 8 * V * 4), *hid = malloc((size_t)NS * 8 * D * 4);
+    sess_rows r[NS];
+    int at[NS], wat[NS], nr[NS], phase[NS], live = NS;
+    for (int q = 0; q < NS; q++) {
+        memset(&io[q], 0, sizeof io[q]);
+        io[q].max_new = NG;
+        CHECK(sess_open(&s[q], &m, t, &p[q], 1, &so) == 0 && sess_use_slot(&s[q], q) == 0);
+        sess_set_max_rows(&s[q], 5);
+        CHECK(sess_sync(&s[q], ids[q], len[q]) == 0 && sess_begin(&s[q], 0, &io[q]) == 0);
+        phase[q] = 0; /* 0 prefill, 1 decode, 2 done */
+    }
+    for (int step = 0; live && step < 200; step++) {
+        int n = 0, w = 0;
+        for (int q = 0; q < NS; q++) {
+            nr[q] = 0;
+            if (phase[q] == 1) {
+                CHECK(sess_plan(&s[q], &r[q]) == 0);
+                if (!r[q].k) { phase[q] = 2, live--; continue; }
+                sess_plan_rows(&s[q], &r[q], rows + n);
+                nr[q] = r[q].k, at[q] = n, wat[q] = w, n += r[q].k, w += r[q].all ? r[q].k : 1;
+            } else if (phase[q] == 0) {
+                nr[q] = sess_prefill_rows(&s[q], 7, rows + n);
+                at[q] = n, wat[q] = w, n += nr[q], w += s[q].u.pf == s[q].u.np;
+            }
+        }
+        if (!n) continue;
+        CHECK(fwd_rows(&m, rows, n, lg, hid) == 0);
+        for (int q = 0; q < NS; q++) {
+            if (!nr[q]) continue;
+            const float *l = lg + (size_t)wat[q] * V, *h = hid + (size_t)at[q] * D;
+            if (phase[q] == 0) {
+                int last = s[q].u.pf == s[q].u.np;
+                CHECK(sess_prefilled(&s[q], nr[q], h, last ? l : NULL) == 0);
+                if (last) phase[q] = 1;
+            } else {
+                int e = sess_absorb(&s[q], &r[q], l, h);
+                CHECK(e >= 0);
+                if (e) phase[q] = 2, live--;
+            }
+        }
+    }
+    for (int q = 0; q < NS; q++) {
+        CHECK(phase[q] == 2 && sess_finish(&s[q]) == 0 && io[q].generated == NG);
+        memcpy(both[q], s[q].u.gen, sizeof both[q]);
+        CHECK(!memcmp(both[q], alone[q], sizeof both[q]) && s[q].sc.st.accepted == acc[q]);
+        sess_close(&s[q]);
+    }
+    free(lg), free(hid);
+    tok_free(t);
+    model_free(&m);
+}
+
 int main(void) {
     (void)coli_main;
     test_reference(FIX5, 0);
@@ -233,6 +335,7 @@ int main(void) {
     test_reference(FIXM, 2);
     test_reference(FIXM, -1);
     test_sync();
+    test_batched_drafts();
     test_save_load();
     test_grammar();
     return check_report("test_session");

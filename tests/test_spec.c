@@ -46,7 +46,8 @@ typedef struct {
     int *tok, n, max;
 } sink;
 
-static int sink_put(void *ud, int t) {
+static int sink_put(void *ud, int t, const float *logits) {
+    (void)logits;
     sink *s = (sink *)ud;
     s->tok[s->n++] = t;
     return s->n >= s->max;
@@ -77,7 +78,7 @@ static int spec_gen(spec_ctx *s, const int *ids, int np, int n, const smp_params
     int rc = spec_prefill(s, ids, np, 0);
     if (!rc) {
         int x = smp_sample(sp, s->m->sc.logits, s->m->c.vocab, &r, &w);
-        if (!sink_put(&k, x)) rc = spec_decode(s, x, np, n - 1, sp, &r, &w, sink_put, &k);
+        if (!sink_put(&k, x, NULL)) rc = spec_decode(s, x, np, n - 1, sp, &r, &w, sink_put, &k);
     }
     smp_work_free(&w);
     return rc ? rc : k.n == n ? 0 : -1;
