@@ -419,11 +419,12 @@ static void print_startup(const coli_model *m, const char *dir) {
             "ctx %d | kernel %s, IDOT %s | %d threads\n",
             dir, c->model_type, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, qt_fmt_name(m->L[0].q_a.fmt), ef, m->kv.ctx,
             mm_level_name(m->mm.level), m->mm.idot ? "on" : "off", m->team.n);
-    char b[8][32];
+    char b[8][32], seqs[40] = "";
+    if (m->kv.slots > 1) snprintf(seqs, sizeof seqs, " (%d sequences)", m->kv.slots);
     fprintf(stderr,
-            "colibri: plan: budget %s | resident: dense %s, KV %s, working set %s | experts %s each: %d pinned (%s), "
+            "colibri: plan: budget %s | resident: dense %s, KV %s%s, working set %s | experts %s each: %d pinned (%s), "
             "LRU %d slots/layer (up to %s) | projected peak %s\n",
-            fmt_bytes(b[0], 32, (double)m->budget), fmt_bytes(b[1], 32, (double)m->mem.dense), fmt_bytes(b[2], 32, (double)m->mem.kv),
+            fmt_bytes(b[0], 32, (double)m->budget), fmt_bytes(b[1], 32, (double)m->mem.dense), fmt_bytes(b[2], 32, (double)m->mem.kv), seqs,
             fmt_bytes(b[3], 32, (double)m->mem.work), fmt_bytes(b[4], 32, (double)xs_max_expert_bytes(x)), pinned,
             fmt_bytes(b[5], 32, (double)xs_pinned_bytes(x)), m->plan.lru_slots, fmt_bytes(b[6], 32, (double)m->plan.lru_bytes),
             fmt_bytes(b[7], 32, (double)m->plan.peak));
@@ -1654,7 +1655,8 @@ static char *serve_props(const coli_model *m, const coli_gen *g, const char *dir
     jw_lit(&w, ",\"chat_format\":"), jw_str(&w, chat_info(g->fmt)->name);
     jw_lit(&w, ",\"n_ctx\":"), jw_int(&w, m->kv.ctx);
     jw_lit(&w, ",\"vocab_size\":"), jw_int(&w, m->c.vocab);
-    jw_lit(&w, ",\"total_slots\":1,\"default_generation_settings\":{\"temperature\":"), jw_num(&w, g->sp.temp);
+    jw_lit(&w, ",\"total_slots\":"), jw_int(&w, m->kv.slots);
+    jw_lit(&w, ",\"default_generation_settings\":{\"temperature\":"), jw_num(&w, g->sp.temp);
     jw_lit(&w, ",\"top_k\":"), jw_int(&w, g->sp.top_k);
     jw_lit(&w, ",\"top_p\":"), jw_num(&w, g->sp.top_p);
     jw_lit(&w, ",\"min_p\":"), jw_num(&w, g->sp.min_p);
@@ -1721,8 +1723,9 @@ static int run_serve(coli_model *m, const char *dir, const coli_gen *g, tok *t, 
         rc = EXIT_INPUT;
         goto out;
     }
-    fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, %d slots, queue %d, KV_CACHE_GB %g%s%s): POST /v1/chat/completions, /v1/completions, "
-            "/v1/messages, /v1/responses, /tokenize, /detokenize; GET /v1/models, /health, /props, /metrics, / (chat page)\n", name, so.host, s.port, m->kv.ctx, x.nsl, so.max_queue,
+    fprintf(stderr, "colibri: serving %s on http://%s:%d (CTX %d, %d slots%s, queue %d, KV_CACHE_GB %g%s%s): POST /v1/chat/completions, /v1/completions, "
+            "/v1/messages, /v1/responses, /tokenize, /detokenize; GET /v1/models, /health, /props, /metrics, / (chat page)\n", name, so.host, s.port, m->kv.ctx, x.nsl,
+            env_i(e, ENV_SERVE_SLOTS) ? "" : " from the memory plan", so.max_queue,
             env_f(e, ENV_KV_CACHE_GB), n_keys ? ", API key required" : "", so.cors ? ", CORS on" : "");
     if (!serve_loopback(host) && !n_keys)
         fprintf(stderr, "colibri: warning: COLI_HOST=%s listens beyond this machine and no API key is set (COLI_API_KEY): anyone who can reach it can use it\n", host);
@@ -2158,7 +2161,7 @@ static int coli_main(int argc, char **argv) {
     if (fmt >= 0 && add_chat_stop(&m.c, t, fmt)) goto out;
     if (!(rows = (uint64_t *)calloc((size_t)m.c.n_layers * m.c.n_experts, sizeof(uint64_t)))) { model_fail(&m, "out of memory"); goto fail; }
     if (usage_history(&m, dir, &o, rows, &have)) goto out;
-    if (serve) o.slots = (int)env_i(&e, ENV_SERVE_SLOTS); /* each slot's KV cache counts in the memory plan */
+    if (serve) o.slots = env_i(&e, ENV_SERVE_SLOTS) ? (int)env_i(&e, ENV_SERVE_SLOTS) : SLOTS_AUTO; /* each slot's KV cache counts in the memory plan */
     if (model_setup(&m, &o, have ? rows : NULL)) goto fail;
     m.repin = (int)env_i(&e, ENV_REPIN);
     m.rss_limit = env_f(&e, ENV_RSS_GUARD_GB) > 0 ? (uint64_t)(env_f(&e, ENV_RSS_GUARD_GB) * GB) : m.budget;

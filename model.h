@@ -114,13 +114,15 @@ typedef struct {
 } coli_scratch;
 
 enum { PIN_OFF, PIN_AUTO, PIN_FILE };
+#define SLOTS_AUTO (-1)
+#define SLOTS_AUTO_MAX 8
 #define PIN_GB_ALL (-2.0)
 
 /* Everything model_setup needs to know, as plain values (the run modes fill
  * it from the environment). */
 typedef struct {
     int cap, ctx, ubatch, absorb;
-    int slots;              /* sequences the KV cache holds (fwd_rows); 0 = 1 */
+    int slots;              /* sequences the KV cache holds (fwd_rows); 0 = 1; SLOTS_AUTO: model_auto_slots chooses */
     double ram_gb;          /* 0 = derived from MemAvailable at start */
     int overcommit;         /* start even when the plan does not fit */
     int pin;                /* PIN_OFF / PIN_AUTO / PIN_FILE */
@@ -188,6 +190,7 @@ typedef struct {
     tier_plan plan;
     tier_budget plan_in;        /* what the plan was made from (pin_mode NONE after an overcommitted plan) */
     uint64_t budget;            /* resolved RAM budget */
+    int nslots;                 /* sequences the KV cache holds: coli_opts.slots, or model_auto_slots's choice */
     int repin;                  /* re-pin every N generated tokens (0 = off) */
     uint64_t rss_limit;         /* RSS guard (0 = off) */
     gpu_ctx gpu;                /* what the GPU holds and counts (gpu.h) */
@@ -565,7 +568,7 @@ static inline size_t kv_layout(const coli_config *c, int nl, int ctx, int slots,
     return off;
 }
 
-/* KV slots asked for: SLOTS, at least 1. */
+/* KV slots asked for: SLOTS, at least 1 (SLOTS_AUTO: 1 until model_auto_slots). */
 static inline int model_slots(const coli_opts *o) { return o->slots > 1 ? o->slots : 1; }
 
 /* Lays the activation scratch for batches of max_s positions, a context
@@ -653,7 +656,7 @@ static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *me
     memset(mem, 0, sizeof *mem);
     if (model_weights(m, 0, &mem->dense, NULL)) return -1;
     int ctx = model_ctx(c, o), nt = o->threads > 0 ? o->threads : coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
-    mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, model_slots(o), &kv, NULL); /* every slot's */
+    mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, m->nslots, &kv, NULL); /* every slot's */
     mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt;
     return 0;
 }
@@ -666,13 +669,31 @@ static inline const char *fmt_bytes(char *buf, size_t n, double b) {
     return buf;
 }
 
+/* The RAM budget: RAM_GB, else 90% of MemAvailable now. */
+static inline uint64_t model_budget(const coli_opts *o) {
+    return o->ram_gb > 0 ? (uint64_t)(o->ram_gb * GB) : (uint64_t)(0.9 * (double)compat_mem_available());
+}
+
+/* SLOTS_AUTO (serve mode's default): the most sequences, up to
+ * SLOTS_AUTO_MAX, whose KV caches together take at most a quarter of what
+ * the budget leaves after the dense weights, the working set and the
+ * reserve, so that most of it stays for experts; at least 1. Sets
+ * m->nslots and m->mem.kv (measured for one sequence). */
+static inline void model_auto_slots(coli_model *m, const coli_opts *o) {
+    const coli_config *c = &m->c;
+    uint64_t budget = model_budget(o), fixed = m->mem.dense + m->mem.work + budget / 20, one = m->mem.kv;
+    uint64_t quarter = budget > fixed ? (budget - fixed) / 4 : 0, n = one ? quarter / one : SLOTS_AUTO_MAX;
+    m->nslots = n < 1 ? 1 : n > SLOTS_AUTO_MAX ? SLOTS_AUTO_MAX : (int)n;
+    coli_kv kv;
+    m->mem.kv = kv_layout(c, c->n_layers + m->mtp, model_ctx(c, o), m->nslots, &kv, NULL);
+}
+
 /* The budget plan, before anything is loaded: the resident part must fit
  * in the RAM budget or the run is refused, naming the knobs. pin_want is
  * what the usage history asks to pin. 0 or -1 (m->err). */
 static inline int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_want) {
     const coli_config *c = &m->c;
-    uint64_t avail = compat_mem_available();
-    m->budget = o->ram_gb > 0 ? (uint64_t)(o->ram_gb * GB) : (uint64_t)(0.9 * (double)avail);
+    m->budget = model_budget(o);
     int cap = o->cap;
     if (cap > c->n_experts) {
         fprintf(stderr, "colibri: CAP=%d exceeds the %d routed experts of a MoE layer; using %d\n", cap, c->n_experts, c->n_experts);
@@ -693,7 +714,7 @@ static inline int model_plan(coli_model *m, const coli_opts *o, uint64_t pin_wan
         return 0;
     }
     char why[700], f[8][32], sl[32] = "";
-    if (model_slots(o) > 1) snprintf(sl, sizeof sl, " x %d sequences", model_slots(o));
+    if (m->nslots > 1) snprintf(sl, sizeof sl, " x %d sequences", m->nslots);
     snprintf(why, sizeof why,
              "the resident part needs %s (dense weights %s + KV cache %s for CTX=%d%s + working set %s + reserve %s "
              "+ one expert slot per MoE layer %s) but the RAM budget is %s (%s); short by %s. Raise RAM_GB, "
@@ -836,10 +857,10 @@ static inline int model_alloc_state(coli_model *m, const coli_opts *o) {
     const coli_config *c = &m->c;
     int ctx = model_ctx(c, o);
     int nl = c->n_layers + m->mtp;
-    size_t kb = kv_layout(c, nl, ctx, model_slots(o), &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
+    size_t kb = kv_layout(c, nl, ctx, m->nslots, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
     if (!(m->kv.block = model_resident(m, kb))) return model_fail(m, "out of memory for the KV cache (CTX=%d; lower CTX)", ctx);
     if (!(m->sc.block = model_resident(m, sb))) return model_fail(m, "out of memory for activations (UBATCH=%d)", o->ubatch);
-    kv_layout(c, nl, ctx, model_slots(o), &m->kv, m->kv.block);
+    kv_layout(c, nl, ctx, m->nslots, &m->kv, m->kv.block);
     scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, m->sc.block);
     m->kv.slot = 0;
     for (int l = 0, f = 0; l < nl; l++) m->kv.full_slot[l] = c->idx_full[l] ? f++ : -1;
@@ -923,7 +944,10 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
     xs_opts xo = {.direct = o->io.direct, .mmap = o->io.mmap, .numa = m->numa, .expert_bits = o->expert_bits,
                   .group_size = o->group_size, .threads = m->nth};
     if (xs_init(&m->xs, &m->st, n_moe_layers(c) + (m->mtp && c->moe[c->n_layers]), c->n_experts, &xo)) return model_fail(m, "%s", m->xs.err);
-    if (model_locate_experts(m) || model_check_tensors(m) || model_measure(m, o, &m->mem) || model_plan(m, o, model_pin_want(m, hist))) return -1;
+    m->nslots = model_slots(o);
+    if (model_locate_experts(m) || model_check_tensors(m) || model_measure(m, o, &m->mem)) return -1;
+    if (o->slots == SLOTS_AUTO) model_auto_slots(m, o);
+    if (model_plan(m, o, model_pin_want(m, hist))) return -1;
     int64_t cols = c->dim;
     int64_t dims[] = {c->q_lora, c->kv_lora, (int64_t)c->n_heads * c->v_head, c->inter, (int64_t)c->moe_inter * c->n_shared};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) cols = dims[i] > cols ? dims[i] : cols;

@@ -49,7 +49,7 @@ from ab import END_RE  # noqa: E402  (the end-of-run line, parsed as tools/ab.py
 PROF_RE = re.compile(r"^prof: (.*) \| total ([\d.]+) s = wall ([\d.]+) s \| expert reads (?:busy|in flight) ([\d.]+) s, ([\d.]+) s of it hidden behind compute", re.M)
 STAGE_RE = re.compile(r"([a-zA-Z/ ]+?) ([\d.]+) s \((\d+)%\)")
 RECALL_RE = re.compile(r"prefetch: recall ([\d.]+)% \((\d+) of (\d+) routed experts were predicted; (\d+) predictions\)")
-PLAN_RE = re.compile(r"plan: budget ([\d.]+ [KMG]B) \| resident: dense ([\d.]+ [KMG]B), KV ([\d.]+ [KMG]B), working set ([\d.]+ [KMG]B) \| "
+PLAN_RE = re.compile(r"plan: budget ([\d.]+ [KMG]B) \| resident: dense ([\d.]+ [KMG]B), KV ([\d.]+ [KMG]B)(?: \(\d+ sequences\))?, working set ([\d.]+ [KMG]B) \| "
                      r"experts ([\d.]+ [KMG]B) each: (\d+) pinned \(([\d.]+ [KMG]B)\), LRU (\d+) slots/layer")
 READS_RE = re.compile(r"expert reads: (.*)")
 STOP_RE = re.compile(r"stopped: (.*)")

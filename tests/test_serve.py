@@ -1572,6 +1572,42 @@ class Batching(MhdCase):
             finally:
                 self.assertEqual(srv.stop(), 0, srv.log())
 
+    def test_slots_from_the_memory_plan(self):
+        """SERVE_SLOTS unset: as many slots as fit, up to 8, with all their
+        KV caches in a quarter of what the budget leaves after the dense
+        weights, the working set and the reserve (a twentieth); checked
+        against the plan line's own figures, with a budget that leaves room
+        for three and a half."""
+        unit = {"KB": 1e3, "MB": 1e6, "GB": 1e9}
+        size = lambda t: float(t.split()[0]) * unit[t.split()[1]]  # noqa: E731
+        plan = re.compile(r"plan: budget (\S+ .B) \| resident: dense (\S+ .B), KV (\S+ .B) \((\d+) sequences\), working set (\S+ .B)")
+        srv = Server({}, model=synth_model())
+        try:
+            self.assertTrue(srv.port, srv.log())
+            self.assertEqual(srv.request("GET", "/props")[1]["total_slots"], 8)
+            self.assertIn("8 slots from the memory plan", srv.log())
+            m = plan.search(srv.log())
+            self.assertIsNotNone(m, srv.log())
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.log())
+        dense, kv, n, work = size(m.group(2)), size(m.group(3)), int(m.group(4)), size(m.group(5))
+        self.assertEqual(n, 8)
+        one = kv / n
+        ram = (dense + work + 4 * 3.5 * one) / 0.95  # budget - budget/20 - dense - work = 3.5 slots' KV, four times over
+        srv = Server({"RAM_GB": "%.9f" % (ram / 1e9)}, model=synth_model())
+        try:
+            self.assertTrue(srv.port, srv.log())
+            self.assertEqual(srv.request("GET", "/props")[1]["total_slots"], 3, srv.log())
+            self.assertIn("3 slots from the memory plan", srv.log())
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.log())
+        srv = Server({"SERVE_SLOTS": "2"}, model=synth_model())
+        try:
+            self.assertEqual(srv.request("GET", "/props")[1]["total_slots"], 2)
+            self.assertRegex(srv.log(), r"\(CTX \d+, 2 slots, queue")
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.log())
+
     def test_mtp_drafts_in_batches(self):
         """With the MTP head drafting (trained-glm5's, which has learned),
         requests decoded together give each the answer it gets alone,
