@@ -708,7 +708,7 @@ static int conv_generate(conv *cv, size_t before, sess_io *io) {
     xs_stats_get(&m->xs, &x0);
     int r;
     while (!(r = sess_step(s))) {}
-    int spec_on = s->spec && !s->gram; /* grammar turns decode without drafts */
+    int spec_on = s->u.mtp_draft;
     spec_stats sst = s->sc.st;
     if (r < 0 || sess_finish(s)) goto fail;
     if (io->sink == stdout_sink) {
@@ -1382,7 +1382,7 @@ static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
                 k->st.prompt_tokens, io->cached, io->generated, k->st.ttft_s > 0 ? k->st.ttft_s : 0.0,
                 io->generated > 1 && k->st.decode_s > 0 ? (io->generated - 1) / k->st.decode_s : 0.0);
         const spec_stats *sst = &cv->s.sc.st;
-        if (cv->s.spec && !cv->s.gram)
+        if (cv->s.u.mtp_draft)
             fprintf(stderr, "colibri: %s: speculation: %ld drafted, %ld accepted (%.1f%%), %.2f tokens per verifying forward\n", j->id, sst->drafted,
                     sst->accepted, tel_pct((double)sst->accepted, (double)sst->drafted),
                     sst->verifies ? (double)(io->generated > 0 ? io->generated - 1 : 0) / (double)sst->verifies : 0.0);
@@ -1436,7 +1436,7 @@ static void serve_admit(serve_ctx *x, srv_job *j) {
     sess_params sp = conv_params(&k->g);
     sess_set_params(&cv->s, &sp);
     int n = (int)j->ids.n;
-    int p = sess_drafts_on(&cv->s) ? -1 : kvc_select(x->kc, cv, j->ids.ids, n); /* drafting again after a conversation that could not */
+    int p = kvc_select(x->kc, cv, j->ids.ids, n);
     k->q = (serve_req){.j = j, .t = cv->s.t, .sp = &k->g.sp, .w = &cv->s.w, .first = 1};
     k->q.meta = (oai_meta){j->id, x->model, x->fps, j->created, n, 0, 0, NULL};
     k->q.y.id = j->id, k->q.y.model = x->model, k->q.y.created = j->created, k->q.y.prompt_tokens = n, k->q.y.cached_tokens = p > 0 ? p : 0;

@@ -84,6 +84,8 @@ typedef struct {
     int pf;          /* sess_prefill_rows: the next prompt position to compute */
     int pending;     /* a token sampled while verifying drafts, emitted next (-1: none) */
     int drafting;    /* grammar drafts */
+    int mtp_follow;  /* the MTP part is ready for the prompt (spec_ready): its rows are queued as it is computed */
+    int mtp_draft;   /* ... and the turn drafts with it (no grammar) */
     int mtp_started; /* spec_start ran */
     int *batch;      /* [ubatch] the rows of one forward */
     float *rows;     /* [ubatch][vocab] their logits (grammar drafts) */
@@ -105,7 +107,6 @@ typedef struct {
     int started; /* the first turn was rendered (or a state resumed): later turns are follow-ups */
     int spec;    /* drafting with the MTP head */
     spec_ctx sc;
-    spec_opts so; /* its settings (sess_drafts_on) */
     smp_work w;
     smp_rng rng;
     float *lg;   /* [vocab] the next token's logits (masked here, never in the model's scratch) */
@@ -181,19 +182,6 @@ static inline int sess_drafts_off(sess *s) {
     int on = s->spec;
     if (on) spec_free(&s->sc), s->spec = 0;
     return on;
-}
-
-/* Drafts with the MTP head again (a session that turned them off for a
- * conversation, when another starts): the MTP cache covers nothing, so
- * the next sess_sync keeps no cached position. 0, or -1 (out of memory:
- * drafts stay off). */
-static inline int sess_drafts_on(sess *s) {
-    if (s->spec || !s->m->mtp || !s->so.k) return 0;
-    if (spec_init(&s->sc, s->m, &s->so)) return -1;
-    s->spec = 1;
-    spec_cap_k(&s->sc, s->max_rows - 1);
-    if (!s->sc.k) sess_drafts_off(s); /* no room for a draft (UBATCH=1) */
-    return 0;
 }
 
 /* The MTP part of the state for kv_persist into *k: k, or NULL without
@@ -320,7 +308,7 @@ static inline void sess_select_(sess *s) { kv_select(&s->m->kv, s->slot); }
  * drafting is off when it was asked for. */
 static inline int sess_open(sess *s, coli_model *m, tok *t, const sess_params *p, int mtp, const spec_opts *spec) {
     memset(s, 0, sizeof *s);
-    s->m = m, s->t = t, s->max_rows = m->ubatch, s->so = *spec;
+    s->m = m, s->t = t, s->max_rows = m->ubatch;
     sess_set_params(s, p);
     s->spec = m->mtp && mtp;
     if (smp_work_alloc(&s->w, m->c.vocab) || !(s->lg = (float *)malloc((size_t)m->c.vocab * sizeof(float))) || (s->spec && spec_init(&s->sc, m, spec))) {
@@ -343,9 +331,9 @@ static inline int sess_resume(sess *s, const kvp_state *ks, const char *path) {
     s->ids.n = 0;
     if (tok_ids_append(&s->ids, ks->tok, (size_t)ks->n_tok)) return -1;
     s->n_kv = ks->n_kv, s->started = 1;
-    if (s->spec && !ks->has_mtp) {
+    if (s->spec && !ks->has_mtp) { /* the MTP part covers nothing: its turns decode without drafts (sess_sync may give up some positions) */
         snprintf(s->note, sizeof s->note, "%s holds no MTP drafting state (saved without drafts): decoding without speculation", path);
-        sess_drafts_off(s);
+        spec_rewind(&s->sc, 0);
     } else if (s->spec && spec_resume(&s->sc, ks)) {
         snprintf(s->note, sizeof s->note, "%s: out of memory restoring its MTP state (%d queued rows): decoding without speculation", path, ks->nq);
         sess_drafts_off(s);
@@ -378,16 +366,21 @@ static inline int sess_save(sess *s, const char *path, uint64_t fp, char *err, s
 
 /* Makes the conversation ids[0..n) (n > 0), keeping the cached positions
  * it shares with the current one, at most n-1 (the last id is fed again
- * for its logits); with MTP drafts, at most as many as the MTP cache
- * covers (spec_rewind: a rewind recomputes the few positions whose MTP
- * rows were still queued). Returns the positions reused, or -1 (out of
- * memory: the conversation is then empty). */
+ * for its logits). With MTP drafts, the MTP part keeps what it covers of
+ * them; when that is fewer (a turn decoded without drafts: a grammar's,
+ * or one resumed from a state saved without them), at most UBATCH
+ * positions are given up so that the next turn drafts, else the turn
+ * keeps them and decodes without drafts. Returns the positions reused,
+ * or -1 (out of memory: the conversation is then empty). */
 static inline int sess_sync(sess *s, const int *ids, int n) {
     int p = 0;
     s->note[0] = 0;
     while (p < s->n_kv && p < (int)s->ids.n && p < n && s->ids.ids[p] == ids[p]) p++;
     if (p > n - 1) p = n - 1;
-    if (s->spec && (p < s->n_kv || s->sc.mtp_pos + s->sc.nq != p - 1)) p = spec_rewind(&s->sc, p); /* else it continues in step */
+    if (s->spec && !spec_ready(&s->sc, p)) {
+        int keep = spec_rewind(&s->sc, p);
+        if (p - keep <= s->m->ubatch) p = keep;
+    }
     s->ids.n = 0;
     s->started = 1;
     if (tok_ids_append(&s->ids, ids, (size_t)n)) return s->n_kv = 0, -1;
@@ -457,6 +450,8 @@ static inline int sess_begin(sess *s, size_t before, sess_io *io) {
     u->ngen = limit < m->kv.ctx - n ? limit : m->kv.ctx - n;
     u->np = n;
     u->drafting = s->gram && s->p.grammar_draft; /* the grammar drafts; the model's tokens are kept as they are */
+    u->mtp_follow = s->spec && spec_ready(&s->sc, u->pf);
+    u->mtp_draft = u->mtp_follow && !s->gram;
     if (s->spec) spec_rearm(&s->sc), memset(&s->sc.st, 0, sizeof s->sc.st); /* the turn's own figures */
     if (!(u->gen = (int *)malloc((size_t)u->ngen * sizeof(int) + sizeof(int))) || !(u->batch = (int *)malloc((size_t)m->ubatch * sizeof(int))) ||
         (u->drafting && !(u->rows = (float *)malloc((size_t)s->max_rows * c->vocab * sizeof(float)))))
@@ -490,7 +485,7 @@ static inline int sess_prefill(sess *s) {
     u->t0 = compat_now();
     sess_select_(s);
     int n = u->np, start = s->n_kv;
-    if (s->spec ? spec_prefill(&s->sc, s->ids.ids, n, start) : fwd_tokens(m, s->ids.ids + start, n - start, start, NULL))
+    if (u->mtp_follow ? spec_prefill(&s->sc, s->ids.ids, n, start) : fwd_tokens(m, s->ids.ids + start, n - start, start, NULL))
         return sess_fail(u->io, 1, 0, "%s", m->err);
     memcpy(s->lg, m->sc.logits, (size_t)m->c.vocab * sizeof(float));
     m->tel.t_prefill = compat_now() - u->t0;
@@ -520,7 +515,7 @@ static inline int sess_prefill_rows(sess *s, int max, fwd_row *rows) {
  * (io says why; the caller aborts). */
 static inline int sess_prefilled(sess *s, int k, const float *hid, const float *logits) {
     sess_turn *u = &s->u;
-    if (s->spec) {
+    if (u->mtp_follow) {
         sess_select_(s); /* a full queue runs through the MTP layer of this slot */
         if (spec_rows(&s->sc, s->ids.ids, u->np, u->pf - k, k, hid)) return sess_fail(u->io, 1, 0, "%s", s->m->err);
     }
@@ -650,7 +645,7 @@ static inline int sess_plan(sess *s, sess_rows *r) {
     sess_turn *u = &s->u;
     sess_io *io = u->io;
     memset(r, 0, sizeof *r);
-    if (s->spec && u->mtp_started) return sess_plan_mtp_(s, r);
+    if (u->mtp_started) return sess_plan_mtp_(s, r);
     int next = u->pending;
     u->pending = -1;
     if (next < 0) {
@@ -661,7 +656,7 @@ static inline int sess_plan(sess *s, sess_rows *r) {
     if (next < 0) return sess_fail(io, 0, 0, "the logits are not finite (NaN or infinity); stopping");
     if (sess_emit_(s, next)) return io->failed ? -1 : (r->done = 1, 0);
     r->p0 = u->np + u->n - 1; /* the position of next */
-    if (s->spec && !s->gram) { /* the first token is the plain draw; MTP rounds from here */
+    if (u->mtp_draft) { /* the first token is the plain draw; MTP rounds from here */
         spec_start(&s->sc, next, u->np);
         u->mtp_started = 1;
         return sess_plan_mtp_(s, r);
@@ -735,14 +730,9 @@ static inline int sess_finish(sess *s) {
     m->tel.t_decode = compat_now() - u->t1;
     m->tel.gen_tokens = u->n;
     if (tok_ids_append(&s->ids, u->gen, (size_t)u->n)) return sess_fail(io, 0, 0, "out of memory");
-    if (s->spec && (u->mtp_started || !s->gram)) { /* drafted, or ended at the first token: the MTP part is in step */
-        kvp_mtp k = spec_state(&s->sc); /* the row of position pos-1 is implied by h_last and the id at pos */
+    if (u->mtp_draft) { /* drafted, or ended at the first token: the MTP part is in step */
         s->n_kv = s->sc.pos;
-        if (k.nq < 0) sess_drafts_off(s);
-        else {
-            s->sc.mtp_pos = k.mtp_pos, s->sc.nq = k.nq;
-            memcpy(s->sc.vhid, s->sc.h_last, (size_t)m->c.dim * 4);
-        }
+        if (spec_end_turn(&s->sc)) sess_drafts_off(s);
     } else
         s->n_kv = u->np + u->fed;
     io->generated = u->n;

@@ -69,6 +69,7 @@ typedef struct {
     int nq, cap;
     int mtp_pos;  /* MTP positions [0, mtp_pos) hold verified entries */
     int pos, x;   /* decoding: positions [0, pos) cached, x the next token to feed */
+    int hpos;     /* the position whose hidden row s->vhid[0] holds between calls (-1: none) */
     float *h_last; /* [dim] the main model's hidden row of position pos-1 */
     int paused;   /* tokens left without drafts */
     long win_d, win_a; /* the current window */
@@ -97,7 +98,7 @@ static inline void spec_rearm(spec_ctx *s) {
 /* 0, or -1 (out of memory). m must have its MTP layer loaded. */
 static inline int spec_init(spec_ctx *s, coli_model *m, const spec_opts *o) {
     memset(s, 0, sizeof *s);
-    s->m = m, s->o = *o;
+    s->m = m, s->o = *o, s->hpos = -1;
     s->vocab = m->c.vocab, s->dim = m->c.dim;
     s->kmax = m->sc.max_s - 1 < SPEC_MAX_K ? m->sc.max_s - 1 : SPEC_MAX_K;
     spec_rearm(s);
@@ -146,10 +147,10 @@ static inline int spec_flush(spec_ctx *s) {
 static inline int spec_rows(spec_ctx *s, const int *ids, int n, int p0, int S, const float *h) {
     size_t D = (size_t)s->dim;
     if (s->nq + S + 1 > s->cap && spec_flush(s)) return -1;
-    if (p0 > 0 && s->mtp_pos + s->nq == p0 - 1) spec_queue(s, s->vhid, ids[p0]);
+    if (p0 > 0 && s->mtp_pos + s->nq == p0 - 1 && s->hpos == p0 - 1) spec_queue(s, s->vhid, ids[p0]);
     for (int j = 0; j < S && p0 + j + 1 < n; j++) spec_queue(s, h + (size_t)j * D, ids[p0 + j + 1]);
     memcpy(s->vhid, h + (size_t)(S - 1) * D, D * 4);
-    s->pos = p0 + S;
+    s->pos = p0 + S, s->hpos = s->pos - 1;
     if (s->pos == n) memcpy(s->h_last, s->vhid, D * 4); /* the prompt is complete */
     if (s->nq >= s->m->sc.max_s && spec_flush(s)) return -1;
     return 0;
@@ -159,9 +160,8 @@ static inline int spec_rows(spec_ctx *s, const int *ids, int n, int p0, int S, c
  * same chunks as fwd_tokens, so the main model's state and logits equal a
  * plain prefill's), queueing the MTP rows (spec_rows); the last hidden row
  * is left in s->vhid[0] and s->h_last, the last logits in m->sc.logits.
- * start > 0 continues a resumed state (spec_resume: s->vhid[0] holds the
- * hidden row of position start-1) or a rewound one (spec_rewind: the MTP
- * cache already covers [0, start)). 0 or -1 (m->err). */
+ * start > 0 continues a state that is ready for it (spec_ready: after a
+ * turn, spec_resume or spec_rewind). 0 or -1 (m->err). */
 static inline int spec_prefill(spec_ctx *s, const int *ids, int n, int start) {
     coli_model *m = s->m;
     for (int done = start; done < n;) {
@@ -194,16 +194,38 @@ static inline kvp_mtp spec_state(const spec_ctx *s) {
 /* The main model's cache keeps positions [0, p) of this conversation
  * (a rewind, or a conversation started again): the MTP cache keeps its
  * verified entries and the queued rows as far as they reach, the rest is
- * dropped. Returns the positions to keep, at most p: the MTP part then
- * covers exactly those, and spec_prefill(..., start = that) or spec_rows
- * from it computes the rest. */
+ * dropped. Returns the positions to keep, at most p: the MTP part is
+ * then ready for them (spec_ready), and spec_prefill(..., start = that)
+ * or spec_rows from it computes the rest. */
 static inline int spec_rewind(spec_ctx *s, int p) {
     int keep = s->mtp_pos + s->nq < p ? s->mtp_pos + s->nq : p;
     if (keep < 0) keep = 0;
     if (keep < s->mtp_pos) s->mtp_pos = keep;
     s->nq = keep - s->mtp_pos;
     s->pos = keep;
-    return keep;
+    if (s->hpos >= p) s->hpos = -1; /* its position is not in the kept prefix */
+    return keep < p && s->hpos == keep ? keep + 1 : keep; /* the row of `keep` at hand: it is queued with the next token */
+}
+
+/* Whether the MTP part can follow a computation of positions p.. (its
+ * rows cover exactly [0, p), or [0, p-1) with the hidden row of p-1 at
+ * hand); else spec_rewind first. */
+static inline int spec_ready(const spec_ctx *s, int p) {
+    int cover = s->mtp_pos + s->nq;
+    return cover == p || (cover == p - 1 && s->hpos == p - 1);
+}
+
+/* A drafting turn ends with positions [0, pos) cached: the MTP part is
+ * cut back to them (spec_state) and the hidden row of pos-1 kept for the
+ * next turn's first prompt row. 0, or -1 when it cannot be (the caller
+ * stops drafting). */
+static inline int spec_end_turn(spec_ctx *s) {
+    kvp_mtp k = spec_state(s);
+    if (k.nq < 0) return -1;
+    s->mtp_pos = k.mtp_pos, s->nq = k.nq;
+    memcpy(s->vhid, s->h_last, (size_t)s->dim * 4);
+    s->hpos = s->pos - 1;
+    return 0;
 }
 
 /* Restores a saved MTP part before spec_prefill(..., start = n_kv); the
@@ -226,6 +248,7 @@ static inline int spec_resume(spec_ctx *s, const kvp_state *st) {
     memcpy(s->hq, st->hq, (size_t)st->nq * s->dim * 4);
     memcpy(s->tq, st->tq, (size_t)st->nq * sizeof(int));
     memcpy(s->vhid, st->h_last, (size_t)s->dim * 4);
+    s->hpos = st->n_kv - 1;
     return 0;
 }
 

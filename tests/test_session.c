@@ -151,7 +151,32 @@ static void test_sync(void) {
         CHECK(!memcmp(la, lb, (size_t)mm.c.vocab * 4) && !memcmp(outa, outb, 12 * sizeof(int)));
         CHECK(f.sc.st.drafted == s.sc.st.drafted && f.sc.st.accepted == s.sc.st.accepted);
         sess_close(&f);
+        /* a grammar's turn decodes without drafts, the MTP part following
+         * its prompt alone; the next turn gives up the positions it lacks
+         * (fewer than UBATCH) and drafts, as a fresh session does */
+        char gerr[300];
+        const char *gtext = "root ::= [a-z ]+\n";
+        gr_grammar *g = gr_parse(gtext, strlen(gtext), "root", gerr, sizeof gerr);
+        gr_vocab gv;
+        memset(&gv, 0, sizeof gv);
+        CHECK(g && sess_vocab(t, mm.c.vocab, &gv) == 0 && sess_grammar(&s, g, &gv, 0) == 0);
+        size_t before = s.ids.n;
+        int np = (int)before + 4, c[64];
+        for (int i = 0; i < 4; i++) tok_ids_append(&s.ids, &(int){(i * 71 + 5) % V}, 1);
+        CHECK(turn(&s, before, NULL, out, 6) > 0 && s.u.mtp_follow && !s.u.mtp_draft && s.sc.st.drafted == 0);
+        sess_grammar(&s, NULL, NULL, 0);
+        int nc = (int)s.ids.n + 3;
+        memcpy(c, s.ids.ids, s.ids.n * sizeof(int));
+        for (int i = (int)s.ids.n; i < nc; i++) c[i] = (i * 19 + 2) % V;
+        CHECK(sess_sync(&s, c, nc) == np); /* the grammar's prompt: its last hidden row is at hand */
+        sess_set_params(&s, &ps);
+        CHECK(turn(&s, (size_t)np, la, outa, 12) == 12 && s.u.mtp_draft && s.sc.st.drafted > 0);
+        CHECK(sess_open(&f, &mm, t, &ps, 1, &so) == 0 && sess_sync(&f, c, nc) == 0 && turn(&f, 0, lb, outb, 12) == 12);
+        CHECK(!memcmp(la, lb, (size_t)mm.c.vocab * 4) && !memcmp(outa, outb, 12 * sizeof(int)));
+        sess_close(&f);
         sess_close(&s);
+        gr_vocab_free(&gv);
+        gr_free(g);
         model_free(&mm);
     }
     free(la), free(lb);
@@ -187,6 +212,23 @@ static void test_save_load(void) {
         CHECK(turn(s, before, s == &sa ? la : lb, s == &sa ? outa : outb, 10) == 10);
     }
     CHECK(!memcmp(la, lb, (size_t)V * 4) && !memcmp(outa, outb, 10 * sizeof(int)));
+    /* a state saved without drafts: a drafting session resumes it without
+     * drafts; sess_sync keeps its 29 positions rather than give up more
+     * than UBATCH (16) of them, and gives up a short one's to draft */
+    for (int len = 20; len >= 4; len -= 16) {
+        sess plain;
+        CHECK(sess_open(&plain, &a, t, &p, 0, &so) == 0 && !plain.spec && sess_sync(&plain, ids, len) == 0 && turn(&plain, 0, NULL, outa, 10) == 10);
+        CHECK(sess_save(&plain, path, fp, err, sizeof err) == 0);
+        int n = (int)plain.ids.n;
+        memcpy(ids, plain.ids.ids, (size_t)n * sizeof(int));
+        for (int i = 0; i < 3; i++) ids[n + i] = (i * 23 + 1) % V;
+        CHECK(sess_sync(&plain, ids, n + 3) == plain.n_kv && turn(&plain, (size_t)plain.n_kv, NULL, outa, 6) == 6);
+        CHECK(sess_load(&sb, path, fp, err, sizeof err) == 0 && sb.spec && strstr(sb.note, "holds no MTP"));
+        int kept = sess_sync(&sb, ids, n + 3);
+        CHECK(len == 20 ? kept == n - 1 : kept == 0);
+        CHECK(turn(&sb, (size_t)kept, NULL, outb, 6) == 6 && sb.u.mtp_draft == (len != 20) && !memcmp(outa, outb, 6 * sizeof(int)));
+        sess_close(&plain);
+    }
     CHECK(sess_load(&sb, "/nonexistent/x.coli_kv", fp, err, sizeof err) == 1);
     unlink(path);
     free(la), free(lb);

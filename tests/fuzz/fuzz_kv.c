@@ -11,8 +11,9 @@
  * Properties: a refusal has a message naming the state; a checked-only
  * read (keep = 0) and a loading read agree; an accepted state has
  * 1 <= n_tok < ctx, n_kv <= n_tok and every token in the vocabulary, and
- * written back with kvp_image (no MTP part) from the loaded caches it is
- * the input byte for byte, unless the input had an MTP part. */
+ * written back with kvp_image from the loaded caches (with the MTP part it
+ * loaded, when it did) it is the input byte for byte, unless the input
+ * had an MTP part this model does not load. */
 #include "kv_persist.h"
 
 #include "fuzz_common.h"
@@ -64,11 +65,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!(flags & KVP_F_MTP)) {
         uint8_t *out;
         size_t len;
-        FUZZ_CHECK(kvp_image(&fz_m, fp, b.tok, b.n_tok, b.n_kv, &out, &len, err, sizeof err) == 0);
+        FUZZ_CHECK(kvp_image(&fz_m, fp, b.tok, b.n_tok, b.n_kv, NULL, &out, &len, err, sizeof err) == 0);
         FUZZ_CHECK(len == n && !memcmp(out, img, n));
         free(out);
-    } else
-        FUZZ_CHECK(!b.has_mtp || fz_m.mtp);
+    } else if (b.has_mtp) {
+        FUZZ_CHECK(fz_m.mtp);
+        kvp_mtp k = {b.mtp_pos, b.nq, b.hq, b.tq, b.h_last};
+        uint8_t *out;
+        size_t len;
+        FUZZ_CHECK(kvp_image(&fz_m, fp, b.tok, b.n_tok, b.n_kv, &k, &out, &len, err, sizeof err) == 0);
+        FUZZ_CHECK(len == n && !memcmp(out, img, n));
+        free(out);
+    }
     kvp_state_free(&a);
     kvp_state_free(&b);
     return 0;
