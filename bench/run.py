@@ -415,6 +415,16 @@ class Bench:
                 pass
         return p
 
+    def cg_join(self, p):
+        """A preexec_fn that moves the child into memory cgroup p (None: none)."""
+        if not p:
+            return None
+
+        def pre():
+            with open(os.path.join(p, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        return pre
+
     def cg_done(self, p):
         """Peak memory charged to the cgroup (bytes), then removes it."""
         if not p:
@@ -1105,8 +1115,9 @@ class Bench:
                 a, p["tok_s"], p["k"], p["tok_s"] / base) for a, p in proj.items())))
         self.R["spec"] = out
 
-    def serve_start(self, model, env, tag):
-        """A colibri --serve on a free port (stderr to a log); (process, port, log path)."""
+    def serve_start(self, model, env, tag, cgroup=None):
+        """A colibri --serve on a free port (stderr to a log), in the memory
+        cgroup when given; (process, port, log path)."""
         full = dict(os.environ)
         full.update(self.omp_env)
         full.update({"COLI_PORT": "0", "USAGE_SAVE": "0", "SEED": "1"})
@@ -1115,7 +1126,7 @@ class Bench:
         self.nlog += 1
         lp = os.path.join(self.logdir, "%03d-serve-%s.log" % (self.nlog, tag))
         lf = open(lp, "wb")
-        p = subprocess.Popen([self.colibri, "--serve", model], env=full, stdout=subprocess.DEVNULL, stderr=lf)
+        p = subprocess.Popen([self.colibri, "--serve", model], env=full, stdout=subprocess.DEVNULL, stderr=lf, preexec_fn=self.cg_join(cgroup))
         port, t0 = None, time.time()
         while time.time() - t0 < 600 and p.poll() is None and not port:
             with open(lp, "rb") as f:
@@ -1276,7 +1287,10 @@ class Bench:
 
     def batch_round(self, port, prompts, G, extra=None):
         """len(prompts) clients at once, one request each; (aggregate
-        generated tok/s, TTFT p50, TTFT p95, tokens, errors)."""
+        generated tok/s over the round, TTFT p50, TTFT p95, tokens, errors,
+        aggregate decode tok/s). The decode rate is the sum over clients of
+        (tokens - 1) / (end - first token): while the clients decode
+        together, the rate they are served at, prefill left out."""
         import threading
         res, errs = [None] * len(prompts), []
 
@@ -1296,23 +1310,25 @@ class Bench:
         toks = sum(r[2] for r in ok)
         tt = sorted(r[0] for r in ok if r[0] is not None)
         pct = (lambda q: tt[min(len(tt) - 1, int(round(q * (len(tt) - 1))))] if tt else None)
-        return (toks / wall if wall else 0.0), pct(0.5), pct(0.95), toks, errs
+        dec = sum((r[2] - 1) / (r[1] - r[0]) for r in ok if r[0] is not None and r[2] > 1 and r[1] > r[0])
+        return (toks / wall if wall else 0.0), pct(0.5), pct(0.95), toks, errs, dec
 
     def batch_run(self, port, prompts, G):
         """One colibri round (batch_round) with its /metrics deltas: disk
         bytes and forwards per generated token, sequences per forward."""
         m0 = self.metrics(port)
-        tps, t50, t95, toks, errs = self.batch_round(port, prompts, G)
+        tps, t50, t95, toks, errs, dec = self.batch_round(port, prompts, G)
         m1 = self.metrics(port)
         dd = lambda k: m1.get(k, 0) - m0.get(k, 0)  # noqa: E731
         fw, sq = dd("colibri_decode_forwards_total"), dd("colibri_decode_sequences_total")
-        return {"tok_s": tps, "ttft_p50_s": t50, "ttft_p95_s": t95, "tokens": toks, "errors": errs,
+        return {"tok_s": tps, "decode_tok_s": dec, "ttft_p50_s": t50, "ttft_p95_s": t95, "tokens": toks, "errors": errs,
                 "disk_bytes_per_token": dd("colibri_disk_read_bytes_total") / toks if toks else None,
                 "forwards_per_token": fw / toks if toks else None, "sequences_per_forward": sq / fw if fw else None}
 
-    def llama_server_start(self, gguf, parallel, ctx, tag):
+    def llama_server_start(self, gguf, parallel, ctx, tag, cgroup=None, args=()):
         """llama-server of the pinned llama.cpp on a free port with
-        --parallel slots (continuous batching on); (process, port, log)."""
+        --parallel slots (continuous batching on), in the memory cgroup when
+        given; (process, port, log)."""
         import socket
         ls = os.path.join(self.llama, "bin", "llama-server")
         with socket.socket() as so:
@@ -1324,7 +1340,8 @@ class Bench:
         env = dict(os.environ)
         env.update(self.omp_env)
         p = subprocess.Popen([ls, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()), "--parallel", str(parallel),
-                              "-c", str(ctx * parallel), "--cont-batching", "--no-webui"] + self.peer_extra, env=env, stdout=lf, stderr=lf)
+                              "-c", str(ctx * parallel), "--cont-batching", "--no-webui"] + self.peer_extra + list(args), env=env, stdout=lf, stderr=lf,
+                             preexec_fn=self.cg_join(cgroup))
         import http.client
         t0 = time.time()
         while time.time() - t0 < 600 and p.poll() is None:
@@ -1359,12 +1376,19 @@ class Bench:
         for name, env in (("medium", None), ("large", {"DIRECT": "1", "PIN": "0"})):
             d = self.ensure_model(name)
             e = dict(env) if env else {"PIN": self.usage_all(d), "PIN_GB": "all"}
-            if env:
+            lim, largs = None, []
+            if env:  # streaming: both engines in a memory cgroup of the budget (page cache charged), llama.cpp on its mmap
                 e["RAM_GB"] = str(self.R["limits"].get("stream_ram_gb") or self.stream_budget())
+                lim = (float(e["RAM_GB"]) + 0.5) * 1e9 if self.memcg else None
+                largs = ([] if "--repack" in self.peer_extra else ["--no-repack"]) + ["-lm", "mmap"]
             e["CHAT_TEMPLATE"] = None
-            p, port, lp = self.serve_start(d, e, "batch-" + name)
+            e["SERVE_SLOTS"] = str(max(Ns))  # every client decodes at once, whatever the plan would choose
+            cg = self.cg_make(lim) if lim else None
+            p, port, lp = self.serve_start(d, e, "batch-" + name, cg)
             if not port:
                 self.say("  batch: the server did not start, see %s" % lp)
+                self.serve_stop(p)
+                self.cg_done(cg)
                 continue
             rows = {}
             gp = self.gguf_of(name) if peer else None
@@ -1372,9 +1396,10 @@ class Bench:
                 self.complete_stream(port, self.prompt(d, P, 999), 4)  # warm-up
                 for N in Ns:
                     runs = []
-                    lproc, lport = None, None
+                    lproc, lport, lcg = None, None, None
                     if gp:
-                        lproc, lport, llp = self.llama_server_start(gp, N, P + G + 16, "%s-%d" % (name, N))
+                        lcg = self.cg_make(lim) if lim else None
+                        lproc, lport, llp = self.llama_server_start(gp, N, P + G + 16, "%s-%d" % (name, N), lcg, largs)
                         if not lport:
                             self.say("  batch: llama-server did not start, see %s" % llp)
                     try:
@@ -1382,29 +1407,32 @@ class Bench:
                             prompts = [self.prompt(d, P, 31 * N + 7 * i + rep) for i in range(N)]
                             runs.append(self.batch_run(port, prompts, G))
                             if lport:  # interleaved: the peer's round of the same prompts right after
-                                ltps, l50, l95, _, lerrs = self.batch_round(lport, prompts, G, {"ignore_eos": True})
-                                runs[-1].update(llama_tok_s=ltps, llama_ttft_p50_s=l50, llama_ttft_p95_s=l95, llama_errors=lerrs)
+                                ltps, l50, l95, _, lerrs, ldec = self.batch_round(lport, prompts, G, {"ignore_eos": True})
+                                runs[-1].update(llama_tok_s=ltps, llama_decode_tok_s=ldec, llama_ttft_p50_s=l50, llama_ttft_p95_s=l95, llama_errors=lerrs)
                     finally:
                         if lproc is not None:
                             self.serve_stop(lproc)
+                        self.cg_done(lcg)
                     med = lambda k: median([r[k] for r in runs if r.get(k) is not None]) if any(r.get(k) is not None for r in runs) else None  # noqa: E731
-                    rows[N] = {"runs": runs, **{k: med(k) for k in ("tok_s", "ttft_p50_s", "ttft_p95_s", "disk_bytes_per_token", "forwards_per_token",
-                                                                      "sequences_per_forward", "llama_tok_s", "llama_ttft_p50_s", "llama_ttft_p95_s")}}
+                    rows[N] = {"runs": runs, **{k: med(k) for k in ("tok_s", "decode_tok_s", "ttft_p50_s", "ttft_p95_s", "disk_bytes_per_token",
+                                                                      "forwards_per_token", "sequences_per_forward", "llama_tok_s", "llama_decode_tok_s",
+                                                                      "llama_ttft_p50_s", "llama_ttft_p95_s")}}
                     r = rows[N]
-                    self.say("  batch %s, %d clients: %.2f tok/s aggregate (%.2fx one client's), TTFT p50 %.2f s p95 %.2f s, %.2f sequences per forward, "
-                             "%.1f MB disk per token%s" % (
-                                 name, N, r["tok_s"] or 0, (r["tok_s"] or 0) / (rows[1]["tok_s"] or 1), r["ttft_p50_s"] or 0, r["ttft_p95_s"] or 0,
-                                 r["sequences_per_forward"] or 0, (r["disk_bytes_per_token"] or 0) / 1e6,
-                                 "; llama-server --parallel %d: %.2f tok/s, TTFT p95 %.2f s" % (N, r["llama_tok_s"], r["llama_ttft_p95_s"] or 0)
-                                 if r.get("llama_tok_s") else ""))
+                    self.say("  batch %s, %d clients: decode %.2f tok/s aggregate (%.2fx one client's), %.2f tok/s over the round with prefill, "
+                             "TTFT p50 %.2f s p95 %.2f s, %.2f sequences per forward, %.1f MB disk per token%s" % (
+                                 name, N, r["decode_tok_s"] or 0, (r["decode_tok_s"] or 0) / (rows[1]["decode_tok_s"] or 1), r["tok_s"] or 0,
+                                 r["ttft_p50_s"] or 0, r["ttft_p95_s"] or 0, r["sequences_per_forward"] or 0, (r["disk_bytes_per_token"] or 0) / 1e6,
+                                 "; llama-server --parallel %d: decode %.2f tok/s, %.2f over the round, TTFT p95 %.2f s" % (
+                                     N, r["llama_decode_tok_s"] or 0, r["llama_tok_s"], r["llama_ttft_p95_s"] or 0) if r.get("llama_tok_s") else ""))
             finally:
                 self.serve_stop(p)
-            out["models"][name] = {"rows": rows, "log": lp}
-            one, eight = rows.get(1, {}).get("tok_s"), rows.get(8, {}).get("tok_s")
+                self.cg_done(cg)
+            out["models"][name] = {"rows": rows, "log": lp, "memcg_bytes": lim, "llama_args": largs}
+            one, eight = rows.get(1, {}).get("decode_tok_s"), rows.get(8, {}).get("decode_tok_s")
             if one and eight:
                 self.R["workloads"].append({"id": "batch.%s.tok_s_8" % name, "engine": "colibri", "model": name, "unit": "tok/s", "n": self.a.repeats,
-                                            "what": "aggregate generated tok/s, 8 concurrent clients x %d tokens" % G, "value": round(eight, 2),
-                                            "limit_name": "one client's tok/s", "limit": round(one, 2), "ratio": round(eight / one, 3)})
+                                            "what": "aggregate decode tok/s, 8 concurrent clients x %d tokens" % G, "value": round(eight, 2),
+                                            "limit_name": "one client's decode tok/s", "limit": round(one, 2), "ratio": round(eight / one, 3)})
         self.R["batch"] = out
 
     def grammar(self):
@@ -1689,7 +1717,8 @@ class Bench:
 
     # ------------------------------------------------------------ llama.cpp
     def peer_wanted(self):
-        return not self.a.no_peer and self.section_on("llamacpp")
+        """llama.cpp side by side: its own section, or the batch section's llama-server rounds."""
+        return not self.a.no_peer and (self.section_on("llamacpp") or self.section_on("batch"))
 
     def peer(self):
         """Sets the llama.cpp peer up once (llama-bench, the gguf venv, R["llamacpp"]); False when not installed."""
