@@ -333,7 +333,7 @@ static inline int sess_resume(sess *s, const kvp_state *ks, const char *path) {
     s->n_kv = ks->n_kv, s->started = 1;
     if (s->spec && !ks->has_mtp) { /* the MTP part covers nothing: its turns decode without drafts (sess_sync may give up some positions) */
         snprintf(s->note, sizeof s->note, "%s holds no MTP drafting state (saved without drafts): decoding without speculation", path);
-        spec_rewind(&s->sc, 0);
+        spec_rewind(&s->sc, 0, 0);
     } else if (s->spec && spec_resume(&s->sc, ks)) {
         snprintf(s->note, sizeof s->note, "%s: out of memory restoring its MTP state (%d queued rows): decoding without speculation", path, ks->nq);
         sess_drafts_off(s);
@@ -373,12 +373,13 @@ static inline int sess_save(sess *s, const char *path, uint64_t fp, char *err, s
  * keeps them and decodes without drafts. Returns the positions reused,
  * or -1 (out of memory: the conversation is then empty). */
 static inline int sess_sync(sess *s, const int *ids, int n) {
-    int p = 0;
+    int p = 0, L = 0;
     s->note[0] = 0;
-    while (p < s->n_kv && p < (int)s->ids.n && p < n && s->ids.ids[p] == ids[p]) p++;
+    while (L < (int)s->ids.n && L < n && s->ids.ids[L] == ids[L]) L++; /* the tokens shared */
+    p = L < s->n_kv ? L : s->n_kv;
     if (p > n - 1) p = n - 1;
-    if (s->spec && !spec_ready(&s->sc, p)) {
-        int keep = spec_rewind(&s->sc, p);
+    if (s->spec) {
+        int keep = spec_rewind(&s->sc, p, L);
         if (p - keep <= s->m->ubatch) p = keep;
     }
     s->ids.n = 0;
@@ -415,6 +416,7 @@ static inline int sess_emit_(void *ud, int next) {
  * one without a turn, changes nothing). */
 static inline void sess_abort(sess *s) {
     if (s->u.io) s->ids.n = s->u.before;
+    if (s->spec) spec_rewind(&s->sc, s->n_kv, (int)s->ids.n); /* what the turn queued after its own tokens goes */
     sess_turn_free_(s);
 }
 
@@ -517,7 +519,7 @@ static inline int sess_prefilled(sess *s, int k, const float *hid, const float *
     sess_turn *u = &s->u;
     if (u->mtp_follow) {
         sess_select_(s); /* a full queue runs through the MTP layer of this slot */
-        if (spec_rows(&s->sc, s->ids.ids, u->np, u->pf - k, k, hid)) return sess_fail(u->io, 1, 0, "%s", s->m->err);
+        if (spec_rows(&s->sc, s->ids.ids + u->pf - k, u->np - (u->pf - k), u->pf - k, k, hid)) return sess_fail(u->io, 1, 0, "%s", s->m->err);
     }
     if (!logits) return 0;
     memcpy(s->lg, logits, (size_t)s->m->c.vocab * sizeof(float));
@@ -680,6 +682,13 @@ static inline int sess_absorb(sess *s, const sess_rows *r, const float *logits, 
         int e = spec_settle(&s->sc, u->batch, r->k - 1, logits, hid, u->ngen - u->n, &s->p.sp, &s->rng, &s->w, sess_emit_row_, s, &done);
         if (e < 0 && !u->io->failed) sess_fail(u->io, 1, 0, "%s", s->m->err);
         return u->io->failed ? -1 : done;
+    }
+    if (u->mtp_follow) { /* a turn without MTP drafts keeps the MTP part in step where the forward gave hidden rows */
+        if (hid && !r->all) {
+            sess_select_(s);
+            if (spec_rows(&s->sc, u->batch, r->k, r->p0, r->k, hid)) return sess_fail(u->io, 1, 0, "%s", s->m->err);
+        } else
+            u->mtp_follow = 0;
     }
     if (r->all) done |= sess_accept_drafts_(s, r->k, logits);
     else {

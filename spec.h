@@ -138,20 +138,25 @@ static inline int spec_flush(spec_ctx *s) {
     return 0;
 }
 
-/* The main model computed positions p0..p0+S-1 of ids[0..n) (final-normed
- * hidden rows h[S][dim]): each position's MTP row is queued as soon as its
- * next token is known, and the row of position p0-1 (kept in s->vhid[0])
- * first when it still waits for ids[p0]; the last row is left in
- * s->vhid[0] (and s->h_last when it ends the prompt). The queue runs through the MTP layer in the selected slot
- * when it fills. 0 or -1 (m->err). */
-static inline int spec_rows(spec_ctx *s, const int *ids, int n, int p0, int S, const float *h) {
+/* The main model computed positions p0..p0+S-1 (S <= max_s; final-normed
+ * hidden rows h[S][dim]); tok[i] is the token at position p0+i, ntok of
+ * them known (ntok <= S+1). Each position's MTP row is queued as soon as
+ * its next token is known, the row of position p0-1 (kept in s->vhid[0])
+ * first when it still waits for tok[0]; the last row is left in
+ * s->vhid[0] and s->h_last. The queue runs through the MTP layer in the
+ * selected slot when it fills. The MTP part must be ready for p0
+ * (spec_ready). 0 or -1 (m->err). */
+static inline int spec_rows(spec_ctx *s, const int *tok, int ntok, int p0, int S, const float *h) {
     size_t D = (size_t)s->dim;
+    int cover = s->mtp_pos + s->nq;
+    if (cover != p0 && !(cover == p0 - 1 && s->hpos == p0 - 1))
+        return model_fail(s->m, "the MTP rows are out of step (%d positions covered, rows from %d)", cover, p0);
     if (s->nq + S + 1 > s->cap && spec_flush(s)) return -1;
-    if (p0 > 0 && s->mtp_pos + s->nq == p0 - 1 && s->hpos == p0 - 1) spec_queue(s, s->vhid, ids[p0]);
-    for (int j = 0; j < S && p0 + j + 1 < n; j++) spec_queue(s, h + (size_t)j * D, ids[p0 + j + 1]);
+    if (cover == p0 - 1) spec_queue(s, s->vhid, tok[0]);
+    for (int j = 0; j < S && j + 1 < ntok; j++) spec_queue(s, h + (size_t)j * D, tok[j + 1]);
     memcpy(s->vhid, h + (size_t)(S - 1) * D, D * 4);
+    memcpy(s->h_last, s->vhid, D * 4);
     s->pos = p0 + S, s->hpos = s->pos - 1;
-    if (s->pos == n) memcpy(s->h_last, s->vhid, D * 4); /* the prompt is complete */
     if (s->nq >= s->m->sc.max_s && spec_flush(s)) return -1;
     return 0;
 }
@@ -170,7 +175,7 @@ static inline int spec_prefill(spec_ctx *s, const int *ids, int n, int start) {
         float *h = s->hout; /* [S][dim]: spec_rows flushes before it reads them, so the flush's output cannot overwrite them */
         if (s->nq + S + 1 > s->cap && spec_flush(s)) return -1;
         if (fwd_run(m, ids + done, S, done, NULL, h, 0)) return -1;
-        if (spec_rows(s, ids, n, done, S, h)) return -1;
+        if (spec_rows(s, ids + done, n - done, done, S, h)) return -1;
         done += S;
     }
     s->pos = n; /* a turn that ends before decoding (a stop token first, NGEN=1) is saved from here */
@@ -191,19 +196,24 @@ static inline kvp_mtp spec_state(const spec_ctx *s) {
     return k;
 }
 
-/* The main model's cache keeps positions [0, p) of this conversation
- * (a rewind, or a conversation started again): the MTP cache keeps its
- * verified entries and the queued rows as far as they reach, the rest is
- * dropped. Returns the positions to keep, at most p: the MTP part is
- * then ready for them (spec_ready), and spec_prefill(..., start = that)
- * or spec_rows from it computes the rest. */
-static inline int spec_rewind(spec_ctx *s, int p) {
-    int keep = s->mtp_pos + s->nq < p ? s->mtp_pos + s->nq : p;
+/* The main model's cache keeps positions [0, p) of this conversation, and
+ * its tokens [0, L) are those the MTP part was computed with (a rewind, a
+ * conversation started again, a turn taken back): the MTP cache keeps its
+ * verified entries and queued rows while they stay valid, entry t pairing
+ * h_t with the token at t+1 (so t < p and t+1 < L), the rest is dropped;
+ * the hidden row at hand stays when its position is below p and L.
+ * Returns the most positions, at most p, the MTP part is then ready for
+ * (spec_ready): spec_prefill(..., start = that) or spec_rows from it
+ * computes the rest. */
+static inline int spec_rewind(spec_ctx *s, int p, int L) {
+    int keep = s->mtp_pos + s->nq;
+    if (keep > p) keep = p;
+    if (keep > L - 1) keep = L - 1;
     if (keep < 0) keep = 0;
     if (keep < s->mtp_pos) s->mtp_pos = keep;
     s->nq = keep - s->mtp_pos;
     s->pos = keep;
-    if (s->hpos >= p) s->hpos = -1; /* its position is not in the kept prefix */
+    if (s->hpos >= p || s->hpos >= L) s->hpos = -1; /* its position is not in the kept prefix */
     return keep < p && s->hpos == keep ? keep + 1 : keep; /* the row of `keep` at hand: it is queued with the next token */
 }
 

@@ -146,10 +146,16 @@ static void test_sync(void) {
         CHECK(kept > 10 && kept <= 20 && s.spec && !s.note[0]);
         sess_set_params(&s, &ps);
         CHECK(turn(&s, (size_t)kept, la, outa, 12) == 12 && s.sc.st.drafted > 0);
+        int ms = s.sc.mtp_pos;
+        size_t mb = (size_t)ms * mm.c.kv_lora * 4;
+        float *snap = malloc(mb + 4);
+        memcpy(snap, kv_lat(&mm.kv, 0, mm.c.n_layers), mb); /* the MTP layer's cache: no entry may pair a row with the old conversation's token */
         sess f;
         CHECK(sess_open(&f, &mm, t, &ps, 1, &so) == 0 && sess_sync(&f, b, 30) == 0 && turn(&f, 0, lb, outb, 12) == 12);
         CHECK(!memcmp(la, lb, (size_t)mm.c.vocab * 4) && !memcmp(outa, outb, 12 * sizeof(int)));
         CHECK(f.sc.st.drafted == s.sc.st.drafted && f.sc.st.accepted == s.sc.st.accepted);
+        CHECK(f.sc.mtp_pos == ms && !memcmp(snap, kv_lat(&mm.kv, 0, mm.c.n_layers), mb));
+        free(snap);
         sess_close(&f);
         /* a grammar's turn decodes without drafts, the MTP part following
          * its prompt alone; the next turn gives up the positions it lacks
@@ -163,7 +169,7 @@ static void test_sync(void) {
         size_t before = s.ids.n;
         int np = (int)before + 4, c[64];
         for (int i = 0; i < 4; i++) tok_ids_append(&s.ids, &(int){(i * 71 + 5) % V}, 1);
-        CHECK(turn(&s, before, NULL, out, 6) > 0 && s.u.mtp_follow && !s.u.mtp_draft && s.sc.st.drafted == 0);
+        CHECK(turn(&s, before, NULL, out, 6) > 0 && !s.u.mtp_draft && s.sc.st.drafted == 0);
         sess_grammar(&s, NULL, NULL, 0);
         int nc = (int)s.ids.n + 3;
         memcpy(c, s.ids.ids, s.ids.n * sizeof(int));
@@ -301,6 +307,13 @@ static void test_batched_drafts(void) {
     int V = m.c.vocab, D = m.c.dim, ids[NS][40], len[NS] = {9, 23, 16}, alone[NS][NG], both[NS][NG];
     long acc[NS];
     spec_opts so = {-1, 0, 8, 0};
+    /* session 1 answers under a grammar: no drafts, the MTP part following its rows */
+    char gerr[300];
+    const char *gtext = "root ::= [a-z ]+\n";
+    gr_grammar *g = gr_parse(gtext, strlen(gtext), "root", gerr, sizeof gerr);
+    gr_vocab gv;
+    memset(&gv, 0, sizeof gv);
+    CHECK(g && sess_vocab(t, V, &gv) == 0);
     sess s[NS];
     sess_io io[NS];
     sess_params p[NS];
@@ -310,9 +323,10 @@ static void test_batched_drafts(void) {
         for (int i = 0; i < len[q]; i++) ids[q][i] = (i * (13 + 4 * q) + 7 * q + 1) % V;
         CHECK(sess_open(&s[q], &m, t, &p[q], 1, &so) == 0 && sess_use_slot(&s[q], q) == 0);
         sess_set_max_rows(&s[q], 5);
+        if (q == 1) CHECK(sess_grammar(&s[q], g, &gv, 0) == 0);
         CHECK(sess_sync(&s[q], ids[q], len[q]) == 0 && turn(&s[q], 0, NULL, alone[q], NG) == NG);
         acc[q] = s[q].sc.st.accepted;
-        CHECK(s[q].sc.st.drafted > 0);
+        CHECK((s[q].sc.st.drafted > 0) == (q != 1));
         sess_close(&s[q]);
     }
     fwd_row rows[NS * 8];
@@ -324,6 +338,7 @@ static void test_batched_drafts(void) {
         io[q].max_new = NG;
         CHECK(sess_open(&s[q], &m, t, &p[q], 1, &so) == 0 && sess_use_slot(&s[q], q) == 0);
         sess_set_max_rows(&s[q], 5);
+        if (q == 1) CHECK(sess_grammar(&s[q], g, &gv, 0) == 0);
         CHECK(sess_sync(&s[q], ids[q], len[q]) == 0 && sess_begin(&s[q], 0, &io[q]) == 0);
         phase[q] = 0; /* 0 prefill, 1 decode, 2 done */
     }
@@ -361,8 +376,27 @@ static void test_batched_drafts(void) {
         CHECK(phase[q] == 2 && sess_finish(&s[q]) == 0 && io[q].generated == NG);
         memcpy(both[q], s[q].u.gen, sizeof both[q]);
         CHECK(!memcmp(both[q], alone[q], sizeof both[q]) && s[q].sc.st.accepted == acc[q]);
-        sess_close(&s[q]);
     }
+    /* the grammar's turn left the MTP part in step, its cache as a fresh
+     * session's prefill of the same tokens computes it, bit for bit */
+    sess *gs = &s[1];
+    int nk = gs->n_kv;
+    CHECK(gs->sc.mtp_pos + gs->sc.nq == nk - 1 && gs->sc.hpos == nk - 1);
+    sess_select_(gs);
+    CHECK(spec_flush(&gs->sc) == 0 && gs->sc.mtp_pos == nk - 1);
+    sess_close(&s[0]);
+    sess f;
+    sess_io fio;
+    memset(&fio, 0, sizeof fio);
+    CHECK(sess_open(&f, &m, t, &p[1], 1, &so) == 0 && sess_sync(&f, gs->ids.ids, nk) == 0 && sess_begin(&f, 0, &fio) == 0 && sess_prefill(&f) == 0);
+    sess_select_(&f);
+    CHECK(spec_flush(&f.sc) == 0 && f.sc.mtp_pos == nk - 1);
+    CHECK(!memcmp(kv_lat(&m.kv, 0, m.c.n_layers), kv_lat(&m.kv, 1, m.c.n_layers), (size_t)(nk - 1) * m.c.kv_lora * 4));
+    sess_abort(&f);
+    sess_close(&f);
+    for (int q = 1; q < NS; q++) sess_close(&s[q]);
+    gr_vocab_free(&gv);
+    gr_free(g);
     free(lg), free(hid);
     tok_free(t);
     model_free(&m);
