@@ -589,13 +589,16 @@ static int add_chat_stop(coli_config *c, const tok *t, int fmt) {
  * tokenizer_config.json), or says why not. */
 static tok *load_tokenizer(const char *dir, char *err, size_t errlen) { return tok_load_dir(dir, err, errlen); }
 
-/* The speculation summary (DRAFT): drafts, acceptance, tokens per forward
- * of the main model, disk bytes per generated token while decoding. */
-static void print_spec(const spec_stats *st, int generated, uint64_t decode_bytes) {
-    fprintf(stderr, "colibri: speculation: %ld drafted, %ld accepted (%.1f%%), %.2f tokens per forward (%ld verifying forwards, %ld MTP forwards), "
-            "%.1f MB read per generated token, %ld pauses\n", st->drafted, st->accepted, tel_pct((double)st->accepted, (double)st->drafted),
-            st->verifies ? (double)(generated > 0 ? generated - 1 : 0) / (double)st->verifies : 0.0, st->verifies, st->mtp_forwards,
-            generated ? decode_bytes / 1e6 / generated : 0.0, st->pauses);
+/* The speculation summary (DRAFT) of one turn, after "id: " when id is
+ * given (a serve request): drafts, acceptance, tokens per forward of the
+ * main model, disk bytes per generated token while decoding (left out when
+ * decode_bytes < 0: requests decoded together share their reads). */
+static void print_spec(const char *id, const spec_stats *st, int generated, double decode_bytes) {
+    char mb[64] = "";
+    if (decode_bytes >= 0) snprintf(mb, sizeof mb, ", %.1f MB read per generated token", generated ? decode_bytes / 1e6 / generated : 0.0);
+    fprintf(stderr, "colibri: %s%sspeculation: %ld drafted, %ld accepted (%.1f%%), %.2f tokens per forward (%ld verifying forwards, %ld MTP forwards)%s, "
+            "%ld pauses\n", id ? id : "", id ? ": " : "", st->drafted, st->accepted, tel_pct((double)st->accepted, (double)st->drafted),
+            st->verifies ? (double)(generated > 0 ? generated - 1 : 0) / (double)st->verifies : 0.0, st->verifies, st->mtp_forwards, mb, st->pauses);
 }
 
 /* A conversation in this process (session.h) and the run's knobs beside
@@ -720,7 +723,7 @@ static int conv_generate(conv *cv, size_t before, sess_io *io) {
     print_end(m);
     if (spec_on) {
         xs_stats_get(&m->xs, &x1);
-        print_spec(&sst, s->u.n, x1.bytes_read - x0.bytes_read);
+        print_spec(NULL, &sst, s->u.n, (double)(x1.bytes_read - x0.bytes_read));
     }
     if (s->gram && g->grammar_draft)
         fprintf(stderr, "colibri: grammar drafts: %ld proposed, %ld accepted (%.1f%%) in %ld verifying forwards; %ld masks (%.2f ms each)\n",
@@ -1381,11 +1384,7 @@ static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
         fprintf(stderr, "colibri: stopped: %s | %s: prompt %d tokens (%d cached), %d generated, TTFT %.3f s, %.2f tok/s decoding\n", io->why, j->id,
                 k->st.prompt_tokens, io->cached, io->generated, k->st.ttft_s > 0 ? k->st.ttft_s : 0.0,
                 io->generated > 1 && k->st.decode_s > 0 ? (io->generated - 1) / k->st.decode_s : 0.0);
-        const spec_stats *sst = &cv->s.sc.st;
-        if (cv->s.u.mtp_draft)
-            fprintf(stderr, "colibri: %s: speculation: %ld drafted, %ld accepted (%.1f%%), %.2f tokens per verifying forward\n", j->id, sst->drafted,
-                    sst->accepted, tel_pct((double)sst->accepted, (double)sst->drafted),
-                    sst->verifies ? (double)(io->generated > 0 ? io->generated - 1 : 0) / (double)sst->verifies : 0.0);
+        if (cv->s.u.mtp_draft) print_spec(j->id, &cv->s.sc.st, io->generated, -1);
         oai_out_finish(&q->o);
         oai_call calls[OAI_MAX_TOOL_CALLS];
         q->meta.prompt_tokens = k->st.prompt_tokens, q->meta.completion_tokens = io->generated, q->meta.cached_tokens = io->cached;

@@ -195,8 +195,8 @@ static inline const kvp_mtp *sess_mtp_state(const sess *s, kvp_mtp *k) {
  * tool_choice's grammar, which alone may produce the tool-call tags. NULL
  * stops constraining. Its turns decode without MTP drafts (they would need
  * masking too, and grammar drafts take the verifying forward; s->note
- * says so); the MTP cache still follows their prompts. 0, or -1 (out of
- * memory). */
+ * says so); the MTP cache still follows their prompts, and their decoded
+ * rows where the forward gives hidden rows. 0, or -1 (out of memory). */
 static inline int sess_grammar(sess *s, const gr_grammar *gram, const gr_vocab *gv, int tools) {
     if (s->gtc && s->gram) {
         gr_tables t = gr_mask_give(&s->gcx);
@@ -373,10 +373,10 @@ static inline int sess_save(sess *s, const char *path, uint64_t fp, char *err, s
  * keeps them and decodes without drafts. Returns the positions reused,
  * or -1 (out of memory: the conversation is then empty). */
 static inline int sess_sync(sess *s, const int *ids, int n) {
-    int p = 0, L = 0;
+    int L = 0;
     s->note[0] = 0;
     while (L < (int)s->ids.n && L < n && s->ids.ids[L] == ids[L]) L++; /* the tokens shared */
-    p = L < s->n_kv ? L : s->n_kv;
+    int p = L < s->n_kv ? L : s->n_kv;
     if (p > n - 1) p = n - 1;
     if (s->spec) {
         int keep = spec_rewind(&s->sc, p, L);
@@ -517,9 +517,10 @@ static inline int sess_prefill_rows(sess *s, int max, fwd_row *rows) {
  * (io says why; the caller aborts). */
 static inline int sess_prefilled(sess *s, int k, const float *hid, const float *logits) {
     sess_turn *u = &s->u;
+    int p0 = u->pf - k;
     if (u->mtp_follow) {
         sess_select_(s); /* a full queue runs through the MTP layer of this slot */
-        if (spec_rows(&s->sc, s->ids.ids + u->pf - k, u->np - (u->pf - k), u->pf - k, k, hid)) return sess_fail(u->io, 1, 0, "%s", s->m->err);
+        if (spec_rows(&s->sc, s->ids.ids + p0, u->np - p0, p0, k, hid)) return sess_fail(u->io, 1, 0, "%s", s->m->err);
     }
     if (!logits) return 0;
     memcpy(s->lg, logits, (size_t)s->m->c.vocab * sizeof(float));
@@ -639,9 +640,10 @@ static inline int sess_plan_mtp_(sess *s, sess_rows *r) {
     return 0;
 }
 
-/* The first half of a step without MTP drafts: the next token (pending
- * from the last verification, forced, or drawn from s->lg) emitted, then
- * the proposer's rows after it (grammar drafts, forced grammar tokens).
+/* The first half of a step: the next token (pending from the last
+ * verification, forced, or drawn from s->lg) emitted, then the proposer's
+ * rows after it (grammar drafts, forced grammar tokens); with MTP drafts,
+ * after the turn's first token, the token to feed and its drafts.
  * 0 (compute r's rows, then sess_absorb), or -1 (failed: io says why). */
 static inline int sess_plan(sess *s, sess_rows *r) {
     sess_turn *u = &s->u;
