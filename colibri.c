@@ -148,6 +148,7 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 typedef struct {
     int tf_ok, tf_n, greedy_ok, greedy_n, first_bad_tf, first_bad_greedy;
     double tf_diff, greedy_diff;
+    double tf_kld, tf_kld_max; /* KL(reference || engine) over the teacher-forced positions: mean, largest */
     int mtp_ok, mtp_n, chain_ok, chain_n; /* the MTP head, when ref.json and the model have one */
     double mtp_diff, chain_diff;
 } coli_oracle_result;
@@ -205,6 +206,9 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
     res->tf_n = r->np;
     res->tf_diff = max_abs_diff(all, r->logits, (size_t)r->np * V);
     for (int i = 0; i < r->np; i++) {
+        double kl = kld_logits(r->logits + (size_t)i * V, all + (size_t)i * V, V);
+        res->tf_kld += kl / r->np;
+        res->tf_kld_max = kl > res->tf_kld_max ? kl : res->tf_kld_max;
         int ok = argmax(all + (size_t)i * V, V) == r->argmax[i];
         res->tf_ok += ok;
         if (!ok && res->first_bad_tf < 0) res->first_bad_tf = i;
@@ -472,9 +476,10 @@ static void print_end(coli_model *m) {
     }
     if (x.repinned) fprintf(stderr, "colibri: re-pinned %d experts during the run\n", x.repinned);
     if (m->pilot)
-        fprintf(stderr, "colibri: prefetch: recall %.1f%% (%llu of %llu routed experts were predicted; %llu predictions), %llu read ahead, %.1f MB of them evicted unused\n",
+        fprintf(stderr, "colibri: prefetch: recall %.1f%% (%llu of %llu routed experts were predicted; %llu predictions), %llu read ahead, %.1f MB of them evicted unused%s\n",
                 tel_pct((double)x.pred_used, (double)x.routed), (unsigned long long)x.pred_used, (unsigned long long)x.routed,
-                (unsigned long long)x.pred_total, (unsigned long long)x.pred_loaded, x.pred_wasted_bytes / 1e6);
+                (unsigned long long)x.pred_total, (unsigned long long)x.pred_loaded, x.pred_wasted_bytes / 1e6,
+                t->replayed ? " | routing replayed, not the model's" : "");
     if (t->prof && x.first_waits)
         fprintf(stderr, "colibri: reads: a layer's first miss lands %.2f ms after routing (mean of %llu layers with misses); disk idle %.3f s of %.3f s\n",
                 1e3 * x.first_wait_s / (double)x.first_waits, (unsigned long long)x.first_waits,
@@ -505,8 +510,8 @@ static int run_oracle(coli_model *m, const char *dir) {
     }
     print_end(m);
     int approx = m->mm.idot && m->any_int, pass = oracle_pass(&o, approx);
-    printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e; greedy %d/%d, max |dlogit| %.1e%s -- %s\n", o.tf_ok, o.tf_n,
-           o.tf_diff, o.greedy_ok, o.greedy_n, o.greedy_diff, approx ? " (IDOT on integer weights: needs 90% argmax)" : "",
+    printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e, KLD mean %.2e max %.2e; greedy %d/%d, max |dlogit| %.1e%s -- %s\n", o.tf_ok, o.tf_n,
+           o.tf_diff, o.tf_kld, o.tf_kld_max, o.greedy_ok, o.greedy_n, o.greedy_diff, approx ? " (IDOT on integer weights: needs 90% argmax)" : "",
            pass ? "PASS" : "FAIL");
     if (r.has_mtp && m->mtp)
         printf("oracle: MTP head: teacher-forced %d/%d argmax, max |dlogit| %.1e; chain %d/%d, max |dlogit| %.1e%s\n", o.mtp_ok, o.mtp_n, o.mtp_diff,
@@ -1381,9 +1386,10 @@ static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
                    io->client && r->gram && status != 503 ? (r->gram_tools ? "tools" : "response_format") : NULL);
         cv->s.n_kv = 0, cv->s.ids.n = 0, cv->live_file[0] = 0;
     } else {
-        fprintf(stderr, "colibri: stopped: %s | %s: prompt %d tokens (%d cached), %d generated, TTFT %.3f s, %.2f tok/s decoding\n", io->why, j->id,
+        fprintf(stderr, "colibri: stopped: %s | %s: prompt %d tokens (%d cached), %d generated, TTFT %.3f s, %.2f tok/s decoding%s\n", io->why, j->id,
                 k->st.prompt_tokens, io->cached, io->generated, k->st.ttft_s > 0 ? k->st.ttft_s : 0.0,
-                io->generated > 1 && k->st.decode_s > 0 ? (io->generated - 1) / k->st.decode_s : 0.0);
+                io->generated > 1 && k->st.decode_s > 0 ? (io->generated - 1) / k->st.decode_s : 0.0,
+                x->m->rep ? " | routing replayed, not the model's" : "");
         if (cv->s.u.mtp_draft) print_spec(j->id, &cv->s.sc.st, io->generated, -1);
         oai_out_finish(&q->o);
         oai_call calls[OAI_MAX_TOOL_CALLS];
@@ -2092,13 +2098,52 @@ static void on_sigbus(int sig) {
  * after a long generation. A SESSION that does not exist yet is fine: the
  * conversation starts there. 0, or EXIT_INPUT (said). */
 static int check_save_targets(const coli_env *e) {
-    static const env_id knobs[] = {ENV_KV_SAVE, ENV_SESSION};
+    static const env_id knobs[] = {ENV_KV_SAVE, ENV_SESSION, ENV_ROUTE_TRACE};
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
         const char *path = env_v(e, knobs[i])->s;
         char err[700];
         if (path && kvp_check_target(path, err, sizeof err))
             return fprintf(stderr, "colibri: %s: %s\n", env_knobs[knobs[i]].name, err), EXIT_INPUT;
     }
+    return 0;
+}
+
+/* ROUTE_REPLAY and ROUTE_TRACE (route_trace.h): the replayed trace read,
+ * checked and fitted to this model, recording set up; said on stderr.
+ * Both at once record what replay routed. 0 or EXIT_INPUT (said). */
+static int route_setup(coli_model *m, const coli_env *e) {
+    const char *rec = env_v(e, ENV_ROUTE_TRACE)->s, *rep = env_v(e, ENV_ROUTE_REPLAY)->s;
+    const coli_config *c = &m->c;
+    int pk = m->pilot ? m->pilot_k : 0;
+    char err[1200];
+    if ((rec && !(m->rec = (rt_trace *)calloc(1, sizeof *m->rec))) || (rep && !(m->rep = (rt_trace *)calloc(1, sizeof *m->rep))))
+        return fprintf(stderr, "colibri: out of memory for a routing trace\n"), EXIT_INPUT;
+    if (rep) {
+        if (rt_load(m->rep, rep, err, sizeof err)) return fprintf(stderr, "colibri: ROUTE_REPLAY: %s\n", err), EXIT_INPUT;
+        if (rt_replay_init(m->rep, c->topk, c->n_experts, pk, err, sizeof err)) return fprintf(stderr, "colibri: ROUTE_REPLAY: %s: %s\n", rep, err), EXIT_INPUT;
+        m->tel.replayed = 1;
+        const rt_trace *t = m->rep;
+        fprintf(stderr, "colibri: routing replayed from %s: %llu rows of %u MoE layers (top-%u of %u experts, mapped by rank of use)%s; "
+                        "a bench instrument: what is computed is not this model's\n",
+                rep, (unsigned long long)t->rows, t->layers, t->topk, t->experts, pk ? ", PILOT's predictions from the trace" : "");
+    }
+    if (rec) {
+        if (rt_record_init(m->rec, n_moe_layers(c), c->topk, pk, c->n_experts))
+            return fprintf(stderr, "colibri: ROUTE_TRACE: a routing trace holds 1 or more MoE layers of fewer than %u experts; this model has %d of %d\n",
+                           RT_NONE, n_moe_layers(c), c->n_experts), EXIT_INPUT;
+        fprintf(stderr, "colibri: routing trace: each forward row's experts%s, written to %s at the end\n", pk ? " and PILOT's predictions" : "", rec);
+    }
+    return 0;
+}
+
+/* The recorded routing trace to ROUTE_TRACE. 0 or EXIT_INPUT (said). */
+static int route_finish(const coli_model *m, const coli_env *e) {
+    const char *path = env_v(e, ENV_ROUTE_TRACE)->s;
+    char err[1200];
+    if (!m->rec) return 0;
+    if (!m->rec->rows) return fprintf(stderr, "colibri: ROUTE_TRACE: no forward ran, so %s is not written\n", path), 0;
+    if (rt_save(m->rec, path, err, sizeof err)) return fprintf(stderr, "colibri: ROUTE_TRACE: %s\n", err), EXIT_INPUT;
+    fprintf(stderr, "colibri: routing trace: %llu rows written to %s\n", (unsigned long long)m->rec->rows, path);
     return 0;
 }
 
@@ -2165,6 +2210,7 @@ static int coli_main(int argc, char **argv) {
     m.repin = (int)env_i(&e, ENV_REPIN);
     m.rss_limit = env_f(&e, ENV_RSS_GUARD_GB) > 0 ? (uint64_t)(env_f(&e, ENV_RSS_GUARD_GB) * GB) : m.budget;
     print_startup(&m, dir);
+    if (route_setup(&m, &e)) goto out;
     xs_stats_reset(&m.xs); /* the run's counters start after pinning */
     io_stats_reset(&m.io);
     tel_start(&m.tel, (int)env_i(&e, ENV_PROF));
@@ -2173,6 +2219,7 @@ static int coli_main(int argc, char **argv) {
     g.chat_mode = chat, g.fmt = fmt;
     rc = quality ? run_quality(&m, &qa, t, o.ubatch) : serve ? run_serve(&m, dir, &g, t, &e) : chat ? run_chat(&m, dir, &g, t) : g.prompt ? run_generate(&m, dir, &g, t) : run_oracle(&m, dir);
     if (rc != EXIT_INPUT && env_i(&e, ENV_USAGE_SAVE)) usage_save(&m, dir);
+    if (rc != EXIT_INPUT && route_finish(&m, &e)) rc = EXIT_INPUT;
     goto out;
 fail:
     fprintf(stderr, "colibri: %s\n", m.err);

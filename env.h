@@ -180,6 +180,10 @@ typedef struct {
         "1 = load the predicted experts into the next layer's cache (never evicting a clearly hotter one).") \
     INT(PILOT_K, "0", 0, 1024, \
         "Experts predicted per position for PILOT / PILOT_REAL; 0 = num_experts_per_tok.") \
+    STR(ROUTE_TRACE, NULL, \
+        "Record a routing trace to this file at the end of the run: every main-model forward row's chosen experts per MoE layer, and PILOT's predictions when it is on (bench/README.md).") \
+    STR(ROUTE_REPLAY, NULL, \
+        "Bench instrument: every MoE layer takes its experts, row after row, from this routing trace (ids by rank of use; PILOT takes its predictions too). Changes what is computed; every end line says so.") \
     BOOL(COLI_MMAP, "0", \
         "1 = map the shards and use expert weights in place instead of copying them into caches.") \
     BOOL(MLOCK, "0", \

@@ -637,6 +637,26 @@ static void fwd_moe_gpu(const fwd_t *f, fwd_shared *sh, int mk, int S) {
     }
 }
 
+/* ROUTE_REPLAY and ROUTE_TRACE on thread 0, right after main layer mk's
+ * routing (before anything reads sc->route_e): replay replaces each row's
+ * choices with the trace's (route_w stays the model's, in the order of
+ * the replaced ids), then recording keeps what the rows route to. */
+static void fwd_route_trace(coli_model *m, int mk, int S) {
+    coli_scratch *sc = &m->sc;
+    int K = m->c.topk;
+    for (int s = 0; s < S; s++) {
+        int *e = sc->route_e + (size_t)s * K;
+        if (m->rep) {
+            const uint16_t *p = rt_replay_row(m->rep, s, mk);
+            for (int k = 0; k < K; k++) e[k] = rt_map(m->rep, mk, p[k]);
+        }
+        if (m->rec) {
+            uint16_t *p = rt_at(m->rec, m->rec->rows + (uint64_t)s, (uint32_t)mk);
+            for (int k = 0; k < K; k++) p[k] = (uint16_t)e[k];
+        }
+    }
+}
+
 /* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp. Each
  * distinct expert is fetched once and applied to every row that chose it.
  * Experts compute in whatever order their bytes arrive (the GPU tier's
@@ -653,6 +673,7 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
     xs_store *x = &m->xs;
     int D = c->dim, K = c->topk, mk = moe_index(c, l), nu = 0;
     fwd_route(f, L, sc->a, S);
+    if (f->tid == 0 && (m->rep || m->rec) && l < c->n_layers) fwd_route_trace(m, mk, S);
     if (f->tid == 0) {
         memset(sc->used, 0, (size_t)c->n_experts);
         for (int i = 0; i < S * K; i++) {
@@ -735,7 +756,20 @@ static void fwd_pilot(const fwd_t *f, int l, int S) {
     while (next < c->n_layers && !c->moe[next]) next++;
     if (next >= c->n_layers) return;
     const coli_layer *N = &m->L[next];
-    int D = c->dim, E = c->n_experts, n = 0;
+    int D = c->dim, E = c->n_experts, n = 0, mk = moe_index(c, next);
+    if (m->rep) { /* the trace's predictions stand in for the lookahead */
+        if (f->tid) return;
+        for (int s = 0; s < S; s++) {
+            const uint16_t *p = rt_replay_row(m->rep, s, mk) + m->rep->topk;
+            for (int k = 0; k < m->pilot_k; k++) {
+                int e = rt_map(m->rep, mk, p[k]);
+                if (e >= 0) sc->pred[n++] = e;
+                if (m->rec) rt_at(m->rec, m->rec->rows + (uint64_t)s, (uint32_t)mk)[m->rec->topk + k] = e >= 0 ? (uint16_t)e : (uint16_t)RT_NONE;
+            }
+        }
+        xs_prefetch(&m->xs, mk, sc->pred, n, m->pilot_real);
+        return;
+    }
     fwd_rmsnorm_rows(f, sc->xs, sc->x, N->post_norm, S, D, c->rms_eps);
     fwd_sync(f);
     fwd_route(f, N, sc->xs, S); /* route_e/route_w are free until this layer's MoE routes */
@@ -753,8 +787,12 @@ static void fwd_pilot(const fwd_t *f, int l, int S) {
             }
             sc->pred[n++] = best;
         }
+        if (m->rec) {
+            uint16_t *p = rt_at(m->rec, m->rec->rows + (uint64_t)s, (uint32_t)mk) + m->rec->topk;
+            for (int k = 0; k < m->pilot_k; k++) p[k] = (uint16_t)sc->pred[n - m->pilot_k + k];
+        }
     }
-    xs_prefetch(&m->xs, moe_index(c, next), sc->pred, n, m->pilot_real);
+    xs_prefetch(&m->xs, mk, sc->pred, n, m->pilot_real);
 }
 
 /* Decoder layer l (attention, then the MoE or dense MLP, each with its
@@ -770,7 +808,7 @@ static int fwd_layer(const fwd_t *f, fwd_shared *sh, int l) {
     fwd_attention(f, sh, l);
     fwd_add_rows(f, sc->x, sc->tmp, S, D);
     if (f->tid == 0) tel_lap(&m->tel, TEL_ATTN);
-    if (m->pilot && S <= 8 && l < c->n_layers) {
+    if (m->pilot && (S <= 8 || m->rec) && l < c->n_layers) { /* a trace records every row's prediction */
         fwd_pilot(f, l, S);
         if (f->tid == 0) tel_lap(&m->tel, TEL_ROUTER);
     }
@@ -867,6 +905,21 @@ static void fwd_seq_rows(coli_model *m, fwd_shared *sh, const int *tok, int S, i
     sh->w0 = m->kv.slot == 0 ? pos : m->kv.ctx;
 }
 
+/* Before a main-model forward of S rows: room for them in a trace being
+ * recorded. 0 or -1 (m->err). */
+static int fwd_route_begin(coli_model *m, int S) {
+    if (m->rec && rt_reserve(m->rec, S))
+        return model_fail(m, "ROUTE_TRACE: no memory for %llu more rows of the routing trace", (unsigned long long)S);
+    return 0;
+}
+
+/* After a main-model forward of S rows: the recorded trace keeps them,
+ * the replayed one moves on. */
+static void fwd_route_end(coli_model *m, int S) {
+    if (m->rec) rt_commit(m->rec, 0, S);
+    if (m->rep) rt_commit(m->rep, 1, S);
+}
+
 /* The main model over S ≤ max_s tokens at positions pos.. of the selected
  * slot (kv.slot) on the team:
  * logits to out (every row) or sc->logits (the last), final-normed hidden
@@ -874,8 +927,10 @@ static void fwd_seq_rows(coli_model *m, fwd_shared *sh, const int *tok, int S, i
 static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
     fwd_shared sh = {.m = m, .S = S, .pos = pos, .out = out, .hid = hid, .s1 = s1, .job = -1, .nwant = -1};
     fwd_seq_rows(m, &sh, tok, S, pos);
+    if (fwd_route_begin(m, S)) return -1;
     gpu_forward_begin(&m->gpu);
     team_run(&m->team, fwd_worker, &sh);
+    if (!sh.rc) fwd_route_end(m, S);
     return sh.rc;
 }
 
@@ -978,9 +1033,11 @@ static inline int fwd_rows(coli_model *m, const fwd_row *r, int n, float *out, f
             sh.seq0 &= w->slot == 0; /* one run of slot 0 (fwd_rows_check): one sequence at pos.. */
             if (w->slot == 0 && w->pos < sh.w0) sh.w0 = w->pos;
         }
+        if (fwd_route_begin(m, S)) return -1;
         gpu_forward_begin(&m->gpu);
         team_run(&m->team, fwd_worker, &sh);
         if (sh.rc) return -1;
+        fwd_route_end(m, S);
         if (out) out += (size_t)sh.nwant * m->c.vocab;
         done += S;
     }

@@ -22,6 +22,7 @@
 #include "io.h"
 #include "kernels.h"
 #include "quant.h"
+#include "route_trace.h"
 #include "st.h"
 #include "store.h"
 #include "team.h"
@@ -194,6 +195,7 @@ typedef struct {
     int repin;                  /* re-pin every N generated tokens (0 = off) */
     uint64_t rss_limit;         /* RSS guard (0 = off) */
     gpu_ctx gpu;                /* what the GPU holds and counts (gpu.h) */
+    rt_trace *rec, *rep;        /* routing traces recorded (ROUTE_TRACE) and replayed (ROUTE_REPLAY); NULL = off */
     char err[1024];
 } coli_model;
 
@@ -976,6 +978,8 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
 }
 
 static inline void model_free(coli_model *m) {
+    if (m->rec) rt_free(m->rec), free(m->rec);
+    if (m->rep) rt_free(m->rep), free(m->rep);
     gpu_free(&m->gpu);
     team_stop(&m->team);
     model_weights_free(m);

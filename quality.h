@@ -136,6 +136,19 @@ static inline int kld_add(kld_acc *a, const double *lb, const double *lr, int vo
     return 0;
 }
 
+/* KL(ref || run) of two rows of logits, in double; +inf when a logit is
+ * not finite. */
+static inline double kld_logits(const float *ref, const float *run, int vocab) {
+    double lr = ppl_lse(ref, vocab), lx = ppl_lse(run, vocab), kl = 0;
+    if (!isfinite(lr) || !isfinite(lx)) return INFINITY;
+    for (int i = 0; i < vocab; i++) {
+        if (!isfinite(run[i])) return INFINITY;
+        double a = (double)ref[i] - lr;
+        kl += exp(a) * (a - ((double)run[i] - lx));
+    }
+    return kl > 0 ? kl : 0;
+}
+
 static inline int kld_cmp_(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
     return a < b ? -1 : a > b;

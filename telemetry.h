@@ -29,6 +29,7 @@ static const char *const tel_stage_names[TEL_NSTAGE] = {"attention", "router", "
 
 typedef struct {
     int prof;                     /* stage laps on (PROF=1) */
+    int replayed;                 /* ROUTE_REPLAY: the experts were a trace's (said on the end line) */
     double t0, last;
     double stage[TEL_NSTAGE];
     double io_busy;               /* wall seconds with expert reads in flight */
@@ -38,8 +39,9 @@ typedef struct {
 } tel_stats;
 
 static inline void tel_start(tel_stats *t, int prof) {
+    int replayed = t->replayed;
     memset(t, 0, sizeof *t);
-    t->prof = prof;
+    t->prof = prof, t->replayed = replayed;
     t->t0 = t->last = compat_now();
 }
 
@@ -67,6 +69,7 @@ static inline void tel_end_line(FILE *f, const tel_stats *t) {
     if (t->hit_vram) fprintf(f, " + GPU %.1f%%", tel_pct((double)t->hit_vram, (double)tot));
     fprintf(f, "), miss %.1f%% | %.2f MB/tok from disk", tel_pct((double)t->miss, (double)tot), toks ? t->bytes_read / 1e6 / toks : 0.0);
     if (t->prof) fprintf(f, ", disk wait %.0f%% of wall", tel_pct(t->stage[TEL_EXPERT_IO], wall));
+    if (t->replayed) fprintf(f, " | routing replayed, not the model's");
     fputc('\n', f);
 }
 

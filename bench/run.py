@@ -48,7 +48,7 @@ from ab import END_RE  # noqa: E402  (the end-of-run line, parsed as tools/ab.py
 
 PROF_RE = re.compile(r"^prof: (.*) \| total ([\d.]+) s = wall ([\d.]+) s \| expert reads (?:busy|in flight) ([\d.]+) s, ([\d.]+) s of it hidden behind compute", re.M)
 STAGE_RE = re.compile(r"([a-zA-Z/ ]+?) ([\d.]+) s \((\d+)%\)")
-RECALL_RE = re.compile(r"prefetch: recall ([\d.]+)% \((\d+) of (\d+) routed experts were predicted; (\d+) predictions\)")
+RECALL_RE = re.compile(r"prefetch: recall ([\d.]+)% \((\d+) of (\d+) routed experts were predicted; (\d+) predictions\), (\d+) read ahead, ([\d.]+) MB of them evicted unused")
 PLAN_RE = re.compile(r"plan: budget ([\d.]+ [KMG]B) \| resident: dense ([\d.]+ [KMG]B), KV ([\d.]+ [KMG]B)(?: \(\d+ sequences\))?, working set ([\d.]+ [KMG]B) \| "
                      r"experts ([\d.]+ [KMG]B) each: (\d+) pinned \(([\d.]+ [KMG]B)\), LRU (\d+) slots/layer")
 READS_RE = re.compile(r"expert reads: (.*)")
@@ -1057,6 +1057,105 @@ class Bench:
                                         "runs": [{k: r.get(k) for k in ("label", "decode_tps", "others_cpu_s", "others_cpu_frac", "log")} for r in res[label]]})
         self.R["io_paths"] = out
 
+    def route_trace(self):
+        """trained-glm5's routing of its held-out text (--perplexity with
+        ROUTE_TRACE, PILOT_K=16 lookahead predictions per row), recorded
+        once per bench run into the log directory: (path, route_stats
+        summary)."""
+        d = os.path.join(ROOT, "tests", "fixtures", "trained-glm5")
+        path = os.path.join(self.logdir, "route-trained-glm5.bin")
+        if not os.path.exists(path):
+            self.run("route-trace", [self.colibri, "--perplexity", os.path.join(d, "heldout.txt"), d],
+                     {"ROUTE_TRACE": path, "PILOT": "1", "PILOT_K": "16", "USAGE_SAVE": "0"})
+        import route_stats
+        return path, route_stats.summarize(route_stats.load(path))
+
+    def rotated_trace(self, path, offset):
+        """A copy of a routing trace starting at row `offset` (wrapping), so
+        successive runs replay different text."""
+        with open(path, "rb") as f:
+            b = f.read()
+        layers, topk, pred_k, _, rows = struct.unpack_from("<IIIIQ", b, 8)
+        row = layers * (topk + pred_k) * 2
+        k = offset % rows
+        out = "%s.from%d" % (path, k)
+        with open(out, "wb") as f:
+            f.write(b[:32] + b[32 + k * row:] + b[32:32 + k * row])
+        return out
+
+    def replay(self):
+        """Learned routing on the streaming model: trained-glm5's routing of
+        real text (route_trace) replayed into the large synthetic model's
+        expert reads (ROUTE_REPLAY, the first MoE layer from the trace's
+        first, the others from its deeper layers, expert ids by rank of
+        use), cold, under the streaming budget: decode with no prefetch and
+        with PILOT_REAL at PILOT_K 8 and 16 (the trace's lookahead
+        predictions), interleaved repeats, beside the synthetic router's
+        own routing; then usage-history runs (PIN=auto USAGE_SAVE=1), each
+        replaying a different stretch of the trace, for the hit-rate curve
+        over runs. The trace's statistics (tools/route_stats.py) say what
+        an LRU and the lookahead can do at best."""
+        tr, stats = self.route_trace()
+        name = "large"
+        d = self.ensure_model(name)
+        ram = self.R["limits"].get("stream_ram_gb") or self.stream_budget()
+        lim = (ram + 0.5) * 1e9 if self.memcg else None
+        P, G = 32, (16 if self.a.quick else 64)
+        out = {"trace": {k: v for k, v in stats.items()}, "model": name, "ram_gb": ram, "P": P, "G": G, "configs": [], "history": []}
+        for L in stats["per_layer"]:
+            la = L.get("lookahead", {})
+            self.say("  trace layer %d: %d experts cover 90%% of choices; a row reuses %.0f%% of the previous row's experts; lookahead top-8 recall %s, "
+                     "top-16 recall %s" % (L["layer"], L["cover90"], 100 * L["reuse_prev1"],
+                                           "%.0f%%" % (100 * la["8"]["recall"]) if "8" in la else "-", "%.0f%%" % (100 * la["16"]["recall"]) if "16" in la else "-"))
+        base = {"RAM_GB": str(ram), "DIRECT": "1", "PIN": "0", "TEMP": "1"}
+        cfgs = [("synthetic router", {}), ("replayed", {"ROUTE_REPLAY": tr}), ("replayed PILOT_REAL=1 PILOT_K=8", {"ROUTE_REPLAY": tr, "PILOT_REAL": "1", "PILOT_K": "8"}),
+                ("replayed PILOT_REAL=1 PILOT_K=16", {"ROUTE_REPLAY": tr, "PILOT_REAL": "1", "PILOT_K": "16"})]
+        self.say("replay: learned routing (trained-glm5, %d rows) on the large model, RAM_GB=%s, DIRECT=1, cold, %d+%d tokens, %d interleaved repeats" % (
+            stats["rows"], ram, P, G, max(1, self.a.repeats)))
+        res = {c[0]: [] for c in cfgs}
+        for i in range(max(1, self.a.repeats)):
+            for label, env in cfgs:
+                r = self.crun("replay-%s-%d" % (label.replace(" ", "+"), i), d, dict(base, **env), P, G, cold=True, cg_limit=lim)
+                self.decode_limit(r, name, "stream")
+                res[label].append(r)
+                self.say("  %-34s run %d: decode %s tok/s, hit %s%%, %s MB/tok, recall %s, read ahead %s, %s MB of them unused" % (
+                    label, i + 1, r.get("decode_tps"), r.get("hit"), r.get("mb_per_tok"), "%s%%" % r["recall"] if r.get("recall") is not None else "-",
+                    r.get("read_ahead", "-"), r.get("wasted_mb", "-")))
+        for label, env in cfgs:
+            rs = [r for r in res[label] if not r.get("failed")]
+            row = {"config": label, "env": {k: v for k, v in env.items() if k != "ROUTE_REPLAY"}, "replayed": "ROUTE_REPLAY" in env, "n": len(rs),
+                   **{k: median([r.get(k) for r in rs]) for k in ("decode_tps", "hit", "mb_per_tok", "recall", "read_ahead", "wasted_mb", "disk_gbs", "disk_ratio")},
+                   "decode_tps_min": min([r["decode_tps"] for r in rs], default=None), "decode_tps_max": max([r["decode_tps"] for r in rs], default=None),
+                   "logs": [r["log"] for r in res[label]]}
+            if row["read_ahead"] and row["mb_per_tok"]:  # wasted bytes against all bytes read
+                row["wasted_frac"] = row["wasted_mb"] / (row["mb_per_tok"] * (P + G))
+            out["configs"].append(row)
+            self.R["workloads"].append({"id": "replay.%s" % label.replace(" ", "+"), "engine": "colibri", "model": name, "unit": "tok/s",
+                                        "what": "decode tok/s, %s, cold, streamed (median of %d interleaved runs)" % (label, len(rs)),
+                                        "value": row["decode_tps"], "min": row["decode_tps_min"], "max": row["decode_tps_max"], "n": len(rs),
+                                        "limit_name": self.R["limits"].get("disk_limit_name", "O_DIRECT disk bandwidth"), "limit_kind": "disk_best",
+                                        "limit": self.R["limits"].get("disk_best_gbs"), "ratio": row["disk_ratio"], "hit": row["hit"],
+                                        "mb_per_tok": row["mb_per_tok"], "recall": row["recall"], "replayed": row["replayed"],
+                                        "runs": [{k: r.get(k) for k in ("label", "decode_tps", "others_cpu_s", "others_cpu_frac", "log")} for r in res[label]]})
+        usage = os.path.join(d, ".coli_usage")
+        if os.path.exists(usage):
+            os.remove(usage)
+        H = 2 if self.a.quick else 4
+        self.say("replay history: %d runs with PIN=auto USAGE_SAVE=1, each replaying another stretch of the trace" % H)
+        try:
+            for i in range(H):
+                t = self.rotated_trace(tr, 1511 * i)
+                r = self.crun("replay-history-%d" % i, d, {"RAM_GB": str(ram), "DIRECT": "1", "PIN": "auto", "USAGE_SAVE": "1", "TEMP": "1", "ROUTE_REPLAY": t},
+                              P, G, cold=True, cg_limit=lim)
+                self.decode_limit(r, name, "stream")
+                out["history"].append({k: r.get(k) for k in ("decode_tps", "hit", "hit_pin", "hit_lru", "mb_per_tok", "pinned", "log")})
+                self.say("  run %d: hit %s%% (pin %s%% + LRU %s%%), %s pinned, decode %s tok/s, %s MB/tok" % (
+                    i + 1, r.get("hit"), r.get("hit_pin"), r.get("hit_lru"), r.get("pinned"), r.get("decode_tps"), r.get("mb_per_tok")))
+        finally:
+            if os.path.exists(usage):
+                os.remove(usage)
+        self.R["replay"] = out
+
     def spec(self):
         """Speculative decoding's cost curve: a forward over S = 1..5 positions
         (what verifying S-1 drafts costs), measured as prefill of a 60-token
@@ -1373,7 +1472,9 @@ class Bench:
         peer = self.peer_wanted() and self.peer() and os.access(os.path.join(self.llama, "bin", "llama-server"), os.X_OK)
         if self.peer_wanted() and not peer:
             self.skip("batch: llama-server side by side", "llama-server not built (make llamacpp)")
-        for name, env in (("medium", None), ("large", {"DIRECT": "1", "PIN": "0"})):
+        stream = {"DIRECT": "1", "PIN": "0"}
+        for key, name, env in (("medium", "medium", None), ("large", "large", stream),
+                               ("large-replayed", "large", dict(stream, ROUTE_REPLAY=self.route_trace()[0]))):
             d = self.ensure_model(name)
             e = dict(env) if env else {"PIN": self.usage_all(d), "PIN_GB": "all"}
             lim, largs = None, []
@@ -1384,14 +1485,14 @@ class Bench:
             e["CHAT_TEMPLATE"] = None
             e["SERVE_SLOTS"] = str(max(Ns))  # every client decodes at once, whatever the plan would choose
             cg = self.cg_make(lim) if lim else None
-            p, port, lp = self.serve_start(d, e, "batch-" + name, cg)
+            p, port, lp = self.serve_start(d, e, "batch-" + key, cg)
             if not port:
                 self.say("  batch: the server did not start, see %s" % lp)
                 self.serve_stop(p)
                 self.cg_done(cg)
                 continue
             rows = {}
-            gp = self.gguf_of(name) if peer else None
+            gp = self.gguf_of(name) if peer and "ROUTE_REPLAY" not in e else None  # llama-server routes by its own router
             try:
                 self.complete_stream(port, self.prompt(d, P, 999), 4)  # warm-up
                 for N in Ns:
@@ -1420,17 +1521,21 @@ class Bench:
                     r = rows[N]
                     self.say("  batch %s, %d clients: decode %.2f tok/s aggregate (%.2fx one client's), %.2f tok/s over the round with prefill, "
                              "TTFT p50 %.2f s p95 %.2f s, %.2f sequences per forward, %.1f MB disk per token%s" % (
-                                 name, N, r["decode_tok_s"] or 0, (r["decode_tok_s"] or 0) / (rows[1]["decode_tok_s"] or 1), r["tok_s"] or 0,
+                                 key, N, r["decode_tok_s"] or 0, (r["decode_tok_s"] or 0) / (rows[1]["decode_tok_s"] or 1), r["tok_s"] or 0,
                                  r["ttft_p50_s"] or 0, r["ttft_p95_s"] or 0, r["sequences_per_forward"] or 0, (r["disk_bytes_per_token"] or 0) / 1e6,
                                  "; llama-server --parallel %d: decode %.2f tok/s, %.2f over the round, TTFT p95 %.2f s" % (
                                      N, r["llama_decode_tok_s"] or 0, r["llama_tok_s"], r["llama_ttft_p95_s"] or 0) if r.get("llama_tok_s") else ""))
             finally:
                 self.serve_stop(p)
                 self.cg_done(cg)
-            out["models"][name] = {"rows": rows, "log": lp, "memcg_bytes": lim, "llama_args": largs}
+            out["models"][key] = {"rows": rows, "log": lp, "memcg_bytes": lim, "llama_args": largs, "replayed": "ROUTE_REPLAY" in e}
             one, eight = rows.get(1, {}).get("decode_tok_s"), rows.get(8, {}).get("decode_tok_s")
+            b1, b4 = rows.get(1, {}).get("disk_bytes_per_token"), rows.get(4, {}).get("disk_bytes_per_token")
+            if env and b1 and b4:
+                out["models"][key]["disk_bytes_4_over_1"] = b4 / b1
+                self.say("  batch %s: disk bytes per token at 4 clients = %.2fx one client's" % (key, b4 / b1))
             if one and eight:
-                self.R["workloads"].append({"id": "batch.%s.tok_s_8" % name, "engine": "colibri", "model": name, "unit": "tok/s", "n": self.a.repeats,
+                self.R["workloads"].append({"id": "batch.%s.tok_s_8" % key, "engine": "colibri", "model": name, "unit": "tok/s", "n": self.a.repeats,
                                             "what": "aggregate decode tok/s, 8 concurrent clients x %d tokens" % G, "value": round(eight, 2),
                                             "limit_name": "one client's decode tok/s", "limit": round(one, 2), "ratio": round(eight / one, 3)})
         self.R["batch"] = out
@@ -1878,7 +1983,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("quality", self.quality), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("replay", self.replay), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("quality", self.quality), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):
@@ -2075,6 +2180,8 @@ def parse_colibri(err):
     m = RECALL_RE.search(err)
     if m:
         r["recall"] = float(m.group(1))
+        r["read_ahead"], r["wasted_mb"] = int(m.group(5)), float(m.group(6))
+    r["replayed"] = "routing replayed, not the model's" in err
     m = PLAN_RE.search(err)
     if m:
         r["budget"] = fmt_bytes_gb(m.group(1))
@@ -2354,6 +2461,19 @@ def print_table(R, prev):
                                                          f(r["disk_gbs"]), f(100 * r["io_wait_frac"] if r["io_wait_frac"] is not None else None, "%.0f%%"),
                                                          f(100 * r["io_hidden_frac"] if r["io_hidden_frac"] is not None else None, "%.0f%%"),
                                                          f(r["recall"], "%.1f%%")))
+    if R.get("replay"):
+        X = R["replay"]
+        print("\nlearned routing replayed (trained-glm5's trace, %d rows) on the %s model, RAM_GB=%s (medians of interleaved runs):" % (
+            X["trace"]["rows"], X["model"], X["ram_gb"]))
+        print("%-34s %9s %7s %9s %8s %11s %9s" % ("config", "tok/s", "hit %", "MB/tok", "recall", "read ahead", "unused"))
+        for r in X["configs"]:
+            f = lambda x, s="%.2f": s % x if isinstance(x, (int, float)) else "-"  # noqa: E731
+            print("%-34s %9s %7s %9s %8s %11s %9s" % (r["config"], f(r["decode_tps"], "%.3f"), f(r["hit"], "%.1f"), f(r["mb_per_tok"], "%.1f"),
+                                                      f(r["recall"], "%.1f%%"), f(r["read_ahead"], "%d"),
+                                                      f(100 * r["wasted_frac"] if r.get("wasted_frac") is not None else None, "%.0f%%")))
+        for i, h in enumerate(X["history"]):
+            print("  history run %d: hit %s%% (pin %s%% + LRU %s%%), %s pinned, decode %s tok/s" % (i + 1, h["hit"], h["hit_pin"], h["hit_lru"], h["pinned"],
+                                                                                                 h["decode_tps"]))
     if R.get("history"):
         print("\nusage history (PIN=auto, USAGE_SAVE=1, rotating prompts):")
         for h in R["history"]:

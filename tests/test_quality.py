@@ -10,17 +10,23 @@ thread count; a file it cannot use is refused with exit 2 naming it.
 load-time quantization takes bits away; a damaged base is refused.
 Greedy speculation with one draft per forward keeps exactly the drafts
 the reference's simulation of the same rounds keeps.
+Routing traces (ROUTE_TRACE) hold the experts transformers' routers chose;
+a replayed trace (ROUTE_REPLAY) routes every row as documented (ids by rank
+of use, layers mapped, wrapping around); hostile traces are refused.
 
 The binary is $COLIBRI (default ./colibri); run from the repository root.
 """
 import os
 import re
+import struct
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 from clitest import FIXTURES, ORACLES, load_json, run  # noqa: E402
+import route_stats  # noqa: E402
 
 LINE = re.compile(r"^perplexity: (\S+) \u00b1 (\S+) over (\d+) tokens$")
 KLD = re.compile(r"^kld: mean (\S+) \u00b1 \S+, 99th percentile (\S+), top-1 agreement (\S+)%, mean delta-p (\S+)% over \d+ tokens$")
@@ -164,6 +170,135 @@ class Speculation(unittest.TestCase):
             m = re.search(r"speculation: (\d+) drafted, (\d+) accepted", err)
             self.assertTrue(m, err)
             self.assertEqual((int(m.group(1)), int(m.group(2))), (ref["drafted"], ref["accepted"]), name)
+
+
+def write_trace(path, layers, topk, pred_k, experts, rows, raw=None):
+    """A routing trace file (route_trace.h's format) of rows[r][j] = chosen
+    ids + predicted ids, or raw bytes after the header."""
+    body = raw if raw is not None else struct.pack("<%dH" % (len(rows) * layers * (topk + pred_k)), *[x for r in rows for j in r for x in j])
+    with open(path, "wb") as f:
+        f.write(b"COLIRTR1" + struct.pack("<IIIIQ", layers, topk, pred_k, experts, len(rows)) + body)
+
+
+def write_bytes(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def ranks(rows, j, topk, experts):
+    """Trace layer j's ids by rank of use (most chosen first, ties to the lower id): id -> rank."""
+    cnt = [0] * experts
+    for r in rows:
+        for e in r[j][:topk]:
+            cnt[e] += 1
+    order = sorted(range(experts), key=lambda e: (-cnt[e], e))
+    return {e: i for i, e in enumerate(order)}
+
+
+class Routing(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = tempfile.mkdtemp()
+        cls.names = [d for d in TRAINED if "routes" in load_json(os.path.join(FIXTURES, d, "ref.json"))]
+
+    @classmethod
+    def tearDownClass(cls):
+        for f in os.listdir(cls.d):
+            os.unlink(os.path.join(cls.d, f))
+        os.rmdir(cls.d)
+
+    def test_trace_holds_the_reference_routing(self):
+        """The oracle prompt's rows of a recorded trace choose the experts
+        transformers' routers chose (ref.json "routes"), at any UBATCH and
+        thread count; the greedy steps follow as rows of their own (MTP=0:
+        the MTP check's second pass over the prompt would add rows)."""
+        self.assertTrue(self.names, "no fixture carries a routing reference")
+        for name in self.names:
+            ref = load_json(os.path.join(FIXTURES, name, "ref.json"))
+            want = ref["routes"]["experts"]
+            for env in ({}, {"UBATCH": "5", "THREADS": "1"}, {"PILOT": "1", "PILOT_K": "12", "THREADS": "3"}):
+                path = os.path.join(self.d, "rec.bin")
+                rc, out, err = run(os.path.join(FIXTURES, name), dict(env, ROUTE_TRACE=path, USAGE_SAVE="0", MTP="0"))
+                self.assertEqual(rc, 0, err)
+                self.assertIn("-- PASS", out)
+                t = route_stats.load(path)
+                self.assertEqual((t["layers"], t["rows"], t["pred_k"]), (len(want), len(ref["prompt_ids"]) + len(ref["greedy_ids"]) - 1,
+                                                                          int(env.get("PILOT_K", 0))), env)
+                for j, layer in enumerate(want):
+                    got = [sorted(t["chosen"][j][p]) for p in range(len(layer))]
+                    self.assertEqual(got, layer, "%s %s: MoE layer %d" % (name, env, j))
+                    if env.get("PILOT"):
+                        self.assertTrue(all(len(set(p)) == 12 for p in t["pred"][j]), "%s: every row predicted" % name)
+
+    def test_replay_routes_as_documented(self):
+        """A made-up trace replayed into a trained fixture while recording:
+        each row routes to the trace's experts by rank of use, the first MoE
+        layer replays the trace's first and the others cycle over the rest,
+        rows wrap around, PILOT takes the trace's predictions, and every end
+        line says the routing was replayed."""
+        name = TRAINED[0]
+        cfg = load_json(os.path.join(FIXTURES, name, "config.json"))
+        E, K = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+        moe = cfg["num_hidden_layers"] - cfg["first_k_dense_replace"]
+        L, PK, n = 2, 3, 7  # two trace layers for three model MoE layers; 7 rows for more forward rows
+        rows = []
+        for r in range(n):
+            row = []
+            for j in range(L):
+                ch = [(5 * r + 11 * j + 3 * k * k + (k if j else 0)) % E for k in range(K)]
+                ch = list(dict.fromkeys(ch)) + [e for e in range(E) if e not in ch][:K - len(set(ch))]
+                row.append(ch + [(r + 7 * j + k) % E for k in range(PK - 1)] + [0xFFFF])
+            rows.append(row)
+        tr, rec = os.path.join(self.d, "made.bin"), os.path.join(self.d, "replayed.bin")
+        write_trace(tr, L, K, PK, E, rows)
+        env = {"ROUTE_REPLAY": tr, "ROUTE_TRACE": rec, "PILOT": "1", "PILOT_K": str(PK), "PROMPT": "def f(x):\n", "CHAT_TEMPLATE": "0",
+               "NGEN": "6", "TEMP": "0", "USAGE_SAVE": "0", "MTP": "0", "UBATCH": "3"}
+        rc, out, err = run(os.path.join(FIXTURES, name), env)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("routing replayed from", err)
+        ends = [x for x in err.splitlines() if "tok/s" in x or "prefetch:" in x]
+        self.assertTrue(ends and all("routing replayed, not the model's" in x for x in ends), ends)
+        got = route_stats.load(rec)
+        rk = [ranks(rows, j, K, E) for j in range(L)]
+        for mk in range(moe):
+            tj = 0 if mk == 0 else 1 + (mk - 1) % (L - 1)
+            for r in range(got["rows"]):
+                src = rows[r % n][tj]
+                self.assertEqual(list(got["chosen"][mk][r]), [rk[tj][e] for e in src[:K]], "MoE layer %d row %d" % (mk, r))
+                self.assertEqual(got["pred"][mk][r], [rk[tj][e] for e in src[K:] if e != 0xFFFF], "MoE layer %d row %d" % (mk, r))
+        self.assertGreater(got["rows"], n)
+
+    def test_traces_it_cannot_use(self):
+        name = TRAINED[0]
+        cfg = load_json(os.path.join(FIXTURES, name, "config.json"))
+        E, K = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+        good = [[list(range(K)) + [1]]]
+        p = os.path.join(self.d, "bad.bin")
+        cases = [
+            (lambda: write_trace(p, 1, K, 1, E, good, raw=b"\0" * 3), "its size is not what the header says"),
+            (lambda: write_bytes(p, b"COLIRTR2" + b"\0" * 40), "not a routing trace"),
+            (lambda: write_trace(p, 1, K, 1, E, [[[E] + list(range(1, K)) + [1]]]), "row 0, MoE layer 0: a chosen expert id"),
+            (lambda: write_trace(p, 1, K, 1, E, [[[1] + list(range(1, K)) + [1]]]), "an expert chosen twice"),
+            (lambda: write_trace(p, 1, K, 1, E, [[list(range(K)) + [E]]]), "a predicted expert id"),
+            (lambda: write_trace(p, 1, K - 1, 1, E, [[list(range(K - 1)) + [1]]]), "chose %d experts per row; this model routes %d" % (K - 1, K)),
+            (lambda: write_trace(p, 1, K, 1, E + 1, good), "routes among %d experts; this model has %d" % (E + 1, E)),
+            (lambda: write_trace(p, 0, K, 1, E, []), "layers outside"),
+        ]
+        for make, says in cases:
+            make()
+            rc, out, err = run(os.path.join(FIXTURES, name), {"ROUTE_REPLAY": p, "PROMPT": "x", "CHAT_TEMPLATE": "0", "NGEN": "2", "USAGE_SAVE": "0"})
+            self.assertEqual(rc, 2, says + ": " + err)
+            self.assertIn(p, err)
+            self.assertIn(says, err)
+        write_trace(p, 1, K, 1, E, good)
+        for env, says in (({"PILOT": "1", "PILOT_K": "2"}, "PILOT wants 2 predictions per row; the routing trace recorded 1"),
+                          ({"ROUTE_TRACE": self.d}, "ROUTE_TRACE")):
+            rc, out, err = run(os.path.join(FIXTURES, name), dict(env, ROUTE_REPLAY=p, PROMPT="x", CHAT_TEMPLATE="0", NGEN="2", USAGE_SAVE="0"))
+            self.assertEqual(rc, 2, err)
+            self.assertIn(says, err)
+        rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"ROUTE_REPLAY": os.path.join(self.d, "missing.bin"), "USAGE_SAVE": "0"})
+        self.assertEqual(rc, 2, err)
+        self.assertIn("missing.bin: cannot read the routing trace", err)
 
 
 class Refusals(unittest.TestCase):

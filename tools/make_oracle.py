@@ -977,6 +977,21 @@ def spec_reference(model, cfg, mtp, mcfg, prompt, ngen=SPEC_NGEN):
     return dict(greedy_ids=greedy[:ngen], accept=accept, drafted=len(accept), accepted=sum(accept)), m, mm
 
 
+def router_choices(model, ids):
+    """Each MoE layer's chosen experts at each position of a teacher-forced
+    forward over ids, ascending: [MoE layer][position][topk] (transformers'
+    top-k does not sort them)."""
+    got = []
+    hook = lambda m, args, out: got.append([sorted(r) for r in out[2].tolist()])
+    hooks = [m.register_forward_hook(hook) for m in model.modules()
+             if isinstance(m, (mdl.GlmMoeDsaTopkRouter, mdl_v3.DeepseekV3TopkRouter, mdl_v32.DeepseekV32TopkRouter))]
+    with torch.no_grad():
+        model(input_ids=torch.tensor([ids]), use_cache=False)
+    for h in hooks:
+        h.remove()
+    return got
+
+
 def build_trained(name, spec, outdir, src=None, unigram_counts=None):
     """ref.json of a trained fixture from its committed weights (src, by
     default the fixture itself): the oracle reference on the first held-out
@@ -1022,6 +1037,7 @@ def build_trained(name, spec, outdir, src=None, unigram_counts=None):
     else:
         sys.exit("%s: no held-out prompt without near-ties" % name)
     mref["convention"] = MTP_CONVENTION.replace("{N}", str(cfg.num_hidden_layers))
+    routes = router_choices(model, prompt)
     W = cfg.max_position_embeddings
     ppl, err, n, chunks, targets = perplexity(model, tok.encode(text, add_special_tokens=False).ids, W)
     if unigram_counts is not None:
@@ -1030,7 +1046,8 @@ def build_trained(name, spec, outdir, src=None, unigram_counts=None):
     hppl, herr, hn, _, _ = perplexity(model, tok.encode(head, add_special_tokens=False).ids, W)
     print("%s: perplexity %.4f +/- %.4f over %d tokens (%d chunks of %d); unigram %.2f; first %d lines %.4f +/- %.4f"
           % (name, ppl, err, n, chunks, W, unigram, lines, hppl, herr))
-    extra = {"perplexity": ppl,
+    extra = {"routes": {"what": "the experts each MoE layer chose at each position of prompt_ids, teacher-forced, ascending ids", "experts": routes},
+             "perplexity": ppl,
              "perplexity_detail": {"window": W, "chunks": chunks, "tokens": n, "stderr": err, "unigram": unigram},
              "perplexity_head": {"lines": lines, "bytes": len(head.encode("utf-8")), "perplexity": hppl, "stderr": herr,
                                  "tokens": hn}}
