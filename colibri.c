@@ -41,6 +41,14 @@
 #define EXIT_MISMATCH 1
 #define EXIT_INPUT 2
 #define ORACLE_TOL 1e-3 /* max |Δlogit| against an f32 transformers reference */
+/* IDOT on integer weights: the most the mean KL(reference || engine) of the
+ * best 90% of teacher-forced rows may be. Twice what int8 activations cost
+ * trained-glm5 per token (the same statistic over its held-out text, IDOT
+ * against IDOT=0 on the same weights: 3.5e-4 to 4.0e-4 with integer dense
+ * matrices, 4e-6 with integer experts alone; docs/quality.md). The worst
+ * row in ten is left out because a random model's router can flip on
+ * int8 rounding and move that row's logits by O(1). */
+#define ORACLE_KLD 8e-4
 
 /* ----------------------------------------------------------------- oracle */
 
@@ -148,7 +156,8 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 typedef struct {
     int tf_ok, tf_n, greedy_ok, greedy_n, first_bad_tf, first_bad_greedy;
     double tf_diff, greedy_diff;
-    double tf_kld, tf_kld_max; /* KL(reference || engine) over the teacher-forced positions: mean, largest */
+    double tf_kld, tf_kld_max, tf_kld_best; /* KL(reference || engine) over the teacher-forced positions: mean, largest,
+                                              * mean of the best 90% (kld_trimmed) */
     int mtp_ok, mtp_n, chain_ok, chain_n; /* the MTP head, when ref.json and the model have one */
     double mtp_diff, chain_diff;
 } coli_oracle_result;
@@ -198,22 +207,25 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
     res->first_bad_tf = res->first_bad_greedy = -1;
     if (r->np + r->ng > m->kv.ctx) return model_fail(m, "ref.json needs %d positions but CTX is %d", r->np + r->ng, m->kv.ctx);
     float *all = (float *)compat_aligned_alloc(64, (size_t)r->np * V * 4);
-    if (!all) return model_fail(m, "out of memory");
+    double *kl = (double *)malloc((size_t)r->np * sizeof *kl);
+    if (!all || !kl) return compat_aligned_free(all), free(kl), model_fail(m, "out of memory");
     double t0 = compat_now();
-    if (fwd_tokens(m, r->prompt, r->np, 0, all)) { compat_aligned_free(all); return -1; }
+    if (fwd_tokens(m, r->prompt, r->np, 0, all)) return compat_aligned_free(all), free(kl), -1;
     m->tel.t_prefill = m->tel.ttft = compat_now() - t0;
     m->tel.prompt_tokens = r->np;
     res->tf_n = r->np;
     res->tf_diff = max_abs_diff(all, r->logits, (size_t)r->np * V);
     for (int i = 0; i < r->np; i++) {
-        double kl = kld_logits(r->logits + (size_t)i * V, all + (size_t)i * V, V);
-        res->tf_kld += kl / r->np;
-        res->tf_kld_max = kl > res->tf_kld_max ? kl : res->tf_kld_max;
+        kl[i] = kld_logits(r->logits + (size_t)i * V, all + (size_t)i * V, V);
+        res->tf_kld += kl[i] / r->np;
+        res->tf_kld_max = kl[i] > res->tf_kld_max ? kl[i] : res->tf_kld_max;
         int ok = argmax(all + (size_t)i * V, V) == r->argmax[i];
         res->tf_ok += ok;
         if (!ok && res->first_bad_tf < 0) res->first_bad_tf = i;
     }
+    res->tf_kld_best = kld_trimmed(kl, r->np, 0.9);
     compat_aligned_free(all);
+    free(kl);
     res->greedy_n = r->ng;
     t0 = compat_now();
     for (int i = 0; i < r->ng; i++) {
@@ -235,13 +247,14 @@ static int oracle_run(coli_model *m, const coli_ref *r, coli_oracle_result *res)
 
 /* Exact mode (float arithmetic): every argmax equal, logits within
  * ORACLE_TOL, the greedy continuation identical, for the MTP head too. With
- * IDOT on integer weights the activations are rounded to int8, so only
- * agreement of the teacher-forced argmax is required: at least 90%; the MTP
- * head's agreement is then reported, not judged (its margins were not
- * widened for int8, and drafts never change the output), beyond finite
+ * IDOT on integer weights the activations are rounded to int8, so the
+ * teacher-forced distributions must stay within ORACLE_KLD of the
+ * reference's (the best 90% of rows); argmax agreement, the greedy
+ * continuation and the MTP head are then reported, not judged (a flip at a
+ * near-tie of a random model's logits says nothing), beyond finite
  * logits. */
 static int oracle_pass(const coli_oracle_result *o, int approximate) {
-    if (approximate) return o->tf_ok * 10 >= o->tf_n * 9 && isfinite(o->tf_diff) && isfinite(o->mtp_diff) && isfinite(o->chain_diff);
+    if (approximate) return o->tf_kld_best <= ORACLE_KLD && isfinite(o->tf_diff) && isfinite(o->mtp_diff) && isfinite(o->chain_diff);
     return o->tf_ok == o->tf_n && o->greedy_ok == o->greedy_n && o->tf_diff <= ORACLE_TOL && o->greedy_diff <= ORACLE_TOL &&
            o->mtp_ok == o->mtp_n && o->chain_ok == o->chain_n && o->mtp_diff <= ORACLE_TOL && o->chain_diff <= ORACLE_TOL;
 }
@@ -510,9 +523,10 @@ static int run_oracle(coli_model *m, const char *dir) {
     }
     print_end(m);
     int approx = m->mm.idot && m->any_int, pass = oracle_pass(&o, approx);
-    printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e, KLD mean %.2e max %.2e; greedy %d/%d, max |dlogit| %.1e%s -- %s\n", o.tf_ok, o.tf_n,
-           o.tf_diff, o.tf_kld, o.tf_kld_max, o.greedy_ok, o.greedy_n, o.greedy_diff, approx ? " (IDOT on integer weights: needs 90% argmax)" : "",
-           pass ? "PASS" : "FAIL");
+    char need[96] = "";
+    if (approx) snprintf(need, sizeof need, " (IDOT on integer weights: needs KLD of the best 90%% of rows <= %.0e)", ORACLE_KLD);
+    printf("oracle: teacher-forced %d/%d argmax, max |dlogit| %.1e, KLD %.2e (best 90%% %.2e, max %.2e); greedy %d/%d, max |dlogit| %.1e%s -- %s\n",
+           o.tf_ok, o.tf_n, o.tf_diff, o.tf_kld, o.tf_kld_best, o.tf_kld_max, o.greedy_ok, o.greedy_n, o.greedy_diff, need, pass ? "PASS" : "FAIL");
     if (r.has_mtp && m->mtp)
         printf("oracle: MTP head: teacher-forced %d/%d argmax, max |dlogit| %.1e; chain %d/%d, max |dlogit| %.1e%s\n", o.mtp_ok, o.mtp_n, o.mtp_diff,
                o.chain_ok, o.chain_n, o.chain_diff, approx ? " (IDOT on integer weights: reported, not judged)" : "");
@@ -522,6 +536,9 @@ static int run_oracle(coli_model *m, const char *dir) {
         if (o.first_bad_tf >= 0) fprintf(stderr, "colibri: first teacher-forced mismatch at position %d\n", o.first_bad_tf);
         if (o.first_bad_greedy >= 0) fprintf(stderr, "colibri: first greedy mismatch at step %d (expected token %d)\n", o.first_bad_greedy, r.greedy[o.first_bad_greedy]);
         if (!approx && (o.tf_diff > ORACLE_TOL || o.greedy_diff > ORACLE_TOL)) fprintf(stderr, "colibri: logits differ by more than %.0e\n", ORACLE_TOL);
+        if (approx && !(o.tf_kld_best <= ORACLE_KLD))
+            fprintf(stderr, "colibri: the teacher-forced distributions diverge from the reference's by %.2e (best 90%% of rows), more than %.0e\n",
+                    o.tf_kld_best, ORACLE_KLD);
     }
     ref_free(&r);
     return pass ? 0 : EXIT_MISMATCH;

@@ -136,6 +136,21 @@ static inline int kld_add(kld_acc *a, const double *lb, const double *lr, int vo
     return 0;
 }
 
+static inline int kld_cmp_(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The mean of the smallest ceil(keep * n) of v[0..n) (sorted in place);
+ * +inf when one of them is not finite. */
+static inline double kld_trimmed(double *v, int n, double keep) {
+    int k = (int)ceil(keep * n - 1e-9), i;
+    double s = 0;
+    qsort(v, (size_t)n, sizeof *v, kld_cmp_);
+    for (i = 0; i < k && i < n; i++) s += v[i];
+    return i ? s / i : 0.0;
+}
+
 /* KL(ref || run) of two rows of logits, in double; +inf when a logit is
  * not finite. */
 static inline double kld_logits(const float *ref, const float *run, int vocab) {
@@ -149,10 +164,6 @@ static inline double kld_logits(const float *ref, const float *run, int vocab) {
     return kl > 0 ? kl : 0;
 }
 
-static inline int kld_cmp_(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
 
 /* The q-quantile (0 < q <= 1) of the per-token divergences: the smallest
  * value at least a fraction q of them do not exceed. Sorts a->each. */

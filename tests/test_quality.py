@@ -16,8 +16,10 @@ of use, layers mapped, wrapping around); hostile traces are refused.
 
 The binary is $COLIBRI (default ./colibri); run from the repository root.
 """
+import json
 import os
 import re
+import shutil
 import struct
 import sys
 import tempfile
@@ -299,6 +301,64 @@ class Routing(unittest.TestCase):
         rc, out, err = run(os.path.join(FIXTURES, ORACLES[0]), {"ROUTE_REPLAY": os.path.join(self.d, "missing.bin"), "USAGE_SAVE": "0"})
         self.assertEqual(rc, 2, err)
         self.assertIn("missing.bin: cannot read the routing trace", err)
+
+
+def corrupt(src, dst, what):
+    """A copy of a quantized container as a wrong kernel would read it:
+    "nibbles" swaps the two 4-bit values of every byte of the routed
+    experts' int4 weights, "scale" doubles the first scale of every routed
+    expert's down_proj."""
+    shutil.copytree(src, dst)
+    for fn in sorted(os.listdir(dst)):
+        if not fn.endswith(".safetensors"):
+            continue
+        path = os.path.join(dst, fn)
+        with open(path, "rb") as f:
+            b = bytearray(f.read())
+        n = struct.unpack("<Q", b[:8])[0]
+        for k, v in json.loads(b[8:8 + n]).items():
+            if k == "__metadata__" or ".experts." not in k:
+                continue
+            a, z = (8 + n + o for o in v["data_offsets"])
+            if what == "nibbles" and k.endswith(".weight") and v["dtype"] == "U8":
+                b[a:z] = bytes(((x & 15) << 4) | (x >> 4) for x in b[a:z])
+            elif what == "scale" and k.endswith("down_proj.weight.qs"):
+                struct.pack_into("<f", b, a, 2 * struct.unpack_from("<f", b, a)[0])
+        with open(path, "wb") as f:
+            f.write(bytes(b))
+
+
+ORACLE = re.compile(r"^oracle: teacher-forced (\d+)/(\d+) argmax, .*KLD \S+ \(best 90% (\S+), .* -- (PASS|FAIL)$", re.M)
+
+
+class QuantizedOracle(unittest.TestCase):
+    def test_a_wrong_kernel_fails(self):
+        """With IDOT on integer weights the oracle bounds the divergence of the
+        teacher-forced distributions from transformers' (8e-4 over the best 90%
+        of rows). The quantized fixtures pass it; read as a kernel with the
+        nibble order swapped or one scale per expert doubled would read
+        them, they fail it, including where 90% of the argmax survive (the
+        rule the bound replaced)."""
+        tmp = tempfile.mkdtemp()
+        try:
+            survived = 0
+            for name in ("tiny-q4", "tiny-q4g32"):
+                rc, out, err = run(os.path.join(FIXTURES, name), {"IDOT": "1", "USAGE_SAVE": "0"})
+                m = ORACLE.search(out)
+                self.assertTrue(m and rc == 0 and m.group(4) == "PASS", out + err)
+                self.assertLess(float(m.group(3)), 8e-4)
+                for what in ("nibbles", "scale"):
+                    d = os.path.join(tmp, name + "-" + what)
+                    corrupt(os.path.join(FIXTURES, name), d, what)
+                    rc, out, err = run(d, {"IDOT": "1", "USAGE_SAVE": "0"})
+                    m = ORACLE.search(out)
+                    self.assertTrue(m, out + err)
+                    self.assertEqual((rc, m.group(4)), (1, "FAIL"), "%s %s: %s" % (name, what, out + err))
+                    self.assertIn("more than 8e-04", err)
+                    survived += int(m.group(1)) * 10 >= int(m.group(2)) * 9
+            self.assertGreater(survived, 0, "no corruption kept 90% of the argmax: the old rule would have caught them all")
+        finally:
+            shutil.rmtree(tmp)
 
 
 class Refusals(unittest.TestCase):
