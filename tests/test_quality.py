@@ -173,6 +173,27 @@ class Speculation(unittest.TestCase):
             self.assertTrue(m, err)
             self.assertEqual((int(m.group(1)), int(m.group(2))), (ref["drafted"], ref["accepted"]), name)
 
+    def test_chained_drafts_equal_the_reference(self):
+        """DRAFT=2..4, greedy, no guard, on the same prompt: the drafts made,
+        the drafts kept and the verifying forwards equal the reference's
+        simulation of chained drafts (make_oracle spec_chain_reference: each
+        draft after the first pairs the MTP head's previous output row with
+        the previous draft), and the output is still the greedy one."""
+        runs = [d for d in TRAINED if "chains" in load_json(os.path.join(FIXTURES, d, "ref.json")).get("spec", {})]
+        self.assertTrue(runs, "no fixture carries a chained speculation reference")
+        for name in runs:
+            ref = load_json(os.path.join(FIXTURES, name, "ref.json"))["spec"]
+            for k, want in sorted(ref["chains"].items()):
+                env = {"PROMPT": ref["text"], "CHAT_TEMPLATE": "0", "NGEN": str(ref["ngen"]), "TEMP": "0", "DRAFT": k, "DRAFT_GUARD_PCT": "0",
+                       "TOKENS": "1", "USAGE_SAVE": "0"}
+                rc, out, err = run(os.path.join(FIXTURES, name), env)
+                self.assertEqual(rc, 0, err)
+                gen = [int(x) for x in re.search(r"^colibri: generated tokens: (.*)$", err, re.M).group(1).split()]
+                self.assertEqual(gen, ref["greedy_ids"], "%s DRAFT=%s" % (name, k))
+                m = re.search(r"speculation: (\d+) drafted, (\d+) accepted .*\((\d+) verifying forwards", err)
+                self.assertTrue(m, err)
+                self.assertEqual(tuple(int(x) for x in m.groups()), (want["drafted"], want["accepted"], want["verifies"]), "%s DRAFT=%s" % (name, k))
+
 
 def write_trace(path, layers, topk, pred_k, experts, rows, raw=None):
     """A routing trace file (route_trace.h's format) of rows[r][j] = chosen

@@ -331,6 +331,13 @@ TRAINED = {
         prompt_len=48, greedy_len=16,
     ),
 }
+# trained-dsv3: DeepSeek-V3's layout at the same size, trained the same way
+# on the same text with trained-glm5's tokenizer: dense MLA attention (no
+# indexer), group-limited routing (8 groups of 8 experts, the best 4
+# groups kept, as DeepSeek-V3's 256 experts in 8 groups), one MTP layer.
+TRAINED["trained-dsv3"] = dict(
+    copy.deepcopy(TRAINED["trained-glm5"]), family="deepseek_v3", tokenizer="trained-glm5",
+    config=dict({k: v for k, v in TRAINED["trained-glm5"]["config"].items() if not k.startswith("index_")}, n_group=8, topk_group=4))
 
 
 def check_modeling_file():
@@ -993,6 +1000,57 @@ def router_choices(model, ids):
     return got
 
 
+SPEC_CHAINS = (2, 3, 4)  # drafts per verifying forward of the chained references
+
+
+def spec_chain_reference(model, cfg, mtp, mcfg, prompt, k, ngen=SPEC_NGEN):
+    """Greedy decoding with up to k chained MTP drafts per verifying
+    forward (DRAFT=k, the guard off), as spec.h runs it: a round at
+    position pos (token x there) drafts d1 = argmax MTP(h_{pos-1}, x) over
+    the teacher-forced entries 0..pos-1, then d_{j+1} = argmax of the entry
+    pairing the previous entry's output row with d_j, attending over the
+    teacher-forced entries and the chain's own; k is cut to the tokens
+    left minus one. The main model keeps the longest prefix of drafts equal
+    to its greedy tokens, emits it and its own next token, and moves on.
+    Returns (dict(rounds: drafts kept per round, drafted, accepted,
+    verifies), the MTP decisions' margins); None when generate() and the
+    cached greedy loop disagree."""
+    try:
+        tf, steps, greedy = reference(model, cfg, prompt, ngen + 1)
+    except AssertionError:
+        return None, {"logit": 0.0}
+    full = prompt + greedy
+    probe = Probe(mtp, mcfg, True)
+    with torch.no_grad():
+        h = model.model(input_ids=torch.tensor([full]), use_cache=False).last_hidden_state[0]
+    o_tf, lg_tf = mtp_forward(model, mtp, mcfg, h[: len(full) - 1], full[1:])
+    pos, left, rounds, used, drafted, verifies = len(prompt), ngen - 1, [], [], 0, 0
+    while left > 0:
+        kk = min(k, left - 1)
+        a = 0
+        verifies += 1
+        drafted += kk
+        if kk > 0:
+            d, o_last, drafts = int(torch.argmax(lg_tf[pos - 1])), o_tf[pos - 1], []
+            used.append(lg_tf[pos - 1])
+            hs, toks = h[:pos], full[1:pos + 1]
+            for j in range(kk):
+                drafts.append(d)
+                if j + 1 == kk:
+                    break
+                hs, toks = torch.cat([hs, o_last.unsqueeze(0)]), toks + [d]
+                o, lg = mtp_forward(model, mtp, mcfg, hs, toks)
+                o_last, d = o[-1], int(torch.argmax(lg[-1]))
+                used.append(lg[-1])
+            while a < kk and drafts[a] == full[pos + 1 + a]:
+                a += 1
+            rounds.append(a)
+        pos, left = pos + a + 1, left - a - 1
+    probe.close()
+    mm = dict(index=probe.index_gap, router=probe.router_gap, group=probe.group_gap, logit=logit_gap(torch.stack(used)))
+    return dict(rounds=rounds, drafted=drafted, accepted=sum(rounds), verifies=verifies), mm
+
+
 def build_trained(name, spec, outdir, src=None, unigram_counts=None):
     """ref.json of a trained fixture from its committed weights (src, by
     default the fixture itself): the oracle reference on the first held-out
@@ -1021,7 +1079,8 @@ def build_trained(name, spec, outdir, src=None, unigram_counts=None):
     t = load_file(os.path.join(d, "model.safetensors"))
     used = load_checkpoint(model, t, cfg) | load_checkpoint(mtp, t, cfg, "model.layers.%d." % cfg.num_hidden_layers)
     assert used == set(t), "unused tensors: %s" % sorted(set(t) - used)[:5]
-    check_indexer_copy(model, torch.randint(0, cfg.vocab_size, (1, 4 * cfg.index_topk), generator=torch.Generator().manual_seed(0)))
+    if getattr(cfg, "index_topk", None):
+        check_indexer_copy(model, torch.randint(0, cfg.vocab_size, (1, 4 * cfg.index_topk), generator=torch.Generator().manual_seed(0)))
     use_stable_topk(model, mtp)
     tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     with open(os.path.join(d, "heldout.txt"), encoding="utf-8") as f:
@@ -1063,6 +1122,17 @@ def build_trained(name, spec, outdir, src=None, unigram_counts=None):
             break
     else:
         sys.exit("%s: no held-out prompt without near-ties for the speculation reference" % name)
+    chains = {}
+    for k in SPEC_CHAINS:  # the same prompt with chained drafts, kept where every decision is clear
+        cref, mm = spec_chain_reference(model, cfg, mtp, mcfg, extra["spec"]["prompt_ids"], k)
+        ok = cref is not None and margins_ok(mm)
+        print("%s: DRAFT=%d on the speculation prompt: %s%s" % (name, k, "%d of %d drafts kept in %d verifying forwards" % (
+            cref["accepted"], cref["drafted"], cref["verifies"]) if cref else "-", "" if ok else " (not kept: margins %s)" % (
+            {kk: "%.2g" % v for kk, v in mm.items()})))
+        if ok:
+            chains[str(k)] = cref
+    if chains:
+        extra["spec"]["chains"] = chains
     stop = sorted(set(ids["eos"] + ids["gen_eos"]))
     chat = chat_reference(model, d, spec["chat"], stop)
     write_ref(os.path.join(d, "ref.json"), prompt, tf, greedy, steps, m, chat, mref, extra)

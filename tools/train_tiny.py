@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Trains tests/fixtures/trained-glm5: a small GLM-5-layout model (transformers'
-GlmMoeDsaForCausalLM plus an MTP layer) trained on real text, so that oracle
-checks and perplexity run on a model whose outputs mean something.
+"""Trains tests/fixtures/trained-glm5 (a small GLM-5-layout model: transformers'
+GlmMoeDsaForCausalLM plus an MTP layer) or, with --name trained-dsv3, a
+DeepSeek-V3-layout one (DeepseekV3ForCausalLM, group-limited routing, no
+indexer) on real text, so that oracle checks and perplexity run on models
+whose outputs mean something.
 
 Corpus: the Python sources of CPython's standard library as Debian's python3.11
 ships them (/usr/lib/python3.11, without site-/dist-packages), split by module:
@@ -10,7 +12,8 @@ the library root) are 0 mod 100 .. 2 mod 100 (~3%). heldout.txt is the held-out
 files in sorted order, whole, as many as fit in 60 KB.
 
 Tokenizer: a byte-level BPE trained on the training split with
-tools/oracle_tokenizer.py's GLM-5 pipeline and GLM-5's special tokens.
+tools/oracle_tokenizer.py's GLM-5 pipeline and GLM-5's special tokens
+(trained-dsv3 takes trained-glm5's, so their perplexities compare).
 
 Training (docs/training.md has the figures): next-token loss plus 0.3 x the MTP
 layer's loss for token t+2 (make_oracle.MTP_CONVENTION); the DSA indexers
@@ -23,13 +26,14 @@ bias in f32) and make_oracle.build_trained writes ref.json from them.
 Like tools/make_oracle.py, and unlike the rest of tools/, this needs the stack
 pinned in tools/requirements-oracle.txt (torch, transformers, tokenizers).
 
-Usage: tools/train_tiny.py [--out tests/fixtures] [--steps N] [--bench N] [--threads N] [--ref-only]
+Usage: tools/train_tiny.py [--name trained-glm5|trained-dsv3] [--out tests/fixtures] [--steps N] [--bench N] [--threads N] [--ref-only]
 """
 import argparse
 import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -44,7 +48,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_oracle as mo  # noqa: E402  (tools/ is not a package)
 import oracle_tokenizer as ot  # noqa: E402
 
-NAME = "trained-glm5"
 STDLIB = "/usr/lib/python3.11"
 SKIP_DIRS = {"__pycache__", "site-packages", "dist-packages", "lib-dynload"}
 HELDOUT_PCT = 3
@@ -104,7 +107,7 @@ class Dsa:
                 if isinstance(m, mo.mdl.GlmMoeDsaAttention) and m.indexer is not None:
                     m.indexer.register_forward_hook(self.on_indexer)
                     m.register_forward_hook(self.on_attn)
-                elif isinstance(m, mo.mdl.GlmMoeDsaTopkRouter):
+                elif isinstance(m, (mo.mdl.GlmMoeDsaTopkRouter, mo.mdl_v3.DeepseekV3TopkRouter)):
                     m.register_forward_hook(self.on_router)
 
     def on_indexer(self, m, args, out):
@@ -203,6 +206,7 @@ def mtp_acceptance(model, mtp, mcfg, chunks):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--name", default="trained-glm5", choices=sorted(mo.TRAINED), help="which trained fixture")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--bench", type=int, default=0, help="time this many steps and stop")
@@ -216,7 +220,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(SEED)
     mo.check_modeling_file()
-    spec = mo.TRAINED[NAME]
+    spec = mo.TRAINED[a.name]
     t0 = time.time()
 
     files = corpus()
@@ -224,12 +228,16 @@ def main():
     print("corpus: %d files (%d bytes); train %d, held out %d, heldout.txt %d files %d bytes"
           % (len(files), sum(len(t.encode()) for _, t in files), len(train), len(held), len(chosen),
              sum(len(t.encode()) for _, t in chosen)), flush=True)
-    d = os.path.join(a.out, NAME)
+    d = os.path.join(a.out, a.name)
     os.makedirs(d, exist_ok=True)
     heldout = "".join(t for _, t in chosen)
     if not a.ref_only:
-        ot.build_tokenizer(spec["config"]["vocab_size"], os.path.join(d, "tokenizer.json"), specials=ot.GLM_SPECIALS,
-                           texts=[t for _, t in train])
+        if spec.get("tokenizer"):  # another trained fixture's tokenizer and held-out text
+            for fn in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(os.path.join(a.out, spec["tokenizer"], fn), d)
+        else:
+            ot.build_tokenizer(spec["config"]["vocab_size"], os.path.join(d, "tokenizer.json"), specials=ot.GLM_SPECIALS,
+                               texts=[t for _, t in train])
         with open(os.path.join(d, "heldout.txt"), "w", encoding="utf-8", newline="") as f:
             f.write(heldout)
     with open(os.path.join(d, "heldout.txt"), encoding="utf-8", newline="") as f:
@@ -255,7 +263,7 @@ def main():
     mcfg = mo.mtp_config(spec, sid, cfg)
     for c in (cfg, mcfg):
         c._experts_implementation = a.experts
-    model = mo.GlmMoeDsaForCausalLM(cfg)
+    model = mo.family(spec)["model"](cfg)
     mtp = mo.make_mtp(spec, mcfg)
     mtp.apply(model._init_weights)  # make_mtp's experts are uninitialized
     for name, p in mtp.named_parameters():
@@ -281,7 +289,7 @@ def main():
     eval_every = max(1, steps // 10)
     tt = time.time()
     for step in range(1, steps + 1):
-        set_topk([model, mtp], W if step <= dense_steps else spec["config"]["index_topk"])
+        set_topk([model, mtp], W if step <= dense_steps else spec["config"].get("index_topk"))
         lr = LR * step / WARMUP if step <= WARMUP else \
             LR_MIN + 0.5 * (LR - LR_MIN) * (1 + math.cos(math.pi * (step - WARMUP) / max(1, steps - WARMUP)))
         for grp in opt.param_groups:
@@ -320,7 +328,7 @@ def main():
         return
 
     cfg._experts_implementation = mcfg._experts_implementation = "eager"
-    set_topk([model, mtp], spec["config"]["index_topk"])
+    set_topk([model, mtp], spec["config"].get("index_topk"))
     model.eval()
     mtp.eval()
     tensors = mo.checkpoint_tensors(model, cfg)
@@ -337,7 +345,7 @@ def main():
 def finish(a, spec, counts, hchunks, summary):
     """ref.json from the saved weights, the MTP head's acceptance, the hashes."""
     torch.set_num_threads(1)  # the reference as make_oracle computes it
-    model, mtp, mcfg = mo.build_trained(NAME, spec, a.out, unigram_counts=counts)
+    model, mtp, mcfg = mo.build_trained(a.name, spec, a.out, unigram_counts=counts)
     summary["mtp_acceptance"] = mtp_acceptance(model, mtp, mcfg, hchunks)
     mo.write_hashes(a.out, mo.all_names(a.out))
     print(json.dumps({k: v for k, v in summary.items() if k not in ("log", "heldout_modules")}), flush=True)
