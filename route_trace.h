@@ -91,32 +91,40 @@ static inline uint64_t rt_get(const unsigned char *p, int n) {
     return v;
 }
 
-/* Writes the recorded rows to path (temporary name, then rename). 0, or -1
- * with err. */
-static inline int rt_save(const rt_trace *t, const char *path, char *err, size_t errlen) {
+/* The file's bytes for the recorded rows (RT_HEADER + rows × stride × 2),
+ * malloc'ed; NULL when out of memory. */
+static inline unsigned char *rt_format(const rt_trace *t, size_t *len) {
     size_t body = (size_t)t->rows * rt_stride(t) * 2;
     unsigned char *buf = (unsigned char *)malloc(RT_HEADER + body);
-    if (!buf) return snprintf(err, errlen, "%s: out of memory for %zu bytes", path, RT_HEADER + body), -1;
+    if (!buf) return NULL;
     memcpy(buf, RT_MAGIC, 8);
     rt_put_u32(buf + 8, t->layers), rt_put_u32(buf + 12, t->topk), rt_put_u32(buf + 16, t->pred_k), rt_put_u32(buf + 20, t->experts);
     rt_put_u32(buf + 24, (uint32_t)t->rows), rt_put_u32(buf + 28, (uint32_t)(t->rows >> 32));
     for (size_t i = 0; i < body / 2; i++) buf[RT_HEADER + 2 * i] = (unsigned char)t->id[i], buf[RT_HEADER + 2 * i + 1] = (unsigned char)(t->id[i] >> 8);
-    int rc = compat_write_atomic(path, buf, RT_HEADER + body);
+    *len = RT_HEADER + body;
+    return buf;
+}
+
+/* Writes the recorded rows to path (temporary name, then rename). 0, or -1
+ * with err. */
+static inline int rt_save(const rt_trace *t, const char *path, char *err, size_t errlen) {
+    size_t len;
+    unsigned char *buf = rt_format(t, &len);
+    if (!buf) return snprintf(err, errlen, "%s: out of memory for the routing trace", path), -1;
+    int rc = compat_write_atomic(path, buf, len);
     int e = errno;
     free(buf);
     if (rc) return snprintf(err, errlen, "%s: cannot write the routing trace: %s", path, e == COMPAT_ENOTREG ? "not a regular file" : strerror(e)), -1;
     return 0;
 }
 
-/* Reads a trace and checks it whole: the magic, a shape the format allows,
- * the size the header implies, every chosen id an expert and distinct in
- * its row and layer, every predicted id an expert or RT_NONE. 0, or -1 with
- * err naming the file and what is wrong. */
-static inline int rt_load(rt_trace *t, const char *path, char *err, size_t errlen) {
+/* Parses a trace's bytes b[0..len) and checks them whole: the magic, a
+ * shape the format allows, the size the header implies, every chosen id an
+ * expert and distinct in its row and layer, every predicted id an expert
+ * or RT_NONE. 0, or -1 with err (prefixed with `name`) saying what is
+ * wrong; t is then empty. */
+static inline int rt_parse(rt_trace *t, const unsigned char *b, size_t len, const char *name, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
-    size_t len;
-    unsigned char *b = (unsigned char *)compat_read_file(path, RT_MAX_FILE, &len);
-    if (!b) return snprintf(err, errlen, "%s: cannot read the routing trace: %s", path, errno == EFBIG ? "larger than 1 GiB" : strerror(errno)), -1;
     const char *why = NULL;
     if (len < RT_HEADER || memcmp(b, RT_MAGIC, 8)) why = "not a routing trace (no COLIRTR1 header)";
     else {
@@ -130,24 +138,19 @@ static inline int rt_load(rt_trace *t, const char *path, char *err, size_t errle
         else if (len != RT_HEADER + (size_t)t->rows * rt_stride(t) * 2) why = "its size is not what the header says (truncated or padded)";
     }
     if (why) {
-        free(b);
-        snprintf(err, errlen, "%s: %s", path, why);
+        snprintf(err, errlen, "%s: %s", name, why);
         memset(t, 0, sizeof *t);
         return -1;
     }
     size_t n = (size_t)t->rows * rt_stride(t);
-    if (!(t->id = (uint16_t *)malloc(n * 2))) {
-        free(b);
-        return snprintf(err, errlen, "%s: out of memory", path), -1;
+    uint64_t *seen = (uint64_t *)calloc(t->experts, sizeof *seen), stamp = 0; /* seen[e] == stamp: e chosen in this row and layer */
+    if (!(t->id = (uint16_t *)malloc(n * 2)) || !seen) {
+        free(seen);
+        rt_free(t);
+        return snprintf(err, errlen, "%s: out of memory", name), -1;
     }
     for (size_t i = 0; i < n; i++) t->id[i] = (uint16_t)rt_get(b + RT_HEADER + 2 * i, 2);
-    free(b);
     t->cap = t->rows;
-    uint64_t *seen = (uint64_t *)calloc(t->experts, sizeof *seen), stamp = 0; /* seen[e] == stamp: e chosen in this row and layer */
-    if (!seen) {
-        rt_free(t);
-        return snprintf(err, errlen, "%s: out of memory", path), -1;
-    }
     for (uint64_t r = 0; r < t->rows && !why; r++)
         for (uint32_t j = 0; j < t->layers && !why; j++) {
             const uint16_t *p = rt_at(t, r, j);
@@ -158,7 +161,7 @@ static inline int rt_load(rt_trace *t, const char *path, char *err, size_t errle
                 else if (k < t->topk && seen[p[k]] == stamp) why = "an expert chosen twice";
                 else if (k < t->topk) seen[p[k]] = stamp;
             }
-            if (why) snprintf(err, errlen, "%s: row %llu, MoE layer %u: %s", path, (unsigned long long)r, j, why);
+            if (why) snprintf(err, errlen, "%s: row %llu, MoE layer %u: %s", name, (unsigned long long)r, j, why);
         }
     free(seen);
     if (why) {
@@ -166,6 +169,18 @@ static inline int rt_load(rt_trace *t, const char *path, char *err, size_t errle
         return -1;
     }
     return 0;
+}
+
+/* Reads the trace at path (at most RT_MAX_FILE bytes) and parses it
+ * (rt_parse). 0, or -1 with err naming the file. */
+static inline int rt_load(rt_trace *t, const char *path, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    size_t len;
+    unsigned char *b = (unsigned char *)compat_read_file(path, RT_MAX_FILE, &len);
+    if (!b) return snprintf(err, errlen, "%s: cannot read the routing trace: %s", path, errno == EFBIG ? "larger than 1 GiB" : strerror(errno)), -1;
+    int rc = rt_parse(t, b, len, path, err, errlen);
+    free(b);
+    return rc;
 }
 
 static int rt_cmp_u64(const void *a, const void *b) {

@@ -1645,15 +1645,37 @@ class Bench:
             q["formats"].append(row)
             self.say("  %-40s perplexity %.4f, KLD %.6f (p99 %.6f), top-1 %.2f%%" % (env_str(f), row["perplexity"], row["kld_mean"], row["kld_p99"],
                                                                                    row["top1_pct"]))
+        conv = os.path.join(ROOT, "colibri-convert")
+        convs = [["--expert-bits", "8", "--dense-bits", "32"], ["--expert-bits", "4", "--dense-bits", "32"],
+                 ["--expert-bits", "4", "--group-size", "32", "--dense-bits", "32"], ["--expert-bits", "4", "--down-bits", "8", "--dense-bits", "32"],
+                 ["--expert-bits", "2", "--down-bits", "4", "--dense-bits", "32"], ["--expert-bits", "4", "--group-size", "64", "--dense-bits", "8"]]
+        if not os.access(conv, os.X_OK):
+            self.skip("quality: converted containers", "colibri-convert is not built")
+            convs = []
+        q["converted"] = []
+        for args in convs[:2] if self.a.quick else convs:  # the converter's containers of the bf16 fixture, against the same base
+            out_dir = os.path.join(self.logdir, "trained-glm5" + "".join(a.replace("--", "-") for a in args))
+            _, err, rc, _, _, _ = self.run("quality-convert" + "".join(a.replace("--", "-") for a in args), [conv, d, out_dir] + args, check=False)
+            out, err2, rc2, _, _, _ = self.run("quality-kld" + "".join(a.replace("--", "-") for a in args), [os.path.join(ROOT, "colibri"), "--kld", base, out_dir],
+                                               env, check=False) if not rc else ("", err, rc, 0, 0, 0)
+            m, k = QPPL_RE.search(out), QKLD_RE.search(out)
+            if rc or rc2 or not (m and k):
+                self.skip("quality colibri-convert " + " ".join(args), "exit %d/%d: %s" % (rc, rc2, (err + err2).strip().splitlines()[-1:]))
+                continue
+            row = {"convert": args, "perplexity": float(m.group(1)), "kld_mean": float(k.group(1)), "kld_stderr": float(k.group(2)),
+                   "kld_p99": float(k.group(3)), "top1_pct": float(k.group(4)), "delta_p_pct": float(k.group(5))}
+            q["converted"].append(row)
+            self.say("  colibri-convert %-36s perplexity %.4f, KLD %.6f (p99 %.6f), top-1 %.2f%%" % (" ".join(args), row["perplexity"], row["kld_mean"],
+                                                                                                row["kld_p99"], row["top1_pct"]))
         with open(os.path.join(d, "heldout.txt")) as f:
             lines = f.readlines()
         prompts = ["".join(lines[s:s + 11]) for s in (99, 299, 499, 699, 899, 1099)][: 2 if self.a.quick else 6]
-        for k in ("0", "1", "2", "3", "4", "-1"):
+        for k, temp in [(k, "0") for k in ("0", "1", "2", "3", "4", "-1")] + [(k, "0.7") for k in ("0", "1", "2", "3", "-1")]:
             drafted = accepted = toks = 0
             secs, tpf, busy = 0.0, [], 0.0
             for i, p in enumerate(prompts):
-                out, err, rc, _, _, _ = self.run("quality-spec-k%s-%d" % (k, i), [os.path.join(ROOT, "colibri"), d],
-                                                 dict(env, PROMPT=p, CHAT_TEMPLATE="0", NGEN="100", TEMP="0", DRAFT=k), check=False)
+                out, err, rc, _, _, _ = self.run("quality-spec-k%s-t%s-%d" % (k, temp, i), [os.path.join(ROOT, "colibri"), d],
+                                                 dict(env, PROMPT=p, CHAT_TEMPLATE="0", NGEN="100", TEMP=temp, SEED=str(7 + i), DRAFT=k), check=False)
                 busy = max(busy, (self.last_others or {}).get("others_cpu_frac") or 0.0)
                 e = END_RE.search(err)
                 s = QSPEC_RE.search(err)
@@ -1665,11 +1687,11 @@ class Bench:
                 if s:
                     drafted, accepted = drafted + int(s.group(1)), accepted + int(s.group(2))
                     tpf.append(float(s.group(3)))
-            row = {"draft": int(k), "drafted": drafted, "accepted": accepted, "tokens_per_forward": tpf, "gen_tokens": toks,
+            row = {"draft": int(k), "temp": float(temp), "drafted": drafted, "accepted": accepted, "tokens_per_forward": tpf, "gen_tokens": toks,
                    "decode_tok_s": round(toks / secs, 2) if secs else None, "disturbed": busy > BUSY_FRAC}
             q["spec"].append(row)
-            self.say("  DRAFT=%s: %d of %d drafts accepted, tokens per forward %s, decode %s tok/s" % (
-                k, accepted, drafted, " ".join("%.2f" % x for x in tpf) or "-", row["decode_tok_s"]))
+            self.say("  DRAFT=%s TEMP=%s: %d of %d drafts accepted, tokens per forward %s, decode %s tok/s" % (
+                k, temp, accepted, drafted, " ".join("%.2f" % x for x in tpf) or "-", row["decode_tok_s"]))
         self.R["quality"] = q
 
     def cuda(self):
@@ -2504,9 +2526,11 @@ def print_table(R, prev):
         print("  %-44s %11s %10s %10s %8s" % ("knobs", "perplexity", "KLD mean", "KLD p99", "top-1"))
         for r in Q["formats"]:
             print("  %-44s %11.4f %10.6f %10.6f %7.2f%%" % (env_str(r["knobs"]), r["perplexity"], r["kld_mean"], r["kld_p99"], r["top1_pct"]))
+        for r in Q.get("converted", []):
+            print("  %-44s %11.4f %10.6f %10.6f %7.2f%%" % ("convert " + " ".join(r["convert"]), r["perplexity"], r["kld_mean"], r["kld_p99"], r["top1_pct"]))
         for r in Q["spec"]:
-            print("  DRAFT=%-3d %4d of %4d drafts accepted, tokens per forward %s, decode %s tok/s%s" % (
-                r["draft"], r["accepted"], r["drafted"], " ".join("%.2f" % x for x in r["tokens_per_forward"]) or "-", r["decode_tok_s"],
+            print("  DRAFT=%-3d TEMP=%-3s %4d of %4d drafts accepted, tokens per forward %s, decode %s tok/s%s" % (
+                r["draft"], r.get("temp", 0), r["accepted"], r["drafted"], " ".join("%.2f" % x for x in r["tokens_per_forward"]) or "-", r["decode_tok_s"],
                 " ! (other processes took more than %d%% of the CPUs)" % (100 * BUSY_FRAC) if r.get("disturbed") else ""))
     if R.get("fuzz"):
         print("\nfuzz (bench/fuzz.json, %s):" % (R.get("fuzz_file") or {}).get("modified", "?"))

@@ -15,7 +15,7 @@
 #
 # Environment:
 #   FUZZ_TARGETS        targets to run (default: json safetensors tokenizer config usage format openai kv grammar
-#                       anthropic responses)
+#                       anthropic responses route)
 #   FUZZ_JOBS           targets run at once (default: CPUs, at most 6)
 #   FUZZ_ENGINE         libfuzzer | plain (default: libfuzzer when it builds)
 #   FUZZ_CC             compiler for libFuzzer builds (default clang)
@@ -37,7 +37,7 @@
 # sanitizer report or failed to build.
 set -u
 
-ALL_TARGETS="json safetensors tokenizer config usage format openai kv grammar anthropic responses"
+ALL_TARGETS="json safetensors tokenizer config usage format openai kv grammar anthropic responses route"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 OUT=build/fuzz
 SRC=tests/fuzz

@@ -18,7 +18,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(ROOT, "tests", "fixtures")
 SEP = b"\n@@colibri-fuzz-part@@\n"  # fuzz_common.h FUZZ_SEP
-TARGETS = ("json", "safetensors", "tokenizer", "config", "usage", "format", "openai", "kv", "grammar", "anthropic", "responses")
+TARGETS = ("json", "safetensors", "tokenizer", "config", "usage", "format", "openai", "kv", "grammar", "anthropic", "responses", "route")
 MAX_SEED = 256 * 1024
 MAX_CORPUS = 2 * 1024 * 1024
 
@@ -678,6 +678,25 @@ def seeds_grammar():
         put("grammar", name, dumps(sc) + SEP + texts[name].encode())
 
 
+# ---------------------------------------------------------------- route
+
+
+def trace(layers, topk, pred_k, experts, rows):
+    """A routing trace (route_trace.h) of rows[r][j] = chosen + predicted ids."""
+    import struct
+    ids = [x for r in rows for j in r for x in j]
+    return b"COLIRTR1" + struct.pack("<IIIIQ", layers, topk, pred_k, experts, len(rows)) + struct.pack("<%dH" % len(ids), *ids)
+
+
+def seeds_route():
+    put("route", "one", trace(1, 1, 0, 1, [[[0]]]))
+    put("route", "glm5-3x8of64", trace(3, 8, 0, 64, [[[(r * 5 + j * 11 + k * 7) % 64 for k in range(8)] for j in range(3)] for r in range(6)]))
+    put("route", "pred-none", trace(2, 2, 3, 8, [[[j, 7 - j, 1, 0xFFFF, 6] for j in range(2)] for r in range(4)]))
+    put("route", "dup", trace(1, 2, 0, 4, [[[1, 1]]]))
+    put("route", "short", trace(1, 2, 0, 4, [[[1, 2]]])[:-1])
+    put("route", "big-id", trace(1, 2, 1, 4, [[[1, 4, 0]]]))
+
+
 def main():
     global out_dir
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "fuzz", "seeds")
@@ -696,6 +715,7 @@ def main():
     seeds_grammar()
     seeds_anthropic()
     seeds_responses()
+    seeds_route()
     for t in TARGETS:
         files = os.listdir(os.path.join(out_dir, t))
         print("seeds: %-12s %3d files, %7d bytes" % (t, len(files), written.get(t, 0)))
