@@ -2141,8 +2141,9 @@ static int route_setup(coli_model *m, const coli_env *e) {
         m->tel.replayed = 1;
         const rt_trace *t = m->rep;
         fprintf(stderr, "colibri: routing replayed from %s: %llu rows of %u MoE layers (top-%u of %u experts, mapped by rank of use)%s; "
-                        "a bench instrument: what is computed is not this model's\n",
-                rep, (unsigned long long)t->rows, t->layers, t->topk, t->experts, pk ? ", PILOT's predictions from the trace" : "");
+                        "a bench instrument: what is computed is not this model's%s\n",
+                rep, (unsigned long long)t->rows, t->layers, t->topk, t->experts, pk ? ", PILOT's predictions from the trace" : "",
+                env_i(e, ENV_USAGE_SAVE) ? ", and USAGE_SAVE=1 keeps the replayed routing as this model's usage history" : "");
     }
     if (rec) {
         if (rt_record_init(m->rec, n_moe_layers(c), c->topk, pk, c->n_experts))
@@ -2158,7 +2159,7 @@ static int route_finish(const coli_model *m, const coli_env *e) {
     const char *path = env_v(e, ENV_ROUTE_TRACE)->s;
     char err[1200];
     if (!m->rec) return 0;
-    if (!m->rec->rows) return fprintf(stderr, "colibri: ROUTE_TRACE: no forward ran, so %s is not written\n", path), 0;
+    if (!m->rec->rows) return fprintf(stderr, "colibri: ROUTE_TRACE: no forward ran, so %s is not written\n", path), 0; /* nothing to replay */
     if (rt_save(m->rec, path, err, sizeof err)) return fprintf(stderr, "colibri: ROUTE_TRACE: %s\n", err), EXIT_INPUT;
     fprintf(stderr, "colibri: routing trace: %llu rows written to %s\n", (unsigned long long)m->rec->rows, path);
     return 0;

@@ -650,7 +650,7 @@ static void fwd_route_trace(coli_model *m, int mk, int S) {
             const uint16_t *p = rt_replay_row(m->rep, s, mk);
             for (int k = 0; k < K; k++) e[k] = rt_map(m->rep, mk, p[k]);
         }
-        if (m->rec) {
+        if (m->rec && !m->rec->full) {
             uint16_t *p = rt_at(m->rec, m->rec->rows + (uint64_t)s, (uint32_t)mk);
             for (int k = 0; k < K; k++) p[k] = (uint16_t)e[k];
         }
@@ -764,7 +764,8 @@ static void fwd_pilot(const fwd_t *f, int l, int S) {
             for (int k = 0; k < m->pilot_k; k++) {
                 int e = rt_map(m->rep, mk, p[k]);
                 if (e >= 0) sc->pred[n++] = e;
-                if (m->rec) rt_at(m->rec, m->rec->rows + (uint64_t)s, (uint32_t)mk)[m->rec->topk + k] = e >= 0 ? (uint16_t)e : (uint16_t)RT_NONE;
+                if (m->rec && !m->rec->full)
+                    rt_at(m->rec, m->rec->rows + (uint64_t)s, (uint32_t)mk)[m->rec->topk + k] = e >= 0 ? (uint16_t)e : (uint16_t)RT_NONE;
             }
         }
         xs_prefetch(&m->xs, mk, sc->pred, n, m->pilot_real);
@@ -787,7 +788,7 @@ static void fwd_pilot(const fwd_t *f, int l, int S) {
             }
             sc->pred[n++] = best;
         }
-        if (m->rec) {
+        if (m->rec && !m->rec->full) {
             uint16_t *p = rt_at(m->rec, m->rec->rows + (uint64_t)s, (uint32_t)mk) + m->rec->topk;
             for (int k = 0; k < m->pilot_k; k++) p[k] = (uint16_t)sc->pred[n - m->pilot_k + k];
         }
@@ -908,15 +909,18 @@ static void fwd_seq_rows(coli_model *m, fwd_shared *sh, const int *tok, int S, i
 /* Before a main-model forward of S rows: room for them in a trace being
  * recorded. 0 or -1 (m->err). */
 static int fwd_route_begin(coli_model *m, int S) {
-    if (m->rec && rt_reserve(m->rec, S))
-        return model_fail(m, "ROUTE_TRACE: no memory for %llu more rows of the routing trace", (unsigned long long)S);
+    if (m->rec && !m->rec->full && rt_reserve(m->rec, S)) { /* a bench option never fails a forward: recording stops */
+        m->rec->full = 1;
+        fprintf(stderr, "colibri: ROUTE_TRACE: the routing trace stops at %llu rows (its 1 GiB limit, or out of memory)\n",
+                (unsigned long long)m->rec->rows);
+    }
     return 0;
 }
 
 /* After a main-model forward of S rows: the recorded trace keeps them,
  * the replayed one moves on. */
 static void fwd_route_end(coli_model *m, int S) {
-    if (m->rec) rt_commit(m->rec, 0, S);
+    if (m->rec && !m->rec->full) rt_commit(m->rec, 0, S);
     if (m->rep) rt_commit(m->rep, 1, S);
 }
 

@@ -141,8 +141,11 @@ static inline int kld_cmp_(const void *x, const void *y) {
     return a < b ? -1 : a > b;
 }
 
-/* The mean of the smallest ceil(keep * n) of v[0..n) (sorted in place);
- * +inf when one of them is not finite. */
+/* The mean of the smallest ceil(keep * n) of v[0..n) (sorted in place;
+ * v holds no NaN): +inf when one of those is +inf. A +inf among the
+ * largest rows left out does not show here, so a caller judging with it
+ * must also check that every row is finite (the oracle checks the
+ * logits). */
 static inline double kld_trimmed(double *v, int n, double keep) {
     int k = (int)ceil(keep * n - 1e-9), i;
     double s = 0;
@@ -152,16 +155,17 @@ static inline double kld_trimmed(double *v, int n, double keep) {
 }
 
 /* KL(ref || run) of two rows of logits, in double; +inf when a logit is
- * not finite. */
+ * not finite (never NaN). Tokens the reference gives no probability add
+ * nothing. */
 static inline double kld_logits(const float *ref, const float *run, int vocab) {
     double lr = ppl_lse(ref, vocab), lx = ppl_lse(run, vocab), kl = 0;
     if (!isfinite(lr) || !isfinite(lx)) return INFINITY;
     for (int i = 0; i < vocab; i++) {
-        if (!isfinite(run[i])) return INFINITY;
-        double a = (double)ref[i] - lr;
-        kl += exp(a) * (a - ((double)run[i] - lx));
+        if (!isfinite(run[i]) || !isfinite(ref[i])) return INFINITY;
+        double a = (double)ref[i] - lr, pa = exp(a);
+        if (pa > 0) kl += pa * (a - ((double)run[i] - lx));
     }
-    return kl > 0 ? kl : 0;
+    return isnan(kl) ? INFINITY : kl > 0 ? kl : 0;
 }
 
 

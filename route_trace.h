@@ -36,6 +36,7 @@
 typedef struct {
     uint32_t layers, topk, pred_k, experts;
     uint64_t rows, cap;  /* rows held; rows allocated (recording) */
+    int full;            /* recording: the file limit is reached, later rows are not kept */
     uint16_t *id;        /* [rows][layers][topk + pred_k] */
     uint16_t *rank;      /* replay: [layers][experts] trace id → its rank of use in its layer (0 = most used) */
     uint64_t pos;        /* replay: the trace row the next forward row takes */
@@ -60,16 +61,19 @@ static inline void rt_free(rt_trace *t) {
  * when the shape cannot be stored in the format. */
 static inline int rt_record_init(rt_trace *t, int layers, int topk, int pred_k, int experts) {
     memset(t, 0, sizeof *t);
-    if (layers < 1 || topk < 1 || pred_k < 0 || experts < 1 || experts >= (int)RT_NONE) return -1;
+    if (layers < 1 || layers > 4096 || topk < 1 || topk > experts || topk > RT_MAX_K || pred_k < 0 || pred_k > experts || pred_k > RT_MAX_K ||
+        experts < 1 || experts >= (int)RT_NONE)
+        return -1;
     t->layers = (uint32_t)layers, t->topk = (uint32_t)topk, t->pred_k = (uint32_t)pred_k, t->experts = (uint32_t)experts;
     return 0;
 }
 
 /* Room for n more rows, predictions RT_NONE until written. 0, or -1
- * (out of memory, or past the format's file size). */
+ * (out of memory, or past the format's file size: rt_load reads at most
+ * RT_MAX_FILE bytes, header included). */
 static inline int rt_reserve(rt_trace *t, int n) {
     uint64_t need = t->rows + (uint64_t)n;
-    if (need * rt_stride(t) * 2 > RT_MAX_FILE) return -1;
+    if (RT_HEADER + need * rt_stride(t) * 2 > RT_MAX_FILE) return -1;
     if (need > t->cap) {
         uint64_t cap = t->cap ? t->cap : 1024;
         while (cap < need) cap *= 2;
@@ -111,6 +115,7 @@ static inline int rt_save(const rt_trace *t, const char *path, char *err, size_t
     size_t len;
     unsigned char *buf = rt_format(t, &len);
     if (!buf) return snprintf(err, errlen, "%s: out of memory for the routing trace", path), -1;
+    compat_sweep_temps(path, 1); /* a killed writer's temporary (no lock: a live one's stays) */
     int rc = compat_write_atomic(path, buf, len);
     int e = errno;
     free(buf);
@@ -134,7 +139,7 @@ static inline int rt_parse(rt_trace *t, const unsigned char *b, size_t len, cons
         else if (t->experts < 1 || t->experts >= RT_NONE) why = "experts outside 1..65534";
         else if (t->topk < 1 || t->topk > t->experts || t->topk > RT_MAX_K) why = "topk outside 1..min(experts, 1024)";
         else if (t->pred_k > t->experts || t->pred_k > RT_MAX_K) why = "pred_k larger than experts or 1024";
-        else if (t->rows < 1 || t->rows > RT_MAX_FILE / (rt_stride(t) * 2)) why = "rows outside what the file can hold";
+        else if (t->rows < 1 || t->rows > (RT_MAX_FILE - RT_HEADER) / (rt_stride(t) * 2)) why = "rows outside what the file can hold";
         else if (len != RT_HEADER + (size_t)t->rows * rt_stride(t) * 2) why = "its size is not what the header says (truncated or padded)";
     }
     if (why) {

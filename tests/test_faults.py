@@ -269,6 +269,79 @@ class History(unittest.TestCase):
         self.assertEqual(self.leftovers(), [])
 
 
+class RouteTrace(unittest.TestCase):
+    """ROUTE_TRACE on tiny-glm5's oracle run: an allocation that fails gives
+    the right answer or a clean error, and a trace buffer that cannot grow
+    stops the recording with a message, never the run; a failed write
+    leaves no trace and says so; a kill at any write step leaves no trace
+    or the complete one, and a later run sweeps the temporary."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "route.bin")
+        self.env = {"PIN": "0", "USAGE_SAVE": "0", "CAP": "2", "THREADS": "1", "ROUTE_TRACE": self.path}
+        rc, self.want, err = run([FAULT, TINY], self.env)
+        self.assertEqual(rc, 0, err)
+        with open(self.path, "rb") as f:
+            self.good = f.read()
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def trace(self):
+        """The trace's bytes, or None; removed either way."""
+        if not os.path.exists(self.path):
+            return None
+        with open(self.path, "rb") as f:
+            b = f.read()
+        os.remove(self.path)
+        return b
+
+    def test_every_allocation(self):
+        os.remove(self.path)
+        rc, out, c = counts([FAULT, TINY], self.env)
+        self.assertEqual((rc, out), (0, self.want))
+        self.trace()
+        stopped = 0
+        for n in range(1, c["alloc"] + 1):
+            rc, out, err = run([FAULT, TINY], dict(self.env, XFAULT="alloc:%d" % n))
+            b = self.trace()
+            if rc == 2 and err.startswith("colibri: ") and "out of memory" in err and not out:
+                continue
+            if rc == 2 and "colibri: ROUTE_TRACE: " in err and ("out of memory" in err or os.strerror(12) in err):  # the answer given, the file not written
+                self.assertEqual((out, b), (self.want, None), "allocation %d" % n)
+                continue
+            self.assertEqual((rc, out), (0, self.want), "allocation %d: %s" % (n, err[-400:]))
+            if "the routing trace stops at" in err:
+                stopped += 1
+                self.assertTrue(b is None or (b[:24] == self.good[:24] and len(b) < len(self.good)), "allocation %d" % n)
+            else:
+                self.assertEqual(b, self.good, "allocation %d: %s" % (n, err[-400:]))
+        self.assertGreater(stopped, 0, "no allocation failure reached the trace buffer")
+
+    def test_write_faults_and_kills(self):
+        os.remove(self.path)
+        rc, out, c = counts([FAULT, TINY], self.env)
+        self.assertEqual(self.trace(), self.good)
+        for n in range(1, c["write"] + 1):
+            rc, out, err = run([FAULT, TINY], dict(self.env, XFAULT="write:%d:eio" % n))
+            b = self.trace()
+            if rc == 2:
+                self.assertIn("cannot write the routing trace", err)
+                self.assertIsNone(b, "write %d" % n)
+            else:
+                self.assertEqual(b, self.good, "write %d: %s" % (n, err[-300:]))
+            self.assertEqual([f for f in os.listdir(self.dir) if ".tmp." in f], [], "write %d" % n)
+        for n in range(1, c["step"] + 1):
+            rc, out, err = run([FAULT, TINY], dict(self.env, XFAULT="kill:%d" % n))
+            self.assertEqual(rc, -signal.SIGKILL, err)
+            self.assertIn(self.trace(), (None, self.good), "kill at step %d" % n)
+        rc, out, err = run([FAULT, TINY], self.env)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.trace(), self.good)
+        self.assertEqual([f for f in os.listdir(self.dir) if ".tmp." in f], [])
+
+
 class SessionFile(unittest.TestCase):
     """A conversation's state (KV_SAVE) under write faults and kills: the
     old file whole, or the complete new one; never a mix, and a later run
