@@ -649,8 +649,25 @@ static inline void rope_tables(const coli_config *c, int ctx, float *cs, float *
 /* Context the KV cache holds: CTX capped at max_position_embeddings. */
 static inline int model_ctx(const coli_config *c, const coli_opts *o) { return o->ctx < c->max_pos ? o->ctx : c->max_pos; }
 
+#define MODEL_SPEC_MAX_K 16 /* spec.h's SPEC_MAX_K: drafts a verifying forward may hold */
+
+/* What one sequence's decoding state holds besides its KV cache
+ * (session.h sess_open): the sampler's work and a logits row (three vocab
+ * rows), and with the MTP layer spec.h's buffers (spec_init): logits and
+ * hidden rows of MODEL_SPEC_MAX_K + 1 verify rows, MODEL_SPEC_MAX_K draft
+ * distributions, two vocab rows, one hidden row, and the MTP queue's
+ * hidden and output rows and tokens for max_s + MODEL_SPEC_MAX_K + 2
+ * entries. GLM-5 at UBATCH=512 with its MTP layer: about 48 MB. */
+static inline uint64_t model_seq_bytes(const coli_config *c, int max_s, int mtp) {
+    uint64_t V = (uint64_t)c->vocab, D = (uint64_t)c->dim, K = MODEL_SPEC_MAX_K, cap = (uint64_t)max_s + K + 2, b = 3 * V * 4;
+    if (mtp) b += ((K + 1) * V + (K + 1) * D + K * V + 2 * V + D + 2 * cap * D) * 4 + cap * sizeof(int);
+    return b;
+}
+
 /* Resident bytes by part, from config.json, the shard headers and the
- * located experts alone: nothing is allocated or read. 0 or -1 (m->err). */
+ * located experts alone: nothing is allocated or read. The working set
+ * counts each sequence's decoding state (model_seq_bytes). 0 or -1
+ * (m->err). */
 static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *mem) {
     const coli_config *c = &m->c;
     coli_kv kv;
@@ -659,7 +676,8 @@ static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *me
     if (model_weights(m, 0, &mem->dense, NULL)) return -1;
     int ctx = model_ctx(c, o), nt = o->threads > 0 ? o->threads : coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
     mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, m->nslots, &kv, NULL); /* every slot's */
-    mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt;
+    mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt +
+                model_seq_bytes(c, o->ubatch, m->mtp) * (uint64_t)m->nslots;
     return 0;
 }
 
@@ -677,17 +695,20 @@ static inline uint64_t model_budget(const coli_opts *o) {
 }
 
 /* SLOTS_AUTO (serve mode's default): the most sequences, up to
- * SLOTS_AUTO_MAX, whose KV caches together take at most a quarter of what
- * the budget leaves after the dense weights, the working set and the
- * reserve, so that most of it stays for experts; at least 1. Sets
- * m->nslots and m->mem.kv (measured for one sequence). */
+ * SLOTS_AUTO_MAX, whose KV caches and decoding states together take at
+ * most a quarter of what the budget leaves after the dense weights, the
+ * rest of the working set and the reserve, so that most of it stays for
+ * experts; at least 1. Sets m->nslots, m->mem.kv and m->mem.work
+ * (measured for one sequence). */
 static inline void model_auto_slots(coli_model *m, const coli_opts *o) {
     const coli_config *c = &m->c;
-    uint64_t budget = model_budget(o), fixed = m->mem.dense + m->mem.work + budget / 20, one = m->mem.kv;
-    uint64_t quarter = budget > fixed ? (budget - fixed) / 4 : 0, n = one ? quarter / one : SLOTS_AUTO_MAX;
+    uint64_t seq = model_seq_bytes(c, o->ubatch, m->mtp), base = m->mem.work - seq;
+    uint64_t budget = model_budget(o), fixed = m->mem.dense + base + budget / 20, one = m->mem.kv + seq;
+    uint64_t quarter = budget > fixed ? (budget - fixed) / 4 : 0, n = quarter / one;
     m->nslots = n < 1 ? 1 : n > SLOTS_AUTO_MAX ? SLOTS_AUTO_MAX : (int)n;
     coli_kv kv;
     m->mem.kv = kv_layout(c, c->n_layers + m->mtp, model_ctx(c, o), m->nslots, &kv, NULL);
+    m->mem.work = base + seq * (uint64_t)m->nslots;
 }
 
 /* The budget plan, before anything is loaded: the resident part must fit

@@ -31,7 +31,7 @@
 #include "kv_persist.h"
 #include "sample.h"
 
-#define SPEC_MAX_K 16
+#define SPEC_MAX_K MODEL_SPEC_MAX_K /* model.h counts the buffers spec_init allocates (model_seq_bytes) */
 
 typedef struct {
     int k;          /* drafts per verify; -1 = auto (1..4 by acceptance) */

@@ -1574,8 +1574,9 @@ class Batching(MhdCase):
 
     def test_slots_from_the_memory_plan(self):
         """SERVE_SLOTS unset: as many slots as fit, up to 8, with all their
-        KV caches in a quarter of what the budget leaves after the dense
-        weights, the working set and the reserve (a twentieth); checked
+        KV caches (and decoding states, a few vocabulary rows each here) in
+        a quarter of what the budget leaves after the dense weights, the
+        rest of the working set and the reserve (a twentieth); checked
         against the plan line's own figures, with a budget that leaves room
         for three and a half."""
         unit = {"KB": 1e3, "MB": 1e6, "GB": 1e9}

@@ -119,6 +119,11 @@ static void test_greedy_identity(void) {
             spec_ctx s;
             spec_opts so = {k, 0, 24, 256};
             CHECK(spec_init(&s, &m, &so) == 0);
+            if (k == 1 && !hooked) { /* the memory plan counts what spec_init holds (and a session's three vocab rows) */
+                size_t V = (size_t)s.vocab, D = (size_t)s.dim, K1 = SPEC_MAX_K + 1, held = (K1 * V + K1 * D + SPEC_MAX_K * V + 2 * V + D +
+                                                                                                2 * (size_t)s.cap * D) * 4 + (size_t)s.cap * sizeof(int);
+                CHECK(model_seq_bytes(&m.c, m.sc.max_s, 1) == held + 3 * V * 4 && model_seq_bytes(&m.c, m.sc.max_s, 0) == 3 * V * 4);
+            }
             if (hooked) s.draft_hook = hook_mix;
             CHECK(spec_gen(&s, ids, np, 60, &greedy, 1, out) == 0);
             CHECK(!memcmp(out, ref, sizeof ref));
