@@ -93,7 +93,7 @@ typedef struct {
     STR(SERVE_MODEL, NULL, \
         "Serve mode: the model name /v1/models lists and responses carry; unset = the model directory's last component.") \
     INT(SERVE_SLOTS, "0", 0, 64, \
-        "Serve mode: requests decoded together, each row of one forward belonging to one of them; each has a KV cache of CTX positions in the memory plan. More wait in the queue. 0 = as many as fit, up to 8, with all their KV caches in a quarter of the RAM budget left after the dense weights, working set and reserve.") \
+        "Serve mode: requests decoded together, each row of one forward belonging to one of them; each has a KV cache of CTX positions in the memory plan. More wait in the queue. 0 = as many as fit, up to 8, with all their KV caches and decoding states in a quarter of the RAM budget left after the dense weights, the rest of the working set and the reserve.") \
     INT(SERVE_QUEUE, "16", 0, 4096, \
         "Serve mode: requests that may wait while SERVE_SLOTS compute; more are refused with 429.") \
     INT(SERVE_CONNS, "64", 1, 4096, \
