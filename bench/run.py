@@ -1098,6 +1098,10 @@ class Bench:
         tr, stats = self.route_trace()
         name = "large"
         d = self.ensure_model(name)
+        if self.R["models"][name]["experts_per_layer"] < stats["experts"]:  # --quick's large model has 47
+            self.skip("replay", "the %s model has %d experts per layer, the trace routes among %d" % (name, self.R["models"][name]["experts_per_layer"],
+                                                                                               stats["experts"]))
+            return
         ram = self.R["limits"].get("stream_ram_gb") or self.stream_budget()
         lim = (ram + 0.5) * 1e9 if self.memcg else None
         P, G = 32, (16 if self.a.quick else 64)
@@ -1473,9 +1477,13 @@ class Bench:
         if self.peer_wanted() and not peer:
             self.skip("batch: llama-server side by side", "llama-server not built (make llamacpp)")
         stream = {"DIRECT": "1", "PIN": "0"}
-        for key, name, env in (("medium", "medium", None), ("large", "large", stream),
-                               ("large-replayed", "large", dict(stream, ROUTE_REPLAY=self.route_trace()[0]))):
+        tr, stats = self.route_trace()
+        for key, name, env in (("medium", "medium", None), ("large", "large", stream), ("large-replayed", "large", dict(stream, ROUTE_REPLAY=tr))):
             d = self.ensure_model(name)
+            if env and "ROUTE_REPLAY" in env and self.R["models"][name]["experts_per_layer"] < stats["experts"]:
+                self.skip("batch " + key, "the %s model has %d experts per layer, the trace routes among %d" % (
+                    name, self.R["models"][name]["experts_per_layer"], stats["experts"]))
+                continue
             e = dict(env) if env else {"PIN": self.usage_all(d), "PIN_GB": "all"}
             lim, largs = None, []
             if env:  # streaming: both engines in a memory cgroup of the budget (page cache charged), llama.cpp on its mmap
