@@ -492,7 +492,7 @@ static void print_end(coli_model *m) {
         fprintf(stderr, "colibri: prefetch: recall %.1f%% (%llu of %llu routed experts were predicted; %llu predictions), %llu read ahead, %.1f MB of them evicted unused%s\n",
                 tel_pct((double)x.pred_used, (double)x.routed), (unsigned long long)x.pred_used, (unsigned long long)x.routed,
                 (unsigned long long)x.pred_total, (unsigned long long)x.pred_loaded, x.pred_wasted_bytes / 1e6,
-                t->replayed ? " | routing replayed, not the model's" : "");
+                t->replayed ? TEL_REPLAYED : "");
     if (t->prof && x.first_waits)
         fprintf(stderr, "colibri: reads: a layer's first miss lands %.2f ms after routing (mean of %llu layers with misses); disk idle %.3f s of %.3f s\n",
                 1e3 * x.first_wait_s / (double)x.first_waits, (unsigned long long)x.first_waits,
@@ -1406,7 +1406,7 @@ static void serve_end(serve_ctx *x, serve_slot *k, int failed) {
         fprintf(stderr, "colibri: stopped: %s | %s: prompt %d tokens (%d cached), %d generated, TTFT %.3f s, %.2f tok/s decoding%s\n", io->why, j->id,
                 k->st.prompt_tokens, io->cached, io->generated, k->st.ttft_s > 0 ? k->st.ttft_s : 0.0,
                 io->generated > 1 && k->st.decode_s > 0 ? (io->generated - 1) / k->st.decode_s : 0.0,
-                x->m->rep ? " | routing replayed, not the model's" : "");
+                x->m->tel.replayed ? TEL_REPLAYED : "");
         if (cv->s.u.mtp_draft) print_spec(j->id, &cv->s.sc.st, io->generated, -1);
         oai_out_finish(&q->o);
         oai_call calls[OAI_MAX_TOOL_CALLS];

@@ -907,14 +907,14 @@ static void fwd_seq_rows(coli_model *m, fwd_shared *sh, const int *tok, int S, i
 }
 
 /* Before a main-model forward of S rows: room for them in a trace being
- * recorded. 0 or -1 (m->err). */
-static int fwd_route_begin(coli_model *m, int S) {
-    if (m->rec && !m->rec->full && rt_reserve(m->rec, S)) { /* a bench option never fails a forward: recording stops */
+ * recorded; when there is none, recording stops (a bench option never
+ * fails a forward). */
+static void fwd_route_begin(coli_model *m, int S) {
+    if (m->rec && !m->rec->full && rt_reserve(m->rec, S)) {
         m->rec->full = 1;
         fprintf(stderr, "colibri: ROUTE_TRACE: the routing trace stops at %llu rows (its 1 GiB limit, or out of memory)\n",
                 (unsigned long long)m->rec->rows);
     }
-    return 0;
 }
 
 /* After a main-model forward of S rows: the recorded trace keeps them,
@@ -931,7 +931,7 @@ static void fwd_route_end(coli_model *m, int S) {
 static int fwd_run(coli_model *m, const int *tok, int S, int pos, float *out, float *hid, int s1) {
     fwd_shared sh = {.m = m, .S = S, .pos = pos, .out = out, .hid = hid, .s1 = s1, .job = -1, .nwant = -1};
     fwd_seq_rows(m, &sh, tok, S, pos);
-    if (fwd_route_begin(m, S)) return -1;
+    fwd_route_begin(m, S);
     gpu_forward_begin(&m->gpu);
     team_run(&m->team, fwd_worker, &sh);
     if (!sh.rc) fwd_route_end(m, S);
@@ -1037,7 +1037,7 @@ static inline int fwd_rows(coli_model *m, const fwd_row *r, int n, float *out, f
             sh.seq0 &= w->slot == 0; /* one run of slot 0 (fwd_rows_check): one sequence at pos.. */
             if (w->slot == 0 && w->pos < sh.w0) sh.w0 = w->pos;
         }
-        if (fwd_route_begin(m, S)) return -1;
+        fwd_route_begin(m, S);
         gpu_forward_begin(&m->gpu);
         team_run(&m->team, fwd_worker, &sh);
         if (sh.rc) return -1;

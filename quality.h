@@ -168,7 +168,6 @@ static inline double kld_logits(const float *ref, const float *run, int vocab) {
     return isnan(kl) ? INFINITY : kl > 0 ? kl : 0;
 }
 
-
 /* The q-quantile (0 < q <= 1) of the per-token divergences: the smallest
  * value at least a fraction q of them do not exceed. Sorts a->each. */
 static inline double kld_quantile(kld_acc *a, double q) {

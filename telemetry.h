@@ -27,6 +27,9 @@ typedef enum {
 static const char *const tel_stage_names[TEL_NSTAGE] = {"attention", "router", "expert matmul", "expert I/O wait",
                                                         "dense matmul", "sampling", "other"};
 
+/* What every end line adds under ROUTE_REPLAY. */
+#define TEL_REPLAYED " | routing replayed, not the model's"
+
 typedef struct {
     int prof;                     /* stage laps on (PROF=1) */
     int replayed;                 /* ROUTE_REPLAY: the experts were a trace's (said on the end line) */
@@ -69,7 +72,7 @@ static inline void tel_end_line(FILE *f, const tel_stats *t) {
     if (t->hit_vram) fprintf(f, " + GPU %.1f%%", tel_pct((double)t->hit_vram, (double)tot));
     fprintf(f, "), miss %.1f%% | %.2f MB/tok from disk", tel_pct((double)t->miss, (double)tot), toks ? t->bytes_read / 1e6 / toks : 0.0);
     if (t->prof) fprintf(f, ", disk wait %.0f%% of wall", tel_pct(t->stage[TEL_EXPERT_IO], wall));
-    if (t->replayed) fprintf(f, " | routing replayed, not the model's");
+    if (t->replayed) fputs(TEL_REPLAYED, f);
     fputc('\n', f);
 }
 
