@@ -434,7 +434,7 @@ static void print_startup(const coli_model *m, const char *dir) {
     fprintf(stderr,
             "colibri: %s | %s, %d layers (%d dense, %d MoE; %d full indexers) | %d experts, top-%d | attention %s, experts %s | "
             "ctx %d | kernel %s, IDOT %s | %d threads\n",
-            dir, c->model_type, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, qt_fmt_name(m->L[0].q_a.fmt), ef, m->kv.ctx,
+            dir, c->model_type, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, qt_fmt_name(m->L[0].kv_a.fmt), ef, m->kv.ctx,
             mm_level_name(m->mm.level), m->mm.idot ? "on" : "off", m->team.n);
     char b[8][32], seqs[40] = "";
     if (m->kv.slots > 1) snprintf(seqs, sizeof seqs, " (%d sequences)", m->kv.slots);

@@ -31,7 +31,7 @@ typedef struct {
     int rope_yarn, rope_orig_max, rope_truncate;
     double rope_factor, rope_beta_fast, rope_beta_slow, rope_attn_factor;
     int vocab, dim, n_layers, n_heads;
-    int q_lora, kv_lora, qk_nope, qk_rope, qk_head, v_head;
+    int q_lora, kv_lora, qk_nope, qk_rope, qk_head, v_head; /* q_lora 0: no query latent, one q_proj */
     int inter, moe_inter, n_experts, topk, n_shared, n_group, topk_group, norm_topk;
     float route_scale, rms_eps;
     double rope_theta;
@@ -134,12 +134,25 @@ static inline int cfg_eos(cfg_reader *r, const js_doc *d, int obj, coli_config *
     return 0;
 }
 
+/* q_lora_rank: an integer, or null for one uncompressed q_proj (as
+ * Moonlight-16B-A3B ships; transformers' deepseek_v3 builds q_proj then),
+ * read as q_lora = 0. The indexer reads the query latent, so its families
+ * need one. Absent stays an error: transformers' default (1536) is no
+ * checkpoint's fact. */
+static inline int cfg_q_lora(cfg_reader *r, coli_config *c) {
+    int n = js_get(r->d, r->root, "q_lora_rank");
+    if (n < 0 || js_typeof(r->d, n) != JS_NULL) return cfg_int(r, "q_lora_rank", 1, 1 << 20, -1, &c->q_lora);
+    if (c->has_indexer) return cfg_fail(r, "q_lora_rank is null (one q_proj), but %s's indexer reads the query latent: it needs a q_lora_rank", c->model_type);
+    c->q_lora = 0;
+    return 0;
+}
+
 static inline int cfg_dims(cfg_reader *r, coli_config *c) {
     const int B = 1 << 20, ds = c->arch != ARCH_GLM_MOE_DSA; /* transformers' defaults differ by family */
     const int max_pos = c->arch == ARCH_DEEPSEEK_V3 ? 4096 : c->arch == ARCH_DEEPSEEK_V32 ? 163840 : 202752;
     if (cfg_int(r, "vocab_size", 1, 1 << 24, -1, &c->vocab) || cfg_int(r, "hidden_size", 1, B, -1, &c->dim) ||
         cfg_int(r, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
-        cfg_int(r, "num_attention_heads", 1, 1024, -1, &c->n_heads) || cfg_int(r, "q_lora_rank", 1, B, -1, &c->q_lora) ||
+        cfg_int(r, "num_attention_heads", 1, 1024, -1, &c->n_heads) || cfg_q_lora(r, c) ||
         cfg_int(r, "kv_lora_rank", 1, B, -1, &c->kv_lora) || cfg_int(r, "qk_nope_head_dim", 1, 65536, -1, &c->qk_nope) ||
         cfg_int(r, "qk_rope_head_dim", 2, 65536, -1, &c->qk_rope) || cfg_int(r, "v_head_dim", 1, 65536, -1, &c->v_head) ||
         cfg_int(r, "intermediate_size", 1, B, -1, &c->inter) ||

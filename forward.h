@@ -399,10 +399,13 @@ static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
     coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     int half = c->qk_rope / 2, kvl = c->kv_lora, rd = c->qk_rope, H = c->n_heads;
-    fwd_matmul_group(f, (const qt_tensor *[]){&L->q_a, &L->kv_a}, 2, sc->a, S, (float *[]){sc->qlat, sc->ckv});
-    fwd_rmsnorm_rows(f, sc->qlat, sc->qlat, L->q_a_norm, S, c->q_lora, 1e-6f);
-    fwd_sync(f);
-    fwd_matmul(f, &L->q_b, sc->qlat, S, sc->q);
+    if (c->q_lora) {
+        fwd_matmul_group(f, (const qt_tensor *[]){&L->q_a, &L->kv_a}, 2, sc->a, S, (float *[]){sc->qlat, sc->ckv});
+        fwd_rmsnorm_rows(f, sc->qlat, sc->qlat, L->q_a_norm, S, c->q_lora, 1e-6f);
+        fwd_sync(f);
+        fwd_matmul(f, &L->q_b, sc->qlat, S, sc->q);
+    } else /* one q_proj beside kv_a, both of the normed rows */
+        fwd_matmul_group(f, (const qt_tensor *[]){&L->q_b, &L->kv_a}, 2, sc->a, S, (float *[]){sc->q, sc->ckv});
     int64_t a, b;
     fwd_share(f, S, &a, &b);
     for (int64_t s = a; s < b; s++) {

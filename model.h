@@ -48,7 +48,7 @@ static inline int coli_nthreads(void) {
 
 typedef struct {
     float *in_norm, *post_norm;          /* [dim]                             */
-    qt_tensor q_a, q_b, kv_a, kv_b, o;   /* MLA projections                   */
+    qt_tensor q_a, q_b, kv_a, kv_b, o;   /* MLA projections; q_b is q_proj when q_lora is 0 */
     float *q_a_norm, *kv_a_norm;         /* [q_lora], [kv_lora]               */
     qt_tensor iq, ik, iw;                /* indexer wq_b, wk, weights_proj    */
     float *ik_norm_w, *ik_norm_b;        /* [index_dim] LayerNorm             */
@@ -275,9 +275,12 @@ static inline int model_specs(coli_model *m, w_spec *s) {
         coli_layer *L = &m->L[l];
         w_add_(s, &n, W_ARR, c->dim, 0, &L->in_norm, NULL, "model.layers.%d.input_layernorm.weight", l);
         w_add_(s, &n, W_ARR, c->dim, 0, &L->post_norm, NULL, "model.layers.%d.post_attention_layernorm.weight", l);
-        w_add_(s, &n, W_MAT, c->q_lora, c->dim, NULL, &L->q_a, "model.layers.%d.self_attn.q_a_proj.weight", l);
-        w_add_(s, &n, W_ARR, c->q_lora, 0, &L->q_a_norm, NULL, "model.layers.%d.self_attn.q_a_layernorm.weight", l);
-        w_add_(s, &n, W_MAT, H * c->qk_head, c->q_lora, NULL, &L->q_b, "model.layers.%d.self_attn.q_b_proj.weight", l);
+        if (c->q_lora) {
+            w_add_(s, &n, W_MAT, c->q_lora, c->dim, NULL, &L->q_a, "model.layers.%d.self_attn.q_a_proj.weight", l);
+            w_add_(s, &n, W_ARR, c->q_lora, 0, &L->q_a_norm, NULL, "model.layers.%d.self_attn.q_a_layernorm.weight", l);
+            w_add_(s, &n, W_MAT, H * c->qk_head, c->q_lora, NULL, &L->q_b, "model.layers.%d.self_attn.q_b_proj.weight", l);
+        } else
+            w_add_(s, &n, W_MAT, H * c->qk_head, c->dim, NULL, &L->q_b, "model.layers.%d.self_attn.q_proj.weight", l);
         w_add_(s, &n, W_MAT, c->kv_lora + c->qk_rope, c->dim, NULL, &L->kv_a, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", l);
         w_add_(s, &n, W_ARR, c->kv_lora, 0, &L->kv_a_norm, NULL, "model.layers.%d.self_attn.kv_a_layernorm.weight", l);
         w_add_(s, &n, W_MAT, H * (c->qk_nope + c->v_head), c->kv_lora, NULL, &L->kv_b, "model.layers.%d.self_attn.kv_b_proj.weight", l);

@@ -839,6 +839,11 @@ class Refusals(unittest.TestCase):
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
         self.refused("config.json", "model_type 'deepseek_v2'")
+        cfg["model_type"] = "glm_moe_dsa"
+        cfg["q_lora_rank"] = None  # one q_proj: only without an indexer (tiny-moonlight converts)
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        self.refused("config.json", "q_lora_rank is null", "glm_moe_dsa's indexer reads the query latent")
         os.remove(cfg_path)
         self.refused("config.json", "No such file")
 
@@ -856,6 +861,9 @@ class Refusals(unittest.TestCase):
     def test_unknown_and_fused_tensors(self):
         self.edit(lambda ts: ts + [("model.layers.1.self_attn.mystery.weight", "F32", [2, 2], b"\0" * 16)])
         self.refused("'model.layers.1.self_attn.mystery.weight'", "unknown layout")
+        copy_fixture("tiny-glm5", self.src)  # q_proj belongs to a model without q_lora_rank
+        self.edit(lambda ts: ts + [("model.layers.1.self_attn.q_proj.weight", "F32", [2, 64], b"\0" * 512)])
+        self.refused("'model.layers.1.self_attn.q_proj.weight'", "unknown layout")
         copy_fixture("tiny-glm5", self.src)
         self.edit(lambda ts: ts + [("model.layers.1.mlp.experts.gate_up_proj", "F32", [8, 72, 64], b"\0" * (8 * 72 * 64 * 4))])
         self.refused("'model.layers.1.mlp.experts.gate_up_proj'", "fused")

@@ -245,6 +245,9 @@ static void test_config_kimi_k25(void) {
     CHECK(k25_load(&c, "\"hidden_size\": 64", "\"hidden_size\": -64", err, sizeof err) == -1);
     CHECK_HAS(err, "text_config: field 'hidden_size'=-64");
     coli_config_free(&c);
+    CHECK(k25_load(&c, "\"q_lora_rank\": 40", "\"q_lora_rank\": null", err, sizeof err) == 0); /* Moonlight's one q_proj */
+    CHECK(c.q_lora == 0);
+    coli_config_free(&c);
     CHECK(k25_load(&c, "\"text_config\"", "\"text_config_\"", err, sizeof err) == -1);
     CHECK_HAS(err, "kimi_k25: missing object 'text_config'");
     coli_config_free(&c);
@@ -285,6 +288,9 @@ static void test_config(void) {
     config_refused("\"hidden_size\": 64", "\"hidden_size\": 64.5", "hidden_size' must be an integer");
     config_refused("\"hidden_size\": 64,", "", "missing field 'hidden_size'");
     config_refused("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 2", "num_key_value_heads");
+    config_refused("\"q_lora_rank\": 48", "\"q_lora_rank\": null", "glm_moe_dsa's indexer reads the query latent: it needs a q_lora_rank");
+    config_refused("\"q_lora_rank\": 48,", "", "missing field 'q_lora_rank'");
+    config_refused("\"q_lora_rank\": 48", "\"q_lora_rank\": 0", "q_lora_rank'=0 is outside");
     config_refused("\"n_group\": 1", "\"n_group\": 3", "not a multiple of n_group");
     config_refused("\"num_experts_per_tok\": 3", "\"num_experts_per_tok\": 9", "num_experts_per_tok");
     config_refused("\"qk_rope_head_dim\": 8", "\"qk_rope_head_dim\": 7", "must be even");

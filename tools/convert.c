@@ -14,7 +14,7 @@
  * Classes (by tensor name):
  *   routed experts  mlp.experts.E.{gate,up,down}_proj   --expert-bits, per
  *                   projection --gate/up/down-bits
- *   dense           attention q_a/q_b/kv_a/kv_b/o, indexer wq_b/wk, dense MLP,
+ *   dense           attention q_a/q_b (or q_proj)/kv_a/kv_b/o, indexer wq_b/wk, dense MLP,
  *                   shared experts                      --dense-bits
  *   embed, lm_head  --dense-bits below 8; at 8 and above copied in the
  *                   source dtype (lossless; BF16 for the real releases), as
@@ -286,6 +286,19 @@ static int cv_cfg_int(const js_doc *d, const char *path, const char *key, int lo
     return 0;
 }
 
+/* q_lora_rank: an integer, or null (q_lora 0: one q_proj, as
+ * Moonlight-16B-A3B ships) in the families without an indexer, which
+ * reads the query latent. mt: the model_type node, -1 for deepseek_v3. */
+static int cv_cfg_q_lora(const js_doc *d, const char *path, int mt, int *out) {
+    int n = js_get(d, d->root, "q_lora_rank");
+    if (n < 0 || js_typeof(d, n) != JS_NULL) return cv_cfg_int(d, path, "q_lora_rank", 1, 1 << 20, -1, out);
+    const char *t = mt >= 0 ? js_str(d, mt) : NULL;
+    if (t && (!strcmp(t, "glm_moe_dsa") || !strcmp(t, "deepseek_v32")))
+        return cv_fail("%s: q_lora_rank is null (one q_proj), but %s's indexer reads the query latent: it needs a q_lora_rank", path, t);
+    *out = 0;
+    return 0;
+}
+
 /* Kimi K2.5 (kimi_k25): the text model's config is text_config (a
  * deepseek_v3 / kimi_k2 one; deepseek_v3 when it names none), read as the
  * root from here on; its tensors are named under "language_model.". *mt
@@ -326,7 +339,7 @@ static int cv_config_load(const char *src, cv_config *c, char **text, size_t *le
              cv_cfg_int(d, path, "num_hidden_layers", 1, 1024, -1, &c->n_layers) ||
              cv_cfg_int(d, path, "num_nextn_predict_layers", 0, 16, 1, &c->n_mtp) ||
              cv_cfg_int(d, path, "num_attention_heads", 1, 1024, -1, &c->n_heads) ||
-             cv_cfg_int(d, path, "q_lora_rank", 1, B, -1, &c->q_lora) || cv_cfg_int(d, path, "kv_lora_rank", 1, B, -1, &c->kv_lora) ||
+             cv_cfg_q_lora(d, path, mt, &c->q_lora) || cv_cfg_int(d, path, "kv_lora_rank", 1, B, -1, &c->kv_lora) ||
              cv_cfg_int(d, path, "qk_nope_head_dim", 1, 65536, -1, &c->qk_nope) ||
              cv_cfg_int(d, path, "qk_rope_head_dim", 1, 65536, -1, &c->qk_rope) ||
              cv_cfg_int(d, path, "v_head_dim", 1, 65536, -1, &c->v_head) || cv_cfg_int(d, path, "intermediate_size", 1, B, -1, &c->inter) ||
@@ -403,7 +416,7 @@ static int cv_index(const char **s) {
     return (int)v;
 }
 
-enum { SZ_0, SZ_D, SZ_2D, SZ_QL, SZ_KVL, SZ_KVA, SZ_HQK, SZ_HKV, SZ_HV, SZ_IHD, SZ_ID, SZ_IH, SZ_INTER, SZ_E, SZ_SI, SZ_VOCAB };
+enum { SZ_0, SZ_D, SZ_2D, SZ_QL, SZ_KVL, SZ_KVA, SZ_HQK, SZ_HQK0, SZ_HKV, SZ_HV, SZ_IHD, SZ_ID, SZ_IH, SZ_INTER, SZ_E, SZ_SI, SZ_VOCAB };
 
 static int64_t cv_size(const cv_config *c, int k) {
     switch (k) {
@@ -413,6 +426,7 @@ static int64_t cv_size(const cv_config *c, int k) {
     case SZ_KVL: return c->kv_lora;
     case SZ_KVA: return (int64_t)c->kv_lora + c->qk_rope;
     case SZ_HQK: return (int64_t)c->n_heads * (c->qk_nope + c->qk_rope);
+    case SZ_HQK0: return c->q_lora ? 0 : (int64_t)c->n_heads * (c->qk_nope + c->qk_rope); /* q_proj: only without a q_lora */
     case SZ_HKV: return (int64_t)c->n_heads * (c->qk_nope + c->v_head);
     case SZ_HV: return (int64_t)c->n_heads * c->v_head;
     case SZ_IHD: return (int64_t)c->index_heads * c->index_dim;
@@ -441,6 +455,7 @@ static const cv_known cv_layer_names[] = {
     {"self_attn.q_a_proj.weight", CL_DENSE, SZ_QL, SZ_D, 0},
     {"self_attn.q_a_layernorm.weight", CL_KEEP, SZ_QL, SZ_0, 0},
     {"self_attn.q_b_proj.weight", CL_DENSE, SZ_HQK, SZ_QL, 0},
+    {"self_attn.q_proj.weight", CL_DENSE, SZ_HQK0, SZ_D, 0},
     {"self_attn.kv_a_proj_with_mqa.weight", CL_DENSE, SZ_KVA, SZ_D, 0},
     {"self_attn.kv_a_layernorm.weight", CL_KEEP, SZ_KVL, SZ_0, 0},
     {"self_attn.kv_b_proj.weight", CL_DENSE, SZ_HKV, SZ_KVL, 0},

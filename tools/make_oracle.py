@@ -217,6 +217,29 @@ FIXTURES["tiny-kimi-k2"] = dict(
     prompt_len=36, greedy_len=16, seed=7000,
 )
 
+# Moonlight-16B-A3B layout (deepseek_v3 with q_lora_rank null): one
+# uncompressed q_proj per layer instead of q_a_proj / q_a_layernorm /
+# q_b_proj, one expert group, two shared experts, top-6, rms_norm_eps 1e-5,
+# rope_theta 50000 beside rope_scaling null as the release writes them.
+FIXTURES["tiny-moonlight"] = dict(
+    family="deepseek_v3", tokenizer="tiny-glm5",
+    config=dict(
+        vocab_size=352, hidden_size=64, intermediate_size=88, moe_intermediate_size=20,
+        num_hidden_layers=3, first_k_dense_replace=1, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=24, qk_nope_head_dim=16,
+        qk_rope_head_dim=12, v_head_dim=14, n_routed_experts=16, num_experts_per_tok=6,
+        n_shared_experts=2, n_group=1, topk_group=1, routed_scaling_factor=2.446,
+        norm_topk_prob=True, num_nextn_predict_layers=0,
+        rope_theta=50000.0, rms_norm_eps=1e-5, max_position_embeddings=1024, tie_word_embeddings=False,
+        hidden_act="silu", attention_bias=False, bos_token_id=0,
+    ),
+    legacy_rope="null",
+    config_eos="<|endoftext|>",
+    generation=dict(eos=["<|endoftext|>", "<|user|>"], do_sample=False),
+    chat=dict(system="You are a terse assistant.", user="Name a color.", think=False, max_new=16),
+    prompt_len=36, greedy_len=16, seed=7500,
+)
+
 # DeepSeek-V3.2 layout (deepseek_v32): GLM-5's indexer on every layer but
 # rotating halves (i, i + d/2) where the attention rotates interleaved
 # pairs, index_topk far below the prompt length, group-limited routing,
@@ -410,8 +433,8 @@ def config_json(spec, cfg):
         rp = dict(d.pop("rope_parameters"))
         d["rope_theta"] = rp.pop("rope_theta")
         rp["type"] = rp.pop("rope_type")
-        d["rope_scaling"] = rp
-        again = family(spec)["config"](rope_scaling=dict(rp), rope_theta=d["rope_theta"],
+        d["rope_scaling"] = None if spec["legacy_rope"] == "null" and rp == {"type": "default"} else rp
+        again = family(spec)["config"](rope_scaling=copy.deepcopy(d["rope_scaling"]), rope_theta=d["rope_theta"],
                                        max_position_embeddings=d["max_position_embeddings"])
         assert again.rope_parameters == cfg.rope_parameters, (again.rope_parameters, cfg.rope_parameters)
     if spec.get("model_type"):
