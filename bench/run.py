@@ -694,6 +694,7 @@ class Bench:
                                             "runs": [dict(kq, label="bench_quant")]})
         else:
             self.skip("kernel peaks", "kernels section off: prefill rows have no compute limit")
+        self.instr_peak()
         # O_DIRECT on the disk that holds the models: the streaming model's shards
         large = self.ensure_model("large")
         sizes = [GLM5_EXPERT_INT4]
@@ -752,6 +753,40 @@ class Bench:
             r["disk_ratio"] = r["disk_gbs"] / L["disk_best_gbs"] if r["disk_gbs"] is not None else None
         return r
 
+    def instr_peak(self):
+        """The processor's multiply-add peak by instruction throughput (bench_peak: register-resident loops of the integer dot
+        step of each kernel level this CPU runs, and of the f32 FMA), one thread and all threads. The engine's level gives the
+        integer peak prefill rows are also judged against (model MACs / instruction MACs), beside the kernel peak."""
+        L = self.R["limits"]
+        out, _, rc, _, _, _ = self.run("bench_peak", [os.path.join(ROOT, "build", "rel", "bench_peak"), "--json",
+                                                      "--time", "0.15" if self.a.quick else "0.3"], env=self.kernel_env, timeout=600)
+        kp = self.others()
+        if rc != 0:
+            self.skip("instruction peak", "bench_peak failed (exit %d)" % rc)
+            return
+        q = json.loads(out)
+        lv = q["best_level"]
+        ints = [x for x in q["loops"] if not x["float"]]
+        floats = [x for x in q["loops"] if x["float"]]
+        mine = next((x for x in ints if x["level"] == lv), max(ints, key=lambda x: x["gmacs_all"], default=None))
+        fl = max(floats, key=lambda x: x["gmacs_all"], default=None)
+        L["instr_peak"] = {"threads": q["threads"], "level": lv, "int": mine, "float": fl, "loops": q["loops"], **kp}
+        for x in q["loops"]:
+            self.R["workloads"].append({"id": "limit.instr_peak.%s.%s" % (x["level"], "f32" if x["float"] else "int8"), "engine": None, "model": None,
+                                        "unit": "GMAC/s", "n": 1, "value": x["gmacs_all"],
+                                        "what": "%s in a register-resident loop, %d threads (1 thread: %.1f GMAC/s)" % (
+                                            x["instruction"], q["threads"], x["gmacs_1"]), "runs": [dict(kp, label="bench_peak")]})
+        if mine:
+            for k in (L.get("kernel_peaks") or {}).values():
+                ref = fl if k.get("idot") == 0 and fl else mine
+                k["instr_ratio"] = k["gflops"] / (2 * ref["gmacs_all"])
+
+    def instr_ratio(self, gflops, float_path=False):
+        """Achieved GFLOP/s over the instruction peak's (2 x GMAC/s) of the engine's level, or None."""
+        ip = self.R["limits"].get("instr_peak") or {}
+        ref = ip.get("float") if float_path else ip.get("int")
+        return gflops / (2 * ref["gmacs_all"]) if gflops and ref else None
+
     def prefill_peak(self, name, P):
         """The kernel peak on a model's own mix for a P-token prompt: per token, sum over its matrix groups of
         2 x MACs / the peak GFLOP/s of the group's format (bench_quant, largest S, all threads, IDOT on; f32 on
@@ -791,15 +826,21 @@ class Bench:
             r["prefill_gflops"] = 2 * r["prefill_macs_per_token"] * r["prefill_tps"] / 1e9
             pk = (self.prefill_peak(model, P) or {}).get("gflops")
             r["compute_ratio"] = r["prefill_gflops"] / pk if pk else None
+            r["instr_ratio"] = self.instr_ratio(r["prefill_gflops"], float_path=all(g["format"] == "f32" for g in f["mac_groups"]))
         return r
 
     def prefill_row_limit(self, model, runs):
         P = next((r["prompt_tokens"] for r in runs if r.get("prompt_tokens")), None)
         pp = (self.prefill_peak(model, P) if P else None) or {}
-        return {"limit_name": "kernel peak on the model's mix (S=%s)" % pp.get("S", "?") if pp.get("gflops") else "kernel peak not measured",
+        ir = median([r.get("instr_ratio") for r in runs])
+        name = "kernel peak on the model's mix (S=%s)" % pp.get("S", "?") if pp.get("gflops") else "kernel peak not measured"
+        if ir is not None:  # the table keeps 44 characters of it
+            name = ("kernel peak of mix S=%s" % pp.get("S", "?") if pp.get("gflops") else "no kernel peak") + " | %.0f%% of instr peak" % (100 * ir)
+        return {"limit_name": name,
                 "limit_kind": "kernel_peak", "limit": pp.get("gflops"), "ratio": median([r.get("compute_ratio") for r in runs]),
                 "achieved_gflops": median([r.get("prefill_gflops") for r in runs]), "ceiling_tok_s": pp.get("tok_s"),
-                "prefill_macs_per_token": pp.get("macs_per_token")}
+                "prefill_macs_per_token": pp.get("macs_per_token"), "instr_ratio": ir,
+                "instr_peak_gflops": 2 * ((self.R["limits"].get("instr_peak") or {}).get("int") or {}).get("gmacs_all", 0) or None}
 
     def mem_row_limit(self, runs, f=None):
         L = self.R["limits"]
@@ -2310,14 +2351,15 @@ def model_facts(d):
     nope, rope, vh = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
     fi, mi, ns = c["intermediate_size"], c["moe_intermediate_size"], c.get("n_shared_experts", 1)
     ih, idim = c.get("index_n_heads", 0), c.get("index_head_dim", 0)
-    attn = qr * D + H * (nope + rope) * qr + (kvr + rope) * D + H * (nope + vh) * kvr + D * H * vh + ih * idim * qr + idim * D + ih * D
+    qproj = H * (nope + rope) * (qr or D) + (qr or 0) * D  # q_lora_rank null: one q_proj [H·qk, D]
+    attn = qproj + (kvr + rope) * D + H * (nope + vh) * kvr + D * H * vh + ih * idim * (qr or 0) + idim * D + ih * D
     moe_layers = L - nd
     macs = L * attn + nd * 3 * fi * D + moe_layers * (E * D + 3 * mi * ns * D + K * 3 * mi * D) + V * D
     eb = max(per_expert.values()) if per_expert else 0
     # multiply-adds per token by matrix group, each with its storage format (bench_quant's names)
     lay = lambda l, t: "model.layers.%d.%s" % (l, t)  # noqa: E731
     ex = next((k for k in sorted(per_expert)), None)
-    groups = [("attention", L * (attn - ih * D), [(lay(0, "self_attn.q_a_proj.weight"), qr, D)]),
+    groups = [("attention", L * (attn - ih * D), [(lay(0, "self_attn.q_a_proj.weight" if qr else "self_attn.q_proj.weight"), qr or H * (nope + rope), D)]),
               ("indexer_weights_proj", L * ih * D, [(lay(0, "self_attn.indexer.weights_proj.weight"), ih, D)]),
               ("dense_mlp", nd * 3 * fi * D, [(lay(0, "mlp.gate_proj.weight"), fi, D)]),
               ("router", moe_layers * E * D, [(lay(nd, "mlp.gate.weight"), E, D)]),
@@ -2482,6 +2524,12 @@ def print_table(R, prev):
         if L.get("kernel_peaks"):
             print("  kernel peaks (GFLOP/s, largest S, all threads): " + ", ".join("%s %.1f" % (k, v["gflops"]) for k, v in sorted(L["kernel_peaks"].items())) +
                   ("; prefill limit on each model's mix: " + ", ".join(pp) if pp else ""))
+    ip = L.get("instr_peak")
+    if ip and ip.get("int"):
+        print("  instruction peak (bench_peak, %d threads): %s %.1f GMAC/s (%.1f a core)%s; kernel peaks at %s of it" % (
+            ip["threads"], ip["int"]["instruction"], ip["int"]["gmacs_all"], ip["int"]["gmacs_per_core"],
+            ", f32 %s %.1f GMAC/s" % (ip["float"]["instruction"], ip["float"]["gmacs_all"]) if ip.get("float") else "",
+            ", ".join("%s %.0f%%" % (k, 100 * v["instr_ratio"]) for k, v in sorted((L.get("kernel_peaks") or {}).items()) if v.get("instr_ratio")) or "-"))
     if R.get("io_paths"):
         print("\nI/O paths (streaming decode, medians of interleaved runs):")
         print("%-22s %9s %7s %9s %8s %9s %9s %8s" % ("config", "tok/s", "hit %", "MB/tok", "disk GB/s", "I/O wait", "hidden", "recall"))
