@@ -36,6 +36,7 @@
 #define MMT_ST(p, v) _mm512_storeu_si512((void *)(p), (v))
 #define MMT_ZERO _mm512_setzero_si512()
 #define MMT_AND _mm512_and_si512
+#define MMT_XOR _mm512_xor_si512
 #define MMT_SRL16 _mm512_srli_epi16
 #define MMT_SET8 _mm512_set1_epi8
 #define MMT_ADD32 _mm512_add_epi32
@@ -115,6 +116,111 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
         a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = mm_ifinish(D, a->xg[(size_t)(s0 + t) * (size_t)a->ldg], so, a->xs[s0 + t]);
     }
 }
+
+#if MMV == 64
+/* Plain int4, 4 weight rows × T activation rows (512-bit levels, whose 32
+ * registers hold the 16 accumulators): each unpacked weight vector feeds T
+ * dots and each activation vector 4, where itile loads every activation
+ * vector once per weight row (at S ≥ 32 the activations stream from L2 and
+ * bound itile). The same exact int32 dots, so the same results. */
+static MM_AI MMT_TGT void MMT_N(i4tile4)(const mm_args *a, int64_t o, int s0, const int T) {
+    const qt_tensor *W = a->W;
+    const int64_t I = W->I, blk = 2 * MMV, nb = I / blk;
+    const uint8_t *w[4];
+    const int8_t *q[MM_TILE];
+    MMT_I acc[4][MM_TILE];
+    MM_UNROLL
+    for (int r = 0; r < 4; r++) w[r] = mm_wrow(W, o + r);
+    MM_UNROLL
+    for (int t = 0; t < T; t++) {
+        q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
+        MM_UNROLL
+        for (int r = 0; r < 4; r++) acc[r][t] = MMT_ZERO;
+    }
+    const MMT_I m4 = MMT_SET8(15);
+    for (int64_t b = 0; b < nb; b++) {
+        MMT_I lo[4], hi[4];
+        MM_UNROLL
+        for (int r = 0; r < 4; r++) {
+            MM_PREFETCH(w[r] + MMV * b + MM_PF_DIST);
+            const MMT_I wv = MMT_LD(w[r] + MMV * b);
+            lo[r] = MMT_AND(wv, m4), hi[r] = MMT_AND(MMT_SRL16(wv, 4), m4);
+        }
+        MM_UNROLL
+        for (int t = 0; t < T; t++) {
+            const MMT_I xl = MMT_LD(q[t] + blk * b), xh = MMT_LD(q[t] + blk * b + MMV);
+            MM_UNROLL
+            for (int r = 0; r < 4; r++) acc[r][t] = MMT_DP(MMT_DP(acc[r][t], lo[r], xl), hi[r], xh);
+        }
+    }
+    MM_UNROLL
+    for (int r = 0; r < 4; r++) {
+        const float so = mm_srow(W, o + r)[0];
+        MM_UNROLL
+        for (int t = 0; t < T; t++) {
+            int32_t D = MMT_HSUM(acc[r][t]) + mm_idot_tail(QT_I4, w[r], q[t], nb * blk, I);
+            a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)(o + r)] = mm_ifinish(D, a->xg[(size_t)(s0 + t) * (size_t)a->ldg], so, a->xs[s0 + t]);
+        }
+    }
+}
+
+#ifdef MMT_DP_WIDE
+/* Σ w over the vector part (nb blocks) of int8 row o, mod 2^32. */
+static MM_AI MMT_TGT uint32_t MMT_N(i8sum)(const qt_tensor *W, int64_t o, int64_t nb) {
+    const uint8_t *w = mm_wrow(W, o);
+    const MMT_I one = MMT_SET8(1);
+    MMT_I s = MMT_ZERO;
+    for (int64_t b = 0; b < nb; b++) s = MMT_DP(s, one, MMT_LD(w + MMV * b));
+    return (uint32_t)MMT_HSUM(s);
+}
+
+/* int8, 4 weight rows × T activation rows, on a level whose dot has no
+ * 16-bit intermediate (vpdpbusd): the activations take the unsigned side
+ * biased by 128 (x ^ 0x80), the weights the signed side, and 128·Σw of
+ * the row (ws, from i8sum) comes off. itile moves each weight's sign onto
+ * x instead, one more operation per dot; both are exact mod 2^32, and the
+ * true sum fits in int32 (MM_IDOT_MAX_I), so the results are the same. */
+static MM_AI MMT_TGT void MMT_N(i8tile4)(const mm_args *a, int64_t o, int s0, const int T, const uint32_t *ws) {
+    const qt_tensor *W = a->W;
+    const int64_t I = W->I, nb = I / MMV;
+    const uint8_t *w[4];
+    const int8_t *q[MM_TILE];
+    MMT_I acc[4][MM_TILE];
+    MM_UNROLL
+    for (int r = 0; r < 4; r++) w[r] = mm_wrow(W, o + r);
+    MM_UNROLL
+    for (int t = 0; t < T; t++) {
+        q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
+        MM_UNROLL
+        for (int r = 0; r < 4; r++) acc[r][t] = MMT_ZERO;
+    }
+    const MMT_I bias = MMT_SET8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        MMT_I wv[4];
+        MM_UNROLL
+        for (int r = 0; r < 4; r++) {
+            MM_PREFETCH(w[r] + MMV * b + MM_PF_DIST);
+            wv[r] = MMT_LD(w[r] + MMV * b);
+        }
+        MM_UNROLL
+        for (int t = 0; t < T; t++) {
+            const MMT_I xu = MMT_XOR(MMT_LD(q[t] + MMV * b), bias);
+            MM_UNROLL
+            for (int r = 0; r < 4; r++) acc[r][t] = MMT_DP(acc[r][t], xu, wv[r]);
+        }
+    }
+    MM_UNROLL
+    for (int r = 0; r < 4; r++) {
+        const float so = mm_srow(W, o + r)[0];
+        MM_UNROLL
+        for (int t = 0; t < T; t++) {
+            const uint32_t u = (uint32_t)MMT_HSUM(acc[r][t]) - 128u * ws[r] + (uint32_t)mm_idot_tail(QT_I8, w[r], q[t], nb * MMV, I);
+            a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)(o + r)] = mm_ifinish((int32_t)u, a->xg[(size_t)(s0 + t) * (size_t)a->ldg], so, a->xs[s0 + t]);
+        }
+    }
+}
+#endif
+#endif
 
 /* One full super-block of one activation row with N16 (chunks per group, a
  * power of two) known at compile time: chunk sums and the reduction tree
@@ -214,6 +320,35 @@ static MM_AI MMT_TGT void MMT_N(gtile_t)(const mm_args *a, int64_t o, int s0, in
 }
 
 static MM_AI MMT_TGT void MMT_N(irows_f)(const mm_args *a, int64_t o0, int64_t o1, const qt_fmt f) {
+#if MMV == 64
+    if (f == QT_I4 && a->S >= 16) /* rows in fours while they last; below 16 activation rows itile is as fast */
+        for (; o0 + 4 <= o1; o0 += 4)
+            for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
+                const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
+                switch (T) {
+                case 1: MMT_N(i4tile4)(a, o0, s0, 1); break;
+                case 2: MMT_N(i4tile4)(a, o0, s0, 2); break;
+                case 3: MMT_N(i4tile4)(a, o0, s0, 3); break;
+                default: MMT_N(i4tile4)(a, o0, s0, 4); break;
+                }
+            }
+#ifdef MMT_DP_WIDE
+    if (f == QT_I8 && a->S >= 16)
+        for (; o0 + 4 <= o1; o0 += 4) {
+            uint32_t ws[4];
+            for (int r = 0; r < 4; r++) ws[r] = MMT_N(i8sum)(a->W, o0 + r, a->W->I / MMV);
+            for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
+                const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
+                switch (T) {
+                case 1: MMT_N(i8tile4)(a, o0, s0, 1, ws); break;
+                case 2: MMT_N(i8tile4)(a, o0, s0, 2, ws); break;
+                case 3: MMT_N(i8tile4)(a, o0, s0, 3, ws); break;
+                default: MMT_N(i8tile4)(a, o0, s0, 4, ws); break;
+                }
+            }
+        }
+#endif
+#endif
     for (int64_t o = o0; o < o1; o++)
         for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
             const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
@@ -249,6 +384,7 @@ static inline MMT_TGT void MMT_N(irows)(const mm_args *a, int64_t o0, int64_t o1
 #undef MMT_ST
 #undef MMT_ZERO
 #undef MMT_AND
+#undef MMT_XOR
 #undef MMT_SRL16
 #undef MMT_SET8
 #undef MMT_ADD32

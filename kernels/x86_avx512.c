@@ -99,7 +99,9 @@ static MM_AI MM_TGT_AVX512 __m512 mm512_stage2(const int32_t *c16, int n16, cons
 #define MMT_SFX avx512vnni
 #define MMT_TGT __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define MMT_DP(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
+#define MMT_DP_WIDE 1 /* u8·s8 quadruples summed into int32, no 16-bit step */
 #include "int_x86.h"
+#undef MMT_DP_WIDE
 
 const mm_kernels mm_kernels_avx512 = {"avx512", 64, mmf_rows_avx512, mm512_irows_avx512, mmf_mvt_avx512};
 const mm_kernels mm_kernels_avx512vnni = {"avx512vnni", 64, mmf_rows_avx512, mm512_irows_avx512vnni, mmf_mvt_avx512};
