@@ -5,6 +5,7 @@
  * kernels.h, so every level matches the scalar reference bit for bit. */
 #ifdef MMT_X86_256
 #define MMV 32
+#define MMT_R 2 /* weight rows of the int4 tile */
 #define MMT_I __m256i
 #define MMT_LD(p) _mm256_loadu_si256((const __m256i *)(p))
 #define MMT_ST(p, v) _mm256_storeu_si256((__m256i *)(p), (v))
@@ -31,6 +32,7 @@
 #define MMT_TREE(L) mm256_tree16(L)
 #else
 #define MMV 64
+#define MMT_R 4
 #define MMT_I __m512i
 #define MMT_LD(p) _mm512_loadu_si512((const void *)(p))
 #define MMT_ST(p, v) _mm512_storeu_si512((void *)(p), (v))
@@ -117,31 +119,31 @@ static MM_AI MMT_TGT void MMT_N(itile)(const mm_args *a, int64_t o, int s0, cons
     }
 }
 
-#if MMV == 64
-/* Plain int4, 4 weight rows × T activation rows (512-bit levels, whose 32
- * registers hold the 16 accumulators): each unpacked weight vector feeds T
- * dots and each activation vector 4, where itile loads every activation
- * vector once per weight row (at S ≥ 32 the activations stream from L2 and
- * bound itile). The same exact int32 dots, so the same results. */
-static MM_AI MMT_TGT void MMT_N(i4tile4)(const mm_args *a, int64_t o, int s0, const int T) {
+/* Plain int4, MMT_R weight rows × T activation rows (4 at 512 bits, whose
+ * 32 registers hold the 16 accumulators; 2 at 256 bits, 16 registers):
+ * each unpacked weight vector feeds T dots and each activation vector
+ * MMT_R, where itile loads every activation vector once per weight row (at
+ * S ≥ 32 the activations stream from L2 and bound itile). The same exact
+ * int32 dots, so the same results. */
+static MM_AI MMT_TGT void MMT_N(i4tileR)(const mm_args *a, int64_t o, int s0, const int T) {
     const qt_tensor *W = a->W;
     const int64_t I = W->I, blk = 2 * MMV, nb = I / blk;
-    const uint8_t *w[4];
+    const uint8_t *w[MMT_R];
     const int8_t *q[MM_TILE];
-    MMT_I acc[4][MM_TILE];
+    MMT_I acc[MMT_R][MM_TILE];
     MM_UNROLL
-    for (int r = 0; r < 4; r++) w[r] = mm_wrow(W, o + r);
+    for (int r = 0; r < MMT_R; r++) w[r] = mm_wrow(W, o + r);
     MM_UNROLL
     for (int t = 0; t < T; t++) {
         q[t] = a->qx + (size_t)(s0 + t) * (size_t)a->ldq;
         MM_UNROLL
-        for (int r = 0; r < 4; r++) acc[r][t] = MMT_ZERO;
+        for (int r = 0; r < MMT_R; r++) acc[r][t] = MMT_ZERO;
     }
     const MMT_I m4 = MMT_SET8(15);
     for (int64_t b = 0; b < nb; b++) {
-        MMT_I lo[4], hi[4];
+        MMT_I lo[MMT_R], hi[MMT_R];
         MM_UNROLL
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < MMT_R; r++) {
             MM_PREFETCH(w[r] + MMV * b + MM_PF_DIST);
             const MMT_I wv = MMT_LD(w[r] + MMV * b);
             lo[r] = MMT_AND(wv, m4), hi[r] = MMT_AND(MMT_SRL16(wv, 4), m4);
@@ -150,11 +152,11 @@ static MM_AI MMT_TGT void MMT_N(i4tile4)(const mm_args *a, int64_t o, int s0, co
         for (int t = 0; t < T; t++) {
             const MMT_I xl = MMT_LD(q[t] + blk * b), xh = MMT_LD(q[t] + blk * b + MMV);
             MM_UNROLL
-            for (int r = 0; r < 4; r++) acc[r][t] = MMT_DP(MMT_DP(acc[r][t], lo[r], xl), hi[r], xh);
+            for (int r = 0; r < MMT_R; r++) acc[r][t] = MMT_DP(MMT_DP(acc[r][t], lo[r], xl), hi[r], xh);
         }
     }
     MM_UNROLL
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < MMT_R; r++) {
         const float so = mm_srow(W, o + r)[0];
         MM_UNROLL
         for (int t = 0; t < T; t++) {
@@ -164,7 +166,7 @@ static MM_AI MMT_TGT void MMT_N(i4tile4)(const mm_args *a, int64_t o, int s0, co
     }
 }
 
-#ifdef MMT_DP_WIDE
+#if MMV == 64 && defined(MMT_DP_WIDE)
 /* Σ w over the vector part (nb blocks) of int8 row o, mod 2^32. */
 static MM_AI MMT_TGT uint32_t MMT_N(i8sum)(const qt_tensor *W, int64_t o, int64_t nb) {
     const uint8_t *w = mm_wrow(W, o);
@@ -219,7 +221,6 @@ static MM_AI MMT_TGT void MMT_N(i8tile4)(const mm_args *a, int64_t o, int s0, co
         }
     }
 }
-#endif
 #endif
 
 /* One full super-block of one activation row with N16 (chunks per group, a
@@ -320,19 +321,18 @@ static MM_AI MMT_TGT void MMT_N(gtile_t)(const mm_args *a, int64_t o, int s0, in
 }
 
 static MM_AI MMT_TGT void MMT_N(irows_f)(const mm_args *a, int64_t o0, int64_t o1, const qt_fmt f) {
-#if MMV == 64
-    if (f == QT_I4 && a->S >= 16) /* rows in fours while they last; below 16 activation rows itile is as fast */
-        for (; o0 + 4 <= o1; o0 += 4)
+    if (f == QT_I4 && a->S >= 16) /* rows in MMT_R's while they last; below 16 activation rows itile is as fast */
+        for (; o0 + MMT_R <= o1; o0 += MMT_R)
             for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
                 const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
                 switch (T) {
-                case 1: MMT_N(i4tile4)(a, o0, s0, 1); break;
-                case 2: MMT_N(i4tile4)(a, o0, s0, 2); break;
-                case 3: MMT_N(i4tile4)(a, o0, s0, 3); break;
-                default: MMT_N(i4tile4)(a, o0, s0, 4); break;
+                case 1: MMT_N(i4tileR)(a, o0, s0, 1); break;
+                case 2: MMT_N(i4tileR)(a, o0, s0, 2); break;
+                case 3: MMT_N(i4tileR)(a, o0, s0, 3); break;
+                default: MMT_N(i4tileR)(a, o0, s0, 4); break;
                 }
             }
-#ifdef MMT_DP_WIDE
+#if MMV == 64 && defined(MMT_DP_WIDE)
     if (f == QT_I8 && a->S >= 16)
         for (; o0 + 4 <= o1; o0 += 4) {
             uint32_t ws[4];
@@ -347,7 +347,6 @@ static MM_AI MMT_TGT void MMT_N(irows_f)(const mm_args *a, int64_t o0, int64_t o
                 }
             }
         }
-#endif
 #endif
     for (int64_t o = o0; o < o1; o++)
         for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
@@ -379,6 +378,7 @@ static inline MMT_TGT void MMT_N(irows)(const mm_args *a, int64_t o0, int64_t o1
 }
 
 #undef MMV
+#undef MMT_R
 #undef MMT_I
 #undef MMT_LD
 #undef MMT_ST

@@ -512,9 +512,10 @@ static void test_levels(void) {
         /* every S on one mid-sized shape per format */
         static const shape mid[] = {{QT_I8, 6, 200, 0}, {QT_I4, 6, 301, 0}, {QT_I2, 6, 390, 0}, {QT_I4G, 6, 1100, 64}};
         for (int k = 0; k < 4; k++) check_shape(&lv, &lvf, &ref, &mid[k], 1, Sall, 6);
-        /* plain int4 and int8 in 4-row tiles (512-bit levels, S >= 16; int8
-         * with vpdpbusd): each tail of activation rows, 7 rows (a 4-row tile
-         * and 3 alone per thread), an odd width, 67 rows in chunks of 64 + 3 */
+        /* plain int4 in tiles of 4 rows (512-bit) or 2 (256-bit) and int8 in
+         * 4-row tiles (vpdpbusd, 512-bit), at S >= 16: each tail of
+         * activation rows, 7 rows (tiles and rows alone per thread), an odd
+         * width, 67 rows in chunks of 64 + 3 */
         static const int S4[4] = {17, 18, 19, 67};
         static const shape r4[] = {{QT_I4, 7, 301, 0}, {QT_I8, 7, 301, 0}, {QT_I8, 9, 4096, 0}};
         for (int k = 0; k < 3; k++) check_shape(&lv, &lvf, &ref, &r4[k], 1, S4, 4);
