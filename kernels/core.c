@@ -56,8 +56,19 @@ void mm_act_quant(const float *x, int64_t I, qt_fmt f, int gs, int vb, int8_t *q
     }
     if (!vb || f == QT_I8) return;
     const int64_t blk = mm_act_blk(f, vb), nb = I / blk;
-    int8_t t[4 * 64];
-    for (int64_t b = 0; b < nb; b++) {
+    int8_t t[1024];
+    int64_t b = 0;
+    if (mm_g64t(f, gs, vb))
+        for (; b + 16 <= nb; b += 16) { /* full super-blocks: 16 blocks of 64 */
+            int8_t *p = q + b * blk;
+            memcpy(t, p, 1024);
+            for (int H = 0; H < 2; H++)
+                for (int u = 0; u < 8; u++)
+                    for (int h = 0; h < 2; h++)
+                        for (int l = 0; l < 8; l++)
+                            for (int k = 0; k < 4; k++) p[512 * H + 64 * u + 32 * h + 4 * l + k] = t[64 * (8 * H + l) + 8 * u + 2 * k + h];
+        }
+    for (; b < nb; b++) {
         int8_t *p = q + b * blk;
         memcpy(t, p, (size_t)blk);
         if (f == QT_I2) {

@@ -24,6 +24,7 @@
 #define MM_UNROLL _Pragma("GCC unroll 4")
 
 #define MM_TILE 4                        /* activation rows per weight pass */
+#define MM_GOB 16                        /* weight rows per pass over the activation tiles (grouped int4, x86) */
 
 /* Everything a row kernel needs for one mm_matmul call. */
 typedef struct {
@@ -70,6 +71,15 @@ static inline int mm_code_off(qt_fmt f) { return f == QT_I8 ? 0 : f == QT_I2 ? 2
 
 /* Elements per activation layout block for level vector bytes vb. */
 static inline int64_t mm_act_blk(qt_fmt f, int vb) { return f == QT_I2 ? 4 * vb : f == QT_I8 ? vb : 2 * vb; }
+
+/* Grouped int4 at group size 64 on a 32-byte level: each full super-block
+ * (16 groups, 1024 elements) of the activations is laid out for weights
+ * transposed in registers (int_x86.h's g64sb), so that a dot's 8 lanes
+ * belong to 8 groups and accumulate without a chunk reduction: byte
+ * 512·H + 64·u + 32·h + 4·p + k holds element 64·(8H + p) + 8u + 2k + h
+ * (half H of 2, unit u of 8, nibble h, lane p of 8, byte k of 4). The rest
+ * of the row keeps the per-block layout. */
+static inline int mm_g64t(qt_fmt f, int gs, int vb) { return f == QT_I4G && gs == 64 && vb == 32; }
 
 /* Vectorize this loop (OpenMP SIMD; the -O2 cost model leaves it scalar). */
 #ifdef _OPENMP

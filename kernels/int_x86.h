@@ -249,6 +249,86 @@ static MM_AI MMT_TGT void MMT_N(gsb)(const uint8_t *w, const int8_t *q, int64_t 
     MMT_FSTEP(cv, xg, sc, L);
 }
 
+#if MMV == 32
+/* Grouped int4 at gs 64, one full super-block (16 groups, 16 weight
+ * vectors, one group each) of one row × T activation rows in mm_g64t's
+ * layout. The weights' dwords are transposed in registers, 8 vectors at a
+ * time (48 shuffles per row, shared by the T rows), so vector 8H + u holds
+ * unit u (8 bytes of 16 elements) of groups 8H .. 8H + 7, one per lane:
+ * the dots then sum each group in its own lane, where gsb reduces 16
+ * vectors of chunk sums pairwise (14 pairs) per activation row. Without
+ * vpdpbusd, the 16-bit products of 4 units add up before one widening
+ * (|sum| ≤ 8 · 15 · 127 · 2 < 2^15, no saturation). The same integers, so
+ * the same bits as the reference. */
+static MM_AI MMT_TGT void MMT_N(g64sb)(const uint8_t *w, const int8_t *const *q, const int T, const int32_t *const *xg, const float *sc,
+                                        mmt_L (*L)[2]) {
+    __attribute__((aligned(32))) uint8_t V[16][32];
+    MM_UNROLL
+    for (int H = 0; H < 2; H++) {
+        MMT_I W[8], s[8];
+        MM_UNROLL
+        for (int v = 0; v < 8; v++) {
+            MM_PREFETCH(w + 32 * (8 * H + v) + MM_PF_DIST);
+            W[v] = MMT_LD(w + 32 * (8 * H + v));
+        }
+        MM_UNROLL
+        for (int k = 0; k < 8; k += 4) { /* 4x4 within each 128-bit lane */
+            const MMT_I t0 = _mm256_unpacklo_epi32(W[k], W[k + 1]), t1 = _mm256_unpackhi_epi32(W[k], W[k + 1]);
+            const MMT_I t2 = _mm256_unpacklo_epi32(W[k + 2], W[k + 3]), t3 = _mm256_unpackhi_epi32(W[k + 2], W[k + 3]);
+            s[k] = _mm256_unpacklo_epi64(t0, t2), s[k + 1] = _mm256_unpackhi_epi64(t0, t2);
+            s[k + 2] = _mm256_unpacklo_epi64(t1, t3), s[k + 3] = _mm256_unpackhi_epi64(t1, t3);
+        }
+        MM_UNROLL
+        for (int j = 0; j < 4; j++) { /* low lanes: units 0..3, high lanes: 4..7 */
+            MMT_ST(V[8 * H + j], _mm256_permute2x128_si256(s[j], s[4 + j], 0x20));
+            MMT_ST(V[8 * H + 4 + j], _mm256_permute2x128_si256(s[j], s[4 + j], 0x31));
+        }
+    }
+    const MMT_I m4 = MMT_SET8(15);
+    MM_UNROLL
+    for (int H = 0; H < 2; H++) {
+        MMT_I acc[MM_TILE];
+        MM_UNROLL
+        for (int t = 0; t < T; t++) acc[t] = MMT_ZERO;
+#ifdef MMT_DP_WIDE
+        MM_UNROLL
+        for (int u = 0; u < 8; u++) {
+            const MMT_I v = MMT_LD(V[8 * H + u]), lo = MMT_AND(v, m4), hi = MMT_AND(MMT_SRL16(v, 4), m4);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                const int8_t *x = q[t] + 512 * H + 64 * u;
+                acc[t] = MMT_DP(MMT_DP(acc[t], lo, MMT_LD(x)), hi, MMT_LD(x + 32));
+            }
+        }
+#else
+        const MMT_I one = _mm256_set1_epi16(1);
+        MM_UNROLL
+        for (int u0 = 0; u0 < 8; u0 += 4) {
+            MMT_I a16[MM_TILE];
+            MM_UNROLL
+            for (int t = 0; t < T; t++) a16[t] = MMT_ZERO;
+            MM_UNROLL
+            for (int u = u0; u < u0 + 4; u++) {
+                const MMT_I v = MMT_LD(V[8 * H + u]), lo = MMT_AND(v, m4), hi = MMT_AND(MMT_SRL16(v, 4), m4);
+                MM_UNROLL
+                for (int t = 0; t < T; t++) {
+                    const int8_t *x = q[t] + 512 * H + 64 * u;
+                    a16[t] = _mm256_add_epi16(a16[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, MMT_LD(x)), _mm256_maddubs_epi16(hi, MMT_LD(x + 32))));
+                }
+            }
+            MM_UNROLL
+            for (int t = 0; t < T; t++) acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(a16[t], one));
+        }
+#endif
+        MM_UNROLL
+        for (int t = 0; t < T; t++) {
+            const MMT_I g = _mm256_sub_epi32(acc[t], MMT_LD(xg[t] + 8 * H));
+            L[t][H] = _mm256_add_ps(L[t][H], _mm256_mul_ps(_mm256_cvtepi32_ps(g), _mm256_loadu_ps(sc + 8 * H)));
+        }
+    }
+}
+#endif
+
 /* Grouped int4, one row × T activation rows: per super-block of 16 groups,
  * chunk sums (16 elements) from pairs of blocks, then stage 2. N16 is gs/16
  * when a register fast path exists for it, else 0. */
@@ -271,6 +351,16 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
         const int64_t e0 = sb * sbl, e1 = e0 + sbl < I ? e0 + sbl : I, bA = e0 / blk, bB = e1 / blk < nbt ? e1 / blk : nbt;
         if (N16 && e0 + sbl <= blk * nbt) {
             MM_PREFETCH(sr + 16 * sb + MM_PF_SCALES * ng);
+#if MMV == 32
+            if (N16 == 4) {
+                const int8_t *qs[MM_TILE];
+                const int32_t *gs_[MM_TILE];
+                MM_UNROLL
+                for (int t = 0; t < T; t++) qs[t] = q[t] + e0, gs_[t] = a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb;
+                MMT_N(g64sb)(w + e0 / 2, qs, T, gs_, sr + 16 * sb, L);
+                continue;
+            }
+#endif
             MM_UNROLL
             for (int t = 0; t < T; t++) MMT_N(gsb)(w, q[t], bA, N16, a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb, sr + 16 * sb, L[t]);
             continue;
@@ -348,21 +438,31 @@ static MM_AI MMT_TGT void MMT_N(irows_f)(const mm_args *a, int64_t o0, int64_t o
             }
         }
 #endif
+    if (f == QT_I4G) {
+        /* Weight rows in blocks of MM_GOB (16 rows, 48 KiB at 6144 columns,
+         * stay in L2) against each tile of activation rows in turn, so the
+         * tile stays in L1 for the whole block instead of coming back from
+         * L2 for every weight row: 1.5x at S = 128, one thread (Zen 3). */
+        const int gs = a->W->gs;
+        for (int64_t ob = o0; ob < o1; ob += MM_GOB)
+            for (int s0 = 0; s0 < a->S; s0 += MM_TILE)
+                for (int64_t o = ob; o < o1 && o < ob + MM_GOB; o++) {
+                    const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
+                    if (gs == 64) MMT_N(gtile_t)(a, o, s0, T, 4); /* N16 constant: gsb's registers */
+                    else if (gs == 128) MMT_N(gtile_t)(a, o, s0, T, 8);
+                    else MMT_N(gtile_t)(a, o, s0, T, 0);
+                }
+        return;
+    }
     for (int64_t o = o0; o < o1; o++)
         for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
             const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
-            if (f == QT_I4G) {
-                const int gs = a->W->gs;
-                if (gs == 64) MMT_N(gtile_t)(a, o, s0, T, 4);
-                else if (gs == 128) MMT_N(gtile_t)(a, o, s0, T, 8);
-                else MMT_N(gtile_t)(a, o, s0, T, 0);
+            switch (T) {
+            case 1: MMT_N(itile)(a, o, s0, f, 1); break;
+            case 2: MMT_N(itile)(a, o, s0, f, 2); break;
+            case 3: MMT_N(itile)(a, o, s0, f, 3); break;
+            default: MMT_N(itile)(a, o, s0, f, 4); break;
             }
-            else switch (T) {
-                case 1: MMT_N(itile)(a, o, s0, f, 1); break;
-                case 2: MMT_N(itile)(a, o, s0, f, 2); break;
-                case 3: MMT_N(itile)(a, o, s0, f, 3); break;
-                default: MMT_N(itile)(a, o, s0, f, 4); break;
-                }
         }
 }
 

@@ -120,7 +120,9 @@ static MM_AI MM_TGT_AVX2 float mm256_tree16(const __m256 *L) { return mm256_hsum
 #define MMT_SFX avxvnni
 #define MMT_TGT __attribute__((target("avx2,fma,avxvnni")))
 #define MMT_DP(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
+#define MMT_DP_WIDE 1 /* u8·s8 quadruples summed into int32, no 16-bit step */
 #include "int_x86.h"
+#undef MMT_DP_WIDE
 
 const mm_kernels mm_kernels_avx2 = {"avx2", 32, mmf_rows_avx2, mm256_irows_avx2, mmf_mvt_avx2};
 const mm_kernels mm_kernels_avxvnni = {"avxvnni", 32, mmf_rows_avx2, mm256_irows_avxvnni, mmf_mvt_avx2};
