@@ -410,60 +410,59 @@ static MM_AI MMT_TGT void MMT_N(gtile_t)(const mm_args *a, int64_t o, int s0, in
     }
 }
 
+/* Constant T (1..MM_TILE) for each tile, so its loops unroll. */
+#define MMT_BY_T(T, call)                                                                                                                  \
+    switch (T) {                                                                                                                           \
+    case 1: call(1); break;                                                                                                                \
+    case 2: call(2); break;                                                                                                                \
+    case 3: call(3); break;                                                                                                                \
+    default: call(4); break;                                                                                                               \
+    }
+
+/* Rows [o0, o1) in blocks of MM_GOB weight rows (16: 48 KiB at 6144
+ * columns of int4, which stay in L2), each block against every tile of
+ * activation rows in turn: the tile stays in L1 for the whole block, where
+ * a loop over single weight rows brings every tile back from L2 for each
+ * row (grouped int4 at avx2, S = 128, one thread: 1.5x). Within a block,
+ * the multi-row tiles while rows last, then rows one at a time. */
 static MM_AI MMT_TGT void MMT_N(irows_f)(const mm_args *a, int64_t o0, int64_t o1, const qt_fmt f) {
-    if (f == QT_I4 && a->S >= 16) /* rows in MMT_R's while they last; below 16 activation rows itile is as fast */
-        for (; o0 + MMT_R <= o1; o0 += MMT_R)
-            for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
-                const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
-                switch (T) {
-                case 1: MMT_N(i4tileR)(a, o0, s0, 1); break;
-                case 2: MMT_N(i4tileR)(a, o0, s0, 2); break;
-                case 3: MMT_N(i4tileR)(a, o0, s0, 3); break;
-                default: MMT_N(i4tileR)(a, o0, s0, 4); break;
-                }
-            }
+    const int gs = a->W->gs, r4 = f == QT_I4 && a->S >= 16; /* below 16 activation rows itile is as fast */
 #if MMV == 64 && defined(MMT_DP_WIDE)
-    if (f == QT_I8 && a->S >= 16)
-        for (; o0 + 4 <= o1; o0 += 4) {
-            uint32_t ws[4];
-            for (int r = 0; r < 4; r++) ws[r] = MMT_N(i8sum)(a->W, o0 + r, a->W->I / MMV);
-            for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
-                const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
-                switch (T) {
-                case 1: MMT_N(i8tile4)(a, o0, s0, 1, ws); break;
-                case 2: MMT_N(i8tile4)(a, o0, s0, 2, ws); break;
-                case 3: MMT_N(i8tile4)(a, o0, s0, 3, ws); break;
-                default: MMT_N(i8tile4)(a, o0, s0, 4, ws); break;
-                }
-            }
-        }
+    const int r8 = f == QT_I8 && a->S >= 16;
 #endif
-    if (f == QT_I4G) {
-        /* Weight rows in blocks of MM_GOB (16 rows, 48 KiB at 6144 columns,
-         * stay in L2) against each tile of activation rows in turn, so the
-         * tile stays in L1 for the whole block instead of coming back from
-         * L2 for every weight row: 1.5x at S = 128, one thread (Zen 3). */
-        const int gs = a->W->gs;
-        for (int64_t ob = o0; ob < o1; ob += MM_GOB)
-            for (int s0 = 0; s0 < a->S; s0 += MM_TILE)
-                for (int64_t o = ob; o < o1 && o < ob + MM_GOB; o++) {
-                    const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
+    for (int64_t ob = o0; ob < o1; ob += MM_GOB) {
+        const int64_t oe = ob + MM_GOB < o1 ? ob + MM_GOB : o1;
+#if MMV == 64 && defined(MMT_DP_WIDE)
+        uint32_t ws[MM_GOB];
+        if (r8)
+            for (int64_t o = ob; o < oe; o++) ws[o - ob] = MMT_N(i8sum)(a->W, o, a->W->I / MMV);
+#endif
+        for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
+            const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
+            int64_t o = ob;
+#define MMT_CALL(t) MMT_N(i4tileR)(a, o, s0, t)
+            if (r4)
+                for (; o + MMT_R <= oe; o += MMT_R) MMT_BY_T(T, MMT_CALL)
+#undef MMT_CALL
+#if MMV == 64 && defined(MMT_DP_WIDE)
+#define MMT_CALL(t) MMT_N(i8tile4)(a, o, s0, t, ws + (o - ob))
+            if (r8)
+                for (; o + 4 <= oe; o += 4) MMT_BY_T(T, MMT_CALL)
+#undef MMT_CALL
+#endif
+            for (; o < oe; o++) {
+                if (f == QT_I4G) {
                     if (gs == 64) MMT_N(gtile_t)(a, o, s0, T, 4); /* N16 constant: gsb's registers */
                     else if (gs == 128) MMT_N(gtile_t)(a, o, s0, T, 8);
                     else MMT_N(gtile_t)(a, o, s0, T, 0);
+                    continue;
                 }
-        return;
-    }
-    for (int64_t o = o0; o < o1; o++)
-        for (int s0 = 0; s0 < a->S; s0 += MM_TILE) {
-            const int T = a->S - s0 < MM_TILE ? a->S - s0 : MM_TILE;
-            switch (T) {
-            case 1: MMT_N(itile)(a, o, s0, f, 1); break;
-            case 2: MMT_N(itile)(a, o, s0, f, 2); break;
-            case 3: MMT_N(itile)(a, o, s0, f, 3); break;
-            default: MMT_N(itile)(a, o, s0, f, 4); break;
+#define MMT_CALL(t) MMT_N(itile)(a, o, s0, f, t)
+                MMT_BY_T(T, MMT_CALL)
+#undef MMT_CALL
             }
         }
+    }
 }
 
 /* Integer path of this level for rows [o0, o1). */
@@ -499,5 +498,6 @@ static inline MMT_TGT void MMT_N(irows)(const mm_args *a, int64_t o0, int64_t o1
 #undef MMT_FSTEP
 #undef MMT_TREE
 #undef MMT_N
+#undef MMT_BY_T
 #undef mmt_L
 

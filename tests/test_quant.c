@@ -515,10 +515,12 @@ static void test_levels(void) {
         /* plain int4 in tiles of 4 rows (512-bit) or 2 (256-bit) and int8 in
          * 4-row tiles (vpdpbusd, 512-bit), at S >= 16: each tail of
          * activation rows, 7 rows (tiles and rows alone per thread), an odd
-         * width, 67 rows in chunks of 64 + 3 */
+         * width, 67 rows in chunks of 64 + 3; 37 rows: blocks of MM_GOB
+         * weight rows and what is left of them */
         static const int S4[4] = {17, 18, 19, 67};
-        static const shape r4[] = {{QT_I4, 7, 301, 0}, {QT_I8, 7, 301, 0}, {QT_I8, 9, 4096, 0}};
-        for (int k = 0; k < 3; k++) check_shape(&lv, &lvf, &ref, &r4[k], 1, S4, 4);
+        static const shape r4[] = {{QT_I4, 7, 301, 0}, {QT_I8, 7, 301, 0}, {QT_I8, 9, 4096, 0},
+                                   {QT_I4, 37, 301, 0}, {QT_I8, 37, 512, 0}, {QT_I4G, 37, 1100, 64}};
+        for (int k = 0; k < 6; k++) check_shape(&lv, &lvf, &ref, &r4[k], 1, S4, 4);
         check_misc(&lv, &lvf);
         check_limits(l);
         check_team(l, 1);
