@@ -58,15 +58,17 @@ void mm_act_quant(const float *x, int64_t I, qt_fmt f, int gs, int vb, int8_t *q
     const int64_t blk = mm_act_blk(f, vb), nb = I / blk;
     int8_t t[1024];
     int64_t b = 0;
-    if (mm_g64t(f, gs, vb))
-        for (; b + 16 <= nb; b += 16) { /* full super-blocks: 16 blocks of 64 */
+    const int gt = mm_gt(f, gs, vb), nu = gt / 8; /* units per group */
+    if (gt)
+        for (; b + gt / 4 <= nb; b += gt / 4) { /* full super-blocks: 16 groups, gs/4 blocks of 64 */
             int8_t *p = q + b * blk;
-            memcpy(t, p, 1024);
+            memcpy(t, p, (size_t)(16 * gt));
             for (int H = 0; H < 2; H++)
-                for (int u = 0; u < 8; u++)
+                for (int u = 0; u < nu; u++)
                     for (int h = 0; h < 2; h++)
                         for (int l = 0; l < 8; l++)
-                            for (int k = 0; k < 4; k++) p[512 * H + 64 * u + 32 * h + 4 * l + k] = t[64 * (8 * H + l) + 8 * u + 2 * k + h];
+                            for (int k = 0; k < 4; k++)
+                                p[64 * (nu * H + u) + 32 * h + 4 * l + k] = t[gt * mm_gt_grp(gt, H, l) + 8 * u + 2 * k + h];
         }
     for (; b < nb; b++) {
         int8_t *p = q + b * blk;

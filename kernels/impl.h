@@ -72,14 +72,19 @@ static inline int mm_code_off(qt_fmt f) { return f == QT_I8 ? 0 : f == QT_I2 ? 2
 /* Elements per activation layout block for level vector bytes vb. */
 static inline int64_t mm_act_blk(qt_fmt f, int vb) { return f == QT_I2 ? 4 * vb : f == QT_I8 ? vb : 2 * vb; }
 
-/* Grouped int4 at group size 64 on a 32-byte level: each full super-block
- * (16 groups, 1024 elements) of the activations is laid out for weights
- * transposed in registers (int_x86.h's g64sb), so that a dot's 8 lanes
- * belong to 8 groups and accumulate without a chunk reduction: byte
- * 512·H + 64·u + 32·h + 4·p + k holds element 64·(8H + p) + 8u + 2k + h
- * (half H of 2, unit u of 8, nibble h, lane p of 8, byte k of 4). The rest
- * of the row keeps the per-block layout. */
-static inline int mm_g64t(qt_fmt f, int gs, int vb) { return f == QT_I4G && gs == 64 && vb == 32; }
+/* Grouped int4 at group size 64 or 32 on a 32-byte level: each full
+ * super-block (16 groups) of the activations is laid out for weights
+ * transposed in registers (int_x86.h's g64sb, g32sb), so that a dot's 8
+ * lanes belong to 8 groups and accumulate without a chunk reduction. Byte
+ * 4·p + k of vector (8·H + u)·2 + h (gs 64) or (4·H + u)·2 + h (gs 32)
+ * holds element gs·mm_gt_grp(gs, H, p) + 8u + 2k + h: half H of 2, unit u
+ * (8 elements) of gs/8, nibble h, lane p of 8, byte k of 4. The rest of
+ * the row keeps the per-block layout. Returns gs where this layout
+ * applies, else 0. */
+static inline int mm_gt(qt_fmt f, int gs, int vb) { return f == QT_I4G && (gs == 64 || gs == 32) && vb == 32 ? gs : 0; }
+/* The group of lane p in half H: at gs 32 a 128-bit lane L = p/4 of weight
+ * vector v = p%4 holds group 2v + L (the transpose stays within lanes). */
+static inline int mm_gt_grp(int gs, int H, int p) { return 8 * H + (gs == 64 ? p : 2 * (p & 3) + (p >> 2)); }
 
 /* Vectorize this loop (OpenMP SIMD; the -O2 cost model leaves it scalar). */
 #ifdef _OPENMP

@@ -251,7 +251,7 @@ static MM_AI MMT_TGT void MMT_N(gsb)(const uint8_t *w, const int8_t *q, int64_t 
 
 #if MMV == 32
 /* Grouped int4 at gs 64, one full super-block (16 groups, 16 weight
- * vectors, one group each) of one row × T activation rows in mm_g64t's
+ * vectors, one group each) of one row × T activation rows in mm_gt's
  * layout. The weights' dwords are transposed in registers, 8 vectors at a
  * time (48 shuffles per row, shared by the T rows), so vector 8H + u holds
  * unit u (8 bytes of 16 elements) of groups 8H .. 8H + 7, one per lane:
@@ -327,6 +327,53 @@ static MM_AI MMT_TGT void MMT_N(g64sb)(const uint8_t *w, const int8_t *const *q,
         }
     }
 }
+
+/* Grouped int4 at gs 32, as g64sb: 8 weight vectors, each two groups of
+ * 4 units, whose 4x4 transposes within 128-bit lanes (16 shuffles per
+ * row) leave unit u of 8 groups in vector 4H + u, lane p holding group
+ * mm_gt_grp(32, H, p); one permute per half puts the sums in group order.
+ * 8 products of 16 bits per lane add up before the widening. */
+static MM_AI MMT_TGT void MMT_N(g32sb)(const uint8_t *w, const int8_t *const *q, const int T, const int32_t *const *xg, const float *sc,
+                                        mmt_L (*L)[2]) {
+    const MMT_I m4 = MMT_SET8(15), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); /* lane of group 8H + g */
+    MM_UNROLL
+    for (int H = 0; H < 2; H++) {
+        MMT_I W[4], V[4];
+        MM_UNROLL
+        for (int v = 0; v < 4; v++) {
+            MM_PREFETCH(w + 32 * (4 * H + v) + MM_PF_DIST);
+            W[v] = MMT_LD(w + 32 * (4 * H + v));
+        }
+        const MMT_I t0 = _mm256_unpacklo_epi32(W[0], W[1]), t1 = _mm256_unpackhi_epi32(W[0], W[1]);
+        const MMT_I t2 = _mm256_unpacklo_epi32(W[2], W[3]), t3 = _mm256_unpackhi_epi32(W[2], W[3]);
+        V[0] = _mm256_unpacklo_epi64(t0, t2), V[1] = _mm256_unpackhi_epi64(t0, t2);
+        V[2] = _mm256_unpacklo_epi64(t1, t3), V[3] = _mm256_unpackhi_epi64(t1, t3);
+        MMT_I acc[MM_TILE];
+        MM_UNROLL
+        for (int t = 0; t < T; t++) acc[t] = MMT_ZERO;
+        MM_UNROLL
+        for (int u = 0; u < 4; u++) {
+            const MMT_I lo = MMT_AND(V[u], m4), hi = MMT_AND(MMT_SRL16(V[u], 4), m4);
+            MM_UNROLL
+            for (int t = 0; t < T; t++) {
+                const int8_t *x = q[t] + 256 * H + 64 * u;
+#ifdef MMT_DP_WIDE
+                acc[t] = MMT_DP(MMT_DP(acc[t], lo, MMT_LD(x)), hi, MMT_LD(x + 32));
+#else
+                acc[t] = _mm256_add_epi16(acc[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, MMT_LD(x)), _mm256_maddubs_epi16(hi, MMT_LD(x + 32))));
+#endif
+            }
+        }
+        MM_UNROLL
+        for (int t = 0; t < T; t++) {
+#ifndef MMT_DP_WIDE
+            acc[t] = _mm256_madd_epi16(acc[t], _mm256_set1_epi16(1));
+#endif
+            const MMT_I g = _mm256_sub_epi32(_mm256_permutevar8x32_epi32(acc[t], order), MMT_LD(xg[t] + 8 * H));
+            L[t][H] = _mm256_add_ps(L[t][H], _mm256_mul_ps(_mm256_cvtepi32_ps(g), _mm256_loadu_ps(sc + 8 * H)));
+        }
+    }
+}
 #endif
 
 /* Grouped int4, one row × T activation rows: per super-block of 16 groups,
@@ -352,12 +399,13 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
         if (N16 && e0 + sbl <= blk * nbt) {
             MM_PREFETCH(sr + 16 * sb + MM_PF_SCALES * ng);
 #if MMV == 32
-            if (N16 == 4) {
+            if (N16 <= 4) { /* gs 64 or 32: mm_gt's layout */
                 const int8_t *qs[MM_TILE];
                 const int32_t *gs_[MM_TILE];
                 MM_UNROLL
                 for (int t = 0; t < T; t++) qs[t] = q[t] + e0, gs_[t] = a->xg + (size_t)(s0 + t) * (size_t)a->ldg + 16 * sb;
-                MMT_N(g64sb)(w + e0 / 2, qs, T, gs_, sr + 16 * sb, L);
+                if (N16 == 4) MMT_N(g64sb)(w + e0 / 2, qs, T, gs_, sr + 16 * sb, L);
+                else MMT_N(g32sb)(w + e0 / 2, qs, T, gs_, sr + 16 * sb, L);
                 continue;
             }
 #endif
@@ -454,6 +502,7 @@ static MM_AI MMT_TGT void MMT_N(irows_f)(const mm_args *a, int64_t o0, int64_t o
                 if (f == QT_I4G) {
                     if (gs == 64) MMT_N(gtile_t)(a, o, s0, T, 4); /* N16 constant: gsb's registers */
                     else if (gs == 128) MMT_N(gtile_t)(a, o, s0, T, 8);
+                    else if (gs == 32 && MMV == 32) MMT_N(gtile_t)(a, o, s0, T, 2);
                     else MMT_N(gtile_t)(a, o, s0, T, 0);
                     continue;
                 }

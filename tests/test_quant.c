@@ -488,7 +488,7 @@ static void test_levels(void) {
         {QT_I2, 5, 256, 0},   {QT_I2, 7, 1027, 0},   {QT_I4G, 1, 7, 16},    {QT_I4G, 3, 100, 128}, {QT_I4G, 2, 16, 16},
         {QT_I4G, 5, 257, 16}, {QT_I4G, 3, 512, 32},  {QT_I4G, 3, 300, 48},  {QT_I4G, 4, 1000, 64}, {QT_I4G, 3, 640, 96},
         {QT_I4G, 3, 129, 128}, {QT_I4G, 2, 700, 192}, {QT_I4G, 3, 4200, 256}, {QT_I4G, 5, 4096, 256}, {QT_I4G, 3, 385, 64},
-        {QT_I4G, 3, 2100, 64}, {QT_I4G, 2, 4096, 128}, {QT_I4G, 3, 2049, 128}, {QT_I4G, 4, 1024, 64}, {QT_I4G, 5, 2500, 64},
+        {QT_I4G, 3, 2100, 64}, {QT_I4G, 2, 4096, 128}, {QT_I4G, 3, 2049, 128}, {QT_I4G, 4, 1024, 64}, {QT_I4G, 5, 2500, 64}, {QT_I4G, 5, 1300, 32},
     };
     const int nsh = (int)(sizeof shapes / sizeof shapes[0]);
     static const int Sall[6] = {1, 2, 3, 7, 8, 33};
@@ -519,8 +519,8 @@ static void test_levels(void) {
          * weight rows and what is left of them */
         static const int S4[4] = {17, 18, 19, 67};
         static const shape r4[] = {{QT_I4, 7, 301, 0}, {QT_I8, 7, 301, 0}, {QT_I8, 9, 4096, 0},
-                                   {QT_I4, 37, 301, 0}, {QT_I8, 37, 512, 0}, {QT_I4G, 37, 1100, 64}};
-        for (int k = 0; k < 6; k++) check_shape(&lv, &lvf, &ref, &r4[k], 1, S4, 4);
+                                   {QT_I4, 37, 301, 0}, {QT_I8, 37, 512, 0}, {QT_I4G, 37, 1100, 64}, {QT_I4G, 37, 600, 32}};
+        for (int k = 0; k < 7; k++) check_shape(&lv, &lvf, &ref, &r4[k], 1, S4, 4);
         check_misc(&lv, &lvf);
         check_limits(l);
         check_team(l, 1);
