@@ -24,7 +24,7 @@
 #define MM_UNROLL _Pragma("GCC unroll 4")
 
 #define MM_TILE 4                        /* activation rows per weight pass */
-#define MM_GOB 16                        /* weight rows per pass over the activation tiles (grouped int4, x86) */
+#define MM_GOB 16                        /* weight rows per pass over the activation tiles (x86 integer path) */
 
 /* Everything a row kernel needs for one mm_matmul call. */
 typedef struct {
