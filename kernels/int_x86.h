@@ -449,15 +449,6 @@ static MM_AI MMT_TGT void MMT_N(gtile)(const mm_args *a, int64_t o, int s0, cons
     for (int t = 0; t < T; t++) a->y[(size_t)(s0 + t) * (size_t)W->O + (size_t)o] = MMT_TREE(L[t]) * a->xs[s0 + t];
 }
 
-static MM_AI MMT_TGT void MMT_N(gtile_t)(const mm_args *a, int64_t o, int s0, int T, const int N16) {
-    switch (T) {
-    case 1: MMT_N(gtile)(a, o, s0, 1, N16); break;
-    case 2: MMT_N(gtile)(a, o, s0, 2, N16); break;
-    case 3: MMT_N(gtile)(a, o, s0, 3, N16); break;
-    default: MMT_N(gtile)(a, o, s0, 4, N16); break;
-    }
-}
-
 /* Constant T (1..MM_TILE) for each tile, so its loops unroll. */
 #define MMT_BY_T(T, call)                                                                                                                  \
     switch (T) {                                                                                                                           \
@@ -466,6 +457,10 @@ static MM_AI MMT_TGT void MMT_N(gtile_t)(const mm_args *a, int64_t o, int s0, in
     case 3: call(3); break;                                                                                                                \
     default: call(4); break;                                                                                                               \
     }
+
+#define MMT_CALL(t) MMT_N(gtile)(a, o, s0, t, N16)
+static MM_AI MMT_TGT void MMT_N(gtile_t)(const mm_args *a, int64_t o, int s0, int T, const int N16) { MMT_BY_T(T, MMT_CALL) }
+#undef MMT_CALL
 
 /* Rows [o0, o1) in blocks of MM_GOB weight rows (16: 48 KiB at 6144
  * columns of int4, which stay in L2), each block against every tile of
