@@ -140,7 +140,7 @@ build/%/libcolicuda.a: build/%/backend_cuda.o
 KERNEL_SRC := $(sort $(wildcard kernels/*.c))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_PY := $(sort $(wildcard tests/test_*.py))
-BENCH_C := bench_quant bench_io bench_mem bench_tok bench_grammar bench_peak
+BENCH_C := bench_quant bench_io bench_mem bench_tok bench_grammar bench_peak bench_kv
 DEPFLAGS = -MMD -MP -MF $@.d
 
 # $(1) = build directory, $(2) = compile flags, $(3) = libraries, $(4) = the

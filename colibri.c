@@ -332,6 +332,8 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     static const int bits[] = {2, 4, 8, 0}; /* choices 2|4|8|16; 16 keeps floats as f32 */
     o->dense_bits = bits[env_i(e, ENV_DENSE_BITS)], o->expert_bits = bits[env_i(e, ENV_EXPERT_BITS)];
     o->group_size = (int)env_i(e, ENV_GROUP_SIZE);
+    static const int kv_bits[] = {4, 8, 32}; /* choices 4|8|32 */
+    o->kv_bits = kv_bits[env_i(e, ENV_KV_BITS)], o->kv_index_bits = kv_bits[env_i(e, ENV_KV_INDEX_BITS)];
     if (o->group_size && (o->group_size % 16 || o->group_size < 16))
         return snprintf(err, errlen, "GROUP_SIZE=%d is invalid: expected 0 (per row) or a multiple of 16 in [16, 256]", o->group_size), -1;
     o->idot = (int)env_i(e, ENV_IDOT);
@@ -436,8 +438,10 @@ static void print_startup(const coli_model *m, const char *dir) {
             "ctx %d | kernel %s, IDOT %s | %d threads\n",
             dir, c->model_type, c->n_layers, nd, c->n_layers - nd, nf, c->n_experts, c->topk, qt_fmt_name(m->L[0].kv_a.fmt), ef, m->kv.ctx,
             mm_level_name(m->mm.level), m->mm.idot ? "on" : "off", m->team.n);
-    char b[8][32], seqs[40] = "";
-    if (m->kv.slots > 1) snprintf(seqs, sizeof seqs, " (%d sequences)", m->kv.slots);
+    char b[8][32], seqs[80] = "", fmt[48] = "";
+    if (m->kv.bits != 32 || m->kv.ibits != 32) snprintf(fmt, sizeof fmt, "KV_BITS=%d, KV_INDEX_BITS=%d", m->kv.bits, m->kv.ibits);
+    if (m->kv.slots > 1) snprintf(seqs, sizeof seqs, " (%d sequences%s%s)", m->kv.slots, *fmt ? "; " : "", fmt);
+    else if (*fmt) snprintf(seqs, sizeof seqs, " (%s)", fmt);
     fprintf(stderr,
             "colibri: plan: budget %s | resident: dense %s, KV %s%s, working set %s | experts %s each: %d pinned (%s), "
             "LRU %d slots/layer (up to %s) | projected peak %s\n",

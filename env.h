@@ -150,6 +150,10 @@ typedef struct {
         "Quantize full-precision routed experts as they are read (8, 4, 2; 16 = keep f32). Changes the model.") \
     INT(GROUP_SIZE, "0", 0, 256, \
         "Group size for 4-bit load-time quantization (a multiple of 16); 0 = one scale per row.") \
+    CHOICE(KV_BITS, "32", "4|8|32", \
+        "The KV cache's MLA latents and rope keys: 32 = f32 (exact); 8 or 4 = integers with one scale per 32 values, read by attention as they are (GLM-5: 648 or 360 bytes a position and layer against 2,304). Changes the model; the GPU then leaves attention to the CPU.") \
+    CHOICE(KV_INDEX_BITS, "32", "4|8|32", \
+        "The DSA indexer's cached keys: 32 = f32 (exact); 8 or 4 as KV_BITS. Changes which keys are kept; the GPU then leaves the indexer's scores to the CPU.") \
     FLOAT(RAM_GB, "0", 0, 1e6, \
         "RAM budget in GB (10^9 bytes) for weights, KV cache, expert caches and working memory; 0 = 90% of the memory available at start.") \
     BOOL(COLI_RAM_OVERCOMMIT, "0", \

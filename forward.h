@@ -206,18 +206,31 @@ static void fwd_add_rows(const fwd_t *f, float *x, const float *y, int S, int n)
     for (size_t i = (size_t)a * n; i < (size_t)b * n; i++) x[i] += y[i];
 }
 
-/* Index scores of query row s against keys [t0, t1) into score[]. */
-static void fwd_index_scores(coli_model *m, const float *kc, int s, int64_t t0, int64_t t1, float *score) {
+/* a · a cached row x[n] of `bits` (kvq.h; f32: mm_dot_f32). */
+static inline float kv_dot(int bits, const float *a, const uint8_t *x, int n) {
+    return bits == 32 ? mm_dot_f32(a, (const float *)(const void *)x, n) : bits == 8 ? kvq_dot8(a, x, n) : kvq_dot4(a, x, n);
+}
+
+/* y += w · a cached row x[n] of `bits`. */
+static inline void kv_axpy(int bits, float *y, float w, const uint8_t *x, int n) {
+    if (bits == 32) mm_axpy_f32(y, w, (const float *)(const void *)x, n);
+    else kvq_axpy(bits, y, w, x, n);
+}
+
+/* Index scores of query row s against the cached keys kc, [t0, t1), into
+ * score[]. */
+static void fwd_index_scores(coli_model *m, const uint8_t *kc, int s, int64_t t0, int64_t t1, float *score) {
     const coli_config *c = &m->c;
     const coli_scratch *sc = &m->sc;
-    int ih = c->index_heads, id = c->index_dim;
+    int ih = c->index_heads, id = c->index_dim, bits = m->kv.ibits;
+    size_t rb = m->kv.irb;
     float sscale = 1.0f / sqrtf((float)id);
     const float *qs = sc->qi + (size_t)s * ih * id, *w = sc->iw + (size_t)s * ih;
     for (int64_t t = t0; t < t1; t++) {
-        const float *key = kc + (size_t)t * id;
+        const uint8_t *key = kc + (size_t)t * rb;
         float acc = 0;
         for (int h = 0; h < ih; h++) {
-            float d = mm_dot_f32(qs + (size_t)h * id, key, id) * sscale;
+            float d = kv_dot(bits, qs + (size_t)h * id, key, id) * sscale;
             acc += w[h] * (d > 0 ? d : 0);
         }
         score[t] = acc;
@@ -238,7 +251,7 @@ static int fwd_indexer_gpu(const fwd_t *f, fwd_shared *sh, int l) {
     int k = m->c.index_topk, s0 = k - pos <= 0 ? 0 : k - pos < S ? k - pos : S; /* rows [0, s0) keep every key */
     if (f->tid == 0)
         for (int s = 0; s < s0; s++) sc->nsel[s] = -1;
-    const float *keys = kv_ikey(&m->kv, 0, l);
+    const float *keys = (const float *)(const void *)kv_ikey(&m->kv, 0, l); /* f32 where the GPU holds them */
     for (int r = s0; r < S; r += f->nth) {
         int n = S - r < f->nth ? S - r : f->nth;
         if (f->tid == 0)
@@ -278,10 +291,11 @@ static void fwd_indexer(const fwd_t *f, fwd_shared *sh, int l) {
     for (int64_t s = a; s < b; s++) {
         int p = sc->rpos[s];
         const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
-        float *key = kv_ikey(&m->kv, sc->rslot[s], l) + (size_t)p * id;
+        float *key = sc->thr[f->tid];
         layernorm(key, sc->tmp + (size_t)s * id, L->ik_norm_w, L->ik_norm_b, id, 1e-6f);
         void (*rope)(float *, int, const float *, const float *) = c->index_rope_interleave ? rope_apply : rope_apply_half;
         rope(key, c->qk_rope, cs, sn);
+        kvq_store(m->kv.ibits, kv_ikey(&m->kv, sc->rslot[s], l) + (size_t)p * m->kv.irb, key, id);
         for (int h = 0; h < ih; h++) rope(sc->qi + ((size_t)s * ih + h) * id, c->qk_rope, cs, sn);
         for (int h = 0; h < ih; h++) sc->iw[(size_t)s * ih + h] *= wscale;
     }
@@ -331,8 +345,9 @@ static void attn_head_latent(coli_model *m, int l, int s, int h, float *thr, flo
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
     const coli_layer *L = &m->L[l];
-    int T = sc->rpos[s] + 1, kvl = c->kv_lora, nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head;
-    const float *lat = kv_lat(&m->kv, sc->rslot[s], l), *kr = kv_rope(&m->kv, sc->rslot[s], l);
+    int T = sc->rpos[s] + 1, kvl = c->kv_lora, nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head, bits = m->kv.bits;
+    const uint8_t *lat = kv_lat(&m->kv, sc->rslot[s], l), *kr = kv_rope(&m->kv, sc->rslot[s], l);
+    size_t lrb = m->kv.lrb, rrb = m->kv.rrb;
     const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
     int n = sc->nsel[s] < 0 ? T : sc->nsel[s];
     const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
@@ -342,11 +357,11 @@ static void attn_head_latent(coli_model *m, int l, int s, int h, float *thr, flo
     float scale = c->attn_scale;
     for (int i = 0; i < n; i++) {
         int t = sel ? sel[i] : i;
-        score[i] = (mm_dot_f32(qa, lat + (size_t)t * kvl, kvl) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
+        score[i] = (kv_dot(bits, qa, lat + (size_t)t * lrb, kvl) + kv_dot(bits, q + nope, kr + (size_t)t * rrb, rd)) * scale;
     }
     softmax(score, n);
     memset(out, 0, (size_t)kvl * 4);
-    for (int i = 0; i < n; i++) mm_axpy_f32(out, score[i], lat + (size_t)(sel ? sel[i] : i) * kvl, kvl);
+    for (int i = 0; i < n; i++) kv_axpy(bits, out, score[i], lat + (size_t)(sel ? sel[i] : i) * lrb, kvl);
 }
 
 /* Ordinary attention of head h for query row s over the kept keys of its
@@ -356,19 +371,42 @@ static void attn_head_rows(coli_model *m, int l, int s, int h, const float *kv, 
     coli_config *c = &m->c;
     coli_scratch *sc = &m->sc;
     int nope = c->qk_nope, rd = c->qk_rope, kvw = nope + c->v_head, vh = c->v_head;
-    const float *kr = kv_rope(&m->kv, sc->rslot[s], l);
+    const uint8_t *kr = kv_rope(&m->kv, sc->rslot[s], l);
     const float *q = sc->q + ((size_t)s * c->n_heads + h) * c->qk_head;
     int Ts = sc->rpos[s] + 1, n = sc->nsel[s] < 0 ? Ts : sc->nsel[s];
     const int *sel = sc->nsel[s] < 0 ? NULL : sc->sel + (size_t)s * c->index_topk;
     float scale = c->attn_scale;
     for (int i = 0; i < n; i++) {
         int t = sel ? sel[i] : i;
-        score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + mm_dot_f32(q + nope, kr + (size_t)t * rd, rd)) * scale;
+        score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + kv_dot(m->kv.bits, q + nope, kr + (size_t)t * m->kv.rrb, rd)) * scale;
     }
     softmax(score, n);
     float *o = sc->attn + ((size_t)s * c->n_heads + h) * vh;
     memset(o, 0, (size_t)vh * 4);
     for (int i = 0; i < n; i++) mm_axpy_f32(o, score[i], kv + (size_t)(sel ? sel[i] : i) * kvw + nope, vh);
+}
+
+/* hkv[t] = w · latent row t for t < T (team-wide). Rows in fewer bits go
+ * through f32 tiles of n_heads·max_s rows in sc->hlat, which this path
+ * does not otherwise use: a matmul row depends only on its own input row,
+ * so the tiles give what one product over every row would. */
+static void fwd_expand_keys(const fwd_t *f, const qt_tensor *w, const uint8_t *lat, int T, float *hkv) {
+    coli_model *m = f->m;
+    const coli_kv *kv = &m->kv;
+    if (kv->bits == 32) {
+        fwd_matmul(f, w, (const float *)(const void *)lat, T, hkv);
+        return;
+    }
+    int tile = m->c.n_heads * m->sc.max_s, kvl = kv->dl, kvw = (int)w->O;
+    for (int t0 = 0; t0 < T; t0 += tile) {
+        int n = T - t0 < tile ? T - t0 : tile;
+        int64_t a, b;
+        fwd_share(f, n, &a, &b);
+        for (int64_t t = a; t < b; t++) kvq_load(kv->bits, lat + (size_t)(t0 + t) * kv->lrb, m->sc.hlat + (size_t)t * kvl, kvl);
+        fwd_sync(f);
+        fwd_matmul(f, w, m->sc.hlat, n, hkv + (size_t)t0 * kvw);
+        fwd_sync(f); /* the tile is the next one's */
+    }
 }
 
 /* Whether absorbed MLA costs less than reconstruction for a batch of S
@@ -412,10 +450,12 @@ static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
         int p = sc->rpos[s], slot = sc->rslot[s];
         const float *cs = sc->cos + (size_t)p * half, *sn = sc->sin + (size_t)p * half;
         const float *ckv = sc->ckv + (size_t)s * (kvl + rd);
-        rmsnorm(kv_lat(&m->kv, slot, l) + (size_t)p * kvl, ckv, L->kv_a_norm, kvl, 1e-6f);
-        float *kr = kv_rope(&m->kv, slot, l) + (size_t)p * rd;
+        float *row = sc->thr[f->tid], *kr = row + kvl;
+        rmsnorm(row, ckv, L->kv_a_norm, kvl, 1e-6f);
         memcpy(kr, ckv + kvl, (size_t)rd * 4);
         rope_attn(c, kr, cs, sn);
+        kvq_store(m->kv.bits, kv_lat(&m->kv, slot, l) + (size_t)p * m->kv.lrb, row, kvl);
+        kvq_store(m->kv.bits, kv_rope(&m->kv, slot, l) + (size_t)p * m->kv.rrb, kr, rd);
         for (int h = 0; h < H; h++) rope_attn(c, sc->q + ((size_t)s * H + h) * c->qk_head + c->qk_nope, cs, sn);
     }
     fwd_sync(f); /* queries roped, the batch's keys cached */
@@ -430,7 +470,8 @@ static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
     if (gpu_has_kv(&m->gpu) && f->tid == 0 && sh->w0 < m->kv.ctx) gpu_kv_written(&m->gpu, l, sh->w0, m->kv.gen); /* slot 0's latents were just written */
     if (gpu_has_kv(&m->gpu) && absorbed && sh->seq0) { /* on the GPU when it holds the layer's kv_b (its cache is slot 0's) */
         if (f->tid == 0)
-            sh->attn_gpu = gpu_attention(&m->gpu, c, l, &L->kv_b, kv_lat(&m->kv, 0, l), kv_rope(&m->kv, 0, l), S, pos, sc->q, sc->nsel, sc->sel, sc->attn);
+            sh->attn_gpu = gpu_attention(&m->gpu, c, l, &L->kv_b, (const float *)(const void *)kv_lat(&m->kv, 0, l),
+                                         (const float *)(const void *)kv_rope(&m->kv, 0, l), S, pos, sc->q, sc->nsel, sc->sel, sc->attn); /* f32 there */
         fwd_sync(f);
         if (sh->attn_gpu) absorbed = -1;
     } else if (f->tid == 0)
@@ -449,10 +490,10 @@ static void fwd_attention(const fwd_t *f, fwd_shared *sh, int l) {
     } else if (!absorbed) {
         for (int r0 = 0, r1; r0 < S; r0 = r1) { /* each slot's run of rows over its own keys */
             for (r1 = r0 + 1; r1 < S && sc->rslot[r1] == sc->rslot[r0];) r1++;
-            const float *lat = kv_lat(&m->kv, sc->rslot[r0], l);
+            const uint8_t *lat = kv_lat(&m->kv, sc->rslot[r0], l);
             for (int h = 0; h < H; h++) {
                 qt_tensor w = qt_rows(&L->kv_b, (int64_t)h * kvw, kvw);
-                fwd_matmul(f, &w, lat, sc->rpos[r1 - 1] + 1, sc->hkv); /* hkv[t] = [k_nope | v] for every key */
+                fwd_expand_keys(f, &w, lat, sc->rpos[r1 - 1] + 1, sc->hkv); /* hkv[t] = [k_nope | v] for every key */
                 for (int s = r0 + f->tid; s < r1; s += f->nth) attn_head_rows(m, l, s, h, sc->hkv, sc->thr[f->tid]);
                 fwd_sync(f);
             }

@@ -229,19 +229,21 @@ static inline void gpu_dense_add(gpu_ctx *g, const qt_tensor *W) {
 
 /* The latent cache in GPU memory for nl attention layers of ctx positions
  * (shape from c; gen: the host cache's generation now) when wanted
- * (CUDA_ATTN), the GPU holds some layer's kv_b (held) and the cache fits
- * in what is left; the indexer's keys beside it when they fit too.
- * Returns where attention runs, for the startup line. */
-static inline const char *gpu_kv_setup_(gpu_ctx *g, const coli_config *c, int nl, int ctx, uint64_t gen, int held, int want) {
+ * (CUDA_ATTN; -1: the host cache is in fewer bits, which the GPU does not
+ * read), the GPU holds some layer's kv_b (held) and the cache fits in what
+ * is left; the indexer's keys beside it when they are f32 (keys_f32) and
+ * fit too. Returns where attention runs, for the startup line. */
+static inline const char *gpu_kv_setup_(gpu_ctx *g, const coli_config *c, int nl, int ctx, uint64_t gen, int held, int want, int keys_f32) {
     if (!held) return "attention, norms and the router on the CPU";
     if (!want) return "attention (CUDA_ATTN=0), norms and the router on the CPU";
+    if (want < 0) return "attention (the KV cache in fewer bits, KV_BITS), norms and the router on the CPU";
     char err[300];
     uint64_t room = gpu_room_(g);
     int nf = 0;
     for (int l = 0; l < nl; l++) nf += c->idx_full[l] != 0;
     const int has_keys = nf > 0;
     uint64_t lat = (uint64_t)ctx * (uint64_t)nl * (uint64_t)(c->kv_lora + c->qk_rope) * 4, keys = 0;
-    if (nf && c->index_dim <= 4096) keys = (uint64_t)ctx * (uint64_t)nf * (uint64_t)c->index_dim * 4;
+    if (nf && keys_f32 && c->index_dim <= 4096) keys = (uint64_t)ctx * (uint64_t)nf * (uint64_t)c->index_dim * 4;
     if (!keys || lat + keys > room) nf = 0, keys = 0; /* keys that do not fit leave the indexer's scores on the CPU, not attention */
     if (lat > room || !(g->kv_valid = (int64_t *)calloc((size_t)nl, sizeof *g->kv_valid)) ||
         !(g->ikey_valid = (int64_t *)calloc((size_t)nl + 1, sizeof *g->ikey_valid)))
@@ -255,15 +257,15 @@ static inline const char *gpu_kv_setup_(gpu_ctx *g, const coli_config *c, int nl
     g->nl = nl, g->kv_bytes = lat + keys, g->kv_gen = gen, g->nf = nf;
     static char line[160];
     snprintf(line, sizeof line, "attention%s and %s (%.2f GB) too%s; norms and the router on the CPU", nf ? ", the indexer's scores" : "",
-             nf ? "their caches" : "its latent cache", g->kv_bytes / 1e9, has_keys && !nf ? " (the indexer's keys did not fit: its scores on the CPU)" : "");
+             nf ? "their caches" : "its latent cache", g->kv_bytes / 1e9, has_keys && !nf ? keys_f32 ? " (the indexer's keys did not fit: its scores on the CPU)" : " (the indexer's keys in fewer bits, KV_INDEX_BITS: its scores on the CPU)" : "");
     return line;
 }
 
 /* Ends the dense setup: the latent cache (gpu_kv_setup_'s arguments), the
  * backend's counts from here on, and the startup line saying what the GPU
  * holds. */
-static inline void gpu_kv_open(gpu_ctx *g, const coli_config *c, int nl, int ctx, uint64_t gen, int held, int want) {
-    const char *attn = gpu_kv_setup_(g, c, nl, ctx, gen, held, want);
+static inline void gpu_kv_open(gpu_ctx *g, const coli_config *c, int nl, int ctx, uint64_t gen, int held, int want, int keys_f32) {
+    const char *attn = gpu_kv_setup_(g, c, nl, ctx, gen, held, want, keys_f32);
     cu_stats_get(&g->last);
     fprintf(stderr, "colibri: CUDA: %s (compute %d.%d, %.1f GB): %d dense matrices (%.2f GB) in GPU memory%s; %s\n", g->info.name, g->info.cc_major,
             g->info.cc_minor, g->info.mem_total / 1e9, g->n, g->bytes / 1e9, g->left ? ", the rest did not fit" : "", attn);

@@ -5,10 +5,15 @@
  *   header   "COLIKV\r\n", u32 version, u32 flags (KVP_F_MTP),
  *            u64 model fingerprint (kvp_fingerprint),
  *            u32 n_tok, n_kv, n_layers, kv_lora, qk_rope, index_dim, n_full,
- *            dim, mtp_pos, mtp_nq, mtp_full, reserved (0)
+ *            dim, mtp_pos, mtp_nq, mtp_full, formats
  *   i32      tok[n_tok]                 the conversation so far
- *   f32      per main layer: latent [n_kv][kv_lora], rope key [n_kv][qk_rope]
- *   f32      per main full-indexer layer: indexer keys [n_kv][index_dim]
+ *   rows     per main layer: latent [n_kv] rows of kv_lora, rope key [n_kv]
+ *            rows of qk_rope
+ *   rows     per main full-indexer layer: indexer keys [n_kv] rows of index_dim
+ * Rows are the KV cache's own (kvq.h): f32 arrays, or KV_BITS /
+ * KV_INDEX_BITS rows as they are in memory; formats is 0 for f32 rows
+ * everywhere, else KV_BITS | KV_INDEX_BITS << 8 (32 for f32), and a file
+ * loads only into a cache of the same formats.
  *   KVP_F_MTP (the MTP head was drafting): the MTP layer's latent and rope
  *            key [mtp_pos][..] (+ indexer keys when mtp_full), the rows
  *            queued for it (hidden [mtp_nq][dim], token [mtp_nq]) and the
@@ -41,7 +46,7 @@
 typedef struct {
     uint32_t version, flags;
     uint64_t fingerprint;
-    uint32_t n_tok, n_kv, n_layers, kv_lora, qk_rope, index_dim, n_full, dim, mtp_pos, mtp_nq, mtp_full, reserved;
+    uint32_t n_tok, n_kv, n_layers, kv_lora, qk_rope, index_dim, n_full, dim, mtp_pos, mtp_nq, mtp_full, formats;
 } kvp_header;
 
 /* The MTP head's part of the state (spec.h), as plain values. */
@@ -133,11 +138,11 @@ static inline void kvp_put_layers_(kvp_out_ *o, const coli_model *m, int l0, int
     const coli_config *c = &m->c;
     int s = m->kv.slot;
     for (int l = l0; l < l1; l++) {
-        kvp_put_(o, kv_lat(&m->kv, s, l), (size_t)n * c->kv_lora * 4);
-        kvp_put_(o, kv_rope(&m->kv, s, l), (size_t)n * c->qk_rope * 4);
+        kvp_put_(o, kv_lat(&m->kv, s, l), (size_t)n * m->kv.lrb);
+        kvp_put_(o, kv_rope(&m->kv, s, l), (size_t)n * m->kv.rrb);
     }
     for (int l = l0; l < l1; l++)
-        if (c->idx_full[l]) kvp_put_(o, kv_ikey(&m->kv, s, l), (size_t)n * c->index_dim * 4);
+        if (c->idx_full[l]) kvp_put_(o, kv_ikey(&m->kv, s, l), (size_t)n * m->kv.irb);
 }
 
 static inline void kvp_header_bytes_(const kvp_header *h, uint8_t *b) {
@@ -145,8 +150,15 @@ static inline void kvp_header_bytes_(const kvp_header *h, uint8_t *b) {
     memcpy(b + 8, &h->version, 4);
     memcpy(b + 12, &h->flags, 4);
     memcpy(b + 16, &h->fingerprint, 8);
-    memcpy(b + 24, &h->n_tok, 12 * 4); /* n_tok .. reserved are consecutive u32s */
+    memcpy(b + 24, &h->n_tok, 12 * 4); /* n_tok .. formats are consecutive u32s */
 }
+
+/* The header's formats field for the model's KV cache. */
+static inline uint32_t kvp_formats_(const coli_kv *kv) { return kv->bits == 32 && kv->ibits == 32 ? 0 : (uint32_t)kv->bits | (uint32_t)kv->ibits << 8; }
+
+/* Bytes of one position's rows in layers of the cache kv: nl attention
+ * layers, nf of them with indexer keys. */
+static inline uint64_t kvp_row_bytes_(const coli_kv *kv, uint64_t nl, uint64_t nf) { return nl * (kv->lrb + kv->rrb) + nf * kv->irb; }
 
 static inline int kvp_main_full_(const coli_config *c) {
     int n = 0;
@@ -163,11 +175,10 @@ static inline uint64_t kvp_plan_(const coli_model *m, int n_tok, int n_kv, const
     if (x && (x->mtp_pos < 0 || x->nq < 0 || x->mtp_pos + x->nq != n_kv - 1)) x = *mtp = NULL; /* not in step: leave it out */
     kvp_header hh = {KVP_VERSION, x ? KVP_F_MTP : 0, 0, (uint32_t)n_tok, (uint32_t)n_kv, (uint32_t)c->n_layers, (uint32_t)c->kv_lora,
                      (uint32_t)c->qk_rope, (uint32_t)c->index_dim, (uint32_t)kvp_main_full_(c), (uint32_t)c->dim,
-                     x ? (uint32_t)x->mtp_pos : 0, x ? (uint32_t)x->nq : 0, x ? c->idx_full[c->n_layers] : 0, 0};
+                     x ? (uint32_t)x->mtp_pos : 0, x ? (uint32_t)x->nq : 0, x ? c->idx_full[c->n_layers] : 0, kvp_formats_(&m->kv)};
     *h = hh;
-    uint64_t per = (uint64_t)hh.n_layers * (hh.kv_lora + hh.qk_rope) + (uint64_t)hh.n_full * hh.index_dim;
-    uint64_t size = KVP_HEADER_BYTES + 4ull * hh.n_tok + 4ull * per * hh.n_kv + 8;
-    if (x) size += 4ull * hh.mtp_pos * (hh.kv_lora + hh.qk_rope + hh.mtp_full * hh.index_dim) + 4ull * hh.mtp_nq * (hh.dim + 1) + 4ull * hh.dim;
+    uint64_t size = KVP_HEADER_BYTES + 4ull * hh.n_tok + kvp_row_bytes_(&m->kv, hh.n_layers, hh.n_full) * hh.n_kv + 8;
+    if (x) size += kvp_row_bytes_(&m->kv, 1, hh.mtp_full) * hh.mtp_pos + 4ull * hh.mtp_nq * (hh.dim + 1) + 4ull * hh.dim;
     return size;
 }
 
@@ -285,11 +296,11 @@ static inline int kvp_get_layers_(kvp_in_ *in, coli_model *m, int l0, int l1, in
     int s = m->kv.slot;
     m->kv.gen += keep && l1 > l0 && s == 0; /* slot 0's rows replaced (even when the read fails part way): copies elsewhere are stale */
     for (int l = l0; l < l1; l++) {
-        if (kvp_get_(in, keep ? kv_lat(&m->kv, s, l) : NULL, (size_t)n * c->kv_lora * 4)) return -1;
-        if (kvp_get_(in, keep ? kv_rope(&m->kv, s, l) : NULL, (size_t)n * c->qk_rope * 4)) return -1;
+        if (kvp_get_(in, keep ? kv_lat(&m->kv, s, l) : NULL, (size_t)n * m->kv.lrb)) return -1;
+        if (kvp_get_(in, keep ? kv_rope(&m->kv, s, l) : NULL, (size_t)n * m->kv.rrb)) return -1;
     }
     for (int l = l0; l < l1; l++)
-        if (c->idx_full[l] && kvp_get_(in, keep ? kv_ikey(&m->kv, s, l) : NULL, (size_t)n * c->index_dim * 4)) return -1;
+        if (c->idx_full[l] && kvp_get_(in, keep ? kv_ikey(&m->kv, s, l) : NULL, (size_t)n * m->kv.irb)) return -1;
     return 0;
 }
 
@@ -302,16 +313,22 @@ static inline int kvp_check_(const coli_model *m, const char *path, const kvp_he
     if (h->n_layers != (uint32_t)c->n_layers || h->kv_lora != (uint32_t)c->kv_lora || h->qk_rope != (uint32_t)c->qk_rope ||
         h->index_dim != (uint32_t)c->index_dim || h->n_full != (uint32_t)kvp_main_full_(c) || h->dim != (uint32_t)c->dim)
         return kvp_fail_(err, errlen, path, "its dimensions do not match this model's");
-    if ((h->flags & ~KVP_F_MTP) || h->reserved || h->mtp_full > 1) return kvp_fail_(err, errlen, path, "unknown flags");
+    if ((h->flags & ~KVP_F_MTP) || h->mtp_full > 1) return kvp_fail_(err, errlen, path, "unknown flags");
+    if (h->formats != kvp_formats_(&m->kv)) {
+        unsigned b = h->formats ? h->formats & 255 : 32, ib = h->formats ? h->formats >> 8 : 32;
+        if (h->formats >> 16 || !(b == 32 || b == 8 || b == 4) || !(ib == 32 || ib == 8 || ib == 4))
+            return kvp_fail_(err, errlen, path, "unknown KV cache format %#x", h->formats);
+        return kvp_fail_(err, errlen, path, "saved with KV_BITS=%u KV_INDEX_BITS=%u; this run keeps its cache in KV_BITS=%d KV_INDEX_BITS=%d", b, ib,
+                         m->kv.bits, m->kv.ibits);
+    }
     if (h->n_tok < 1 || h->n_kv > h->n_tok || h->n_tok >= (uint32_t)m->kv.ctx)
         return kvp_fail_(err, errlen, path, "%u tokens (%u cached) do not fit CTX=%d with room to continue", h->n_tok, h->n_kv, m->kv.ctx);
     int mtp = (h->flags & KVP_F_MTP) != 0;
     if (mtp && (h->n_kv < 1 || (uint64_t)h->mtp_pos + h->mtp_nq != (uint64_t)h->n_kv - 1))
         return kvp_fail_(err, errlen, path, "its MTP part is inconsistent");
     if (!mtp && (h->mtp_pos || h->mtp_nq || h->mtp_full)) return kvp_fail_(err, errlen, path, "its MTP fields are set without an MTP part");
-    uint64_t per = (uint64_t)h->n_layers * (h->kv_lora + h->qk_rope) + (uint64_t)h->n_full * h->index_dim;
-    uint64_t want = KVP_HEADER_BYTES + 4ull * h->n_tok + 4ull * per * h->n_kv + 8;
-    if (mtp) want += 4ull * h->mtp_pos * (h->kv_lora + h->qk_rope + h->mtp_full * h->index_dim) + 4ull * h->mtp_nq * (h->dim + 1) + 4ull * h->dim;
+    uint64_t want = KVP_HEADER_BYTES + 4ull * h->n_tok + kvp_row_bytes_(&m->kv, h->n_layers, h->n_full) * h->n_kv + 8;
+    if (mtp) want += kvp_row_bytes_(&m->kv, 1, h->mtp_full) * h->mtp_pos + 4ull * h->mtp_nq * (h->dim + 1) + 4ull * h->dim;
     if (size != want)
         return kvp_fail_(err, errlen, path, "%llu bytes, expected %llu for its header (truncated or padded)", (unsigned long long)size,
                          (unsigned long long)want);

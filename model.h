@@ -21,6 +21,7 @@
 #include "gpu.h"
 #include "io.h"
 #include "kernels.h"
+#include "kvq.h"
 #include "quant.h"
 #include "route_trace.h"
 #include "st.h"
@@ -58,30 +59,34 @@ typedef struct {
 
 /* The KV cache of `slots` independent sequences (slot-major: slot s's
  * arrays follow slot s-1's, so slot 0 alone is the layout of a one-sequence
- * cache). Read rows through kv_lat / kv_rope / kv_ikey. */
+ * cache). Each position's row is in kvq.h's format of `bits` (latents and
+ * rope keys) or `ibits` (indexer keys): f32 when 32. Read rows through
+ * kv_lat / kv_rope / kv_ikey and the row strides. */
 typedef struct {
-    float *lat;     /* [slots][layers][ctx][kv_lora] normalized latent (layers: n_layers + the MTP layer when loaded) */
-    float *rope;    /* [slots][layers][ctx][qk_rope] roped shared key  */
-    float *ikey;    /* [slots][n_full][ctx][index_dim] indexer keys      */
+    uint8_t *lat;   /* [slots][layers][ctx] rows of kv_lora: the normalized latent (layers: n_layers + the MTP layer when loaded) */
+    uint8_t *rope;  /* [slots][layers][ctx] rows of qk_rope: the roped shared key */
+    uint8_t *ikey;  /* [slots][n_full][ctx] rows of index_dim: the indexer keys */
     int *full_slot; /* [layers] index into ikey, -1 for shared layers */
     int ctx;
     int slots;      /* sequences held (coli_opts.slots) */
     int slot;       /* the sequence single-sequence forwards (fwd_run and everything under it) and kv_persist use;
                      * set with kv_select, 0 by default */
     int dl, dr, di; /* kv_lora, qk_rope, index_dim */
-    size_t lat_n, rope_n, ikey_n; /* floats of one slot in lat, rope, ikey */
+    int bits, ibits; /* KV_BITS, KV_INDEX_BITS: 32, 8 or 4 */
+    size_t lrb, rrb, irb; /* bytes of one row of lat, rope, ikey */
+    size_t lat_n, rope_n, ikey_n; /* bytes of one slot in lat, rope, ikey */
     uint64_t gen;   /* bumped whenever slot 0's rows are replaced other than by a forward (a KV file loaded): the GPU's
                      * latent cache is slot 0's (gpu.h) */
     void *block;    /* the one allocation the arrays live in */
 } coli_kv;
 
-/* Slot s's rows [ctx][kv_lora] of layer l. */
-static inline float *kv_lat(const coli_kv *kv, int s, int l) { return kv->lat + (size_t)s * kv->lat_n + (size_t)l * kv->ctx * kv->dl; }
-/* Slot s's rows [ctx][qk_rope] of layer l. */
-static inline float *kv_rope(const coli_kv *kv, int s, int l) { return kv->rope + (size_t)s * kv->rope_n + (size_t)l * kv->ctx * kv->dr; }
-/* Slot s's indexer keys [ctx][index_dim] of layer l (a full indexer layer). */
-static inline float *kv_ikey(const coli_kv *kv, int s, int l) {
-    return kv->ikey + (size_t)s * kv->ikey_n + (size_t)kv->full_slot[l] * kv->ctx * kv->di;
+/* Slot s's ctx latent rows of layer l (row t at + t·lrb). */
+static inline uint8_t *kv_lat(const coli_kv *kv, int s, int l) { return kv->lat + (size_t)s * kv->lat_n + (size_t)l * kv->ctx * kv->lrb; }
+/* Slot s's ctx rope key rows of layer l (row t at + t·rrb). */
+static inline uint8_t *kv_rope(const coli_kv *kv, int s, int l) { return kv->rope + (size_t)s * kv->rope_n + (size_t)l * kv->ctx * kv->rrb; }
+/* Slot s's ctx indexer key rows of layer l, a full indexer layer (row t at + t·irb). */
+static inline uint8_t *kv_ikey(const coli_kv *kv, int s, int l) {
+    return kv->ikey + (size_t)s * kv->ikey_n + (size_t)kv->full_slot[l] * kv->ctx * kv->irb;
 }
 
 /* Makes slot s the one single-sequence forwards and kv_persist work on.
@@ -144,6 +149,7 @@ typedef struct {
     double cuda_expert_gb;  /* GPU memory for routed experts; < 0: what is left */
     double cuda_fill_mb;    /* most MB a forward copies into the GPU expert tier */
     int cuda_attn;          /* attention and its latent cache on the GPU when it holds kv_b */
+    int kv_bits, kv_index_bits; /* the KV cache's rows (kvq.h): 32 (0 = unset), 8 or 4 */
     int64_t cuda_fault;     /* testing: the Nth GPU matmul fails (0: never) */
 } coli_opts;
 
@@ -558,17 +564,21 @@ static inline int model_check_tensors(coli_model *m) {
         *(off) += xs_align_up((size_t)(count) * sizeof(type), 64);                 \
     } while (0)
 
-/* Lays the KV cache of `slots` sequences of ctx positions out in base
- * (NULL: sizing only) and sets its shape; returns its bytes. */
-static inline size_t kv_layout(const coli_config *c, int nl, int ctx, int slots, coli_kv *kv, void *base) {
+/* Lays the KV cache of `slots` sequences of ctx positions, its rows in
+ * `bits` and indexer keys in `ibits` (kvq.h), out in base (NULL: sizing
+ * only) and sets its shape; returns its bytes. */
+static inline size_t kv_layout(const coli_config *c, int nl, int ctx, int slots, int bits, int ibits, coli_kv *kv, void *base) {
     size_t off = 0;
     int nf = 0;
     for (int l = 0; l < nl; l++) nf += c->idx_full[l];
     kv->ctx = ctx, kv->slots = slots, kv->dl = c->kv_lora, kv->dr = c->qk_rope, kv->di = c->index_dim;
-    kv->lat_n = (size_t)nl * ctx * c->kv_lora, kv->rope_n = (size_t)nl * ctx * c->qk_rope, kv->ikey_n = (size_t)nf * ctx * c->index_dim;
-    MODEL_CARVE(kv, lat, float, (size_t)slots * kv->lat_n, base, &off);
-    MODEL_CARVE(kv, rope, float, (size_t)slots * kv->rope_n, base, &off);
-    MODEL_CARVE(kv, ikey, float, (size_t)slots * kv->ikey_n, base, &off);
+    kv->bits = bits == 8 || bits == 4 ? bits : 32, kv->ibits = ibits == 8 || ibits == 4 ? ibits : 32; /* 0: an unset option, f32 */
+    bits = kv->bits, ibits = kv->ibits;
+    kv->lrb = kvq_row_bytes(bits, c->kv_lora), kv->rrb = kvq_row_bytes(bits, c->qk_rope), kv->irb = kvq_row_bytes(ibits, c->index_dim);
+    kv->lat_n = (size_t)nl * ctx * kv->lrb, kv->rope_n = (size_t)nl * ctx * kv->rrb, kv->ikey_n = (size_t)nf * ctx * kv->irb;
+    MODEL_CARVE(kv, lat, uint8_t, (size_t)slots * kv->lat_n, base, &off);
+    MODEL_CARVE(kv, rope, uint8_t, (size_t)slots * kv->rope_n, base, &off);
+    MODEL_CARVE(kv, ikey, uint8_t, (size_t)slots * kv->ikey_n, base, &off);
     MODEL_CARVE(kv, full_slot, int, nl, base, &off);
     return off;
 }
@@ -585,9 +595,11 @@ static inline size_t scratch_layout(const coli_config *c, int max_s, int ctx, in
     if (mi < (size_t)c->inter) mi = (size_t)c->inter;
     if (mi < (size_t)c->moe_inter) mi = (size_t)c->moe_inter;
     /* per thread: key scores (and a quickselect copy for the indexer) and an
-     * absorbed query, or a router row's choice scores */
+     * absorbed query, or a router row's choice scores; at the start of the
+     * attention and the indexer, the rows one position stores in the cache */
     size_t thr = 2 * (size_t)ctx + (size_t)c->kv_lora + 16, rt = 2 * (size_t)c->n_experts + (size_t)c->n_group + 16;
     if (thr < rt) thr = rt;
+    if (thr < (size_t)c->kv_lora + c->qk_rope + c->index_dim + 16) thr = (size_t)c->kv_lora + c->qk_rope + c->index_dim + 16;
 #define F(field, n) MODEL_CARVE(s, field, float, (n), base, &off)
 #define I(field, n) MODEL_CARVE(s, field, int, (n), base, &off)
     F(x, S * c->dim); F(a, S * c->dim); F(qlat, S * c->q_lora); F(q, S * c->n_heads * c->qk_head);
@@ -678,7 +690,7 @@ static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *me
     memset(mem, 0, sizeof *mem);
     if (model_weights(m, 0, &mem->dense, NULL)) return -1;
     int ctx = model_ctx(c, o), nt = o->threads > 0 ? o->threads : coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
-    mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, m->nslots, &kv, NULL); /* every slot's */
+    mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, m->nslots, o->kv_bits, o->kv_index_bits, &kv, NULL); /* every slot's */
     mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt +
                 model_seq_bytes(c, o->ubatch, m->mtp) * (uint64_t)m->nslots;
     return 0;
@@ -710,7 +722,7 @@ static inline void model_auto_slots(coli_model *m, const coli_opts *o) {
     uint64_t quarter = budget > fixed ? (budget - fixed) / 4 : 0, n = quarter / one;
     m->nslots = n < 1 ? 1 : n > SLOTS_AUTO_MAX ? SLOTS_AUTO_MAX : (int)n;
     coli_kv kv;
-    m->mem.kv = kv_layout(c, c->n_layers + m->mtp, model_ctx(c, o), m->nslots, &kv, NULL);
+    m->mem.kv = kv_layout(c, c->n_layers + m->mtp, model_ctx(c, o), m->nslots, o->kv_bits, o->kv_index_bits, &kv, NULL);
     m->mem.work = base + seq * (uint64_t)m->nslots;
 }
 
@@ -883,10 +895,10 @@ static inline int model_alloc_state(coli_model *m, const coli_opts *o) {
     const coli_config *c = &m->c;
     int ctx = model_ctx(c, o);
     int nl = c->n_layers + m->mtp;
-    size_t kb = kv_layout(c, nl, ctx, m->nslots, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
+    size_t kb = kv_layout(c, nl, ctx, m->nslots, o->kv_bits, o->kv_index_bits, &m->kv, NULL), sb = scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, NULL);
     if (!(m->kv.block = model_resident(m, kb))) return model_fail(m, "out of memory for the KV cache (CTX=%d; lower CTX)", ctx);
     if (!(m->sc.block = model_resident(m, sb))) return model_fail(m, "out of memory for activations (UBATCH=%d)", o->ubatch);
-    kv_layout(c, nl, ctx, m->nslots, &m->kv, m->kv.block);
+    kv_layout(c, nl, ctx, m->nslots, o->kv_bits, o->kv_index_bits, &m->kv, m->kv.block);
     scratch_layout(c, o->ubatch, ctx, m->nth, m->pilot_k, &m->sc, m->sc.block);
     m->kv.slot = 0;
     for (int l = 0, f = 0; l < nl; l++) m->kv.full_slot[l] = c->idx_full[l] ? f++ : -1;
@@ -945,7 +957,7 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
     }
     int nl = m->c.n_layers + m->mtp, held = 0;
     for (int l = 0; l < nl; l++) held |= gpu_find(g, &m->L[l].kv_b) != NULL;
-    gpu_kv_open(g, &m->c, nl, m->kv.ctx, m->kv.gen, held, o->cuda_attn);
+    gpu_kv_open(g, &m->c, nl, m->kv.ctx, m->kv.gen, held, m->kv.bits != 32 ? -1 : o->cuda_attn, m->kv.ibits == 32);
     return 0;
 }
 

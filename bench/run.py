@@ -6,7 +6,7 @@
 
 Sections, in order: limits (memory and O_DIRECT disk bandwidth), kernels
 (bench_quant), resident, streaming, history, iopaths, spec, serve, batch, grammar,
-quality (formats and speculation on the trained fixture),
+kvcache (attention over the KV cache's row formats), quality (formats and speculation on the trained fixture),
 cuda (GPU; skipped without one), tokenizer, convert,
 llamacpp; the limits are probed again at the end. Every figure is paired with
 the limit it is judged against, measured in the same run; llama.cpp runs are
@@ -49,7 +49,7 @@ from ab import END_RE  # noqa: E402  (the end-of-run line, parsed as tools/ab.py
 PROF_RE = re.compile(r"^prof: (.*) \| total ([\d.]+) s = wall ([\d.]+) s \| expert reads (?:busy|in flight) ([\d.]+) s, ([\d.]+) s of it hidden behind compute", re.M)
 STAGE_RE = re.compile(r"([a-zA-Z/ ]+?) ([\d.]+) s \((\d+)%\)")
 RECALL_RE = re.compile(r"prefetch: recall ([\d.]+)% \((\d+) of (\d+) routed experts were predicted; (\d+) predictions\), (\d+) read ahead, ([\d.]+) MB of them evicted unused")
-PLAN_RE = re.compile(r"plan: budget ([\d.]+ [KMG]B) \| resident: dense ([\d.]+ [KMG]B), KV ([\d.]+ [KMG]B)(?: \(\d+ sequences\))?, working set ([\d.]+ [KMG]B) \| "
+PLAN_RE = re.compile(r"plan: budget ([\d.]+ [KMG]B) \| resident: dense ([\d.]+ [KMG]B), KV ([\d.]+ [KMG]B)(?: \([^)]*\))?, working set ([\d.]+ [KMG]B) \| "
                      r"experts ([\d.]+ [KMG]B) each: (\d+) pinned \(([\d.]+ [KMG]B)\), LRU (\d+) slots/layer")
 READS_RE = re.compile(r"expert reads: (.*)")
 STOP_RE = re.compile(r"stopped: (.*)")
@@ -1658,6 +1658,28 @@ class Bench:
                 rows["1"]["forced"], rows["1"]["gen_tokens"], rows["1"]["saved"], rows["1"]["decode_s"], rows["0"]["decode_s"], ratio))
         self.R["grammar"] = g
 
+    def kvcache(self):
+        """The KV cache's row formats (KV_BITS, kvq.h): bench_kv times one
+        absorbed head's pass over a 128k-token GLM-5 latent cache (32k with
+        --quick) on one thread, scores then the weighted sum, per format;
+        the peer is the f32 cache, the ratio its time over the format's."""
+        keys = "32768" if self.a.quick else "131072"
+        out, _, _, _, _, lp = self.run("bench_kv", [os.path.join(ROOT, "build", "rel", "bench_kv"), keys, "1.0"], timeout=600)
+        rows = {"log": lp}
+        for line in out.splitlines():
+            m = re.match(r"kv (\d+): (\d+) keys \| ([\d.]+) ns/key \| ([\d.]+) GB/s \| ([\d.]+) x f32's time", line)
+            if not m:
+                continue
+            bits, n, ns, gbs, rel = m.group(1), int(m.group(2)), float(m.group(3)), float(m.group(4)), float(m.group(5))
+            rows[bits] = {"keys": n, "ns_per_key": ns, "gbs": gbs, "time_vs_f32": rel}
+            self.R["workloads"].append({"id": "kvcache.attention.%s" % bits, "engine": "colibri", "model": None, "unit": "ns/key", "n": 1, "value": ns,
+                                        "what": "one absorbed head over %d cached GLM-5 positions (kv_lora 512, rope 64), KV_BITS=%s, one thread; "
+                                        "%.2f GB/s of cache read" % (n, bits, gbs),
+                                        "limit_name": "the f32 cache's ns/key", "limit": ns / rel if rel else None,
+                                        "ratio": round(1 / rel, 2) if rel else None})
+            self.say("  KV_BITS=%s: %.3f ns/key over %d keys, %.2f GB/s read, %.2fx the f32 cache's speed" % (bits, ns, n, gbs, 1 / rel if rel else 0))
+        self.R["kvcache"] = rows
+
     def quality(self):
         """What load-time formats and speculation are worth on a model that
         learned (tests/fixtures/trained-glm5, docs/training.md): the f32 run
@@ -2054,7 +2076,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("replay", self.replay), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("quality", self.quality), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("replay", self.replay), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("kvcache", self.kvcache), ("quality", self.quality), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):
@@ -2633,7 +2655,7 @@ def main():
         raise SystemExit("bench: --omp-default and --omp-spin exclude each other")
     if a.repeats < 1:
         raise SystemExit("bench: --repeats must be at least 1")
-    for b in ("colibri", "colibri-synth", "build/rel/bench_quant", "build/rel/bench_io", "build/rel/bench_mem", "build/rel/bench_tok", "build/rel/bench_grammar"):
+    for b in ("colibri", "colibri-synth", "build/rel/bench_quant", "build/rel/bench_io", "build/rel/bench_mem", "build/rel/bench_tok", "build/rel/bench_grammar", "build/rel/bench_kv"):
         if not os.access(os.path.join(ROOT, b), os.X_OK):
             raise SystemExit("bench: %s is not built (run `make bench`)" % b)
     Bench(a).main()

@@ -41,32 +41,40 @@ static int load(coli_model *m, const char *dir, coli_opts o) {
 /* Token i of sequence q: distinct sequences over the vocabulary. */
 static int tok_of(const coli_model *m, int q, int i) { return (i * (17 + 6 * q) + 5 * q + 3) % m->c.vocab; }
 
+/* The same with the KV cache's rows in kvq.h's formats. */
+static coli_opts opts_kv(coli_opts o, int bits, int ibits) {
+    o.kv_bits = bits, o.kv_index_bits = ibits;
+    return o;
+}
+
 /* One-row forwards of each sequence alone in slot 0: the logits and
- * hidden rows of every position, and the KV rows of every main layer
- * (lat, rope: [NSEQ][layers][LEN][..]; ikey: [NSEQ][full][LEN][..]). */
+ * hidden rows of every position, and the KV rows of every main layer, in
+ * the cache's formats (lat, rope: [NSEQ][layers][LEN] rows; ikey:
+ * [NSEQ][layers][LEN] rows). */
 typedef struct {
-    float *logits, *hid, *lat, *rope, *ikey;
+    float *logits, *hid;
+    uint8_t *lat, *rope, *ikey;
 } one_run;
 
-static size_t ref_lat(const coli_model *m, int q, int l) { return (((size_t)q * m->c.n_layers + l) * LEN) * m->c.kv_lora; }
-static size_t ref_rope(const coli_model *m, int q, int l) { return (((size_t)q * m->c.n_layers + l) * LEN) * m->c.qk_rope; }
-static size_t ref_ikey(const coli_model *m, int q, int l) { return (((size_t)q * m->c.n_layers + l) * LEN) * m->c.index_dim; }
+static size_t ref_lat(const coli_model *m, int q, int l) { return (((size_t)q * m->c.n_layers + l) * LEN) * m->kv.lrb; }
+static size_t ref_rope(const coli_model *m, int q, int l) { return (((size_t)q * m->c.n_layers + l) * LEN) * m->kv.rrb; }
+static size_t ref_ikey(const coli_model *m, int q, int l) { return (((size_t)q * m->c.n_layers + l) * LEN) * m->kv.irb; }
 
 static int one_make(coli_model *m, one_run *r) {
     const coli_config *c = &m->c;
     size_t nl = (size_t)c->n_layers;
     r->logits = malloc((size_t)NSEQ * LEN * c->vocab * 4), r->hid = malloc((size_t)NSEQ * LEN * c->dim * 4);
-    r->lat = malloc(NSEQ * nl * LEN * c->kv_lora * 4), r->rope = malloc(NSEQ * nl * LEN * c->qk_rope * 4);
-    r->ikey = calloc(NSEQ * nl * LEN * (c->index_dim ? c->index_dim : 1), 4);
+    r->lat = malloc(NSEQ * nl * LEN * m->kv.lrb), r->rope = malloc(NSEQ * nl * LEN * m->kv.rrb);
+    r->ikey = calloc(NSEQ * nl * LEN * (m->kv.irb ? m->kv.irb : 1), 1);
     for (int q = 0; q < NSEQ; q++) {
         for (int i = 0; i < LEN; i++) {
             int t = tok_of(m, q, i);
             if (fwd_run(m, &t, 1, i, r->logits + ((size_t)q * LEN + i) * c->vocab, r->hid + ((size_t)q * LEN + i) * c->dim, 0)) return -1;
         }
         for (int l = 0; l < c->n_layers; l++) {
-            memcpy(r->lat + ref_lat(m, q, l), kv_lat(&m->kv, 0, l), (size_t)LEN * c->kv_lora * 4);
-            memcpy(r->rope + ref_rope(m, q, l), kv_rope(&m->kv, 0, l), (size_t)LEN * c->qk_rope * 4);
-            if (c->idx_full[l]) memcpy(r->ikey + ref_ikey(m, q, l), kv_ikey(&m->kv, 0, l), (size_t)LEN * c->index_dim * 4);
+            memcpy(r->lat + ref_lat(m, q, l), kv_lat(&m->kv, 0, l), (size_t)LEN * m->kv.lrb);
+            memcpy(r->rope + ref_rope(m, q, l), kv_rope(&m->kv, 0, l), (size_t)LEN * m->kv.rrb);
+            if (c->idx_full[l]) memcpy(r->ikey + ref_ikey(m, q, l), kv_ikey(&m->kv, 0, l), (size_t)LEN * m->kv.irb);
         }
     }
     return 0;
@@ -79,9 +87,9 @@ static int kv_equal(const coli_model *m, const one_run *r, int q, int s, int n) 
     const coli_config *c = &m->c;
     int ok = 1;
     for (int l = 0; l < c->n_layers; l++) {
-        ok &= !memcmp(kv_lat(&m->kv, s, l), r->lat + ref_lat(m, q, l), (size_t)n * c->kv_lora * 4);
-        ok &= !memcmp(kv_rope(&m->kv, s, l), r->rope + ref_rope(m, q, l), (size_t)n * c->qk_rope * 4);
-        if (c->idx_full[l]) ok &= !memcmp(kv_ikey(&m->kv, s, l), r->ikey + ref_ikey(m, q, l), (size_t)n * c->index_dim * 4);
+        ok &= !memcmp(kv_lat(&m->kv, s, l), r->lat + ref_lat(m, q, l), (size_t)n * m->kv.lrb);
+        ok &= !memcmp(kv_rope(&m->kv, s, l), r->rope + ref_rope(m, q, l), (size_t)n * m->kv.rrb);
+        if (c->idx_full[l]) ok &= !memcmp(kv_ikey(&m->kv, s, l), r->ikey + ref_ikey(m, q, l), (size_t)n * m->kv.irb);
     }
     return ok;
 }
@@ -149,15 +157,24 @@ static void batched(coli_model *b, const one_run *r, const int *slot_of, uint32_
 }
 
 /* Batched forwards against one-row forwards on fixture dir, over thread
- * counts and attention paths. */
+ * counts, attention paths and KV formats (the last two: 8- and 4-bit rows;
+ * the reconstructed path at UBATCH=5 expands the keys in tiles of
+ * n_heads·5 rows, fewer than LEN, where the reference takes them in one). */
 static void test_batched(const char *dir) {
     static const int slot_of[][NSEQ] = {{0, 1, 2, 3}, {3, 1, 0, 2}, {2, 0, 3, 1}};
-    struct { int ref_threads, threads, absorb, ubatch, first; } cfg[] = {{1, 3, -1, 64, 16}, {3, 1, -1, 7, 0}, {2, 1, 0, 64, 3}, {1, 2, 1, 5, 0}};
+    struct { int ref_threads, threads, absorb, ubatch, first, bits, ibits; } cfg[] = {
+        {1, 3, -1, 64, 16, 32, 32}, {3, 1, -1, 7, 0, 32, 32}, {2, 1, 0, 64, 3, 32, 32}, {1, 2, 1, 5, 0, 32, 32},
+        {1, 2, -1, 64, 16, 8, 4},   {2, 1, 0, 5, 0, 4, 8}};
     for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
         coli_model a, b;
         one_run r;
-        if (load(&a, dir, opts(cfg[k].ref_threads, cfg[k].absorb, 1, 64))) { CHECK(0); return; }
-        if (load(&b, dir, opts(cfg[k].threads, cfg[k].absorb, NSEQ, cfg[k].ubatch))) { CHECK(0); model_free(&a); return; }
+        if (load(&a, dir, opts_kv(opts(cfg[k].ref_threads, cfg[k].absorb, 1, 64), cfg[k].bits, cfg[k].ibits))) { CHECK(0); return; }
+        if (load(&b, dir, opts_kv(opts(cfg[k].threads, cfg[k].absorb, NSEQ, cfg[k].ubatch), cfg[k].bits, cfg[k].ibits))) {
+            CHECK(0);
+            model_free(&a);
+            return;
+        }
+        CHECK(a.kv.bits == cfg[k].bits && a.kv.ibits == cfg[k].ibits);
         CHECK(one_make(&a, &r) == 0);
         int steps = 0;
         batched(&b, &r, slot_of[k % 3], 7u + 31u * (uint32_t)k, cfg[k].first, &steps);
@@ -214,16 +231,18 @@ static void test_slot_alone(const char *dir) {
 
 /* Slot 1's sequence saved to a KV file loads into slot 2 (of the same
  * model) with the same rows, and decoding continues there exactly as the
- * reference; slot 0 is untouched by either. */
-static void test_persist(const char *dir) {
+ * reference; slot 0 is untouched by either. The cache in `bits` and
+ * `ibits` (kvq.h); a model whose cache has other formats refuses the
+ * file, naming both. */
+static void test_persist(const char *dir, int bits, int ibits) {
     coli_model a, b;
     one_run r;
     char path[256], err[600];
     struct stat sst;
     const char *d = stat("/dev/shm", &sst) == 0 && S_ISDIR(sst.st_mode) && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     snprintf(path, sizeof path, "%s/colibri-test-batch-%ld.coli_kv", d, (long)getpid());
-    if (load(&a, dir, opts(1, -1, 1, 64))) { CHECK(0); return; }
-    if (load(&b, dir, opts(2, -1, 3, 64))) { CHECK(0); model_free(&a); return; }
+    if (load(&a, dir, opts_kv(opts(1, -1, 1, 64), bits, ibits))) { CHECK(0); return; }
+    if (load(&b, dir, opts_kv(opts(2, -1, 3, 64), bits, ibits))) { CHECK(0); model_free(&a); return; }
     const coli_config *c = &a.c;
     CHECK(one_make(&a, &r) == 0);
     int q = 3, n = 15, ids[LEN];
@@ -252,6 +271,15 @@ static void test_persist(const char *dir) {
     }
     CHECK(bad == 0);
     CHECK(kv_equal(&b, &r, q, 2, LEN));
+    coli_model o;
+    if (load(&o, dir, opts_kv(opts(1, -1, 1, 64), bits == 32 ? 8 : 32, ibits))) CHECK(0);
+    else {
+        CHECK(kvp_load(&o, path, fp, &st, err, sizeof err) == -1);
+        char want[96];
+        snprintf(want, sizeof want, "saved with KV_BITS=%d KV_INDEX_BITS=%d; this run keeps its cache in KV_BITS=%d", bits, ibits, bits == 32 ? 8 : 32);
+        CHECK_HAS(err, want);
+        model_free(&o);
+    }
     unlink(path);
     free(lg);
     one_free(&r);
@@ -349,7 +377,7 @@ int main(void) {
         double t0 = compat_now();
         test_batched(fix[i]);
         test_slot_alone(fix[i]);
-        if (i == 0) test_persist(fix[i]), test_refusals(fix[i]);
+        if (i == 0) test_persist(fix[i], 32, 32), test_persist(fix[i], 8, 4), test_persist(fix[i], 4, 32), test_refusals(fix[i]);
 #ifdef COLI_HAVE_CUDA
         if (i == 0) test_gpu(fix[i]);
 #endif

@@ -602,6 +602,16 @@ class Cuda(unittest.TestCase):
             self.assertIn("attention and its latent cache (0.00 GB) too (the indexer's keys did not fit: its scores on the CPU)", err1)
             self.assertRegex(err1, r"; attention [1-9]\d*%; indexer 0%;")
             self.assertEqual(ids_line(err0, "generated tokens"), ids_line(err1, "generated tokens"))
+        # a cache in fewer bits (KV_BITS, KV_INDEX_BITS) stays on the CPU, which reads it as stored: CUDA=0's tokens
+        env = dict(PROMPT=prompt, NGEN="8", TOKENS="1", USAGE_SAVE="0")
+        for q, says in (({"KV_BITS": "8"}, "attention (the KV cache in fewer bits, KV_BITS), norms and the router on the CPU"),
+                        ({"KV_INDEX_BITS": "4"}, "too (the indexer's keys in fewer bits, KV_INDEX_BITS: its scores on the CPU)")):
+            rc0, out0, err0 = run(d, dict(env, CUDA="0", **q))
+            rc1, out1, err1 = run(d, dict(env, CUDA="1", **q))
+            self.assertEqual((rc0, rc1), (0, 0), err1)
+            self.assertIn(says, err1)
+            self.assertRegex(err1, r"; indexer 0%;")
+            self.assertEqual(ids_line(err0, "generated tokens"), ids_line(err1, "generated tokens"), q)
 
     def test_attention_cache_follows_the_host(self):
         """Serve mode's prefix cache replaces the host's KV rows with a stored
@@ -1278,6 +1288,33 @@ class Session(unittest.TestCase):
         spec, err = self.gen({"PROMPT": "More.", "KV_LOAD": self.kv, "DRAFT": "1", "UBATCH": "2"})
         self.assertEqual(plain, spec)
         self.assertRegex(err, r"speculation: [1-9]\d* drafted")
+
+    def test_a_cache_in_fewer_bits_resumes_in_its_own_format_only(self):
+        """KV_BITS / KV_INDEX_BITS (kvq.h): the file holds the rows as the
+        cache does (its header's formats field says which), a run with the
+        same formats resumes it with or without drafts to the same tokens,
+        and a run whose cache has other formats refuses it by name (exit 2,
+        the file kept)."""
+        q = {"KV_BITS": "8", "KV_INDEX_BITS": "4"}
+        _, err = self.gen(dict(q, PROMPT="Draft along.", KV_SAVE=self.kv, DRAFT="2"))
+        self.assertIn("KV_BITS=8, KV_INDEX_BITS=4", err)  # the plan line
+        with open(self.kv, "rb") as f:
+            small = f.read()
+        self.assertEqual(struct.unpack_from("<I", small, 68)[0], 8 | 4 << 8)
+        self.gen({"PROMPT": "Draft along.", "KV_SAVE": self.kv, "DRAFT": "2"})
+        self.assertLess(len(small), os.path.getsize(self.kv))  # the f32 state of the same turn
+        with open(self.kv, "wb") as f:
+            f.write(small)
+        plain, _ = self.gen(dict(q, PROMPT="More.", KV_LOAD=self.kv, DRAFT="0"))
+        spec, err = self.gen(dict(q, PROMPT="More.", KV_LOAD=self.kv, DRAFT="3"))
+        self.assertIn("speculation:", err)
+        self.assertEqual(plain, spec)
+        for env, says in (({}, "KV_BITS=32 KV_INDEX_BITS=32"), ({"KV_BITS": "8"}, "KV_BITS=8 KV_INDEX_BITS=32")):
+            _, err = self.gen(dict(env, PROMPT="More.", KV_LOAD=self.kv), rc_want=2)
+            self.assertIn("saved with KV_BITS=8 KV_INDEX_BITS=4; this run keeps its cache in " + says, err)
+            self.assertIn(self.kv, err)
+        with open(self.kv, "rb") as f:
+            self.assertEqual(f.read(), small)
 
     def test_bad_state_files_stop_the_run_and_are_kept(self):
         _, err = self.gen({"PROMPT": "x", "KV_LOAD": self.kv}, rc_want=2)

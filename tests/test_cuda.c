@@ -611,7 +611,7 @@ static void test_glue(mm_ctx *ref) {
     coli_config c;
     memset(&c, 0, sizeof c);
     c.kv_lora = 4, c.qk_rope = 2, c.index_dim = 8, c.index_heads = 1, c.idx_full = idx_full;
-    gpu_kv_open(&g, &c, 2, 16, 5, 1, 1); /* ends the setup: the figures count from here */
+    gpu_kv_open(&g, &c, 2, 16, 5, 1, 1, 1); /* ends the setup: the figures count from here */
     CHECK(gpu_has_kv(&g) && gpu_has_keys(&g) && g.kv_bytes == 16 * 2 * 6 * 4 + 16 * 8 * 4);
     CHECK(gpu_find(&g, &A) && gpu_find(&g, &B) && !gpu_find(&g, &F) && !gpu_find(&g, &W)); /* f32, and wider than max_cols: the CPU's */
     const cu_mat *d = gpu_find(&g, &A);
@@ -642,9 +642,9 @@ static void test_glue(mm_ctx *ref) {
     memset(&h, 0, sizeof h);
     if (gpu_open(&h, 1, 0, 2, 1, err, sizeof err) == 1 && !gpu_dense_begin(&h, 1, 1000)) {
         gpu_dense_add(&h, &A);
-        gpu_kv_open(&h, &c, 2, 16, 0, 0, 1);
+        gpu_kv_open(&h, &c, 2, 16, 0, 0, 1, 1);
         CHECK(!gpu_has_kv(&h));
-        gpu_kv_open(&h, &c, 2, 16, 0, 1, 0);
+        gpu_kv_open(&h, &c, 2, 16, 0, 1, 0, 1);
         CHECK(!gpu_has_kv(&h));
         d = gpu_find(&h, &A);
         CHECK(d && gpu_matmul(&h, ref, &d, &pa, 1, x, 3, &y1) == 0); /* call 1 */

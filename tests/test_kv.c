@@ -167,9 +167,8 @@ static void test_resume_spec(void) {
     CHECK(sa.mtp_pos == sb.mtp_pos && sa.nq == sb.nq);
     for (int l = 0; l <= a.c.n_layers; l++) {
         int n = l < a.c.n_layers ? sb.pos : sb.mtp_pos;
-        size_t kl = (size_t)l * a.kv.ctx * a.c.kv_lora, kr = (size_t)l * a.kv.ctx * a.c.qk_rope;
-        CHECK(!memcmp(a.kv.lat + kl, b.kv.lat + kl, (size_t)n * a.c.kv_lora * 4));
-        CHECK(!memcmp(a.kv.rope + kr, b.kv.rope + kr, (size_t)n * a.c.qk_rope * 4));
+        CHECK(!memcmp(kv_lat(&a.kv, 0, l), kv_lat(&b.kv, 0, l), (size_t)n * a.c.kv_lora * 4));
+        CHECK(!memcmp(kv_rope(&a.kv, 0, l), kv_rope(&b.kv, 0, l), (size_t)n * a.c.qk_rope * 4));
     }
     /* and plain greedy decoding of the whole conversation agrees */
     CHECK(fwd_tokens(&p, ids, n1 + 6, 0, NULL) == 0);

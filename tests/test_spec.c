@@ -168,12 +168,13 @@ static void test_small_ubatch(void) {
 static double kv_diff(const coli_model *a, const coli_model *b, int layer, int n) {
     const coli_config *c = &a->c;
     double mx = 0;
-    size_t off = (size_t)layer * a->kv.ctx;
-    for (size_t i = 0; i < (size_t)n * c->kv_lora; i++) mx = fmax(mx, fabs(a->kv.lat[off * c->kv_lora + i] - b->kv.lat[off * c->kv_lora + i]));
-    for (size_t i = 0; i < (size_t)n * c->qk_rope; i++) mx = fmax(mx, fabs(a->kv.rope[off * c->qk_rope + i] - b->kv.rope[off * c->qk_rope + i]));
+    const float *la = (const float *)(void *)kv_lat(&a->kv, 0, layer), *lb = (const float *)(void *)kv_lat(&b->kv, 0, layer); /* f32 caches */
+    const float *ra = (const float *)(void *)kv_rope(&a->kv, 0, layer), *rb = (const float *)(void *)kv_rope(&b->kv, 0, layer);
+    for (size_t i = 0; i < (size_t)n * c->kv_lora; i++) mx = fmax(mx, fabs(la[i] - lb[i]));
+    for (size_t i = 0; i < (size_t)n * c->qk_rope; i++) mx = fmax(mx, fabs(ra[i] - rb[i]));
     if (c->idx_full[layer]) {
-        size_t io = (size_t)a->kv.full_slot[layer] * a->kv.ctx * c->index_dim;
-        for (size_t i = 0; i < (size_t)n * c->index_dim; i++) mx = fmax(mx, fabs(a->kv.ikey[io + i] - b->kv.ikey[io + i]));
+        const float *ia = (const float *)(void *)kv_ikey(&a->kv, 0, layer), *ib = (const float *)(void *)kv_ikey(&b->kv, 0, layer);
+        for (size_t i = 0; i < (size_t)n * c->index_dim; i++) mx = fmax(mx, fabs(ia[i] - ib[i]));
     }
     return mx;
 }

@@ -88,7 +88,7 @@ static void fz_sizes(const coli_config *c) {
         int ctx = ctxs[i] < c->max_pos ? ctxs[i] : c->max_pos; /* model_ctx */
         coli_kv kv;
         memset(&kv, 0xa5, sizeof kv);
-        size_t kb = kv_layout(c, c->n_layers, ctx, 1, &kv, NULL);
+        size_t kb = kv_layout(c, c->n_layers, ctx, 1, 32, 32, &kv, NULL);
         FUZZ_CHECK(kv.lat == NULL && kv.rope == NULL && kv.ikey == NULL && kv.full_slot == NULL);
         FUZZ_CHECK((u128)kb >= fz_kv_floor(c, ctx) && kb % 64 == 0 && kb >= prev_kv);
         prev_kv = kb;

@@ -29,10 +29,10 @@ static void fz_model(int mtp) {
     if (!ready) {
         c->n_layers = FZ_L, c->kv_lora = 4, c->qk_rope = 2, c->index_dim = 2, c->dim = 4, c->vocab = 64;
         c->idx_full = fz_full;
-        size_t bytes = kv_layout(c, FZ_L + 1, FZ_CTX, 1, &fz_m.kv, NULL);
+        size_t bytes = kv_layout(c, FZ_L + 1, FZ_CTX, 1, 32, 32, &fz_m.kv, NULL);
         void *base = calloc(1, bytes);
         FUZZ_CHECK(base != NULL);
-        kv_layout(c, FZ_L + 1, FZ_CTX, 1, &fz_m.kv, base);
+        kv_layout(c, FZ_L + 1, FZ_CTX, 1, 32, 32, &fz_m.kv, base);
         for (int l = 0, f = 0; l < FZ_L + 1; l++) fz_m.kv.full_slot[l] = c->idx_full[l] ? f++ : -1;
         fz_m.kv.ctx = FZ_CTX;
         ready = 1;
