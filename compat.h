@@ -625,6 +625,27 @@ static inline int compat_omp_thread(void) { return 0; }
 static inline void compat_omp_set_threads(int n) { (void)n; }
 #endif
 
+/* The CPUs this process may run on: its affinity mask on Linux (taskset,
+ * cgroup cpusets, a test runner's lane) and Windows (start /affinity; one
+ * processor group), elsewhere every online CPU; at least 1. */
+#if defined(__linux__)
+#include <sched.h>
+#endif
+static inline int compat_cpus(void) {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#elif defined(_WIN32)
+    DWORD_PTR mine = 0, sys = 0;
+    int bits = 0;
+    if (GetProcessAffinityMask(GetCurrentProcess(), &mine, &sys))
+        for (; mine; mine &= mine - 1) bits++;
+    if (bits > 0 && GetActiveProcessorGroupCount() == 1) return bits;
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 /* What to do about a build without libmicrohttpd (serve mode), for its
  * message: there is none to install for the Windows build. */
 #ifdef _WIN32

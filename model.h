@@ -33,14 +33,13 @@
 #define GB 1e9
 
 /* Compute threads when THREADS is not given: OpenMP's choice
- * (OMP_NUM_THREADS, else one per CPU), or one per online CPU without
- * OpenMP. */
+ * (OMP_NUM_THREADS, else one per CPU it may use), or one per CPU the
+ * process may run on without OpenMP (compat_cpus). */
 static inline int coli_nthreads(void) {
 #ifdef _OPENMP
     return omp_get_max_threads();
 #else
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    return compat_cpus();
 #endif
 }
 

@@ -193,8 +193,7 @@ static inline int team_start_spin(team *t, int n, double spin_ns) {
     atomic_init(&t->sleepers, 0);
     atomic_init(&t->missed, 0);
     atomic_init(&t->sleeps, 0);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    t->yield = cpus > 0 && n > cpus;
+    t->yield = n > compat_cpus(); /* spinning for a thread that waits for this CPU would cost a time slice a barrier */
     t->spin_ns = spin_ns >= 0 ? spin_ns : t->yield ? TEAM_SPIN_NS / 10 : TEAM_SPIN_NS;
 #if !defined(__linux__)
     pthread_mutex_init(&t->mu, NULL);

@@ -1,9 +1,22 @@
 #!/usr/bin/env python3
 """Runs every test part of one build flavour and says what ran.
 
-    tests/run.py [--sanitize | --tsan | --arm] BUILD_DIR [[--sanitize | --tsan | --arm] BUILD_DIR ...]
+    tests/run.py [-j N] [--sanitize | --tsan | --arm] BUILD_DIR [[--sanitize | --tsan | --arm] BUILD_DIR ...]
 
 With several BUILD_DIRs, the parts of each run in one table.
+
+-j N (or COLI_TEST_JOBS=N) runs N parts at once; the default is 2 where
+the machine has 2 CPUs or more. One part on its own leaves about 40% of
+2 cores idle (make test: 1,028 CPU-seconds in 878 s), mostly in the
+emulated parts (qemu, wine), which are also the longest: they start first
+so that the short ones fill in beside them. Each of the N lanes runs on
+its own share of the CPUs (Linux: sched_setaffinity), so the engine sizes
+its thread team to that share: two teams spinning at barriers on the same
+cores would each wait for threads the other has descheduled. A few parts
+run alone at the end, on every CPU (ALONE: their checks need two threads
+running at once, or a browser beside the server within a deadline). With
+N > 1 each part's output is shown whole when it ends (a line says when it
+starts), so parts never interleave.
 
 Parts: each C test program BUILD_DIR/test_*, each Python test with
 COLIBRI=BUILD_DIR/colibri, and (not with --sanitize) the portable build's
@@ -35,6 +48,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,26 +58,51 @@ PY_SKIP = re.compile(r"\.\.\. skipped '(\S+?): (.*)'$")
 PY_RAN = re.compile(r"^Ran (\d+) tests? in")
 
 
+# Parts that run alone (with -j N > 1): test_store catches a prefetch's
+# read in flight, which a reader thread sharing one CPU with the test may
+# finish first; test_webui drives chromium against a server with 10 s
+# deadlines.
+ALONE = ("test_store", "test_webui.py")
+
+
 class Part:
-    def __init__(self, name, cmd, env=None, by_design=()):
+    def __init__(self, name, cmd, env=None, by_design=(), long=False, after=None):
         self.name, self.cmd, self.env = name, cmd, env or {}
+        self.alone = any(os.path.basename(c) in ALONE for c in cmd)
         self.by_design = set(by_design)  # skip tags a build without the optional libraries owes nobody
+        self.long = long  # emulated (qemu, wine): started before the native parts
+        self.after = after  # a part that must have ended first (it builds what this one runs)
         self.passed = self.checks = 0
         self.skips = []  # (tag, reason)
         self.ok = False
-        self.seconds = 0.0
+        self.seconds = self.cpu = 0.0
 
 
-def run_part(p):
-    print("== %s" % p.name, flush=True)
+OUT_LOCK = threading.Lock()
+
+
+def say(text):
+    with OUT_LOCK:
+        print(text, flush=True)
+
+
+def run_part(p, buffered=False, cpus=None):
+    """Runs one part (on the CPUs cpus, or any); its output goes out as it
+    comes, or whole at the end."""
+    kept = []
+    emit = kept.append if buffered else say
+    if buffered:
+        say("== started: %s" % p.name)
+    emit("== %s" % p.name)
     env = dict(os.environ)
     env.update(p.env)
     t0 = time.time()
-    proc = subprocess.Popen(p.cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(p.cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=pin)
     ran = skipped_py = 0
     for raw in proc.stdout:
         line = raw.decode("utf-8", "replace").rstrip("\n")
-        print(line, flush=True)
+        emit(line)
         m = SKIP_LINE.match(line)
         if m:
             p.skips.append((m.group(1), m.group(2)))
@@ -80,14 +119,59 @@ def run_part(p):
         m = PY_RAN.match(line)
         if m:
             ran += int(m.group(1))
-    rc = proc.wait()
+    # wait4: this part's own CPU time (its waited-for descendants included),
+    # which RUSAGE_CHILDREN cannot separate while parts run side by side
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = rc = os.waitstatus_to_exitcode(status)
     p.seconds = time.time() - t0
+    p.cpu = usage.ru_utime + usage.ru_stime
     if ran:
         p.checks += ran - skipped_py
     p.ok = rc == 0
     if not p.ok:
-        print("== %s FAILED (exit status %d)" % (p.name, rc), flush=True)
+        emit("== %s FAILED (exit status %d)" % (p.name, rc))
+    if buffered:
+        say("\n".join(kept))
     return p
+
+
+def run_parts(parts, jobs):
+    """Runs every part, jobs at a time: the long ones first, each in the
+    order given once the part it comes after has ended."""
+    if jobs <= 1:
+        for p in parts:
+            run_part(p)
+        return
+    queue = [p for p in parts if p.long and not p.alone] + [p for p in parts if not p.long and not p.alone]
+    done, cond = set(), threading.Condition()
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    lanes = [set(mine[i::jobs]) for i in range(jobs)] if len(mine) >= jobs else [None] * jobs
+
+    def worker(cpus):
+        while True:
+            with cond:
+                while True:
+                    if not queue:
+                        return
+                    ready = [p for p in queue if p.after is None or id(p.after) in done]
+                    if ready:
+                        p = ready[0]
+                        queue.remove(p)
+                        break
+                    cond.wait()
+            run_part(p, buffered=True, cpus=cpus)
+            with cond:
+                done.add(id(p))
+                cond.notify_all()
+
+    threads = [threading.Thread(target=worker, args=(lanes[i],)) for i in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p in parts:
+        if p.alone:
+            run_part(p)
 
 
 # The aarch64 build (build/arm, cross-compiled without the optional
@@ -118,21 +202,23 @@ NOLIBS = ("io_uring", "mhd")
 
 
 def arm_parts(build):
-    out = [Part("aarch64 under qemu (NEON, dotprod, i8mm)", ["sh", "tests/run_arm.sh"])]
+    first = Part("aarch64 under qemu (NEON, dotprod, i8mm)", ["sh", "tests/run_arm.sh"], long=True)
     if not (shutil.which(ARM_CC) and shutil.which(ARM_QEMU)):
-        return out  # run_arm.sh says SKIP aarch64
+        return [first]  # run_arm.sh says SKIP aarch64
     qemu = [ARM_QEMU, "-cpu", "max", "-L", ARM_SYSROOT]
     tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c"))
-    # COLI_EMULATED: a test may leave out what is the same C on every
-    # architecture and slow under emulation (test_spec's sampling statistics)
-    out += [Part("build/arm/%s (aarch64, qemu)" % t, qemu + ["build/arm/" + t], {"COLI_EMULATED": "1"}, by_design=NOLIBS)
-            for t in tests if t != "test_quant"]
     wrapped = {"COLIBRI": "build/arm/qemu/colibri"}
+    # the end-to-end tests first: test_cli.py's groups are the longest part under qemu
+    out = [first]
     for f, classes in ARM_PY:
         what = "(%d named groups and tests)" % len(classes) if classes else "(all)"
-        out.append(Part("%s %s (aarch64, qemu)" % (f, what), [sys.executable, f, "-v"] + classes, wrapped, NOLIBS))
+        out.append(Part("%s %s (aarch64, qemu)" % (f, what), [sys.executable, f, "-v"] + classes, wrapped, NOLIBS, True, first))
+    # COLI_EMULATED: a test may leave out what is the same C on every
+    # architecture and slow under emulation (test_spec's sampling statistics)
+    out += [Part("build/arm/%s (aarch64, qemu)" % t, qemu + ["build/arm/" + t], {"COLI_EMULATED": "1"}, NOLIBS, True, first)
+            for t in tests if t != "test_quant"]
     out.append(Part("tests/xtokens.py (x86-64 and aarch64 give the same tokens)", [sys.executable, "tests/xtokens.py", "-v"],
-                    dict(wrapped, COLIBRI_HOST=os.path.join(build, "colibri"))))
+                    dict(wrapped, COLIBRI_HOST=os.path.join(build, "colibri")), long=True, after=first))
     return out
 
 
@@ -152,11 +238,12 @@ def macos_parts(build):
         return out
     qemu = [ARM_QEMU, "-cpu", "max", "-L", ARM_SYSROOT]
     wrapped = {"COLIBRI": "build/arm-clang/qemu/colibri"}
-    out.append(Part("build/arm-clang/test_quant (clang, -mcpu=apple-m1, qemu)", qemu + ["build/arm-clang/test_quant"]))
+    out.append(Part("build/arm-clang/test_quant (clang, -mcpu=apple-m1, qemu)", qemu + ["build/arm-clang/test_quant"], long=True))
     out.append(Part("build/arm-clang/colibri: every oracle at every level (qemu)",
-                    [sys.executable, "tests/test_cli.py", "-v", "Oracle.test_every_fixture_passes", "Oracle.test_every_kernel_level"], wrapped))
+                    [sys.executable, "tests/test_cli.py", "-v", "Oracle.test_every_fixture_passes", "Oracle.test_every_kernel_level"], wrapped,
+                    long=True))
     out.append(Part("tests/xtokens.py (clang's aarch64 build gives x86-64's tokens)", [sys.executable, "tests/xtokens.py", "-v"],
-                    dict(wrapped, COLIBRI_HOST=os.path.join(build, "colibri"))))
+                    dict(wrapped, COLIBRI_HOST=os.path.join(build, "colibri")), long=True))
     return out
 
 
@@ -190,9 +277,11 @@ def parts_for(build, sanitize, tsan):
     out.append(Part("build/nolibs/colibri (no optional library, no OpenMP): every oracle", [sys.executable, "tests/test_cli.py", "-v", "NoLibs",
                     "Oracle.test_every_fixture_passes"], nolibs, NOLIBS))
     out.append(Part("build/nolibs/colibri-convert (no OpenMP)", [sys.executable, "tests/test_convert.py", "-v", "Engine"], nolibs, NOLIBS))
+    # the Windows part first: it is the longest (its build included)
+    out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build],
+                    long=True))
     out += arm_parts(build)
     out += macos_parts(build)
-    out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build]))
     host = {"COLIBRI": "build/cuda-host/colibri", "COLI_EXPECT_GPU": "1"}
     out.append(Part("build/cuda-host/test_cuda (test_cuda against the host stand-in for backend_cuda.cu)", ["build/cuda-host/test_cuda"]))
     out.append(Part("build/cuda-host/test_batch (batched forwards with slot 0 on the GPU's latent cache, host stand-in)", ["build/cuda-host/test_batch"]))
@@ -211,10 +300,13 @@ def parts_for(build, sanitize, tsan):
 
 
 def main():
-    groups, flag = [], None  # (flag, build) for each BUILD_DIR, in order
-    for a in sys.argv[1:]:
+    groups, flag, jobs_arg = [], None, None  # (flag, build) for each BUILD_DIR, in order
+    args = iter(sys.argv[1:])
+    for a in args:
         if a in ("--sanitize", "--tsan", "--arm") and flag is None:
             flag = a
+        elif a.startswith("-j") and flag is None and jobs_arg is None:
+            jobs_arg = a[2:] or next(args, "")
         elif not a.startswith("-"):
             groups.append((flag, a))
             flag = None
@@ -222,18 +314,21 @@ def main():
             sys.exit(__doc__)
     if not groups or flag is not None:
         sys.exit(__doc__)
+    jobs_arg = jobs_arg if jobs_arg is not None else os.environ.get("COLI_TEST_JOBS", "2" if (os.cpu_count() or 1) >= 2 else "1")
+    if not jobs_arg.isdigit() or not 1 <= int(jobs_arg) <= 64:
+        sys.exit("tests/run.py: -j / COLI_TEST_JOBS must be a whole number of parts from 1 to 64, not %r" % jobs_arg)
     require = {t.strip() for t in os.environ.get("COLI_REQUIRE", "").split(",") if t.strip()}
     t0 = time.time()
     parts = []
     for flag, build in groups:
-        got = arm_parts(build) if flag == "--arm" else parts_for(build, flag == "--sanitize", flag == "--tsan")
-        parts += [run_part(p) for p in got]
+        parts += arm_parts(build) if flag == "--arm" else parts_for(build, flag == "--sanitize", flag == "--tsan")
+    run_parts(parts, int(jobs_arg))
     print("\n== summary (%s)" % ", ".join(b for _, b in groups))
     w = max(len(p.name) for p in parts)
     bad_req = []
     for p in parts:
         tags = sorted({t for t, _ in p.skips})
-        print("%-*s  %6d passed  %3d skipped  %5.1f s  %s%s" % (w, p.name, p.checks, len(p.skips), p.seconds,
+        print("%-*s  %6d passed  %3d skipped  %5.1f s  cpu %5.1f s  %s%s" % (w, p.name, p.checks, len(p.skips), p.seconds, p.cpu,
                                                                  "ok" if p.ok else "FAILED", ("  (" + ", ".join(tags) + ")") if tags else ""))
         for t, why in p.skips:
             if t in require and t not in p.by_design:
@@ -241,7 +336,8 @@ def main():
     failed = [p.name for p in parts if not p.ok]
     total = sum(p.checks for p in parts)
     nskip = sum(len(p.skips) for p in parts)
-    print("%d checks passed in %d parts, %d skipped, %.0f s" % (total, len(parts), nskip, time.time() - t0))
+    print("%d checks passed in %d parts, %d skipped, %.0f s (%.0f CPU-seconds, %d at once)" % (total, len(parts), nskip, time.time() - t0,
+                                                                                          sum(p.cpu for p in parts), int(jobs_arg)))
     for b in bad_req:
         print("required but skipped (COLI_REQUIRE): %s" % b)
     if failed:
