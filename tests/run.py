@@ -98,7 +98,13 @@ def run_part(p, buffered=False, cpus=None):
     env.update(p.env)
     t0 = time.time()
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    proc = subprocess.Popen(p.cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=pin)
+    try:
+        proc = subprocess.Popen(p.cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=pin)
+    except OSError as e:  # a part that cannot start fails like one that exits non-zero (and never leaves a lane waiting)
+        emit("== %s FAILED (cannot start %s: %s)" % (p.name, p.cmd[0], e))
+        if buffered:
+            say("\n".join(kept))
+        return p
     ran = skipped_py = 0
     for raw in proc.stdout:
         line = raw.decode("utf-8", "replace").rstrip("\n")

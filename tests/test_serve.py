@@ -560,32 +560,55 @@ class Lifecycle(MhdCase):
         self.assertIn("stopped: interrupted", log)
 
     def test_queue_full_gives_429_and_nothing_mixed(self):
+        """One slot, a queue of one: while a long answer decodes and a second
+        request waits, every further request gets 429 at once; the two
+        answered requests (the same greedy question) answer alike. The
+        first is held long by a schema whose string must outgrow
+        max_tokens, and the others go only once /metrics shows it running
+        and the second queued, so no scheduling makes the queue drain early."""
         model = synth_model()
-        srv = Server({"SERVE_QUEUE": "1"}, model=model)
-        results = []
-        want, _ = one_shot("same question", 600, model=model)
-        go = threading.Barrier(8)
+        srv = Server({"SERVE_QUEUE": "1", "SERVE_SLOTS": "1"}, model=model)
+        long_fmt = {"type": "json_schema", "json_schema": {"name": "long", "schema": {"type": "string", "minLength": 10000}}}
+        kept = []
 
-        def client(i):
-            go.wait()
-            results.append(srv.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": "same question"}],
-                                    max_tokens=600, temperature=0))
+        def client():  # the second waits for the first: minutes under ThreadSanitizer
+            body = {"model": "tiny", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "same question"}],
+                    "max_tokens": 600, "temperature": 0, "response_format": long_fmt}
+            kept.append(srv.request("POST", "/v1/chat/completions", body, timeout=600))
+
+        def metric(name):
+            _, text = srv.request("GET", "/metrics")
+            return next(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(name + " "))
+
+        def until(cond, what):
+            t0 = time.time()
+            while not cond():
+                self.assertLess(time.time() - t0, 60, what)
+                time.sleep(0.005)
         try:
-            ts = [threading.Thread(target=client, args=(i,)) for i in range(8)]
-            for t in ts:
+            ts = [threading.Thread(target=client) for _ in range(2)]
+            ts[0].start()
+            until(lambda: metric("colibri_requests_running") == 1, "the first request decoding")
+            ts[1].start()
+            until(lambda: metric("colibri_queue_length") == 1, "the second request queued")
+            refused = []
+            more = [threading.Thread(target=lambda: refused.append(srv.chat([{"role": "user", "content": "x"}], max_tokens=4))) for _ in range(6)]
+            for t in more:
                 t.start()
+            for t in more:
+                t.join()
+            self.assertEqual(metric("colibri_requests_running") + metric("colibri_queue_length"), 2)  # still busy: the 429s were the queue's
             for t in ts:
                 t.join()
         finally:
             self.assertEqual(srv.stop(), 0)
-        codes = sorted(st for st, _ in results)
-        self.assertIn(200, codes)
-        self.assertIn(429, codes)
-        for st, body in results:
-            if st == 200:
-                self.assertEqual(body["choices"][0]["message"]["content"], want)
-            else:
-                self.assertEqual(body["error"]["type"], "rate_limit_error")
+        self.assertEqual([st for st, _ in refused], [429] * 6)
+        for _, body in refused:
+            self.assertEqual(body["error"]["type"], "rate_limit_error")
+        self.assertEqual([st for st, _ in kept], [200, 200])
+        a, b = (body["choices"][0]["message"]["content"] for _, body in kept)
+        self.assertEqual(a, b)
+        self.assertGreater(len(a), 100)
 
     def test_sigterm_during_generation(self):
         """The answer being generated is cut short and still sent: the
