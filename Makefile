@@ -298,7 +298,13 @@ CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri buil
 ARM_QEMU ?= qemu-aarch64
 ARM_TEST_BINS := $(if $(and $(shell command -v $(ARM_CC) 2>/dev/null),$(shell command -v $(ARM_QEMU) 2>/dev/null)),arm-build \
                    $(if $(shell command -v $(ARM_CLANG) 2>/dev/null),arm-clang-build))
-test-build: $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/colibri-synth build/cuda-host/test_cuda build/cuda-host/test_batch $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
+# The Windows build (tests/run_windows.py runs it) with the others, where
+# MinGW-w64 and wine are installed: its part of make test then only runs.
+WIN_CC ?= x86_64-w64-mingw32-gcc
+WIN_PREBUILD := $(if $(and $(shell command -v $(WIN_CC) 2>/dev/null),$(shell command -v wine 2>/dev/null)),win-prebuild)
+win-prebuild:
+	@$(MAKE) --no-print-directory CC=$(WIN_CC) win-test-build
+test-build: $(WIN_PREBUILD) $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/colibri-synth build/cuda-host/test_cuda build/cuda-host/test_batch $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
 ARM_WRAPPED := colibri colibri-synth colibri-convert colibri-fault colibri-convert-fault
 arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED))
 build/arm/qemu/%: tests/qemu_arm.sh
@@ -352,7 +358,7 @@ fuzz-smoke:
 clean:
 	rm -rf build colibri colibri-synth colibri-convert
 
-.PHONY: all test test-build arm-build arm-clang-build test-windows sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke FORCE
+.PHONY: all test test-build win-prebuild arm-build arm-clang-build test-windows sanitize sanitize-build clean bench llamacpp fuzz fuzz-long fuzz-smoke FORCE
 FORCE:
 .SECONDARY:
 .DELETE_ON_ERROR:

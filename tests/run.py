@@ -266,11 +266,16 @@ def parts_for(build, sanitize, tsan):
                         [sys.executable, "tests/test_cli.py", "-v", "Cuda.test_the_expert_tier_fills_as_experts_run",
                          "Cuda.test_a_failing_gpu_call_falls_back_to_the_cpu", "Cuda.test_attention_on_the_gpu"],
                         {"COLIBRI": "build/tsan-cuda-host/colibri", "COLI_EXPECT_GPU": "1"}))
+        for p in out:  # the end-to-end parts and test_engine: 20-110 s each under TSan, the C tests a few
+            p.long = p.cmd[0] == sys.executable or p.cmd[0].endswith("test_engine")
         return out
     tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c"))
-    pys = sorted(f for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".py"))
+    # under ASan the end-to-end tests are the long parts, test_faults.py
+    # and test_serve.py (about 230 and 220 s in a lane) the longest: first
+    pys = sorted((f for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".py")),
+                 key=lambda f: (not sanitize or f not in ("test_faults.py", "test_serve.py"), f))
     out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in tests]
-    out += [Part("tests/" + f, [sys.executable, "tests/" + f, "-v"], colibri) for f in pys]
+    out += [Part("tests/" + f, [sys.executable, "tests/" + f, "-v"], colibri, long=sanitize) for f in pys]
     if sanitize:
         return out
     out.append(Part("build/portable (ARCH=portable: kernels chosen at run time)",
