@@ -332,10 +332,10 @@ static int coli_opts_from_env(const coli_env *e, coli_opts *o, char *err, size_t
     static const int bits[] = {2, 4, 8, 0}; /* choices 2|4|8|16; 16 keeps floats as f32 */
     o->dense_bits = bits[env_i(e, ENV_DENSE_BITS)], o->expert_bits = bits[env_i(e, ENV_EXPERT_BITS)];
     o->group_size = (int)env_i(e, ENV_GROUP_SIZE);
-    static const int kv_bits[] = {4, 8, 32}; /* choices 4|8|32 */
-    o->kv_bits = kv_bits[env_i(e, ENV_KV_BITS)], o->kv_index_bits = kv_bits[env_i(e, ENV_KV_INDEX_BITS)];
     if (o->group_size && (o->group_size % 16 || o->group_size < 16))
         return snprintf(err, errlen, "GROUP_SIZE=%d is invalid: expected 0 (per row) or a multiple of 16 in [16, 256]", o->group_size), -1;
+    static const int kv_bits[] = {4, 8, 32}; /* choices 4|8|32 */
+    o->kv_bits = kv_bits[env_i(e, ENV_KV_BITS)], o->kv_index_bits = kv_bits[env_i(e, ENV_KV_INDEX_BITS)];
     o->idot = (int)env_i(e, ENV_IDOT);
     static const int cuda[] = {-1, 0, 1}; /* auto|0|1 */
     o->cuda = cuda[env_i(e, ENV_CUDA)], o->cuda_device = (int)env_i(e, ENV_CUDA_DEVICE);

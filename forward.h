@@ -206,17 +206,6 @@ static void fwd_add_rows(const fwd_t *f, float *x, const float *y, int S, int n)
     for (size_t i = (size_t)a * n; i < (size_t)b * n; i++) x[i] += y[i];
 }
 
-/* a · a cached row x[n] of `bits` (kvq.h; f32: mm_dot_f32). */
-static inline float kv_dot(int bits, const float *a, const uint8_t *x, int n) {
-    return bits == 32 ? mm_dot_f32(a, (const float *)(const void *)x, n) : bits == 8 ? kvq_dot8(a, x, n) : kvq_dot4(a, x, n);
-}
-
-/* y += w · a cached row x[n] of `bits`. */
-static inline void kv_axpy(int bits, float *y, float w, const uint8_t *x, int n) {
-    if (bits == 32) mm_axpy_f32(y, w, (const float *)(const void *)x, n);
-    else kvq_axpy(bits, y, w, x, n);
-}
-
 /* Index scores of query row s against the cached keys kc, [t0, t1), into
  * score[]. */
 static void fwd_index_scores(coli_model *m, const uint8_t *kc, int s, int64_t t0, int64_t t1, float *score) {
@@ -230,7 +219,7 @@ static void fwd_index_scores(coli_model *m, const uint8_t *kc, int s, int64_t t0
         const uint8_t *key = kc + (size_t)t * rb;
         float acc = 0;
         for (int h = 0; h < ih; h++) {
-            float d = kv_dot(bits, qs + (size_t)h * id, key, id) * sscale;
+            float d = kvq_dot(bits, qs + (size_t)h * id, key, id) * sscale;
             acc += w[h] * (d > 0 ? d : 0);
         }
         score[t] = acc;
@@ -357,11 +346,11 @@ static void attn_head_latent(coli_model *m, int l, int s, int h, float *thr, flo
     float scale = c->attn_scale;
     for (int i = 0; i < n; i++) {
         int t = sel ? sel[i] : i;
-        score[i] = (kv_dot(bits, qa, lat + (size_t)t * lrb, kvl) + kv_dot(bits, q + nope, kr + (size_t)t * rrb, rd)) * scale;
+        score[i] = (kvq_dot(bits, qa, lat + (size_t)t * lrb, kvl) + kvq_dot(bits, q + nope, kr + (size_t)t * rrb, rd)) * scale;
     }
     softmax(score, n);
     memset(out, 0, (size_t)kvl * 4);
-    for (int i = 0; i < n; i++) kv_axpy(bits, out, score[i], lat + (size_t)(sel ? sel[i] : i) * lrb, kvl);
+    for (int i = 0; i < n; i++) kvq_axpy(bits, out, score[i], lat + (size_t)(sel ? sel[i] : i) * lrb, kvl);
 }
 
 /* Ordinary attention of head h for query row s over the kept keys of its
@@ -378,7 +367,7 @@ static void attn_head_rows(coli_model *m, int l, int s, int h, const float *kv, 
     float scale = c->attn_scale;
     for (int i = 0; i < n; i++) {
         int t = sel ? sel[i] : i;
-        score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + kv_dot(m->kv.bits, q + nope, kr + (size_t)t * m->kv.rrb, rd)) * scale;
+        score[i] = (mm_dot_f32(q, kv + (size_t)t * kvw, nope) + kvq_dot(m->kv.bits, q + nope, kr + (size_t)t * m->kv.rrb, rd)) * scale;
     }
     softmax(score, n);
     float *o = sc->attn + ((size_t)s * c->n_heads + h) * vh;

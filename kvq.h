@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels.h"
+
 #define KVQ_G 32
 
 /* Groups of a row of n values. */
@@ -166,7 +168,7 @@ static inline float kvq_dot4(const float *a, const uint8_t *row, int n) {
 
 /* y[i] = y[i] + (w·scale)·q[i] over a quantized row (8 or 4 bits): each
  * element on its own, so any vector width gives the same bits. */
-static inline void kvq_axpy(int bits, float *restrict y, float w, const uint8_t *restrict row, int n) {
+static inline void kvq_axpy_q(int bits, float *restrict y, float w, const uint8_t *restrict row, int n) {
     int ng = kvq_groups(n);
     const float *scale = (const float *)(const void *)row;
     const uint8_t *q = row + (size_t)ng * 4;
@@ -191,6 +193,17 @@ static inline void kvq_axpy(int bits, float *restrict y, float w, const uint8_t 
                 for (int j = 0; j < len; j++) yg[j] = yg[j] + ws * (float)((j < 16 ? qg[j] & 15 : qg[j - 16] >> 4) - 8);
         }
     }
+}
+
+/* a · a cached row x[n] of `bits`, whatever its format (f32: mm_dot_f32). */
+static inline float kvq_dot(int bits, const float *a, const uint8_t *x, int n) {
+    return bits == 32 ? mm_dot_f32(a, (const float *)(const void *)x, n) : bits == 8 ? kvq_dot8(a, x, n) : kvq_dot4(a, x, n);
+}
+
+/* y += w · a cached row x[n] of `bits` (f32: mm_axpy_f32). */
+static inline void kvq_axpy(int bits, float *y, float w, const uint8_t *x, int n) {
+    if (bits == 32) mm_axpy_f32(y, w, (const float *)(const void *)x, n);
+    else kvq_axpy_q(bits, y, w, x, n);
 }
 
 #endif

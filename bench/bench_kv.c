@@ -13,7 +13,6 @@
  * (every row twice: scores, then the sum), and the time against f32's. A
  * line per format:
  *   kv 8: 131072 keys | 1.234 ns/key | 12.34 GB/s | 0.42 x f32's time */
-#include "../kernels.h"
 #include "../kvq.h"
 
 #include <math.h>
@@ -29,25 +28,18 @@ static double now_s(void) {
 
 enum { KVL = 512, RD = 64 };
 
-static float dot_row(int bits, const float *a, const uint8_t *x, int n) {
-    return bits == 32 ? mm_dot_f32(a, (const float *)(const void *)x, n) : bits == 8 ? kvq_dot8(a, x, n) : kvq_dot4(a, x, n);
-}
-
 /* One head over T keys: scores, softmax, weighted sum into out. */
 static void head(int bits, const uint8_t *lat, const uint8_t *rope, size_t lrb, size_t rrb, const float *qa, const float *qr, int T, float *score,
                  float *out) {
     float mx = -INFINITY, sum = 0;
     for (int t = 0; t < T; t++) {
-        score[t] = (dot_row(bits, qa, lat + (size_t)t * lrb, KVL) + dot_row(bits, qr, rope + (size_t)t * rrb, RD)) * 0.0625f;
+        score[t] = (kvq_dot(bits, qa, lat + (size_t)t * lrb, KVL) + kvq_dot(bits, qr, rope + (size_t)t * rrb, RD)) * 0.0625f;
         if (score[t] > mx) mx = score[t];
     }
     for (int t = 0; t < T; t++) sum += score[t] = expf(score[t] - mx);
     for (int t = 0; t < T; t++) score[t] /= sum;
     memset(out, 0, KVL * 4);
-    for (int t = 0; t < T; t++) {
-        if (bits == 32) mm_axpy_f32(out, score[t], (const float *)(const void *)(lat + (size_t)t * lrb), KVL);
-        else kvq_axpy(bits, out, score[t], lat + (size_t)t * lrb, KVL);
-    }
+    for (int t = 0; t < T; t++) kvq_axpy(bits, out, score[t], lat + (size_t)t * lrb, KVL);
 }
 
 int main(int argc, char **argv) {

@@ -159,7 +159,7 @@ def run_parts(parts, jobs):
                 while True:
                     if not queue:
                         return
-                    ready = [p for p in queue if p.after is None or id(p.after) in done]
+                    ready = [p for p in queue if p.after is None or p.after in done]
                     if ready:
                         p = ready[0]
                         queue.remove(p)
@@ -167,7 +167,7 @@ def run_parts(parts, jobs):
                     cond.wait()
             run_part(p, buffered=True, cpus=cpus)
             with cond:
-                done.add(id(p))
+                done.add(p)
                 cond.notify_all()
 
     threads = [threading.Thread(target=worker, args=(lanes[i],)) for i in range(jobs)]
@@ -271,7 +271,7 @@ def parts_for(build, sanitize, tsan):
         return out
     tests = sorted(f[:-2] for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".c"))
     # under ASan the end-to-end tests are the long parts, test_faults.py
-    # and test_serve.py (about 230 and 220 s in a lane) the longest: first
+    # and test_serve.py (about 250 and 170 s in a lane) the longest: first
     pys = sorted((f for f in os.listdir(os.path.join(ROOT, "tests")) if f.startswith("test_") and f.endswith(".py")),
                  key=lambda f: (not sanitize or f not in ("test_faults.py", "test_serve.py"), f))
     out = [Part(os.path.join(build, t), [os.path.join(build, t)]) for t in tests]
@@ -288,7 +288,7 @@ def parts_for(build, sanitize, tsan):
     out.append(Part("build/nolibs/colibri (no optional library, no OpenMP): every oracle", [sys.executable, "tests/test_cli.py", "-v", "NoLibs",
                     "Oracle.test_every_fixture_passes"], nolibs, NOLIBS))
     out.append(Part("build/nolibs/colibri-convert (no OpenMP)", [sys.executable, "tests/test_convert.py", "-v", "Engine"], nolibs, NOLIBS))
-    # the Windows part first: it is the longest (its build included)
+    # the Windows part first: among the longest, with the qemu parts
     out.append(Part("Windows (MinGW-w64) under wine: C tests, oracle, paths, conversion, tokens vs Linux", [sys.executable, "tests/run_windows.py", build],
                     long=True))
     out += arm_parts(build)
