@@ -2,9 +2,10 @@
  * (KV_BITS: kvq.h), on one thread, for GLM-5's shapes.
  *
  *   make build/rel/bench_kv
- *   build/rel/bench_kv [keys] [seconds per format]
+ *   build/rel/bench_kv [keys] [seconds per format] [kv_lora] [rope]
  * Defaults: 131072 keys (a 128k context: 302 MB of f32 latents and rope
- * keys per layer, past any cache), 1.0 s.
+ * keys per layer, past any cache), 1.0 s, GLM-5's (and DeepSeek-V3's)
+ * kv_lora 512 and rope 64.
  *
  * What one absorbed head does per layer (forward.h, attn_head_latent):
  * a score per key (the query in latent space · the latent row, plus the
@@ -26,9 +27,9 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-enum { KVL = 512, RD = 64 };
-
 /* One head over T keys: scores, softmax, weighted sum into out. */
+static int KVL, RD; /* kv_lora, rope: from the command line */
+
 static void head(int bits, const uint8_t *lat, const uint8_t *rope, size_t lrb, size_t rrb, const float *qa, const float *qr, int T, float *score,
                  float *out) {
     float mx = -INFINITY, sum = 0;
@@ -45,7 +46,8 @@ static void head(int bits, const uint8_t *lat, const uint8_t *rope, size_t lrb, 
 int main(int argc, char **argv) {
     int T = argc > 1 ? atoi(argv[1]) : 131072;
     double secs = argc > 2 ? atof(argv[2]) : 1.0;
-    if (T < 1 || secs <= 0) return fprintf(stderr, "usage: bench_kv [keys] [seconds]\n"), 2;
+    KVL = argc > 3 ? atoi(argv[3]) : 512, RD = argc > 4 ? atoi(argv[4]) : 64;
+    if (T < 1 || secs <= 0 || KVL < 1 || RD < 1) return fprintf(stderr, "usage: bench_kv [keys] [seconds] [kv_lora] [rope]\n"), 2;
     float *x = malloc((size_t)KVL * 4), *r = malloc((size_t)RD * 4), *qa = malloc(KVL * 4), *qr = malloc(RD * 4);
     float *score = malloc((size_t)T * 4), *out = malloc(KVL * 4);
     uint32_t s = 1;
