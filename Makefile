@@ -1,6 +1,7 @@
 # colibri — build, test, sanitize.
 #   make                 ./colibri for this CPU (ARCH=native), colibri-convert, colibri-synth
 #   make CUDA=1          ./colibri with the CUDA backend (nvcc; runs on the CPU without a GPU)
+#   make MPI=1           ./colibri that spreads routed experts over MPI ranks (mpicc; docs/mpi.md)
 #   make OPENMP=0        without OpenMP (loading, pinning and conversion on one
 #                        thread; the forward pass keeps its threads)
 #   make ARCH=portable   a generic x86-64 / armv8-a binary (kernels still
@@ -135,6 +136,19 @@ build/%/libcolicuda.a: build/%/backend_cuda.o
 	@rm -f $@
 	$(AR) rcs $@ $^
 
+# MPI (ranks.h): make MPI=1 builds ./colibri with mpicc (build/rel-mpi), so
+# that mpirun -np N ./colibri MODEL spreads the routed experts over N
+# processes; make test builds build/mpi wherever mpicc and mpirun are found
+# (tests/test_mpi.py). A build without it refuses to run under mpirun.
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+MPIRUN ?= $(shell command -v mpirun 2>/dev/null)
+ifeq ($(MPI)$(MPICC),1)
+  $(error MPI=1: mpicc was not found on PATH (Debian: apt-get install libopenmpi-dev openmpi-bin, or set MPICC=/path/to/mpicc))
+endif
+ifeq ($(MPI)$(CUDA),11)
+  $(error MPI=1 and CUDA=1 together are not supported yet: build one of them)
+endif
+
 # The matmul kernels: one translation unit per instruction-set family,
 # compiled once per flavour into an archive every multiplying program links.
 KERNEL_SRC := $(sort $(wildcard kernels/*.c))
@@ -240,6 +254,10 @@ build/arm-clang/qemu/%: tests/qemu_arm.sh
 	@mkdir -p $(@D)
 	ln -sf ../../../tests/qemu_arm.sh $@
 
+# The MPI builds: make test's and make MPI=1's (mpicc wraps this CC).
+$(eval $(call flavour,build/mpi,$(TESTFLAGS) -DCOLI_MPI,$(LIBS) $(OPTLIBS),build/test,$(MPICC)))
+$(eval $(call flavour,build/rel-mpi,$(RELFLAGS) -DCOLI_MPI,$(LIBS) $(OPTLIBS),build/rel,$(MPICC)))
+
 # The CUDA builds: make test's (test flags) and make CUDA=1's.
 $(eval $(call flavour,build/cuda,$(TESTFLAGS) -DCOLI_HAVE_CUDA,build/cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/test))
 $(eval $(call flavour,build/rel-cuda,$(RELFLAGS) -DCOLI_HAVE_CUDA,build/rel-cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/rel))
@@ -276,6 +294,11 @@ colibri: build/rel-cuda/colibri
 	cp $< $@
 colibri-synth colibri-convert: %: build/rel/%
 	cp $< $@
+else ifeq ($(MPI),1)
+colibri: build/rel-mpi/colibri
+	cp $< $@
+colibri-synth colibri-convert: %: build/rel/%
+	cp $< $@
 else
 colibri colibri-synth colibri-convert: %: build/rel/%
 	cp $< $@
@@ -293,6 +316,7 @@ TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-
             $(if $(MACOS),,$(1)/colibri-fault $(1)/colibri-convert-fault)
 
 CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri build/cuda/test_cuda build/cuda/test_batch))
+MPI_TEST_BINS := $(if $(filter 0,$(MPI)),,$(if $(and $(MPICC),$(MPIRUN)),build/mpi/colibri))
 # the aarch64 build where the cross compiler and qemu are (tests/run_arm.sh
 # builds it too, and says SKIP aarch64 where they are not)
 ARM_QEMU ?= qemu-aarch64
@@ -304,7 +328,7 @@ WIN_CC ?= x86_64-w64-mingw32-gcc
 WIN_PREBUILD := $(if $(and $(shell command -v $(WIN_CC) 2>/dev/null),$(shell command -v wine 2>/dev/null)),win-prebuild)
 win-prebuild:
 	@$(MAKE) --no-print-directory CC=$(WIN_CC) win-test-build
-test-build: $(WIN_PREBUILD) $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/colibri-synth build/cuda-host/test_cuda build/cuda-host/test_batch $(CUDA_TEST_BINS) $(ARM_TEST_BINS)
+test-build: $(WIN_PREBUILD) $(call TEST_BINS,build/test) build/nolibs/colibri build/nolibs/colibri-convert build/nolibs/test_io build/portable/colibri build/cuda-host/colibri build/cuda-host/colibri-synth build/cuda-host/test_cuda build/cuda-host/test_batch $(CUDA_TEST_BINS) $(MPI_TEST_BINS) $(ARM_TEST_BINS)
 ARM_WRAPPED := colibri colibri-synth colibri-convert colibri-fault colibri-convert-fault
 arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED))
 build/arm/qemu/%: tests/qemu_arm.sh

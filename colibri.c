@@ -2169,6 +2169,150 @@ static int route_finish(const coli_model *m, const coli_env *e) {
     return 0;
 }
 
+/* ---- experts spread over MPI ranks (ranks.h, docs/mpi.md) ---- */
+
+#ifndef COLI_MPI
+/* Whether an MPI launcher started this process as one of several: what
+ * mpirun / mpiexec (Open MPI, MPICH, Slurm's PMI) put in the environment.
+ * Not knobs: a build without MPI reads them only to refuse to run as a
+ * lone copy among several. */
+static int launched_ranks(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 1) return atoi(v);
+    }
+    return 1;
+}
+#endif
+
+#ifdef COLI_MPI
+static coli_ranks ranks;
+
+/* Before model_setup on every rank: the same model everywhere (rk_hello),
+ * rank 0's usage history and placement sent to all (rk_share_plan), and
+ * this rank's history masked to the experts it owns so that it pins and
+ * plans for those alone; a follower keeps no dense weights and only a
+ * token-sized KV cache. Bytes a row should move, from the history's route
+ * shares, to ranks.plan_bytes_row. 0 or -1 (m->err). */
+static int mpi_prepare(coli_model *m, coli_opts *o, const char *dir, uint64_t *rows, int *have) {
+    coli_ranks *r = &ranks;
+    coli_config *c = &m->c;
+    int E = c->n_experts, NL = c->n_layers;
+    model_find_mtp(m, o);
+    int layers = n_moe_layers(c) + (m->mtp && c->moe[NL]);
+    if (rk_hello(r, kvp_fingerprint(m, dir), layers, E, c->topk, c->dim, o->ubatch, dir, m->err, sizeof m->err)) return -1;
+    uint64_t h = (uint64_t)*have;
+    if (rk_bcast_u64(&h, 1, m->err, sizeof m->err) || rk_bcast_u64(rows, (size_t)NL * E, m->err, sizeof m->err)) return -1;
+    *have = (int)h;
+    uint64_t *counts = (uint64_t *)calloc((size_t)layers * E + 1, 8);
+    double *share = (double *)calloc((size_t)layers * E + 1, sizeof(double));
+    if (!counts || !share) return free(counts), free(share), model_fail(m, "out of memory");
+    usage_to_moe(c, rows, counts);
+    int rc = rk_share_plan(r, *have ? counts : NULL, m->err, sizeof m->err);
+    for (int k = 0; k < layers; k++) {
+        uint64_t tot = 0;
+        for (int e = 0; e < E; e++) tot += counts[(size_t)k * E + e];
+        for (int e = 0; e < E; e++) share[(size_t)k * E + e] = *have && tot ? (double)counts[(size_t)k * E + e] / (double)tot : 1.0 / E;
+    }
+    if (!rc) r->plan_bytes_row = rk_plan_bytes(r, share);
+    free(counts), free(share);
+    if (rc) return -1;
+    for (int l = 0; l < NL; l++)
+        for (int e = 0; c->moe[l] && e < E; e++)
+            if (!rk_mine(r, moe_index(c, l), e)) rows[(size_t)l * E + e] = 0;
+    if (r->rank) {
+        o->experts_only = 1, o->slots = 1, o->cuda_attn = 0;
+        o->ctx = o->ctx < 16 ? o->ctx : 16; /* attention never runs here */
+    }
+    return 0;
+}
+
+/* After model_setup: every rank's share of the experts and its memory, at
+ * rank 0 and said there in one line. 0 or -1 (m->err). */
+static int mpi_report_plan(coli_model *m, int have) {
+    coli_ranks *r = &ranks;
+    const xs_store *x = &m->xs;
+    double own = 0, bytes = 0, v[5], *all = (double *)calloc(5 * (size_t)r->size, sizeof(double));
+    if (!all) return model_fail(m, "out of memory");
+    for (int k = 0; k < r->layers; k++)
+        for (int e = 0; e < r->E; e++)
+            if (rk_mine(r, k, e)) own++, bytes += (double)xs_expert_bytes(x, k);
+    v[0] = own, v[1] = bytes, v[2] = (double)xs_pinned_bytes(x), v[3] = (double)m->plan.lru_bytes, v[4] = (double)m->budget;
+    int rc = 0;
+    for (int i = 0; i < 5 && !rc; i++) rc = rk_gather(r, v[i], all + (size_t)i * r->size, m->err, sizeof m->err);
+    if (!rc && r->rank == 0) {
+        char b[4][32];
+        fprintf(stderr, "colibri: MPI: %d ranks; rank 0 runs the dense part, attention and sampling; experts placed %s\n", r->size,
+                have ? "by rank 0's usage history (most used dealt round in snake order)" : "in id order (no usage history)");
+        for (int f = 0; f < r->size; f++)
+            fprintf(stderr, "colibri: MPI: rank %d: %.0f experts (%s), pinned %s, LRU up to %s, budget %s\n", f, all[f], fmt_bytes(b[0], 32, all[r->size + f]),
+                    fmt_bytes(b[1], 32, all[2 * r->size + f]), fmt_bytes(b[2], 32, all[3 * r->size + f]), fmt_bytes(b[3], 32, all[4 * r->size + f]));
+        fprintf(stderr, "colibri: MPI: a forward row moves about %s between the ranks (plan)\n", fmt_bytes(b[0], 32, r->plan_bytes_row));
+    }
+    free(all);
+    return rc;
+}
+
+/* Rank 0 when a rank stopped answering inside a forward: whatever mode
+ * runs (a server would go on to the next request), the job ends here. */
+static void mpi_fatal(const char *msg) {
+    fprintf(stderr, "colibri: %s\n", msg);
+    fflush(stderr);
+    rk_abort(EXIT_INPUT);
+}
+
+/* A follower rank's life after setup: experts on request until rank 0
+ * stops it, then its figures to rank 0. The process exit status. */
+static int mpi_follow(coli_model *m) {
+    coli_ranks *r = &ranks;
+    rk_follower_stats st = {0};
+    m->rk = r;
+    if (fwd_follow(m, &st)) {
+        fprintf(stderr, "colibri: rank %d: %s\n", r->rank, m->err);
+        rk_abort(EXIT_INPUT);
+    }
+    xs_stats xst;
+    xs_stats_get(&m->xs, &xst);
+    for (int k = 0; k < r->layers; k++)
+        for (int e = 0; e < r->E; e++)
+            if (rk_mine(r, k, e)) st.experts++, st.expert_bytes += xs_expert_bytes(&m->xs, k);
+    st.read_bytes = xst.bytes_read;
+    if (rk_stop(r, &st, m->err, sizeof m->err)) {
+        fprintf(stderr, "colibri: rank %d: %s\n", r->rank, m->err);
+        rk_abort(EXIT_INPUT);
+    }
+    return 0;
+}
+
+/* Rank 0 at the end of a run that left MPI usable: the followers stopped
+ * and the job's figures said: bytes and waiting per forward row, each
+ * rank's experts' time, the slowest rank. */
+static void mpi_end(coli_model *m) {
+    coli_ranks *r = &ranks;
+    if (rk_stop(r, NULL, m->err, sizeof m->err)) {
+        fprintf(stderr, "colibri: %s\n", m->err);
+        rk_abort(EXIT_INPUT);
+    }
+    xs_stats xst;
+    xs_stats_get(&m->xs, &xst);
+    double rows = r->layers ? (double)r->rows / r->layers : 0, per = rows > 0 ? 1 / rows : 0;
+    char b[3][32];
+    int slow = 1;
+    for (int f = 1; f < r->size; f++)
+        if (r->fs[f].compute_s > r->fs[slow].compute_s) slow = f;
+    fprintf(stderr, "colibri: MPI: %d ranks, %.0f forward rows: %s a row moved (plan %s), rank 0 waited %.2f ms a row for the others; slowest rank %d: "
+                    "%.2f s in its experts\n", r->size, rows, fmt_bytes(b[0], 32, (double)(r->bytes_out + r->bytes_in) * per),
+            fmt_bytes(b[1], 32, r->plan_bytes_row), 1e3 * r->wait_s * per, slow, r->fs[slow].compute_s);
+    for (int f = 1; f < r->size; f++) {
+        const rk_follower_stats *s = &r->fs[f];
+        fprintf(stderr, "colibri: MPI: rank %d: %llu experts (%s), %llu routes in %llu layer calls, %.2f s computing, %.2f s idle, %s read\n", f,
+                (unsigned long long)s->experts, fmt_bytes(b[0], 32, (double)s->expert_bytes), (unsigned long long)s->routes, (unsigned long long)s->calls,
+                s->compute_s, s->idle_s, fmt_bytes(b[2], 32, (double)s->read_bytes));
+    }
+}
+#endif
+
 /* --perplexity FILE, --kld-base OUT and --kld BASE, each at most once, in
  * any order before MODEL_DIR, with exactly one of FILE and BASE (the
  * text). 1 when argv is such a command line (q filled), 0 when it names
@@ -2201,6 +2345,17 @@ static int coli_main(int argc, char **argv) {
     char err[512];
     coli_env e;
     if (coli_env_load(&e, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
+#ifdef COLI_MPI
+    if (rk_init(&ranks, &argc, &argv, env_f(&e, ENV_MPI_TIMEOUT), err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
+    int rank = ranks.rank, spread = rk_active(&ranks), mpi_ready = 0;
+#else
+    if (launched_ranks() > 1) {
+        fprintf(stderr, "colibri: started by mpirun as one of %d ranks, but this colibri is built without MPI: build it with make MPI=1 "
+                        "(docs/mpi.md), or run it without mpirun\n", launched_ranks());
+        return EXIT_INPUT;
+    }
+    int rank = 0;
+#endif
     if (env_i(&e, ENV_THREADS) > 0) compat_omp_set_threads((int)env_i(&e, ENV_THREADS)); /* loading, pinning */
     static coli_opts o;
     if (coli_opts_from_env(&e, &o, err, sizeof err)) { fprintf(stderr, "colibri: %s\n", err); return EXIT_INPUT; }
@@ -2215,7 +2370,7 @@ static int coli_main(int argc, char **argv) {
     if (serve && (chat || env_v(&e, ENV_PROMPT)->s)) { fprintf(stderr, "colibri: SERVE takes its prompts over HTTP; unset PROMPT and CHAT\n"); return EXIT_INPUT; }
     if (check_save_targets(&e)) return EXIT_INPUT;
     int fmt = -1; /* the chat format, chosen once from what the model ships */
-    if (env_v(&e, ENV_PROMPT)->s || chat || serve || qa.text) { /* the tokenizer, and the chat format and its tokens, before any weight is read */
+    if (rank == 0 && (env_v(&e, ENV_PROMPT)->s || chat || serve || qa.text)) { /* the tokenizer, and the chat format and its tokens, before any weight is read */
         char cerr[1200];
         if (!(t = load_tokenizer(dir, m.err, sizeof m.err))) goto fail;
         if (!quality && (env_i(&e, ENV_CHAT_TEMPLATE) || serve) && chat_select(dir, t, &fmt, cerr, sizeof cerr)) {
@@ -2228,7 +2383,19 @@ static int coli_main(int argc, char **argv) {
     if (!(rows = (uint64_t *)calloc((size_t)m.c.n_layers * m.c.n_experts, sizeof(uint64_t)))) { model_fail(&m, "out of memory"); goto fail; }
     if (usage_history(&m, dir, &o, rows, &have)) goto out;
     if (serve) o.slots = env_i(&e, ENV_SERVE_SLOTS) ? (int)env_i(&e, ENV_SERVE_SLOTS) : SLOTS_AUTO; /* each slot's KV cache counts in the memory plan */
+#ifdef COLI_MPI
+    if (spread && mpi_prepare(&m, &o, dir, rows, &have)) goto fail;
+#endif
     if (model_setup(&m, &o, have ? rows : NULL)) goto fail;
+#ifdef COLI_MPI
+    if (spread && mpi_report_plan(&m, have)) goto fail;
+    if (spread && rank > 0) {
+        xs_stats_reset(&m.xs);
+        rc = mpi_follow(&m);
+        goto out;
+    }
+    if (spread) m.rk = &ranks, ranks.fatal = mpi_fatal, mpi_ready = 1;
+#endif
     m.repin = (int)env_i(&e, ENV_REPIN);
     m.rss_limit = env_f(&e, ENV_RSS_GUARD_GB) > 0 ? (uint64_t)(env_f(&e, ENV_RSS_GUARD_GB) * GB) : m.budget;
     print_startup(&m, dir);
@@ -2246,10 +2413,20 @@ static int coli_main(int argc, char **argv) {
 fail:
     fprintf(stderr, "colibri: %s\n", m.err);
 out:
+#ifdef COLI_MPI
+    if (spread && mpi_ready && !ranks.broken) mpi_end(&m);
+    else if (spread && (rc || ranks.broken)) { /* the others wait for this rank, or it for them: end them all */
+        fflush(stderr);
+        rk_abort(rc ? rc : EXIT_INPUT);
+    }
+#endif
     free(rows);
     tok_free(t);
     model_free(&m);
     for (int i = 0; i < o.nmirrors; i++) free(o.mirrors[i]);
+#ifdef COLI_MPI
+    rk_finalize(&ranks);
+#endif
     return rc;
 }
 

@@ -690,32 +690,25 @@ static void fwd_route_trace(coli_model *m, int mk, int S) {
     }
 }
 
-/* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp. Each
+/* The routed experts of MoE layer mk that this process computes (all of
+ * them, or its own under MPI: ranks.h) for the routes sc->route_e of rows
+ * [0, S) of sc->a, each output row into its route's row of sc->yk. Each
  * distinct expert is fetched once and applied to every row that chose it.
  * Experts compute in whatever order their bytes arrive (the GPU tier's
- * first, in batches, then resident ones, then misses as their reads land),
- * each into its own output rows; the weighted
- * sum then runs in increasing expert order, as transformers accumulates,
- * so the result never depends on what was resident. The store is driven by
- * tid 0 alone. Returns 0 or -1 (sh->rc, m->err) on a read error. */
-static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
+ * first, in batches, then resident ones, then misses as their reads
+ * land), each into its own output rows. The store is driven by tid 0
+ * alone. 0 or -1 (sh->rc, m->err) on a read error, on every thread. */
+static int fwd_moe_local(const fwd_t *f, fwd_shared *sh, int mk, int S) {
     coli_model *m = f->m;
     coli_config *c = &m->c;
-    coli_layer *L = &m->L[l];
     coli_scratch *sc = &m->sc;
     xs_store *x = &m->xs;
-    int D = c->dim, K = c->topk, mk = moe_index(c, l), nu = 0;
-    fwd_route(f, L, sc->a, S);
-    if (f->tid == 0 && (m->rep || m->rec) && l < c->n_layers) fwd_route_trace(m, mk, S);
-    if (f->tid == 0) {
+    int K = c->topk, nu = 0;
+    if (f->tid == 0 && !sh->rc) {
         memset(sc->used, 0, (size_t)c->n_experts);
-        for (int i = 0; i < S * K; i++) {
-            sc->used[sc->route_e[i]] = 1;
-            xs_note_use(x, mk, sc->route_e[i]);
-        }
+        for (int i = 0; i < S * K; i++) sc->used[sc->route_e[i]] = 1;
         for (int e = 0; e < c->n_experts; e++)
-            if (sc->used[e]) sc->uniq[nu++] = e;
-        tel_lap(&m->tel, TEL_ROUTER);
+            if (sc->used[e] && rk_mine(m->rk, mk, e)) sc->uniq[nu++] = e;
         if (xs_begin(x, mk, sc->uniq, nu)) sh->rc = model_fail(m, "%s", x->err);
     }
     if (gpu_has_tier(&m->gpu)) { /* the GPU tier's experts first; then sc->rows and the jobs are the CPU loop's */
@@ -738,7 +731,7 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
         }
         fwd_sync(f);
         if (sh->rc) return -1;
-        if (sh->job < 0) break;
+        if (sh->job < 0) return 0;
         const xs_job *jb = xs_job_get(x, sh->job);
         int n = sh->n;
         int64_t a, b;
@@ -755,9 +748,41 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
             tel_lap(&m->tel, TEL_EXPERT_MM);
         }
     }
+}
+
+/* MoE (docs/model.md §6) of layer l on normed rows sc->a → sc->tmp: the
+ * routed experts (fwd_moe_local; under MPI the other ranks compute theirs
+ * meanwhile and their rows join sc->yk after), then the weighted sum in
+ * increasing expert order, as transformers accumulates, so the result
+ * never depends on what was resident or on which rank computed what.
+ * Returns 0 or -1 (sh->rc, m->err) on a read error. */
+static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
+    coli_model *m = f->m;
+    coli_config *c = &m->c;
+    coli_layer *L = &m->L[l];
+    coli_scratch *sc = &m->sc;
+    int D = c->dim, K = c->topk, mk = moe_index(c, l);
+    fwd_route(f, L, sc->a, S);
+    if (f->tid == 0 && (m->rep || m->rec) && l < c->n_layers) fwd_route_trace(m, mk, S);
+    if (f->tid == 0) {
+        for (int i = 0; i < S * K; i++) xs_note_use(&m->xs, mk, sc->route_e[i]); /* every route: rank 0 keeps the whole usage history */
+        tel_lap(&m->tel, TEL_ROUTER);
+        if (rk_active(m->rk) && rk_post(m->rk, mk, S, sc->route_e, sc->a, sc->rk_need, m->err, sizeof m->err)) sh->rc = -1;
+    }
+    int rc = fwd_moe_local(f, sh, mk, S);
+    if (rk_active(m->rk)) { /* collected even after a failure here, so that no answer is left in flight */
+        if (f->tid == 0 && m->rk->inflight) {
+            char err[sizeof m->err];
+            if (rk_collect(m->rk, mk, S, sc->route_e, sc->yk, err, sizeof err) && !sh->rc) sh->rc = model_fail(m, "%s", err);
+            tel_lap(&m->tel, TEL_EXPERT_IO);
+        }
+        fwd_sync(f);
+        rc = sh->rc ? -1 : 0;
+    }
+    if (rc) return -1;
     int64_t a, b;
     fwd_share(f, S, &a, &b);
-    for (int64_t s = a; s < b; s++) { /* experts in increasing id: sc->uniq is ascending */
+    for (int64_t s = a; s < b; s++) { /* experts in increasing id */
         float *acc = sc->moe_acc + (size_t)s * D;
         memset(acc, 0, (size_t)D * 4);
         for (int e = 0; e < c->n_experts; e++)
@@ -1080,6 +1105,61 @@ static inline int fwd_rows(coli_model *m, const fwd_row *r, int n, float *out, f
     }
     return 0;
 }
+
+#ifdef COLI_MPI
+/* A follower's part of one MoE message on one thread of the team: its
+ * experts of layer sh->pos (the MoE layer index) for the routes in
+ * sc->route_e of rows [0, S) (fwd_moe_local). */
+static void fwd_follow_worker(void *arg, int tid, int nth) {
+    fwd_shared *sh = (fwd_shared *)arg;
+    fwd_t f = {sh->m, tid, nth};
+    fwd_moe_local(&f, sh, sh->pos, sh->S);
+}
+
+/* An MPI follower rank (ranks.h) until rank 0 says stop: each message's
+ * routes and normed rows in, its experts' output rows (in route order)
+ * out. A read failure is answered with its message, and the rank goes on
+ * serving. st counts what it did. 0 at the stop, -1 (m->err) when MPI
+ * fails. */
+static int fwd_follow(coli_model *m, rk_follower_stats *st) {
+    coli_ranks *r = m->rk;
+    coli_scratch *sc = &m->sc;
+    int D = m->c.dim, K = m->c.topk;
+    for (;;) {
+        int k = 0, S = 0, rows = 0, nret = 0;
+        const int *re = NULL;
+        const float *a = NULL;
+        int cmd = rk_next(r, &k, &S, &rows, &re, &a, &st->idle_s, m->err, sizeof m->err);
+        if (cmd < 0) return -1;
+        if (cmd == RK_CMD_STOP) return 0;
+        if (cmd != RK_CMD_MOE) return model_fail(m, "MPI: unknown command %d from rank 0", cmd);
+        int bad = S > sc->max_s;
+        for (int i = 0; !bad && i < S * K; i++) bad = re[i] < 0 || re[i] >= m->c.n_experts;
+        if (bad) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "a MoE message of %d rows (UBATCH here: %d) or with an expert id out of range: start every rank with the same settings", S, sc->max_s);
+            if (rk_answer(r, 1, msg, NULL, 0, m->err, sizeof m->err)) return -1;
+            continue;
+        }
+        memcpy(sc->route_e, re, (size_t)S * K * sizeof(int));
+        int n = rk_rows_for(r, k, r->rank, sc->route_e, S, sc->rk_need, &nret);
+        for (int i = 0; i < n && i < rows; i++) memcpy(sc->a + (size_t)sc->rk_need[i] * D, a + (size_t)i * D, (size_t)D * 4);
+        double t0 = compat_now();
+        fwd_shared sh = {.m = m, .S = S, .pos = k, .job = -1, .nwant = -1};
+        gpu_forward_begin(&m->gpu);
+        team_run(&m->team, fwd_follow_worker, &sh);
+        st->compute_s += compat_now() - t0;
+        if (sh.rc) {
+            if (rk_answer(r, 1, m->err, NULL, 0, m->err, sizeof m->err)) return -1;
+            continue;
+        }
+        for (int i = 0, j = 0; i < S * K; i++) /* this rank's rows to the front of sc->yk, in route order */
+            if (rk_owner(r, k, sc->route_e[i]) == r->rank && j++ != i) memcpy(sc->yk + (size_t)(j - 1) * D, sc->yk + (size_t)i * D, (size_t)D * 4);
+        if (rk_answer(r, 0, NULL, sc->yk, nret, m->err, sizeof m->err)) return -1;
+        st->calls++, st->routes += (uint64_t)nret;
+    }
+}
+#endif
 
 static int argmax(const float *x, int n) {
     int b = 0;

@@ -23,6 +23,7 @@
 #include "kernels.h"
 #include "kvq.h"
 #include "quant.h"
+#include "ranks.h"
 #include "route_trace.h"
 #include "st.h"
 #include "store.h"
@@ -115,6 +116,7 @@ typedef struct {
     int *rtok, *rpos, *rslot;  /* [max_s] each row's token, position and KV slot (fwd_run / fwd_rows fill them) */
     int *wrow;                 /* [max_s] the rows whose logits fwd_rows wants */
     int *pred;                 /* [max_s][pilot_k] predicted experts (router lookahead) */
+    int *rk_need;              /* [max_s] the rows another rank needs (ranks.h) */
     void *block;
 } coli_scratch;
 
@@ -150,6 +152,7 @@ typedef struct {
     int cuda_attn;          /* attention and its latent cache on the GPU when it holds kv_b */
     int kv_bits, kv_index_bits; /* the KV cache's rows (kvq.h): 32 (0 = unset), 8 or 4 */
     int64_t cuda_fault;     /* testing: the Nth GPU matmul fails (0: never) */
+    int experts_only;       /* an MPI follower rank (ranks.h): the routed experts only, no dense weights or KV cache in memory */
 } coli_opts;
 
 /* Resident bytes by part (model_measure). */
@@ -201,6 +204,7 @@ typedef struct {
     uint64_t rss_limit;         /* RSS guard (0 = off) */
     gpu_ctx gpu;                /* what the GPU holds and counts (gpu.h) */
     rt_trace *rec, *rep;        /* routing traces recorded (ROUTE_TRACE) and replayed (ROUTE_REPLAY); NULL = off */
+    coli_ranks *rk;             /* the MPI job the experts are spread over (NULL: this process computes every expert) */
     char err[1024];
 } coli_model;
 
@@ -610,7 +614,7 @@ static inline size_t scratch_layout(const coli_config *c, int max_s, int ctx, in
     I(rows, S * c->topk); F(yk, S * c->topk * c->dim);
     F(hlat, (size_t)c->n_heads * S * c->kv_lora); F(hout, (size_t)nt * S * c->v_head); F(hkv, (size_t)ctx * ((size_t)c->qk_nope + c->v_head));
     I(rtok, S); I(rpos, S); I(rslot, S); I(wrow, S);
-    I(uniq, c->n_experts); MODEL_CARVE(s, used, uint8_t, c->n_experts, base, &off);
+    I(rk_need, S); I(uniq, c->n_experts); MODEL_CARVE(s, used, uint8_t, c->n_experts, base, &off);
     F(cos, (size_t)ctx * half); F(sin, (size_t)ctx * half); F(cat, S * 2 * c->dim); I(pred, S * (size_t)(pilot_k > 0 ? pilot_k : 1));
     MODEL_CARVE(s, thr, float *, nt, base, &off);
     for (int t = 0; t < nt; t++) {
@@ -688,6 +692,7 @@ static inline int model_measure(coli_model *m, const coli_opts *o, model_mem *me
     coli_scratch sc;
     memset(mem, 0, sizeof *mem);
     if (model_weights(m, 0, &mem->dense, NULL)) return -1;
+    if (o->experts_only) mem->dense = 0; /* checked, never loaded */
     int ctx = model_ctx(c, o), nt = o->threads > 0 ? o->threads : coli_nthreads(), pk = o->pilot_k > 0 ? o->pilot_k : c->topk;
     mem->kv = kv_layout(c, c->n_layers + m->mtp, ctx, m->nslots, o->kv_bits, o->kv_index_bits, &kv, NULL); /* every slot's */
     mem->work = scratch_layout(c, o->ubatch, ctx, nt, pk, &sc, NULL) + (uint64_t)xs_staging_bytes(&m->xs) * (uint64_t)nt +
@@ -950,7 +955,7 @@ static inline int model_gpu_setup(coli_model *m, const coli_opts *o) {
     int rc = gpu_open(g, o->cuda, o->cuda_device, o->cuda_fault, m->mm.idot, m->err, sizeof m->err);
     if (rc <= 0) return rc;
     if (gpu_dense_begin(g, m->nspecs, m->mm.max_cols)) return model_fail(m, "out of memory");
-    for (int i = 0; i < m->nspecs; i++) {
+    for (int i = 0; i < m->nspecs && !o->experts_only; i++) {
         const w_spec *sp = &m->specs[i];
         if (sp->kind != W_ARR && sp->mat && sp->mat != &m->embed) gpu_dense_add(g, sp->mat);
     }
@@ -992,7 +997,7 @@ static inline int model_setup(coli_model *m, const coli_opts *o, const uint64_t 
     if (mm_init(&m->mm, o->simd, o->idot, o->ubatch, cols, m->nth, err, sizeof err)) return model_fail(m, "SIMD: %s", err);
     if (team_start(&m->team, m->nth)) fprintf(stderr, "colibri: could only start %d of %d compute threads\n", m->team.n, m->nth);
     uint64_t loaded;
-    if (model_weights(m, 1, &loaded, NULL) || model_alloc_state(m, o) || model_io_open(m, o) || model_gpu_setup(m, o)) return -1;
+    if ((!o->experts_only && model_weights(m, 1, &loaded, NULL)) || model_alloc_state(m, o) || model_io_open(m, o) || model_gpu_setup(m, o)) return -1;
     if (m->mtp && (m->mtp_eh.fmt == QT_I4 || m->mtp_eh.fmt == QT_I2))
         fprintf(stderr, "colibri: WARNING: the MTP layer's eh_proj is stored at %d bits with one scale per row: its embedding half is 20-30x "
                         "smaller than its hidden half and rounds to zero, so drafts will rarely be accepted (convert with --mtp-bits 8, or 4 "
