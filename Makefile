@@ -358,7 +358,8 @@ sanitize:
 # options, e.g. make bench BENCH_ARGS="--quick" or "--only iopaths".
 BENCH_BINS := $(addprefix build/rel/,$(BENCH_C))
 
-bench: colibri colibri-synth $(BENCH_BINS) $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/rel-cuda/colibri build/rel-cuda/bench_cuda))
+bench: colibri colibri-synth $(BENCH_BINS) $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/rel-cuda/colibri build/rel-cuda/bench_cuda)) \
+       $(if $(filter 0,$(MPI)),,$(if $(and $(MPICC),$(MPIRUN)),build/rel-mpi/colibri))
 	$(PYTHON) bench/run.py $(BENCH_ARGS)
 
 llamacpp:

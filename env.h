@@ -198,8 +198,8 @@ typedef struct {
         "Directories (comma-separated) holding byte-identical copies of some or all shards on other drives; expert reads are spread over them.") \
     STR(COLI_DISK_WEIGHTS, NULL, \
         "Read shares of the primary and each mirror, e.g. 3,1; unset = measured at startup.") \
-    FLOAT(MPI_TIMEOUT, "60", 0.1, 86400, \
-        "MPI builds (make MPI=1): the longest rank 0 waits for another rank's experts within a forward, in seconds; then the job ends naming that rank.") \
+    FLOAT(MPI_TIMEOUT, "60", 0, 86400, \
+        "MPI builds (make MPI=1): the longest rank 0 waits for another rank's experts within a forward, in seconds, before the job ends naming that rank; 0 = no limit.") \
     INT(COLI_IO_FAULT, "0", 0, 1000000000, \
         "Testing: the Nth expert read fails with EIO; 0 = off.") \
     INT(COLI_CUDA_FAULT, "0", 0, 1000000000, \

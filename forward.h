@@ -801,6 +801,16 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
     return 0;
 }
 
+/* The predictions pred[0..n) of MoE layer mk that this process computes
+ * (under MPI, another rank's experts are that rank's to read), moved to
+ * the front; returns their count. */
+static int fwd_pred_mine(const coli_model *m, int mk, int *pred, int n) {
+    int j = 0;
+    for (int i = 0; i < n; i++)
+        if (pred[i] >= 0 && rk_mine(m->rk, mk, pred[i])) pred[j++] = pred[i];
+    return rk_active(m->rk) ? j : n;
+}
+
 /* Router lookahead: after layer l's attention, the next MoE layer's router
  * runs on the current residual (normed with that layer's weights) and its
  * top pilot_k experts per row are prefetched (PILOT_REAL) or hinted to the
@@ -826,7 +836,7 @@ static void fwd_pilot(const fwd_t *f, int l, int S) {
                     rt_at(m->rec, m->rec->rows + (uint64_t)s, (uint32_t)mk)[m->rec->topk + k] = e >= 0 ? (uint16_t)e : (uint16_t)RT_NONE;
             }
         }
-        xs_prefetch(&m->xs, mk, sc->pred, n, m->pilot_real);
+        xs_prefetch(&m->xs, mk, sc->pred, fwd_pred_mine(m, mk, sc->pred, n), m->pilot_real);
         return;
     }
     fwd_rmsnorm_rows(f, sc->xs, sc->x, N->post_norm, S, D, c->rms_eps);
@@ -851,7 +861,7 @@ static void fwd_pilot(const fwd_t *f, int l, int S) {
             for (int k = 0; k < m->pilot_k; k++) p[k] = (uint16_t)sc->pred[n - m->pilot_k + k];
         }
     }
-    xs_prefetch(&m->xs, mk, sc->pred, n, m->pilot_real);
+    xs_prefetch(&m->xs, mk, sc->pred, fwd_pred_mine(m, mk, sc->pred, n), m->pilot_real);
 }
 
 /* Decoder layer l (attention, then the MoE or dense MLP, each with its

@@ -49,7 +49,7 @@ typedef struct {
     int rank, size;         /* 0 and 1 when not under MPI */
     int layers, E, K, D;    /* MoE layers (the store's), experts, top-k, hidden size */
     uint8_t *owner;         /* [layers][E]: the rank that computes each expert */
-    double timeout_s;       /* longest wait for another rank */
+    double timeout_s;       /* longest wait for another rank (0: no limit) */
     /* rank 0's buffers, per follower: what it sends and what comes back */
     uint8_t **sbuf, **rbuf;
     size_t *scap, *rcap;
@@ -255,8 +255,8 @@ static inline int rk_wait_(coli_ranks *r, MPI_Request *req, int cnt, int *late, 
             if (!done && pending < 0) pending = i;
         }
         if (pending < 0) return 0;
-        if (compat_now() - t0 > r->timeout_s) return *late = pending, 1;
-        if (spin > 200) rk_nap_(spin > 2000 ? 500 : 20); /* about 0.1 ms spinning first: a decode layer's answer */
+        if (r->timeout_s > 0 && compat_now() - t0 > r->timeout_s) return *late = pending, 1;
+        if (spin > 200) rk_nap_(spin > 2000 ? 100 : 20); /* spinning first (a decode layer's answer), then naps of at most 0.1 ms: the delay a wait adds */
     }
 }
 
@@ -283,7 +283,9 @@ static inline int rk_post(coli_ranks *r, int k, int S, const int *route_e, const
             char what[64];
             r->broken = 1;
             snprintf(what, sizeof what, "sending MoE layer %d to rank %d", k, f);
-            return rk_mpi_fail_(err, n, what, rc);
+            rk_mpi_fail_(err, n, what, rc);
+            if (r->fatal) r->fatal(err);
+            return -1;
         }
         r->bytes_out += sb;
     }
@@ -337,7 +339,7 @@ static inline int rk_next(coli_ranks *r, int *k, int *S, int *rows, const int **
     double t0 = compat_now();
     for (int spin = 0; !flag; spin++) {
         if ((rc = MPI_Iprobe(0, 1, MPI_COMM_WORLD, &flag, &st)) != MPI_SUCCESS) return rk_mpi_fail_(err, n, "waiting for rank 0", rc);
-        if (!flag && spin > 200) rk_nap_(spin > 2000 ? 500 : 20);
+        if (!flag && spin > 200) rk_nap_(spin > 2000 ? 100 : 20);
     }
     *idle += compat_now() - t0;
     MPI_Get_count(&st, MPI_BYTE, &len);

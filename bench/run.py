@@ -1680,6 +1680,107 @@ class Bench:
             self.say("  KV_BITS=%s: %.3f ns/key over %d keys, %.2f GB/s read, %.2fx the f32 cache's speed" % (bits, ns, n, gbs, 1 / rel if rel else 0))
         self.R["kvcache"] = rows
 
+    def mpi(self):
+        """Routed experts over MPI ranks (docs/mpi.md) on this host, the TCP
+        transport forced: the medium model with every rank's memory limited
+        (its own memory cgroup and RAM_GB: the dense part, the working set
+        and about 40% of the experts), so the experts fit in 3 ranks' memory
+        together but not in one. Decode tok/s of 2, 3 and 4 ranks against
+        the single process under one rank's limit, interleaved, each run
+        with its page cache dropped and its experts pinned from a usage
+        history recorded once; the bytes a forward row moved against the
+        plan. Added loopback latency (tc netem) where the kernel has it."""
+        mpirun, binary = shutil.which("mpirun"), os.path.join(ROOT, "build", "rel-mpi", "colibri")
+        if not mpirun or not os.path.exists(binary):
+            self.say("mpi: skipped (%s)" % ("no mpirun" if not mpirun else "build/rel-mpi/colibri not built: make bench builds it where mpicc is"))
+            self.R["mpi"] = {"skipped": True}
+            return
+        name = "medium"
+        d = self.ensure_model(name)
+        f = self.R["models"][name]
+        ram = float("%.1f" % (((f["dense_bytes"] + 0.35e9) / 0.95 + 0.40 * f["expert_bytes_total"]) / 1e9 + 0.05))
+        lim = (ram + 0.5) * 1e9 if self.memcg else None
+        base = {"RAM_GB": str(ram), "PIN": "1", "USAGE_SAVE": "0", "THREADS": str(max(1, (os.cpu_count() or 2) // 2)),
+                "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        usage = os.path.join(d, ".coli_usage")
+        if not os.path.exists(usage):  # the history every rank count pins from: one sampled run
+            self.run("mpi-history", [self.colibri, d], {"USAGE_SAVE": "1", "PIN": "0", "TEMP": "1", "NGEN": "64", "CHAT_TEMPLATE": "0",
+                                                       "PROMPT": self.prompt(d, 64)}, timeout=3600)
+        netem = subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "100us"], capture_output=True, text=True) \
+            if shutil.which("tc") else None
+        if netem is not None and netem.returncode == 0:
+            subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+        why_no_netem = "no tc" if netem is None else (netem.stderr.strip() or "tc failed") if netem.returncode else None
+        delays = [0] + ([100, 500] if not why_no_netem else [])
+        n, P, G = max(1, self.a.repeats), 32, (16 if self.a.quick else 32)
+        ranks = (1, 2, 3, 4)
+        self.say("MPI: %s, RAM_GB=%s and a %s memory cgroup per rank, %d+%d tokens, ranks %s, %d interleaved repeats; added latency %s" % (
+            name, ram, "%.1f GB" % (lim / 1e9) if lim else "no", P, G, ranks, n,
+            ", ".join("%d us" % x for x in delays) if not why_no_netem else "none (netem: %s)" % why_no_netem))
+        res = {}
+        for i in range(n):
+            for delay in delays:
+                if delay:
+                    subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "%dus" % delay], capture_output=True)
+                try:
+                    for k in ranks:
+                        r = self.mpi_run("mpi-%d-%dus-%d" % (k, delay, i), mpirun, binary, d, k, dict(base), P, G, lim)
+                        res.setdefault((k, delay), []).append(r)
+                        self.say("  %d rank%s, +%d us: decode %s tok/s, hit %s%%, %s MB/tok from disk%s" % (
+                            k, "s" if k > 1 else "", delay, r.get("decode_tps"), r.get("hit"), r.get("mb_per_tok"),
+                            ", %s KB a row moved (plan %s KB), rank 0 waited %s ms a row" % (r.get("net_kb_row"), r.get("plan_kb_row"), r.get("wait_ms_row"))
+                            if k > 1 else ""))
+                finally:
+                    if delay:
+                        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+        one = median([r.get("decode_tps") for r in res.get((1, 0), []) if not r.get("failed")])
+        rows = []
+        for (k, delay), rs in sorted(res.items()):
+            ok = [r for r in rs if not r.get("failed")]
+            v = median([r.get("decode_tps") for r in ok])
+            row = {"ranks": k, "delay_us": delay, "n": len(ok), "decode_tps": v, "min": min([r["decode_tps"] for r in ok], default=None),
+                   "max": max([r["decode_tps"] for r in ok], default=None), "hit": median([r.get("hit") for r in ok]),
+                   "mb_per_tok": median([r.get("mb_per_tok") for r in ok]), "net_kb_row": median([r.get("net_kb_row") for r in ok]),
+                   "plan_kb_row": median([r.get("plan_kb_row") for r in ok]), "wait_ms_row": median([r.get("wait_ms_row") for r in ok]),
+                   "logs": [r["log"] for r in rs]}
+            rows.append(row)
+            if k > 1:
+                self.R["workloads"].append({"id": "mpi.%dranks.%dus" % (k, delay), "engine": "colibri", "model": name, "unit": "tok/s", "n": len(ok),
+                                            "value": v, "min": row["min"], "max": row["max"],
+                                            "what": "decode tok/s, experts over %d MPI ranks on this host (TCP, +%d us loopback), each rank "
+                                                    "RAM_GB=%s in its own memory cgroup, experts pinned from the usage history" % (k, delay, ram),
+                                            "limit_name": "one process under one rank's memory limit", "limit": one,
+                                            "ratio": round(v / one, 2) if v and one else None})
+        self.R["mpi"] = {"ram_gb": ram, "memcg_bytes": lim, "netem": why_no_netem or "available", "rows": rows}
+
+    def mpi_run(self, label, mpirun, binary, d, k, env, P, G, lim):
+        """One run of k ranks (k = 1: the single process), each rank in its
+        own memory cgroup of lim bytes; its parsed record."""
+        env.update({"SEED": "1", "TEMP": "0", "CHAT_TEMPLATE": "0", "NGEN": str(G), "PROMPT": self.prompt(d, P)})
+        cached = self.drop_cache(self.shards(d))
+        cgs = [self.cg_make(lim) if lim else None for _ in range(k)]
+        try:
+            if k == 1:
+                out, err, rc, wall, rss, lp = self.run(label, [self.colibri, d], env, timeout=3600, cgroup=cgs[0], check=False)
+            else:
+                cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "tcp,self"]
+                for j, cg in enumerate(cgs):
+                    join = ("echo $$ > %s/cgroup.procs && " % cg) if cg else ""
+                    cmd += ([":"] if j else []) + ["-np", "1", "sh", "-c", join + 'exec "$0" "$1"', binary, d]
+                out, err, rc, wall, rss, lp = self.run(label, cmd, env, timeout=3600, check=False)
+        finally:
+            for cg in cgs:
+                self.cg_done(cg)
+        r = parse_colibri(err)
+        m = re.search(r"MPI: \d+ ranks, \d+ forward rows: ([\d.]+ [KMG]?B) a row moved \(plan ([\d.]+ [KMG]?B)\), rank 0 waited ([\d.]+) ms", err)
+        if m:
+            r.update(net_kb_row=round(fmt_bytes_gb(m.group(1)) / 1e3, 1), plan_kb_row=round(fmt_bytes_gb(m.group(2)) / 1e3, 1), wait_ms_row=float(m.group(3)))
+        r.update(label=label, rc=rc, wall_s=round(wall, 3), log=lp, cache_left_after_drop=cached)
+        if rc != 0 or "decode_tps" not in r:
+            self.say("  %s: failed (exit %s), see %s" % (label, rc, lp))
+            r["failed"] = True
+        return r
+
     def quality(self):
         """What load-time formats and speculation are worth on a model that
         learned (tests/fixtures/trained-glm5, docs/training.md): the f32 run
@@ -2076,7 +2177,7 @@ class Bench:
         self.machine()
         self.memcg_setup()
         steps = [("limits", self.limits), ("resident", self.resident), ("streaming", self.streaming), ("history", self.history),
-                 ("iopaths", self.iopaths), ("replay", self.replay), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("kvcache", self.kvcache), ("quality", self.quality), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
+                 ("iopaths", self.iopaths), ("replay", self.replay), ("spec", self.spec), ("serve", self.serve), ("batch", self.batch), ("grammar", self.grammar), ("kvcache", self.kvcache), ("mpi", self.mpi), ("quality", self.quality), ("cuda", self.cuda), ("tokenizer", self.tokenizer), ("convert", self.convert), ("llamacpp", self.llamacpp)]
         timing = {}
         for name, fn in steps:
             if name != "limits" and not self.section_on(name):

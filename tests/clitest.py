@@ -3,9 +3,11 @@ test ($COLIBRI), a clean environment for it, the fixtures, small file
 helpers."""
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
+import time
 
 BIN = os.environ.get("COLIBRI", "./colibri")
 FIXTURES = "tests/fixtures"
@@ -34,6 +36,19 @@ def run(model, env=None, args=None, timeout=120):
     """(exit status, stdout, stderr) of colibri on model (or on args)."""
     p = subprocess.run([BIN] + (args if args is not None else [model]), env=env_base(env), capture_output=True, timeout=timeout)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def serve_port(p, log, timeout=60):
+    """The port a starting `colibri --serve` process p says it listens on,
+    from its stderr so far (log()); None when it exits first or timeout
+    seconds pass."""
+    t0 = time.time()
+    while time.time() - t0 < timeout and p.poll() is None:
+        m = re.search(r"on http://[^:]+:(\d+) ", log())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.05)
+    return None
 
 
 def read_st(path):

@@ -19,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import BIN, FIXTURES, ORACLES, copy_fixture, env_base, run  # noqa: E402
+from clitest import BIN, FIXTURES, ORACLES, copy_fixture, env_base, run, serve_port  # noqa: E402
 
 MPI_BIN = os.environ.get("COLIBRI_MPI", "build/mpi/colibri")
 MPIRUN = shutil.which("mpirun")
@@ -146,14 +146,7 @@ class Job:
     def __init__(self, cmd, env):
         self.logf = tempfile.TemporaryFile()
         self.p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=self.logf, start_new_session=True)
-        self.port = None
-        t0 = time.time()
-        while time.time() - t0 < 60 and self.p.poll() is None:
-            m = re.search(r"on http://[^:]+:(\d+) ", self.log())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.05)
+        self.port = serve_port(self.p, self.log)
         if self.port is None and "cannot serve HTTP" in self.log():
             self.stop()
             raise unittest.SkipTest("mhd: serve mode is not built in (no libmicrohttpd)")

@@ -25,7 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import BIN, env_base, run  # noqa: E402
+from clitest import BIN, env_base, run, serve_port  # noqa: E402
 
 MODEL = "tests/fixtures/tiny-glm5"
 SYSTEM = "You are terse."
@@ -56,14 +56,7 @@ class Server:
         e = {"COLI_PORT": "0", "CTX": "4096", "SERVE_TIMEOUT": "2"}
         e.update(env or {})
         self.p = subprocess.Popen([BIN, "--serve", model], env=env_base(e), stdout=subprocess.DEVNULL, stderr=self.logf)
-        self.port = None
-        t0 = time.time()
-        while time.time() - t0 < 60 and self.p.poll() is None:
-            m = re.search(r"on http://[^:]+:(\d+) ", self.log())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.05)
+        self.port = serve_port(self.p, self.log)
 
     def log(self):
         if self.logf.closed:
