@@ -402,8 +402,8 @@ class Bench:
         if not self.memcg:
             return None
         kind, base = self.memcg
-        self.nlog += 0
-        p = os.path.join(base, "colibri-bench-%d-%d" % (os.getpid(), int(time.time() * 1000) % 10 ** 9))
+        self.ncg = getattr(self, "ncg", 0) + 1  # several at once (one per MPI rank)
+        p = os.path.join(base, "colibri-bench-%d-%d-%d" % (os.getpid(), int(time.time() * 1000) % 10 ** 9, self.ncg))
         os.mkdir(p)
         with open(os.path.join(p, "memory.max" if kind == "v2" else "memory.limit_in_bytes"), "w") as f:
             f.write(str(int(limit_bytes)))
@@ -1700,7 +1700,7 @@ class Bench:
         f = self.R["models"][name]
         ram = float("%.1f" % (((f["dense_bytes"] + 0.35e9) / 0.95 + 0.40 * f["expert_bytes_total"]) / 1e9 + 0.05))
         lim = (ram + 0.5) * 1e9 if self.memcg else None
-        base = {"RAM_GB": str(ram), "PIN": "1", "USAGE_SAVE": "0", "THREADS": str(max(1, (os.cpu_count() or 2) // 2)),
+        base = {"RAM_GB": str(ram), "PIN": "auto", "USAGE_SAVE": "0", "THREADS": str(max(1, (os.cpu_count() or 2) // 2)),
                 "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
         usage = os.path.join(d, ".coli_usage")
         if not os.path.exists(usage):  # the history every rank count pins from: one sampled run
