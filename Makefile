@@ -257,6 +257,9 @@ build/arm-clang/qemu/%: tests/qemu_arm.sh
 # The MPI builds: make test's and make MPI=1's (mpicc wraps this CC).
 $(eval $(call flavour,build/mpi,$(TESTFLAGS) -DCOLI_MPI,$(LIBS) $(OPTLIBS),build/test,$(MPICC)))
 $(eval $(call flavour,build/rel-mpi,$(RELFLAGS) -DCOLI_MPI,$(LIBS) $(OPTLIBS),build/rel,$(MPICC)))
+# ThreadSanitizer over the ranks (make sanitize): rank 0's MPI calls on
+# thread 0 of the team while the others compute, the followers' loop.
+$(eval $(call flavour,build/tsan-mpi,$(TSANFLAGS) -DCOLI_MPI,$(LIBS) $(OPTLIBS),build/tsan,$(MPICC)))
 
 # The CUDA builds: make test's (test flags) and make CUDA=1's.
 $(eval $(call flavour,build/cuda,$(TESTFLAGS) -DCOLI_HAVE_CUDA,build/cuda/libcolicuda.a $(CUDA_LIBS) $(LIBS) $(OPTLIBS),build/test))
@@ -317,6 +320,7 @@ TEST_BINS = $(patsubst tests/%.c,$(1)/%,$(TEST_SRCS)) $(1)/colibri $(1)/colibri-
 
 CUDA_TEST_BINS := $(if $(filter 0,$(CUDA)),,$(if $(NVCC),build/cuda/colibri build/cuda/test_cuda build/cuda/test_batch))
 MPI_TEST_BINS := $(if $(filter 0,$(MPI)),,$(if $(and $(MPICC),$(MPIRUN)),build/mpi/colibri))
+MPI_SAN_BINS := $(if $(filter 0,$(MPI)),,$(if $(and $(MPICC),$(MPIRUN)),build/tsan-mpi/colibri))
 # the aarch64 build where the cross compiler and qemu are (tests/run_arm.sh
 # builds it too, and says SKIP aarch64 where they are not)
 ARM_QEMU ?= qemu-aarch64
@@ -334,7 +338,7 @@ arm-build: $(call TEST_BINS,build/arm) $(addprefix build/arm/qemu/,$(ARM_WRAPPED
 build/arm/qemu/%: tests/qemu_arm.sh
 	@mkdir -p $(@D)
 	ln -sf ../../../tests/qemu_arm.sh $@
-sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine build/tsan/test_fronts build/tsan-cuda-host/colibri
+sanitize-build: $(call TEST_BINS,build/asan) build/tsan/colibri build/tsan/colibri-synth build/tsan/test_team build/tsan/test_io build/tsan/test_store build/tsan/test_engine build/tsan/test_fronts build/tsan-cuda-host/colibri $(MPI_SAN_BINS)
 
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) test-build

@@ -266,6 +266,12 @@ def parts_for(build, sanitize, tsan):
                         [sys.executable, "tests/test_cli.py", "-v", "Cuda.test_the_expert_tier_fills_as_experts_run",
                          "Cuda.test_a_failing_gpu_call_falls_back_to_the_cpu", "Cuda.test_attention_on_the_gpu"],
                         {"COLIBRI": "build/tsan-cuda-host/colibri", "COLI_EXPECT_GPU": "1"}))
+        if os.path.exists(os.path.join(ROOT, "build/tsan-mpi/colibri")):  # make sanitize builds it where mpicc and mpirun are
+            out.append(Part("tests/test_mpi.py (rank 0's messages on the team's thread 0 while the others compute; the followers)",
+                            [sys.executable, "tests/test_mpi.py", "-v", "Tokens.test_tokens_equal_one_process_for_one_to_four_ranks", "Serve"],
+                            dict(colibri, COLIBRI_MPI="build/tsan-mpi/colibri")))
+        else:
+            out.append(Part("tests/test_mpi.py under TSan", [sys.executable, "-c", "print('SKIP mpi: no mpicc or mpirun, so no build/tsan-mpi')"]))
         for p in out:  # the end-to-end parts and test_engine: 20-110 s each under TSan, the C tests a few
             p.long = p.cmd[0] == sys.executable or p.cmd[0].endswith("test_engine")
         return out

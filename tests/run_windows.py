@@ -241,7 +241,8 @@ def part_tokens(linux):
                 check(rc == 0 and want, "Linux %s %s: %s" % (name, env, err[-300:]))
                 rc, wout, werr = run([WB + "/colibri.exe", d], dict(env, TEMPERATURE=temp))
                 check(rc == 0 and tokens(werr) == want and wout == out,
-                      "%s SIMD=%s IDOT=%s TEMP=%s: Windows tokens %s, Linux %s" % (name, simd, idot, temp, tokens(werr), want))
+                      "%s SIMD=%s IDOT=%s TEMP=%s: Windows tokens %s (exit %s; stderr ends %r), Linux %s" % (
+                          name, simd, idot, temp, tokens(werr), rc, werr[-400:], want))
                 n += 1
     print("run_windows: %d generations token-identical to the Linux x86-64 build (%d fixtures; scalar level with IDOT off, best level "
           "with IDOT on; greedy and seeded sampling)" % (n, len(ORACLES)), flush=True)

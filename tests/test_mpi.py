@@ -57,6 +57,8 @@ def mpi_env(extra=None):
     for k in ("HOME", "TMPDIR"):
         if k in os.environ:
             e[k] = os.environ[k]
+    if "tsan" in MPI_BIN:  # Open MPI's own threads, which TSan cannot see into (tests/tsan_mpi.supp)
+        e["TSAN_OPTIONS"] = "halt_on_error=1:exitcode=66:suppressions=" + os.path.abspath("tests/tsan_mpi.supp")
     e.update(extra or {})
     return env_base(e)
 
