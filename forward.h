@@ -765,7 +765,9 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
     fwd_route(f, L, sc->a, S);
     if (f->tid == 0 && (m->rep || m->rec) && l < c->n_layers) fwd_route_trace(m, mk, S);
     if (f->tid == 0) {
-        for (int i = 0; i < S * K; i++) xs_note_use(&m->xs, mk, sc->route_e[i]); /* every route: rank 0 keeps the whole usage history */
+        for (int i = 0; i < S * K; i++) /* every route counted: rank 0 keeps the whole usage history; only its own heat */
+            if (rk_mine(m->rk, mk, sc->route_e[i])) xs_note_use(&m->xs, mk, sc->route_e[i]);
+            else xs_note_route(&m->xs, mk, sc->route_e[i]);
         tel_lap(&m->tel, TEL_ROUTER);
         if (rk_active(m->rk) && rk_post(m->rk, mk, S, sc->route_e, sc->a, sc->rk_need, m->err, sizeof m->err)) sh->rc = -1;
     }

@@ -847,6 +847,11 @@ static inline void xs_note_use(xs_store *x, int k, int e) {
     x->last[i] = x->tick;
 }
 
+/* Notes that the router chose expert e of layer k for another process to
+ * compute (MPI, ranks.h): the usage history counts it; the heat that
+ * re-pinning and eviction read does not. */
+static inline void xs_note_route(xs_store *x, int k, int e) { x->count[(size_t)k * x->n_experts + e]++; }
+
 /* This run's routing counts, [n_layers][n_experts]. */
 static inline const uint64_t *xs_counts(const xs_store *x) { return x->count; }
 

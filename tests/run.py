@@ -267,8 +267,8 @@ def parts_for(build, sanitize, tsan):
                          "Cuda.test_a_failing_gpu_call_falls_back_to_the_cpu", "Cuda.test_attention_on_the_gpu"],
                         {"COLIBRI": "build/tsan-cuda-host/colibri", "COLI_EXPECT_GPU": "1"}))
         if os.path.exists(os.path.join(ROOT, "build/tsan-mpi/colibri")):  # make sanitize builds it where mpicc and mpirun are
-            out.append(Part("tests/test_mpi.py (rank 0's messages on the team's thread 0 while the others compute; the followers)",
-                            [sys.executable, "tests/test_mpi.py", "-v", "Tokens.test_tokens_equal_one_process_for_one_to_four_ranks", "Serve"],
+            out.append(Part("tests/test_mpi.py (3 ranks serving and generating: rank 0's messages on the team's thread 0 while the others compute)",
+                            [sys.executable, "tests/test_mpi.py", "-v", "Serve", "Tokens.test_rank_zero_keeps_the_whole_usage_history"],
                             dict(colibri, COLIBRI_MPI="build/tsan-mpi/colibri")))
         else:
             out.append(Part("tests/test_mpi.py under TSan", [sys.executable, "-c", "print('SKIP mpi: no mpicc or mpirun, so no build/tsan-mpi')"]))

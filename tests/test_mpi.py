@@ -106,6 +106,7 @@ class Tokens(Base):
         {"TEMP": "0.8", "SEED": "11", "DRAFT": "0", "UBATCH": "3"},  # prefill in chunks of 3 rows
         {"TEMP": "0", "DRAFT": "0", "EXPERT_BITS": "4", "GROUP_SIZE": "32"},  # the integer path
         {"TEMP": "0", "DRAFT": "2", "PIN": "0"},  # no usage history: experts placed in id order
+        {"TEMP": "0", "DRAFT": "0", "REPIN": "3"},  # re-pinning by each rank's own heat between tokens
     )
 
     def test_tokens_equal_one_process_for_one_to_four_ranks(self):
