@@ -2233,21 +2233,22 @@ static int mpi_prepare(coli_model *m, coli_opts *o, const char *dir, uint64_t *r
 static int mpi_report_plan(coli_model *m, int have) {
     coli_ranks *r = &ranks;
     const xs_store *x = &m->xs;
-    double own = 0, bytes = 0, v[5], *all = (double *)calloc(5 * (size_t)r->size, sizeof(double));
+    double own = 0, bytes = 0, v[5], *all = (double *)calloc(5 * (size_t)r->size, sizeof(double)); /* [size][5] */
     if (!all) return model_fail(m, "out of memory");
     for (int k = 0; k < r->layers; k++)
         for (int e = 0; e < r->E; e++)
             if (rk_mine(r, k, e)) own++, bytes += (double)xs_expert_bytes(x, k);
     v[0] = own, v[1] = bytes, v[2] = (double)xs_pinned_bytes(x), v[3] = (double)m->plan.lru_bytes, v[4] = (double)m->budget;
-    int rc = 0;
-    for (int i = 0; i < 5 && !rc; i++) rc = rk_gather(r, v[i], all + (size_t)i * r->size, m->err, sizeof m->err);
+    int rc = rk_gather(v, 5, all, m->err, sizeof m->err);
     if (!rc && r->rank == 0) {
         char b[4][32];
         fprintf(stderr, "colibri: MPI: %d ranks; rank 0 runs the dense part, attention and sampling; experts placed %s\n", r->size,
                 have ? "by rank 0's usage history (most used dealt round in snake order)" : "in id order (no usage history)");
-        for (int f = 0; f < r->size; f++)
-            fprintf(stderr, "colibri: MPI: rank %d: %.0f experts (%s), pinned %s, LRU up to %s, budget %s\n", f, all[f], fmt_bytes(b[0], 32, all[r->size + f]),
-                    fmt_bytes(b[1], 32, all[2 * r->size + f]), fmt_bytes(b[2], 32, all[3 * r->size + f]), fmt_bytes(b[3], 32, all[4 * r->size + f]));
+        for (int f = 0; f < r->size; f++) {
+            const double *a = all + 5 * (size_t)f;
+            fprintf(stderr, "colibri: MPI: rank %d: %.0f experts (%s), pinned %s, LRU up to %s, budget %s\n", f, a[0], fmt_bytes(b[0], 32, a[1]),
+                    fmt_bytes(b[1], 32, a[2]), fmt_bytes(b[2], 32, a[3]), fmt_bytes(b[3], 32, a[4]));
+        }
         fprintf(stderr, "colibri: MPI: a forward row moves about %s between the ranks (plan)\n", fmt_bytes(b[0], 32, r->plan_bytes_row));
     }
     free(all);

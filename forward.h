@@ -807,10 +807,11 @@ static int fwd_moe(const fwd_t *f, fwd_shared *sh, int l, int S) {
  * (under MPI, another rank's experts are that rank's to read), moved to
  * the front; returns their count. */
 static int fwd_pred_mine(const coli_model *m, int mk, int *pred, int n) {
+    if (!rk_active(m->rk)) return n;
     int j = 0;
     for (int i = 0; i < n; i++)
         if (pred[i] >= 0 && rk_mine(m->rk, mk, pred[i])) pred[j++] = pred[i];
-    return rk_active(m->rk) ? j : n;
+    return j;
 }
 
 /* Router lookahead: after layer l's attention, the next MoE layer's router
@@ -1147,15 +1148,18 @@ static int fwd_follow(coli_model *m, rk_follower_stats *st) {
         if (cmd != RK_CMD_MOE) return model_fail(m, "MPI: unknown command %d from rank 0", cmd);
         int bad = S > sc->max_s;
         for (int i = 0; !bad && i < S * K; i++) bad = re[i] < 0 || re[i] >= m->c.n_experts;
+        if (!bad) {
+            memcpy(sc->route_e, re, (size_t)S * K * sizeof(int));
+            bad = rk_rows_for(r, k, r->rank, sc->route_e, S, sc->rk_need, &nret) != rows;
+        }
         if (bad) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "a MoE message of %d rows (UBATCH here: %d) or with an expert id out of range: start every rank with the same settings", S, sc->max_s);
+            char msg[200];
+            snprintf(msg, sizeof msg, "a MoE message of %d rows (UBATCH here: %d) with an expert id out of range or rows this rank does not own: "
+                                      "start every rank with the same settings", S, sc->max_s);
             if (rk_answer(r, 1, msg, NULL, 0, m->err, sizeof m->err)) return -1;
             continue;
         }
-        memcpy(sc->route_e, re, (size_t)S * K * sizeof(int));
-        int n = rk_rows_for(r, k, r->rank, sc->route_e, S, sc->rk_need, &nret);
-        for (int i = 0; i < n && i < rows; i++) memcpy(sc->a + (size_t)sc->rk_need[i] * D, a + (size_t)i * D, (size_t)D * 4);
+        for (int i = 0; i < rows; i++) memcpy(sc->a + (size_t)sc->rk_need[i] * D, a + (size_t)i * D, (size_t)D * 4);
         double t0 = compat_now();
         fwd_shared sh = {.m = m, .S = S, .pos = k, .job = -1, .nwant = -1};
         gpu_forward_begin(&m->gpu);

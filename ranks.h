@@ -57,9 +57,9 @@ typedef struct {
     int inflight;           /* a layer's messages are out (rk_post .. rk_collect) */
     int broken;             /* a wait timed out or MPI failed: the job can only be aborted */
     void (*fatal)(const char *msg); /* called (when set) with the message once broken: the caller ends the job */
-    /* a follower's receive buffer */
-    uint8_t *fbuf;
-    size_t fcap;
+    /* a follower's receive and answer buffers */
+    uint8_t *fbuf, *abuf;
+    size_t fcap, acap;
     /* rank 0's counters */
     uint64_t bytes_out, bytes_in, calls, rows;
     double wait_s;          /* waiting for followers after its own experts */
@@ -228,10 +228,10 @@ static inline int rk_bcast_u64(uint64_t *v, size_t cnt, char *err, size_t n) {
     return 0;
 }
 
-/* Gathers one double per rank at rank 0 (out[size] there). 0 or -1. */
-static inline int rk_gather(coli_ranks *r, double v, double *out, char *err, size_t n) {
-    (void)r;
-    int rc = MPI_Gather(&v, 1, MPI_DOUBLE, out, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+/* Gathers cnt doubles v[] of every rank at rank 0 (out[size][cnt]
+ * there). 0 or -1. */
+static inline int rk_gather(const double *v, int cnt, double *out, char *err, size_t n) {
+    int rc = MPI_Gather(v, cnt, MPI_DOUBLE, out, cnt, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     return rc == MPI_SUCCESS ? 0 : rk_mpi_fail_(err, n, "gathering the ranks' plans", rc);
 }
 
@@ -360,17 +360,16 @@ static inline int rk_next(coli_ranks *r, int *k, int *S, int *rows, const int **
  * route order), or (status ≠ 0) the error text msg. 0 or -1 (err). */
 static inline int rk_answer(coli_ranks *r, int status, const char *msg, const float *out, int nret, char *err, size_t n) {
     size_t bytes = status ? 8 + strlen(msg) + 1 : 8 + (size_t)nret * r->D * 4;
-    uint8_t *b = (uint8_t *)malloc(bytes);
-    if (!b) return rk_fail_(err, n, "out of memory");
+    if (rk_grow_(&r->abuf, &r->acap, bytes)) return rk_fail_(err, n, "out of memory");
+    uint8_t *b = r->abuf; /* kept: an answer goes out for every layer */
     int32_t h[2] = {status, status ? 0 : nret};
     memcpy(b, h, 8);
     if (status) memcpy(b + 8, msg, strlen(msg) + 1);
     else if (nret) memcpy(b + 8, out, (size_t)nret * r->D * 4);
     MPI_Request q;
     int rc = MPI_Isend(b, (int)bytes, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &q), late;
-    if (rc != MPI_SUCCESS) return free(b), rk_mpi_fail_(err, n, "answering rank 0", rc);
+    if (rc != MPI_SUCCESS) return rk_mpi_fail_(err, n, "answering rank 0", rc);
     int w = rk_wait_(r, &q, 1, &late, err, n);
-    free(b);
     if (w == 1) return rk_fail_(err, n, "MPI: rank 0 did not take an answer within %.0f s (MPI_TIMEOUT)", r->timeout_s);
     return w;
 }
@@ -394,7 +393,7 @@ static inline int rk_stop(coli_ranks *r, const rk_follower_stats *mine, char *er
 static inline void rk_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
 static inline void rk_finalize(coli_ranks *r) {
-    free(r->owner), free(r->fbuf), free(r->nret), free(r->req), free(r->fs), free(r->scap), free(r->rcap);
+    free(r->owner), free(r->fbuf), free(r->abuf), free(r->nret), free(r->req), free(r->fs), free(r->scap), free(r->rcap);
     for (int f = 0; r->sbuf && f < r->size; f++) free(r->sbuf[f]);
     for (int f = 0; r->rbuf && f < r->size; f++) free(r->rbuf[f]);
     free(r->sbuf), free(r->rbuf);
