@@ -1726,8 +1726,8 @@ class Bench:
                     for k in ranks:
                         r = self.mpi_run("mpi-%d-%dus-%d" % (k, delay, i), mpirun, binary, d, k, dict(base), P, G, lim)
                         res.setdefault((k, delay), []).append(r)
-                        self.say("  %d rank%s, +%d us: decode %s tok/s, hit %s%%, %s MB/tok from disk%s" % (
-                            k, "s" if k > 1 else "", delay, r.get("decode_tps"), r.get("hit"), r.get("mb_per_tok"),
+                        self.say("  %d rank%s, +%d us: decode %s tok/s, hit %s%%, %s MB/tok from disk, others took %s CPU-s%s" % (
+                            k, "s" if k > 1 else "", delay, r.get("decode_tps"), r.get("hit"), r.get("mb_per_tok"), r.get("others_cpu_s"),
                             ", %s KB a row moved (plan %s KB), rank 0 waited %s ms a row" % (r.get("net_kb_row"), r.get("plan_kb_row"), r.get("wait_ms_row"))
                             if k > 1 else ""))
                 finally:
@@ -1775,7 +1775,7 @@ class Bench:
         m = re.search(r"MPI: \d+ ranks, \d+ forward rows: ([\d.]+ [KMG]?B) a row moved \(plan ([\d.]+ [KMG]?B)\), rank 0 waited ([\d.]+) ms", err)
         if m:
             r.update(net_kb_row=round(fmt_bytes_gb(m.group(1)) / 1e3, 1), plan_kb_row=round(fmt_bytes_gb(m.group(2)) / 1e3, 1), wait_ms_row=float(m.group(3)))
-        r.update(label=label, rc=rc, wall_s=round(wall, 3), log=lp, cache_left_after_drop=cached)
+        r.update(label=label, rc=rc, wall_s=round(wall, 3), log=lp, cache_left_after_drop=cached, **(self.last_others or {}))
         if rc != 0 or "decode_tps" not in r:
             self.say("  %s: failed (exit %s), see %s" % (label, rc, lp))
             r["failed"] = True
