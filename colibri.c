@@ -620,11 +620,18 @@ static tok *load_tokenizer(const char *dir, char *err, size_t errlen) { return t
  * main model, disk bytes per generated token while decoding (left out when
  * decode_bytes < 0: requests decoded together share their reads). */
 static void print_spec(const char *id, const spec_stats *st, int generated, double decode_bytes) {
-    char mb[64] = "";
+    char mb[64] = "", ks[160] = "", stop[160] = "";
     if (decode_bytes >= 0) snprintf(mb, sizeof mb, ", %.1f MB read per generated token", generated ? decode_bytes / 1e6 / generated : 0.0);
+    int used = 0;
+    for (int k = 0; k <= SPEC_MAX_K; k++) used += st->by_k[k] > 0;
+    for (int k = 0, n = 0; used > 1 && k <= SPEC_MAX_K; k++) /* several draft counts (DRAFT=-1, the guard): how many forwards each */
+        if (st->by_k[k]) n += snprintf(ks + n, sizeof ks - (size_t)n, "%s%d:%ld", n ? " " : ", forwards by drafts ", k, st->by_k[k]);
+    if (st->stop_k) /* DRAFT=-1 stopped drafting (spec.h: for the run at 90%, else for the conversation) */
+        snprintf(stop, sizeof stop, "; drafting stopped: a forward with %d draft%s costs %.2f without, more than %.0f%% acceptance repays%s", st->stop_k,
+                 st->stop_k > 1 ? "s" : "", st->stop_cost, 100 * st->stop_alpha, st->stop_alpha >= SPEC_HIGH_ACCEPT ? " (for the run)" : "");
     fprintf(stderr, "colibri: %s%sspeculation: %ld drafted, %ld accepted (%.1f%%), %.2f tokens per forward (%ld verifying forwards, %ld MTP forwards)%s, "
-            "%ld pauses\n", id ? id : "", id ? ": " : "", st->drafted, st->accepted, tel_pct((double)st->accepted, (double)st->drafted),
-            st->verifies ? (double)(generated > 0 ? generated - 1 : 0) / (double)st->verifies : 0.0, st->verifies, st->mtp_forwards, mb, st->pauses);
+            "%ld pauses%s%s\n", id ? id : "", id ? ": " : "", st->drafted, st->accepted, tel_pct((double)st->accepted, (double)st->drafted),
+            st->verifies ? (double)(generated > 0 ? generated - 1 : 0) / (double)st->verifies : 0.0, st->verifies, st->mtp_forwards, mb, st->pauses, ks, stop);
 }
 
 /* A conversation in this process (session.h) and the run's knobs beside

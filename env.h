@@ -113,7 +113,7 @@ typedef struct {
     BOOL(MTP, "1", \
         "1 = load the checkpoint's MTP layer (when config.json declares one) for speculative decoding; 0 = ignore it.") \
     INT(DRAFT, "-1", -1, 16, \
-        "Tokens the MTP head drafts per verifying forward; -1 = auto (1 to 4, from the measured acceptance); 0 = no speculation. Greedy output is identical for every value.") \
+        "Tokens the MTP head drafts per verifying forward; -1 = auto (0 to 4, from the measured acceptance and forward costs); 0 = no speculation. The output is identical for every value, greedy or sampled.") \
     INT(DRAFT_GUARD_PCT, "10", 0, 100, \
         "Pause drafting when fewer than this percent of a window's drafts are accepted; 0 = never pause.") \
     INT(DRAFT_WINDOW, "24", 1, 1048576, \

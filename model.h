@@ -678,7 +678,7 @@ static inline int model_ctx(const coli_config *c, const coli_opts *o) { return o
  * entries. GLM-5 at UBATCH=512 with its MTP layer: about 48 MB. */
 static inline uint64_t model_seq_bytes(const coli_config *c, int max_s, int mtp) {
     uint64_t V = (uint64_t)c->vocab, D = (uint64_t)c->dim, K = MODEL_SPEC_MAX_K, cap = (uint64_t)max_s + K + 2, b = 3 * V * 4;
-    if (mtp) b += ((K + 1) * V + (K + 1) * D + K * V + 2 * V + D + 2 * cap * D) * 4 + cap * sizeof(int);
+    if (mtp) b += ((K + 1) * V + (K + 1) * D + V + D + 2 * cap * D) * 4 + cap * sizeof(int);
     return b;
 }
 

@@ -154,54 +154,54 @@ static inline int smp_keep_(const smp_params *sp, const float *logits, int n, in
     }
 }
 
-/* Chooses the next token from logits[n]. Greedy (argmax, ties to the lowest
- * id) when temp == 0. Otherwise, as transformers orders its filters:
- * logits / temp; keep the top_k best; keep the smallest best-first prefix
- * whose probability reaches top_p; drop candidates below min_p × the best
- * probability; draw from what is left. Non-finite logits are never chosen.
- * Returns the id, or -1 if no logit is finite. */
-static inline int smp_sample(const smp_params *sp, const float *logits, int n, smp_rng *r, smp_work *w) {
+/* A uniform in (0, 1) for candidate id under key: counter-based (one
+ * splitmix64 round of key and id), so a token's noise depends on its key
+ * alone and the same key gives the same draw wherever it is evaluated. */
+static inline double smp_unit_(uint64_t key, int id) {
+    uint64_t x = key ^ ((uint64_t)(unsigned)id * 0xd1b54a32d192ed03ull);
+    return ((double)(smp_splitmix_(&x) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+/* Chooses the next token from logits[n] with the noise of key. Greedy
+ * (argmax, ties to the lowest id) when temp == 0. Otherwise, as
+ * transformers orders its filters: logits / temp; keep the top_k best;
+ * keep the smallest best-first prefix whose probability reaches top_p;
+ * drop candidates below min_p × the best probability; then the exponential
+ * race over what is left: each candidate i draws E_i = -ln u_i (u_i from
+ * smp_unit_(key, i)) and the least E_i / p_i wins, which is a draw from
+ * p renormalized over the kept set (the Gumbel-max trick). A draw is a
+ * function of (key, p) alone, so a speculative verifier that evaluates
+ * the same key on the same distribution gets the same token, and a draft
+ * made with that key from a nearby distribution agrees with it as often as
+ * a coupling can (spec.h). Non-finite logits are never chosen. Returns the
+ * id, or -1 if no logit is finite. */
+static inline int smp_pick(const smp_params *sp, const float *logits, int n, uint64_t key, smp_work *w) {
     int best = smp_argmax(logits, n);
     if (best < 0 || sp->temp <= 0) return best;
     double z, mx, inv_t = 1.0 / sp->temp;
     int keep = smp_keep_(sp, logits, n, best, w, &z, &mx);
-    double floor_p = sp->min_p > 0 ? sp->min_p / z : 0, s = 0; /* the best has probability 1/z */
+    double floor_p = sp->min_p > 0 ? sp->min_p / z : 0, win = INFINITY; /* the best has probability 1/z */
+    int pick = best;
     for (int i = 0; i < keep; i++) {
-        double p = exp(logits[w->idx[i]] * inv_t - mx) / z;
-        w->p[i] = p >= floor_p ? (float)p : 0.0f;
-        s += w->p[i];
+        int id = w->idx[i];
+        double p = exp(logits[id] * inv_t - mx) / z;
+        if (!(p > 0) || p < floor_p) continue;
+        double u = smp_unit_(key, id);
+        /* -ln u >= 1 - u: a candidate with 1 - u >= win·p cannot win, and
+         * its logarithm is left out (most of a large vocabulary); the
+         * margin keeps the skip on the safe side of rounding */
+        if (1.0 - u > win * p * (1.0 + 1e-9)) continue;
+        double v = -log(u) / p;
+        if (v < win || (v == win && id < pick)) win = v, pick = id;
     }
-    double u = smp_uniform(r) * s, acc = 0;
-    int last = best;
-    for (int i = 0; i < keep; i++) {
-        if (w->p[i] <= 0) continue;
-        acc += w->p[i];
-        last = w->idx[i];
-        if (u < acc) return last;
-    }
-    return last;
+    return pick;
 }
 
-/* The distribution smp_sample draws from, written densely to out[n] (sums
- * to 1; 0 outside the kept candidates; one-hot at the argmax when temp is
- * 0). Returns the argmax, or -1 if no logit is finite (out is then all 0). */
-static inline int smp_probs(const smp_params *sp, const float *logits, int n, smp_work *w, float *out) {
-    int best = smp_argmax(logits, n);
-    memset(out, 0, (size_t)n * sizeof(float));
-    if (best < 0) return -1;
-    if (sp->temp <= 0) {
-        out[best] = 1;
-        return best;
-    }
-    double z, mx, inv_t = 1.0 / sp->temp, s = 0;
-    int keep = smp_keep_(sp, logits, n, best, w, &z, &mx);
-    double floor_p = sp->min_p > 0 ? sp->min_p / z : 0;
-    for (int i = 0; i < keep; i++) {
-        double p = exp(logits[w->idx[i]] * inv_t - mx) / z;
-        if (p >= floor_p) out[w->idx[i]] = (float)p, s += (float)p;
-    }
-    for (int i = 0; i < keep; i++) out[w->idx[i]] = (float)(out[w->idx[i]] / s);
-    return best;
+/* smp_pick with the generator's next number as the key: one number per
+ * token, whatever the filters keep. */
+static inline int smp_sample(const smp_params *sp, const float *logits, int n, smp_rng *r, smp_work *w) {
+    if (sp->temp <= 0) return smp_argmax(logits, n);
+    return smp_pick(sp, logits, n, smp_next(r), w);
 }
 
 /* Log-probabilities for reporting (an API's logprobs): of the distribution
@@ -239,20 +239,6 @@ static inline int smp_logprobs(const smp_params *sp, const float *logits, int n,
     smp_sort_(logits, w->idx, k);
     for (int i = 0; i < k; i++) top_id[i] = w->idx[i], top_lp[i] = (float)(logits[w->idx[i]] * inv_t - mx - lz);
     return k;
-}
-
-/* A draw from the weights p[n] (need not sum to 1), by the inverse CDF in
- * increasing id. Returns the id, or -1 if every weight is 0. */
-static inline int smp_draw(const float *p, int n, smp_rng *r) {
-    double s = 0;
-    int last = -1;
-    for (int i = 0; i < n; i++)
-        if (p[i] > 0) s += p[i], last = i;
-    if (last < 0) return -1;
-    double u = smp_uniform(r) * s, acc = 0;
-    for (int i = 0; i < n; i++)
-        if (p[i] > 0 && u < (acc += p[i])) return i;
-    return last;
 }
 
 /* Whether id is in the stop set. */

@@ -5,9 +5,13 @@
  * convention). Greedy (TEMP=0) output is token-identical to decoding
  * without drafts: the verifying forward computes every row exactly as a
  * one-row forward (fwd_verify), and every emitted token is the main
- * model's argmax. Sampling uses the standard rejection step (accept a draft
- * d with probability min(1, p(d)/q(d)), else draw from max(0, p - q)), so
- * the output distribution is that of plain sampling.
+ * model's argmax. Sampled output is token-identical to sampling without
+ * drafts too: the token at each position is smp_pick's draw under the key
+ * plain sampling would take from the generator for it (one number per
+ * token, in order), the drafts are drawn by the MTP head under the same
+ * keys (a coupling: the same noise on two nearby distributions mostly
+ * picks the same token), a draft is kept when it equals the main model's
+ * draw, and the generator advances by the tokens emitted.
  *
  * Caches: the main model's KV is indexed by position, so rejected rows are
  * simply overwritten by the next verify. The MTP layer's cache entry at
@@ -20,7 +24,11 @@
  *
  * Acceptance guard: per window of `window` drafts, drafting pauses for
  * `pause` tokens when under `guard_pct` percent were accepted, then re-arms
- * on a fresh window; with k = -1 (auto) the window also picks the next k.
+ * on a fresh window. With k = -1 (auto) the window also picks the next k,
+ * 0 included, from measured costs: each round's time by its drafts, the
+ * acceptance per draft, and the k that makes the most tokens per second
+ * (spec_decide_). Since no choice of k changes a token, the choice may
+ * follow the clock.
  *
  * Prefix: spec_. Must not: read the environment, print, or sample outside
  * the rules above. */
@@ -34,7 +42,7 @@
 #define SPEC_MAX_K MODEL_SPEC_MAX_K /* model.h counts the buffers spec_init allocates (model_seq_bytes) */
 
 typedef struct {
-    int k;          /* drafts per verify; -1 = auto (1..4 by acceptance) */
+    int k;          /* drafts per verify; -1 = auto (0..4 by measured cost and acceptance) */
     int guard_pct;  /* pause below this acceptance (percent); 0 = never */
     int window;     /* drafts per acceptance window */
     int pause;      /* tokens decoded without drafts after a trip */
@@ -46,7 +54,18 @@ typedef struct {
     long mtp_forwards;        /* MTP layer forwards (catch-up batches and chain steps) */
     long pauses;              /* guard trips */
     long hist[SPEC_MAX_K + 1]; /* verifies by drafts accepted */
+    long by_k[SPEC_MAX_K + 1]; /* verifies by drafts proposed */
+    int stop_k;               /* k = -1 stopped drafting, drafts having been stop_k a round (0: it did not) */
+    double stop_cost;         /* such a round's cost over a round without drafts (medians) */
+    double stop_alpha;        /* the acceptance that cost was weighed at */
 } spec_stats;
+
+#define SPEC_AUTO_MAX 4  /* k = -1 chooses among 0..4 */
+#define SPEC_TIMES 8     /* round times kept per k; their median is the cost */
+#define SPEC_PROBE 4     /* rounds without drafts that measure their cost */
+#define SPEC_BLIND 4     /* rounds with a blind draft (no MTP step) that measure a 2-row verify's cost, alternating with the probe's */
+#define SPEC_WARM 2      /* a turn's first rounds, not timed: they run slower (caches, the team waking) */
+#define SPEC_REPROBE 256 /* rounds drafting before rounds without are measured again; doubles while confirmed, up to 16x */
 
 /* Called for each generated token in order, with the verifying row's
  * logits it was chosen against; returns nonzero to stop. */
@@ -60,9 +79,8 @@ typedef struct {
     int kmax;     /* drafts a verifying forward may hold: max_s - 1, or less (spec_cap_k) */
     float *vlog;  /* [SPEC_MAX_K + 1][vocab] verify logits */
     float *vhid;  /* [SPEC_MAX_K + 1][dim] verify hidden rows */
-    float *dq;    /* [SPEC_MAX_K][vocab] draft distributions (sampling) */
     float *dlog;  /* [vocab] a draft's logits */
-    float *p;     /* [vocab] a target distribution */
+    uint64_t keys[SPEC_MAX_K + 1]; /* sampling: the keys of the tokens at pos+1.. (the generator's next numbers) */
     float *hq;    /* [cap][dim] hidden rows queued for the MTP layer */
     int *tq;      /* [cap] their paired next tokens */
     float *hout;  /* [cap][dim] the MTP layer's output rows */
@@ -72,43 +90,63 @@ typedef struct {
     int hpos;     /* the position whose hidden row s->vhid[0] holds between calls (-1: none) */
     float *h_last; /* [dim] the main model's hidden row of position pos-1 */
     int paused;   /* tokens left without drafts */
-    long win_d, win_a; /* the current window */
+    long win_d, win_a, win_j; /* the current window: drafts, kept, judged (kept + the first rejected of each round) */
+    /* k = -1: the measured costs (spec_decide_) */
+    double t_k[SPEC_AUTO_MAX + 2][SPEC_TIMES]; /* the last round times (seconds) by drafts (SPEC_AUTO_MAX + 1: blind rounds), a ring */
+    long t_n[SPEC_AUTO_MAX + 2];              /* rounds timed by drafts */
+    double alpha;  /* acceptance per judged draft, the last window's (-1: none yet) */
+    double t0;     /* the current round's start */
+    int probe;     /* rounds left without drafts to measure their cost */
+    int blind;     /* rounds left with a blind draft; the current round is one when blind_now */
+    int blind_now;
+    int warm;      /* rounds left before the first timed one */
+    long since, every; /* rounds drafting since rounds without were last measured, and the interval */
+    int explored;  /* the k a probe started from; -1 = none */
+    int hopeless;  /* k = -1 stopped drafting: 1 for this conversation, 2 for the run (spec_settle_k_); the MTP part is left behind */
     /* test seams (tests/test_spec.c): replace greedy draft j at position
-     * pos (the hook returns the token to propose); skip the rejection step
-     * (every draft accepted) to show the distribution test can fail */
+     * pos (the hook returns the token to propose); keep every draft (to
+     * show the identity test can fail); a round's cost by its drafts
+     * instead of the clock */
     int (*draft_hook)(void *ud, int pos, int j, int tok);
     void *hook_ud;
-    int no_correction;
+    int accept_all;
+    double (*cost_hook)(void *ud, int k);
 } spec_ctx;
 
 static inline void spec_free(spec_ctx *s) {
-    free(s->vlog), free(s->vhid), free(s->dq), free(s->dlog), free(s->p), free(s->hq), free(s->tq), free(s->hout), free(s->h_last);
+    free(s->vlog), free(s->vhid), free(s->dlog), free(s->hq), free(s->tq), free(s->hout), free(s->h_last);
     memset(s, 0, sizeof *s);
 }
 
-/* A fresh start of the guard and of the automatic k (a new turn): what
- * a turn drafts then depends on its own conversation alone, not on the
- * turns another conversation decoded before in the same slot. */
+/* A fresh start of the guard and of the window (a new turn); the
+ * automatic k starts again at 1, the first time after SPEC_PROBE rounds
+ * without drafts and SPEC_BLIND with a blind one (spec_propose). The
+ * measured costs stay, and a verdict for the run: they belong to the
+ * machine and the model, not to a conversation. */
 static inline void spec_rearm(spec_ctx *s) {
-    s->k = s->o.k < 0 ? 2 : s->o.k;
+    if (s->hopeless == 1) s->hopeless = 0; /* a turn that drafts is in step again: a new conversation, or an earlier point of this one */
+    s->k = s->o.k < 0 ? !s->hopeless : s->o.k;
     if (s->k > s->kmax) s->k = s->kmax;
-    s->paused = 0, s->win_d = s->win_a = 0;
+    s->paused = 0, s->win_d = s->win_a = s->win_j = 0;
+    s->probe = s->o.k < 0 && !s->t_n[0] ? SPEC_PROBE : 0, s->since = 0; /* the cost without drafts first */
+    s->blind = s->o.k < 0 && !s->t_n[SPEC_AUTO_MAX + 1] ? SPEC_BLIND : 0;
+    s->warm = s->probe ? SPEC_WARM : 0;
 }
 
 /* 0, or -1 (out of memory). m must have its MTP layer loaded. */
 static inline int spec_init(spec_ctx *s, coli_model *m, const spec_opts *o) {
     memset(s, 0, sizeof *s);
-    s->m = m, s->o = *o, s->hpos = -1;
+    s->m = m, s->o = *o, s->hpos = -1, s->alpha = -1, s->every = SPEC_REPROBE, s->explored = -1;
     s->vocab = m->c.vocab, s->dim = m->c.dim;
     s->kmax = m->sc.max_s - 1 < SPEC_MAX_K ? m->sc.max_s - 1 : SPEC_MAX_K;
     spec_rearm(s);
     s->cap = m->sc.max_s + SPEC_MAX_K + 2;
     size_t V = (size_t)s->vocab, D = (size_t)s->dim, K1 = SPEC_MAX_K + 1;
-    s->vlog = (float *)malloc(K1 * V * 4), s->vhid = (float *)malloc(K1 * D * 4), s->dq = (float *)malloc(SPEC_MAX_K * V * 4);
-    s->dlog = (float *)malloc(V * 4), s->p = (float *)malloc(V * 4);
+    s->vlog = (float *)malloc(K1 * V * 4), s->vhid = (float *)malloc(K1 * D * 4);
+    s->dlog = (float *)malloc(V * 4);
     s->hq = (float *)malloc((size_t)s->cap * D * 4), s->tq = (int *)malloc((size_t)s->cap * sizeof(int)), s->hout = (float *)malloc((size_t)s->cap * D * 4);
     s->h_last = (float *)malloc(D * 4);
-    if (!s->vlog || !s->vhid || !s->dq || !s->dlog || !s->p || !s->hq || !s->tq || !s->hout || !s->h_last) {
+    if (!s->vlog || !s->vhid || !s->dlog || !s->hq || !s->tq || !s->hout || !s->h_last) {
         spec_free(s);
         return -1;
     }
@@ -262,34 +300,88 @@ static inline int spec_resume(spec_ctx *s, const kvp_state *st) {
     return 0;
 }
 
-/* Chooses draft j's token from s->dlog: the argmax when greedy, else a
- * draw from its filtered distribution, kept in dq[j]. */
-static inline int spec_draft_pick(spec_ctx *s, const smp_params *sp, int j, smp_rng *r, smp_work *w) {
+/* Chooses draft j's token from s->dlog: the argmax when greedy, else
+ * smp_pick's draw under the key of the position it proposes for. */
+static inline int spec_draft_pick(spec_ctx *s, const smp_params *sp, int j, smp_work *w) {
     if (sp->temp <= 0) return smp_argmax(s->dlog, s->vocab);
-    float *q = s->dq + (size_t)j * s->vocab;
-    if (smp_probs(sp, s->dlog, s->vocab, w, q) < 0) return -1;
-    return smp_draw(q, s->vocab, r);
+    return smp_pick(sp, s->dlog, s->vocab, s->keys[j], w);
 }
 
-/* Verdict on draft d at verify row j (logits lg, that row's): -1 =
- * accepted, -2 = the row's logits are not finite, else the token that
- * replaces it. Greedy: accepted iff it is the argmax, else the argmax.
- * Sampling: accepted with probability min(1, p(d)/q(d)) (q = s->dq[j],
- * the distribution d was drawn from), else a draw from max(0, p - q)
- * renormalized; together, distributed exactly as p. */
-static inline int spec_judge(spec_ctx *s, const smp_params *sp, int j, const float *lg, int d, smp_rng *r, smp_work *w) {
-    int V = s->vocab;
-    if (sp->temp <= 0) {
-        int best = smp_argmax(lg, V);
-        return best < 0 ? -2 : best == d ? -1 : best;
+/* The main model's token at verify row j (logits lg, that row's): the
+ * argmax when greedy, else smp_pick's draw under the row's key, exactly
+ * what sampling without drafts draws there. -2 when the row's logits are
+ * not finite. */
+static inline int spec_target(const spec_ctx *s, const smp_params *sp, int j, const float *lg, smp_work *w) {
+    int t = sp->temp <= 0 ? smp_argmax(lg, s->vocab) : smp_pick(sp, lg, s->vocab, s->keys[j], w);
+    return t < 0 ? -2 : t;
+}
+
+/* DRAFT=-1's cost of a round with k drafts: the median of its last
+ * SPEC_TIMES times (a cold round, an expert read on first use, does not
+ * move it); 0 while fewer than 3 were measured. */
+static inline double spec_cost_(const spec_ctx *s, int k) {
+    int n = s->t_n[k] < SPEC_TIMES ? (int)s->t_n[k] : SPEC_TIMES;
+    if (n < 3) return 0;
+    double v[SPEC_TIMES];
+    for (int i = 0; i < n; i++) {
+        double x = s->t_k[k][i];
+        int j = i;
+        for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+        v[j] = x;
     }
-    if (s->no_correction) return -1;
-    const float *q = s->dq + (size_t)j * V;
-    if (smp_probs(sp, lg, V, w, s->p) < 0) return -2;
-    if (smp_uniform(r) * q[d] < s->p[d]) return -1;
-    for (int i = 0; i < V; i++) s->p[i] = s->p[i] > q[i] ? s->p[i] - q[i] : 0;
-    int y = smp_draw(s->p, V, r);
-    return y >= 0 ? y : smp_sample(sp, lg, V, r, w); /* p ≤ q everywhere: only by rounding */
+    return n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Expected tokens per second with k drafts each kept with probability a
+ * once the one before was (1 + a + ... + a^k tokens a round); a k not
+ * measured is costed on the line through the cost without drafts and the
+ * measured k nearest it (a verifying forward's rows and the MTP steps
+ * grow about linearly). 0 when that cannot be told yet. */
+static inline double spec_rate_(const spec_ctx *s, int k, double a) {
+    double t0 = spec_cost_(s, 0), t = spec_cost_(s, k), e = 1, p = 1;
+    if (k == 0) return t0 > 0 ? 1.0 / t0 : 0;
+    if (!(t > 0)) {
+        int near = 0;
+        for (int j = 1; j <= SPEC_AUTO_MAX; j++)
+            if (spec_cost_(s, j) > 0 && (!near || abs(j - k) < abs(near - k))) near = j;
+        if (!near || !(t0 > 0)) return 0;
+        t = t0 + (spec_cost_(s, near) - t0) * k / near;
+    }
+    for (int i = 0; i < k; i++) e += (p *= a);
+    return t > 0 && a >= 0 ? e / t : 0;
+}
+
+/* The k in [lo, min(4, kmax)] with the most expected tokens per second at
+ * acceptance a (lo, or the current k, while a cost is not measured). */
+static inline int spec_decide_(const spec_ctx *s, int lo, double a) {
+    int top = s->kmax < SPEC_AUTO_MAX ? s->kmax : SPEC_AUTO_MAX, best = -1;
+    double rate = 0;
+    for (int k = lo; k <= top; k++) {
+        double r = spec_rate_(s, k, a);
+        if (!(r > 0)) return lo > 0 ? (lo <= top ? lo : top) : s->k; /* a cost not measured yet */
+        if (r > rate) rate = r, best = k;
+    }
+    return best >= 0 ? best : s->k;
+}
+
+#define SPEC_HIGH_ACCEPT 0.9 /* an acceptance few texts exceed: drafting that would not pay even at it never will here */
+
+/* k = -1 settles on k after a decision. k = 0 stops drafting and leaves
+ * the MTP part behind (keeping it in step costs a layer's forward per
+ * token, a fifth of a small model's): for the rest of the conversation,
+ * or for the rest of the run when even SPEC_HIGH_ACCEPT could not pay
+ * (hopeless 2: later turns do not run the MTP layer at all). A probe that
+ * confirms k > 0 doubles the interval to the next (up to 16x). */
+static inline void spec_settle_k_(spec_ctx *s, int k, int cause_k, int for_run) {
+    if (k == 0) {
+        s->hopeless = for_run ? 2 : 1;
+        s->st.stop_k = cause_k > SPEC_AUTO_MAX ? 1 : cause_k;
+        s->st.stop_cost = spec_cost_(s, cause_k) / spec_cost_(s, 0);
+        s->st.stop_alpha = s->hopeless == 2 ? SPEC_HIGH_ACCEPT : s->alpha;
+    } else if (s->explored > 0)
+        s->every = s->every * 2 < 16 * SPEC_REPROBE ? s->every * 2 : 16 * SPEC_REPROBE;
+    s->explored = -1, s->k = k;
+    s->win_d = s->win_a = s->win_j = 0;
 }
 
 /* After a window closes: the guard, and the automatic k. */
@@ -299,12 +391,48 @@ static inline void spec_window(spec_ctx *s) {
     if (s->o.guard_pct > 0 && acc * 100.0 < s->o.guard_pct) {
         s->paused = s->o.pause;
         s->st.pauses++;
-    } else if (s->o.k < 0) { /* the largest k whose last draft is still reached and kept 30% of the time */
-        int k = acc <= 0 ? 1 : acc >= 1 ? 4 : (int)floor(log(0.3) / log(acc));
-        s->k = k < 1 ? 1 : k > 4 ? 4 : k;
-        if (s->k > s->kmax) s->k = s->kmax;
+    } else if (s->o.k < 0) {
+        s->alpha = s->win_j ? (double)s->win_a / (double)s->win_j : 0;
+        int k = spec_decide_(s, 0, s->alpha);
+        if (k != s->k) s->since = 0;
+        spec_settle_k_(s, k, s->k, spec_decide_(s, 0, SPEC_HIGH_ACCEPT) == 0);
     }
-    s->win_d = s->win_a = 0;
+    s->win_d = s->win_a = s->win_j = 0;
+}
+
+/* k = -1, after a round with k drafts that took t seconds: its time is
+ * kept; a probe without drafts ends in a decision; the blind rounds end
+ * drafting before the MTP layer ever runs when a 2-row verify and the
+ * least an MTP step costs come to 1 + SPEC_HIGH_ACCEPT forwards (the
+ * prompt's rows then never go through it); drafting stops at once
+ * when no k > 0 could pay even at SPEC_HIGH_ACCEPT (a small, compute-bound
+ * model finds this in three rounds: k + 1 rows cost about as much as
+ * k + 1 forwards); while drafting, rounds without drafts are measured
+ * again every so often. */
+static inline void spec_auto_round_(spec_ctx *s, int k, double t) {
+    if (s->warm > 0) {
+        s->warm--;
+        return;
+    }
+    int at = s->blind_now ? SPEC_AUTO_MAX + 1 : k;
+    if (at <= SPEC_AUTO_MAX + 1 && t > 0) s->t_k[at][s->t_n[at]++ % SPEC_TIMES] = t;
+    if (s->probe > 0 && k == 0) {
+        if (--s->probe == 0 && s->alpha >= 0) spec_settle_k_(s, spec_decide_(s, 0, s->alpha), s->k, spec_decide_(s, 0, SPEC_HIGH_ACCEPT) == 0);
+        return;
+    }
+    if (s->blind_now) {
+        double t0 = spec_cost_(s, 0), tb = spec_cost_(s, SPEC_AUTO_MAX + 1), mtp = t0 / (s->m->c.n_layers > 0 ? s->m->c.n_layers : 1);
+        /* the verify and the MTP step, at least a decoder layer's share of
+         * a forward, cost 1.9 forwards: no k can pay (a cost linear in k
+         * against 1 + a + a^2 ...) */
+        if (!s->blind && t0 > 0 && tb + mtp >= (1 + SPEC_HIGH_ACCEPT) * t0) spec_settle_k_(s, 0, SPEC_AUTO_MAX + 1, 1);
+        return;
+    }
+    if (k > 0 && s->k > 0 && spec_decide_(s, 0, SPEC_HIGH_ACCEPT) == 0) {
+        spec_settle_k_(s, 0, k, 1);
+        return;
+    }
+    if (k > 0 && ++s->since >= s->every) s->since = 0, s->explored = s->k, s->probe = SPEC_PROBE;
 }
 
 /* Starts decoding after a prefill by spec_prefill: x is the first sampled
@@ -333,24 +461,39 @@ static inline int spec_propose(spec_ctx *s, int left, const smp_params *sp, smp_
     int pos = s->pos, x = s->x;
     *done = 0, *kk = 0;
     if (left <= 0 || pos >= m->kv.ctx) return *done = 1, 0;
-    int k = s->paused > 0 ? 0 : s->k;
+    /* the first measurement alternates rounds without drafts and blind
+     * ones (x again as the draft: the cost of verifying 2 rows, without
+     * the MTP layer's), so both are timed under the same conditions */
+    int blind = s->blind > 0 && !s->warm && s->probe < s->blind && s->k > 0;
+    int k = s->paused > 0 || s->hopeless || s->warm ? 0 : blind ? 1 : s->probe > 0 ? 0 : s->k;
     if (k > left - 1) k = left - 1;
     if (k > m->kv.ctx - pos - 1) k = m->kv.ctx - pos - 1;
     if (k < 0) k = 0;
-    if (s->nq == s->cap && spec_flush(s)) return -1;
-    spec_queue(s, s->h_last, x);
+    s->blind_now = k > 0 && blind;
+    if (s->blind_now) s->blind--;
+    if (!s->hopeless) {
+        if (s->nq == s->cap && spec_flush(s)) return -1;
+        spec_queue(s, s->h_last, x);
+    }
     toks[0] = x;
-    if (k > 0) {
+    if (sp->temp > 0) { /* the keys plain sampling would take for positions pos+1..pos+k+1 */
+        smp_rng ahead = *r;
+        for (int j = 0; j <= k; j++) s->keys[j] = smp_next(&ahead);
+    }
+    if (s->o.k < 0 && !s->cost_hook) s->t0 = compat_now();
+    if (s->blind_now)
+        toks[1] = x;
+    else if (k > 0) {
         if (spec_flush(s)) return -1;
         for (int j = 0; j < k; j++) {
             if (j) {
                 if (fwd_mtp(m, &toks[j], s->hout, 1, pos + j - 1, s->hout, s->dlog)) return -1;
                 s->st.mtp_forwards++;
             }
-            if ((toks[j + 1] = spec_draft_pick(s, sp, j, r, w)) < 0) return model_fail(m, "the MTP head's logits are not finite");
-            if (s->draft_hook && sp->temp <= 0) toks[j + 1] = s->draft_hook(s->hook_ud, pos, j, toks[j + 1]);
+            if ((toks[j + 1] = spec_draft_pick(s, sp, j, w)) < 0) return model_fail(m, "the MTP head's logits are not finite");
+            if (s->draft_hook) toks[j + 1] = s->draft_hook(s->hook_ud, pos, j, toks[j + 1]);
         }
-    } else if (s->nq >= m->sc.max_s && spec_flush(s))
+    } else if (!s->hopeless && s->nq >= m->sc.max_s && spec_flush(s))
         return -1;
     *kk = k;
     return 0;
@@ -367,13 +510,17 @@ static inline int spec_settle(spec_ctx *s, const int *toks, int k, const float *
     int V = s->vocab, D = s->dim;
     s->st.verifies++;
     int a = 0, y = -1;
-    while (a < k && (y = spec_judge(s, sp, a, vlog + (size_t)a * V, toks[a + 1], r, w)) == -1) a++;
-    if (y == -1) y = smp_sample(sp, vlog + (size_t)a * V, V, r, w); /* every draft kept: the bonus token */
+    for (; (y = spec_target(s, sp, a, vlog + (size_t)a * V, w)) >= 0 && a < k; a++) /* row a's token; the drafts it equals are kept */
+        if (y != toks[a + 1] && !s->accept_all) break;
     if (y < 0) return model_fail(s->m, "the logits are not finite (NaN or infinity)");
-    s->st.drafted += k, s->st.accepted += a, s->st.hist[a]++;
-    s->win_d += k, s->win_a += a;
-    if (k) spec_window(s);
+    s->st.by_k[k]++;
+    if (!s->blind_now) { /* a blind round's draft is no MTP draft: it counts in no figure of theirs */
+        s->st.drafted += k, s->st.accepted += a, s->st.hist[a]++;
+        s->win_d += k, s->win_a += a, s->win_j += a + (a < k);
+    }
+    if (k && !s->blind_now) spec_window(s);
     else if (s->paused > 0) s->paused--;
+    if (s->o.k < 0 && !s->paused && !s->hopeless) spec_auto_round_(s, k, s->cost_hook ? s->cost_hook(s->hook_ud, k) : compat_now() - s->t0);
     int emitted = 0;
     *done = 0;
     for (int j = 0; j <= a && !*done; j++) {
@@ -381,8 +528,11 @@ static inline int spec_settle(spec_ctx *s, const int *toks, int k, const float *
         emitted++;
         *done = emit(ud, t, vlog + (size_t)j * V) || emitted >= left;
     }
+    if (sp->temp > 0)
+        for (int j = 0; j < emitted; j++) smp_next(r); /* one number per token, as sampling without drafts */
     if (*done) return emitted;
-    for (int j = 0; j < a; j++) spec_queue(s, vhid + (size_t)j * D, toks[j + 1]);
+    if (!s->hopeless)
+        for (int j = 0; j < a; j++) spec_queue(s, vhid + (size_t)j * D, toks[j + 1]);
     memcpy(s->h_last, vhid + (size_t)a * D, (size_t)D * 4);
     s->x = y, s->pos += a + 1;
     return emitted;

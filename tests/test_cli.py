@@ -858,7 +858,7 @@ class Generate(unittest.TestCase):
 
     def test_ngen_and_defaults(self):
         d = os.path.join(FIXTURES, ORACLES[0])
-        rc, out, err = run(d, {"PROMPT": "Hi", "NGEN": "5", "TOKENS": "1", "USAGE_SAVE": "0", "SEED": "1"})
+        rc, out, err = run(d, {"PROMPT": "Hi", "NGEN": "5", "TOKENS": "1", "USAGE_SAVE": "0", "SEED": "2"})  # a seed whose draw does not stop first
         self.assertEqual(rc, 0, err)
         self.assertEqual(len(ids_line(err, "generated tokens")), 5)
         self.assertIn("temperature 1, top-k 50, top-p 0.95, min-p 0", err)  # tiny-glm5's generation_config
@@ -1133,11 +1133,16 @@ class Speculation(unittest.TestCase):
         self.assertEqual(ids, base)
 
     def test_sampling_runs_and_reports(self):
-        ids, err = self.gen(self.dir, {"TEMP": "1", "SEED": "7", "DRAFT": "2"})
-        self.assertEqual(len(ids), 40)
-        self.assertIn("speculation:", err)
-        again, _ = self.gen(self.dir, {"TEMP": "1", "SEED": "7", "DRAFT": "2"})
-        self.assertEqual(ids, again)  # reproducible per seed
+        """Sampled output with drafts is sampling's without them, token for
+        token (sample.h's keyed race; spec.h), for every draft count, the
+        automatic one included, and with top-k / top-p / min-p."""
+        for extra in ({"TEMP": "1"}, {"TEMP": "0.8", "TOP_K": "20", "TOP_P": "0.9", "MIN_P": "0.02"}):
+            base, _ = self.gen(self.dir, dict(extra, SEED="7", DRAFT="0"))
+            self.assertGreaterEqual(len(base), 12)  # 40, and 15 (a stop token) with the filters
+            for k in ("1", "2", "4", "-1"):
+                ids, err = self.gen(self.dir, dict(extra, SEED="7", DRAFT=k))
+                self.assertIn("speculation:", err)
+                self.assertEqual(ids, base, (extra, k))
 
     def test_per_row_int4_eh_proj_is_flagged(self):
         """eh_proj's embedding half underflows at per-row int4: the converter

@@ -1,7 +1,8 @@
 /* test_sample.c — sampling: determinism per seed, greedy rules, each filter
- * against a brute-force model of the distribution (smp_sample's draws and
- * smp_probs' vector), smp_draw, and the widening top-p path on a full-size
- * vocabulary. */
+ * against a brute-force model of the distribution (smp_sample's draws),
+ * smp_pick's key (determinism, the race's skip, the coupling of two
+ * distributions under one key), and the widening top-p path on a
+ * full-size vocabulary. */
 #include "sample.h"
 
 #include <stdio.h>
@@ -114,39 +115,69 @@ static void test_distribution(void) {
     smp_work_free(&w);
 }
 
-/* smp_probs writes exactly the brute-force distribution (the one
- * smp_sample draws from), one-hot when greedy; smp_draw follows weights. */
-static void test_probs(void) {
-    enum { N = 12, DRAWS = 200000 };
-    float lg[N] = {2.0f, 1.5f, 1.5f, 0.2f, -1.0f, 3.0f, 0.9f, -0.5f, 1.1f, 2.6f, -3.0f, 0.0f}, p[N];
+/* The exponential race with every candidate's logarithm taken, for
+ * smp_pick's skip to be checked against: the least -ln(u_i) / p_i over the
+ * kept set (P[i] > 0), p_i computed as smp_pick does up to a common
+ * factor, so only a tie within an ulp could tell them apart. */
+static int race_full(const smp_params *sp, const float *lg, const double *P, int n, uint64_t key) {
+    int pick = -1;
+    double win = INFINITY, inv_t = 1.0 / sp->temp, mx = -INFINITY;
+    for (int i = 0; i < n; i++) /* not fmax: gcc 12 for aarch64 fails to vectorize that reduction (an internal compiler error) */
+        if (lg[i] * inv_t > mx) mx = lg[i] * inv_t;
+    for (int i = 0; i < n; i++) {
+        if (!(P[i] > 0)) continue;
+        double v = -log(smp_unit_(key, i)) / exp(lg[i] * inv_t - mx);
+        if (v < win) win = v, pick = i;
+    }
+    return pick;
+}
+
+/* smp_pick: a function of the key (the same key, the same token), equal
+ * to the race over every candidate (the skip loses nothing), and coupled:
+ * two distributions p and q under one key agree with probability
+ * sum_i 1 / sum_j max(p_j / p_i, q_j / q_i) (the race's closed form: i
+ * wins both when every E_j exceeds E_i times that ratio). Independent
+ * keys agree only sum_i p_i q_i of the time: the agreement test can fail. */
+static void test_pick(void) {
+    enum { N = 12 };
+    const int KEYS = getenv("COLI_EMULATED") ? 10000 : 100000; /* 3 s here, about 50 s under qemu at the full count */
+    float lp[N] = {2.0f, 1.5f, 1.5f, 0.2f, -1.0f, 3.0f, 0.9f, -0.5f, 1.1f, 2.6f, -3.0f, 0.0f};
+    float lq[N] = {2.3f, 1.2f, 1.6f, 0.0f, -0.8f, 2.7f, 1.2f, -0.5f, 0.8f, 2.9f, -2.0f, 0.3f};
     smp_params cases[] = {{1.0f, 0, 1, 0}, {0.7f, 0, 1, 0}, {1.3f, 4, 1, 0}, {1.0f, 0, 0.8f, 0}, {1.0f, 0, 1, 0.2f}, {0.8f, 6, 0.9f, 0.05f}};
     smp_work w;
     smp_work_alloc(&w, N);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        double want[N], sum = 0, worst = 0;
-        expected(&cases[c], lg, N, want);
-        CHECK(smp_probs(&cases[c], lg, N, &w, p) == 5);
-        for (int i = 0; i < N; i++) worst = fmax(worst, fabs(p[i] - want[i])), sum += p[i];
-        CHECK(worst < 1e-6 && fabs(sum - 1) < 1e-6);
-        int count[N] = {0};
-        smp_rng r;
-        smp_seed(&r, 77 + c);
-        for (int i = 0; i < DRAWS; i++) count[smp_draw(p, N, &r)]++;
-        worst = 0;
+        double P[N], Q[N], want = 0, indep = 0;
+        expected(&cases[c], lp, N, P);
+        expected(&cases[c], lq, N, Q);
         for (int i = 0; i < N; i++) {
-            double f = (double)count[i] / DRAWS, sd = sqrt(want[i] * (1 - want[i]) / DRAWS) + 1e-12;
-            if (want[i] == 0) CHECK(count[i] == 0);
-            else worst = fmax(worst, fabs(f - want[i]) / sd);
+            indep += P[i] * Q[i];
+            if (!(P[i] > 0) || !(Q[i] > 0)) continue;
+            double d = 0;
+            for (int j = 0; j < N; j++) d += fmax(P[j] / P[i], Q[j] / Q[i]);
+            want += 1 / d;
         }
-        CHECK(worst < 5.0);
+        int agree = 0, same = 1, full = 1, other = 0;
+        smp_rng r;
+        smp_seed(&r, 300 + c);
+        for (int i = 0; i < KEYS; i++) {
+            uint64_t key = smp_next(&r), key2 = smp_next(&r);
+            int a = smp_pick(&cases[c], lp, N, key, &w), b = smp_pick(&cases[c], lq, N, key, &w);
+            same &= smp_pick(&cases[c], lp, N, key, &w) == a;
+            full &= race_full(&cases[c], lp, P, N, key) == a;
+            agree += a == b;
+            other += a == smp_pick(&cases[c], lq, N, key2, &w);
+        }
+        double f = (double)agree / KEYS, sd = sqrt(want * (1 - want) / KEYS), g = (double)other / KEYS;
+        CHECK(same && full);
+        CHECK(fabs(f - want) < 5 * sd);
+        CHECK(fabs(g - want) > 5 * sd && fabs(g - indep) < 5 * sqrt(indep * (1 - indep) / KEYS));
+        if (!c) printf("smp_pick: agreement under one key %.4f (closed form %.4f), independent keys %.4f\n", f, want, g);
     }
     smp_params greedy = {0, 0, 1, 0};
-    CHECK(smp_probs(&greedy, lg, N, &w, p) == 5 && p[5] == 1 && p[0] == 0);
-    float bad[3] = {NAN, INFINITY, -INFINITY}, zero[3] = {0, 0, 0};
-    CHECK(smp_probs(&cases[0], bad, 3, &w, p) == -1 && p[0] == 0 && p[1] == 0);
-    smp_rng r;
-    smp_seed(&r, 5);
-    CHECK(smp_draw(zero, 3, &r) == -1);
+    CHECK(smp_pick(&greedy, lp, N, 1, &w) == 5);
+    float bad[3] = {NAN, INFINITY, -INFINITY};
+    CHECK(smp_pick(&cases[0], bad, 3, 1, &w) == -1);
     smp_work_free(&w);
 }
 
@@ -229,7 +260,7 @@ int main(void) {
     test_greedy();
     test_distribution();
     test_logprobs();
-    test_probs();
+    test_pick();
     test_large_vocab();
     return check_report("test_sample");
 }

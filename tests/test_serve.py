@@ -539,8 +539,8 @@ class Lifecycle(MhdCase):
         srv = Server(model=synth_model())
         try:
             s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-            body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 4000, "temperature": 1.0, "seed": 1,
-                               "stream": True}).encode()
+            body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 4000, "temperature": 1.0, "seed": 4,
+                               "stream": True}).encode()  # seed 4: no stop token in the first 600
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
                       + body)
             self.assertIn(b"200", s.recv(200))
@@ -1628,9 +1628,9 @@ class Batching(MhdCase):
     def test_mtp_drafts_in_batches(self):
         """With the MTP head drafting (trained-glm5's, which has learned),
         requests decoded together give each the answer it gets alone,
-        sampled ones included; the greedy ones are the answers without
-        drafts; a conversation continued and one that rewinds a kept one
-        keep drafting; drafts were kept."""
+        sampled ones included; every answer is the one without drafts,
+        the sampled ones too; a conversation continued and one that rewinds
+        a kept one keep drafting; drafts were kept."""
         model = "tests/fixtures/trained-glm5"
         code = ["def add(a, b):\n", "for i in range(10):\n", "class Point:\n    def __init__(self", "import os\nimport sys\n"]
         bodies = []
@@ -1643,13 +1643,13 @@ class Batching(MhdCase):
         plain = Server({"SERVE_SLOTS": "1", "DRAFT": "0"}, model=model)
         try:
             nodraft = {}
-            for i in (0, 2, 4, 5):
+            for i in range(len(bodies)):
                 st, r = plain.request("POST", "/v1/chat/completions", bodies[i])
                 self.assertEqual(st, 200, r)
                 nodraft[i] = self.answer(r)
         finally:
             self.assertEqual(plain.stop(), 0, plain.log())
-        srv = Server({"SERVE_SLOTS": "3", "DRAFT": "-1"}, model=model)
+        srv = Server({"SERVE_SLOTS": "3", "DRAFT": "2"}, model=model)  # DRAFT=-1 stops drafting on this small model (spec.h)
         try:
             alone = []
             for b in bodies:
