@@ -1864,7 +1864,50 @@ class Bench:
             q["spec"].append(row)
             self.say("  DRAFT=%s TEMP=%s: %d of %d drafts accepted, tokens per forward %s, decode %s tok/s" % (
                 k, temp, accepted, drafted, " ".join("%.2f" % x for x in tpf) or "-", row["decode_tok_s"]))
+        q["auto"] = self.draft_auto_pairs(d, env, prompts)
         self.R["quality"] = q
+
+    def draft_auto_pairs(self, d, env, prompts):
+        """DRAFT=-1 against DRAFT=0, interleaved in pairs (each prompt, each
+        temperature, several rounds): decode tok/s and prefill + decode time
+        ratios per pair, whether the tokens were the same (they must be), and
+        how DRAFT=-1 ended (forwards by drafts, why it stopped)."""
+        rounds = 2 if self.a.quick else 5
+        out = []
+        for temp in ("0", "0.7"):
+            dec, tot, same, stops, busy = [], [], True, [], 0.0
+            for r in range(rounds):
+                for i, p in enumerate(prompts):
+                    got = {}
+                    for k in ("0", "-1"):
+                        o, err, rc, _, _, _ = self.run("quality-auto-k%s-t%s-%d-%d" % (k, temp, r, i), [os.path.join(ROOT, "colibri"), d],
+                                                       dict(env, PROMPT=p, CHAT_TEMPLATE="0", NGEN="100", TEMP=temp, SEED=str(7 + r), DRAFT=k, TOKENS="1"),
+                                                       check=False)
+                        busy = max(busy, (self.last_others or {}).get("others_cpu_frac") or 0.0)
+                        e = re.search(r"prompt (\d+) tok, ([\d.]+) tok/s \| generated (\d+) tok, ([\d.]+) tok/s", err)
+                        g = re.search(r"generated tokens: (.*)", err)
+                        if rc or not e:
+                            break
+                        got[k] = (float(e.group(4)), int(e.group(1)) / float(e.group(2)) + int(e.group(3)) / float(e.group(4)), g.group(1) if g else None)
+                        if k == "-1":
+                            m = re.search(r"(forwards by drafts [\d: ]+)?(; drafting stopped: .*)?$", err.split("speculation:")[-1].splitlines()[0])
+                            stops.append(((m.group(1) or "") + (m.group(2) or "")).strip("; ") if m else "")
+                    if len(got) == 2:
+                        dec.append(got["-1"][0] / got["0"][0])
+                        tot.append(got["0"][1] / got["-1"][1])
+                        same &= got["-1"][2] == got["0"][2]
+            if not dec:
+                self.skip("quality DRAFT=-1 pairs TEMP=%s" % temp, "no pair of runs finished")
+                continue
+            row = {"temp": float(temp), "pairs": len(dec), "decode_ratio_median": round(statistics.median(dec), 3),
+                   "decode_ratio_range": [round(min(dec), 3), round(max(dec), 3)], "total_ratio_median": round(statistics.median(tot), 3),
+                   "total_ratio_range": [round(min(tot), 3), round(max(tot), 3)], "same_tokens": same, "ends": stops[:3],
+                   "disturbed": busy > BUSY_FRAC}
+            out.append(row)
+            self.say("  DRAFT=-1 / DRAFT=0 at TEMP=%s over %d interleaved pairs: decode %.3f (%.3f-%.3f), prefill + decode time %.3f (%.3f-%.3f), "
+                     "tokens %s; e.g. %s" % (temp, len(dec), row["decode_ratio_median"], min(dec), max(dec), row["total_ratio_median"], min(tot), max(tot),
+                                             "the same" if same else "DIFFERENT", stops[0] if stops else "-"))
+        return out
 
     def cuda(self):
         """The GPU (CUDA builds, build/rel-cuda): bench_cuda's decode matmul
@@ -2710,6 +2753,11 @@ def print_table(R, prev):
         for r in Q["spec"]:
             print("  DRAFT=%-3d TEMP=%-3s %4d of %4d drafts accepted, tokens per forward %s, decode %s tok/s%s" % (
                 r["draft"], r.get("temp", 0), r["accepted"], r["drafted"], " ".join("%.2f" % x for x in r["tokens_per_forward"]) or "-", r["decode_tok_s"],
+                " ! (other processes took more than %d%% of the CPUs)" % (100 * BUSY_FRAC) if r.get("disturbed") else ""))
+        for r in Q.get("auto", []):
+            print("  DRAFT=-1 / DRAFT=0 TEMP=%-3s decode %.3f (%.3f-%.3f), prefill + decode %.3f (%.3f-%.3f) over %d interleaved pairs, tokens %s%s" % (
+                r["temp"], r["decode_ratio_median"], r["decode_ratio_range"][0], r["decode_ratio_range"][1], r["total_ratio_median"],
+                r["total_ratio_range"][0], r["total_ratio_range"][1], r["pairs"], "the same" if r["same_tokens"] else "DIFFERENT",
                 " ! (other processes took more than %d%% of the CPUs)" % (100 * BUSY_FRAC) if r.get("disturbed") else ""))
     if R.get("fuzz"):
         print("\nfuzz (bench/fuzz.json, %s):" % (R.get("fuzz_file") or {}).get("modified", "?"))
