@@ -159,7 +159,7 @@ static inline int smp_keep_(const smp_params *sp, const float *logits, int n, in
  * alone and the same key gives the same draw wherever it is evaluated. */
 static inline double smp_unit_(uint64_t key, int id) {
     uint64_t x = key ^ ((uint64_t)(unsigned)id * 0xd1b54a32d192ed03ull);
-    return ((double)(smp_splitmix_(&x) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    return ((double)(smp_splitmix_(&x) >> 12) + 0.5) * (1.0 / 4503599627370496.0); /* 52 bits: 1 - 2^-53 at most, exactly */
 }
 
 /* Chooses the next token from logits[n] with the noise of key. Greedy

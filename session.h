@@ -380,7 +380,7 @@ static inline int sess_sync(sess *s, const int *ids, int n) {
     if (p > n - 1) p = n - 1;
     if (s->spec) {
         int keep = spec_rewind(&s->sc, p, L);
-        if (p - keep <= s->m->ubatch) p = keep;
+        if (p - keep <= s->m->ubatch && !s->sc.hopeless) p = keep; /* hopeless: DRAFT=-1 stopped drafting here, nothing to win back */
     }
     s->ids.n = 0;
     s->started = 1;
@@ -452,7 +452,8 @@ static inline int sess_begin(sess *s, size_t before, sess_io *io) {
     u->ngen = limit < m->kv.ctx - n ? limit : m->kv.ctx - n;
     u->np = n;
     u->drafting = s->gram && s->p.grammar_draft; /* the grammar drafts; the model's tokens are kept as they are */
-    u->mtp_follow = s->spec && s->sc.hopeless < 2 && spec_ready(&s->sc, u->pf); /* 2: DRAFT=-1 found drafting cannot pay here */
+    if (s->spec && s->sc.hopeless == 2) sess_drafts_off(s); /* DRAFT=-1 found drafting cannot pay here: the MTP part's buffers go */
+    u->mtp_follow = s->spec && spec_ready(&s->sc, u->pf);
     u->mtp_draft = u->mtp_follow && !s->gram;
     if (s->spec) spec_rearm(&s->sc), memset(&s->sc.st, 0, sizeof s->sc.st); /* the turn's own figures */
     if (!(u->gen = (int *)malloc((size_t)u->ngen * sizeof(int) + sizeof(int))) || !(u->batch = (int *)malloc((size_t)m->ubatch * sizeof(int))) ||
@@ -743,7 +744,7 @@ static inline int sess_finish(sess *s) {
     if (tok_ids_append(&s->ids, u->gen, (size_t)u->n)) return sess_fail(io, 0, 0, "out of memory");
     if (u->mtp_draft) { /* drafted, or ended at the first token: the MTP part is in step */
         s->n_kv = s->sc.pos;
-        if (spec_end_turn(&s->sc) && !s->sc.hopeless) sess_drafts_off(s); /* hopeless: the MTP part stays behind, the figures stay */
+        if (spec_end_turn(&s->sc) && !s->sc.hopeless) sess_drafts_off(s); /* hopeless: the figures stay for the end line (sess_begin frees) */
     } else
         s->n_kv = u->np + u->fed;
     io->generated = u->n;

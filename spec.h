@@ -118,18 +118,34 @@ static inline void spec_free(spec_ctx *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* DRAFT=-1's cost of a round with k drafts: the median of its last
+ * SPEC_TIMES times (a cold round, an expert read on first use, does not
+ * move it); 0 while fewer than 3 were measured. */
+static inline double spec_cost_(const spec_ctx *s, int k) {
+    int n = s->t_n[k] < SPEC_TIMES ? (int)s->t_n[k] : SPEC_TIMES;
+    if (n < 3) return 0;
+    double v[SPEC_TIMES];
+    for (int i = 0; i < n; i++) {
+        double x = s->t_k[k][i];
+        int j = i;
+        for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+        v[j] = x;
+    }
+    return n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* A fresh start of the guard and of the window (a new turn); the
- * automatic k starts again at 1, the first time after SPEC_PROBE rounds
- * without drafts and SPEC_BLIND with a blind one (spec_propose). The
- * measured costs stay, and a verdict for the run: they belong to the
- * machine and the model, not to a conversation. */
+ * automatic k starts again at 1, after SPEC_PROBE rounds without drafts
+ * and SPEC_BLIND with a blind one while those costs are not measured
+ * (spec_propose). The measured costs stay, and the verdicts: they belong
+ * to the machine and the model (spec_rewind ends a conversation's). */
 static inline void spec_rearm(spec_ctx *s) {
-    if (s->hopeless == 1) s->hopeless = 0; /* a turn that drafts is in step again: a new conversation, or an earlier point of this one */
     s->k = s->o.k < 0 ? !s->hopeless : s->o.k;
     if (s->k > s->kmax) s->k = s->kmax;
     s->paused = 0, s->win_d = s->win_a = s->win_j = 0;
-    s->probe = s->o.k < 0 && !s->t_n[0] ? SPEC_PROBE : 0, s->since = 0; /* the cost without drafts first */
-    s->blind = s->o.k < 0 && !s->t_n[SPEC_AUTO_MAX + 1] ? SPEC_BLIND : 0;
+    /* the costs not measured yet first (a turn may have ended before) */
+    s->probe = s->o.k < 0 && !(spec_cost_(s, 0) > 0) ? SPEC_PROBE : 0;
+    s->blind = s->o.k < 0 && !(spec_cost_(s, SPEC_AUTO_MAX + 1) > 0) ? SPEC_BLIND : 0;
     s->warm = s->probe ? SPEC_WARM : 0;
 }
 
@@ -252,7 +268,9 @@ static inline int spec_rewind(spec_ctx *s, int p, int L) {
     s->nq = keep - s->mtp_pos;
     s->pos = keep;
     if (s->hpos >= p || s->hpos >= L) s->hpos = -1; /* its position is not in the kept prefix */
-    return keep < p && s->hpos == keep ? keep + 1 : keep; /* the row of `keep` at hand: it is queued with the next token */
+    int ready = keep < p && s->hpos == keep ? keep + 1 : keep; /* the row of `keep` at hand: it is queued with the next token */
+    if (ready == p && s->hopeless == 1) s->hopeless = 0; /* in step again: another continuation, which may draft */
+    return ready;
 }
 
 /* Whether the MTP part can follow a computation of positions p.. (its
@@ -316,22 +334,6 @@ static inline int spec_target(const spec_ctx *s, const smp_params *sp, int j, co
     return t < 0 ? -2 : t;
 }
 
-/* DRAFT=-1's cost of a round with k drafts: the median of its last
- * SPEC_TIMES times (a cold round, an expert read on first use, does not
- * move it); 0 while fewer than 3 were measured. */
-static inline double spec_cost_(const spec_ctx *s, int k) {
-    int n = s->t_n[k] < SPEC_TIMES ? (int)s->t_n[k] : SPEC_TIMES;
-    if (n < 3) return 0;
-    double v[SPEC_TIMES];
-    for (int i = 0; i < n; i++) {
-        double x = s->t_k[k][i];
-        int j = i;
-        for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
-        v[j] = x;
-    }
-    return n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Expected tokens per second with k drafts each kept with probability a
  * once the one before was (1 + a + ... + a^k tokens a round); a k not
  * measured is costed on the line through the cost without drafts and the
@@ -345,7 +347,9 @@ static inline double spec_rate_(const spec_ctx *s, int k, double a) {
         for (int j = 1; j <= SPEC_AUTO_MAX; j++)
             if (spec_cost_(s, j) > 0 && (!near || abs(j - k) < abs(near - k))) near = j;
         if (!near || !(t0 > 0)) return 0;
-        t = t0 + (spec_cost_(s, near) - t0) * k / near;
+        double c = spec_cost_(s, near), lo = c < t0 ? c : t0;
+        t = t0 + (c - t0) * k / near;
+        if (t < lo) t = lo; /* a line falling (noise: drafting measured cheaper than not) stays above its points */
     }
     for (int i = 0; i < k; i++) e += (p *= a);
     return t > 0 && a >= 0 ? e / t : 0;
@@ -375,6 +379,7 @@ static inline int spec_decide_(const spec_ctx *s, int lo, double a) {
 static inline void spec_settle_k_(spec_ctx *s, int k, int cause_k, int for_run) {
     if (k == 0) {
         s->hopeless = for_run ? 2 : 1;
+        s->hpos = -1; /* the rows verified from here are not queued: vhid[0] is no longer the row kept */
         s->st.stop_k = cause_k > SPEC_AUTO_MAX ? 1 : cause_k;
         s->st.stop_cost = spec_cost_(s, cause_k) / spec_cost_(s, 0);
         s->st.stop_alpha = s->hopeless == 2 ? SPEC_HIGH_ACCEPT : s->alpha;

@@ -402,6 +402,48 @@ static void test_batched_drafts(void) {
     model_free(&m);
 }
 
+/* A round's cost through spec.h's seam: each row a forward (a small,
+ * compute-bound model), or a little. */
+static double cost_rows(void *ud, int k) { (void)ud; return 1.0 + 1.2 * k; }
+static double cost_little(void *ud, int k) { (void)ud; return 1.0 + 0.3 * k; }
+static int draft_wrong(void *ud, int pos, int j, int tok) { (void)ud, (void)pos, (void)j; return tok ^ 1; }
+
+/* DRAFT=-1 stopping: the next turn of the conversation reuses its whole
+ * cache (no positions given up to bring the MTP part back in step), and
+ * after a stop for the run the session decodes without the MTP part;
+ * the tokens are those of a session without drafts. */
+static void test_auto_stop(void) {
+    static coli_model m;
+    tok *t;
+    if (open_fixture(&m, FIXM, &t)) return;
+    int ids[60], out[2][24], want[2][24];
+    for (int i = 0; i < 20; i++) ids[i] = (i * 11 + 3) % m.c.vocab;
+    for (int c = 0; c < 2; c++) { /* 0: stopped for the run (rows cost a forward); 1: for the conversation (drafts always wrong) */
+        sess s, plain;
+        sess_params p = greedy(24);
+        spec_opts au = {-1, 0, 8, 256};
+        CHECK(sess_open(&s, &m, t, &p, 1, &au) == 0 && sess_open(&plain, &m, t, &p, 0, &(spec_opts){0}) == 0);
+        s.sc.cost_hook = c ? cost_little : cost_rows;
+        if (c) s.sc.draft_hook = draft_wrong;
+        CHECK(sess_sync(&s, ids, 20) == 0 && turn(&s, 0, NULL, out[0], 24) == 24);
+        CHECK(s.sc.hopeless == 2 - c && s.spec);
+        int n = 20 + 24;
+        memcpy(ids + 20, out[0], 24 * sizeof(int));
+        for (int i = n; i < n + 4; i++) ids[i] = (i * 7 + 1) % m.c.vocab;
+        int kept = s.n_kv;
+        CHECK(kept > 20 && sess_sync(&s, ids, n + 4) == kept); /* all of it, though the MTP part covers less */
+        CHECK(turn(&s, (size_t)n, NULL, out[1], 24) == 24);
+        CHECK(s.spec == c); /* after a stop for the run, no MTP part */
+        sess_select_(&plain);
+        CHECK(sess_sync(&plain, ids, 20) == 0 && turn(&plain, 0, NULL, want[0], 24) == 24);
+        CHECK(sess_sync(&plain, ids, n + 4) > 20 && turn(&plain, (size_t)n, NULL, want[1], 24) == 24);
+        CHECK(!memcmp(out, want, sizeof out));
+        sess_close(&s), sess_close(&plain);
+    }
+    tok_free(t);
+    model_free(&m);
+}
+
 int main(void) {
     (void)coli_main;
     test_reference(FIX5, 0);
@@ -414,5 +456,6 @@ int main(void) {
     test_batched_drafts();
     test_save_load();
     test_grammar();
+    test_auto_stop();
     return check_report("test_session");
 }

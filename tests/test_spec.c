@@ -69,20 +69,28 @@ static int plain_gen(coli_model *m, const int *ids, int np, int n, const smp_par
     return rc;
 }
 
-/* Speculative decoding of n tokens (the first from the prefill's logits). */
-static int spec_gen(spec_ctx *s, const int *ids, int np, int n, const smp_params *sp, uint64_t seed, int *out) {
+/* Speculative decoding of up to n tokens (the first from the prefill's
+ * logits), the sink stopping it after `stop` (<= n) as a stop token
+ * would; the generator's state after it to *after when given. */
+static int spec_gen_stop(spec_ctx *s, const int *ids, int np, int n, int stop, const smp_params *sp, uint64_t seed, int *out, smp_rng *after) {
     smp_work w;
     smp_rng r;
     smp_work_alloc(&w, s->m->c.vocab);
     smp_seed(&r, seed);
-    sink k = {out, 0, n};
+    sink k = {out, 0, stop};
     int rc = spec_prefill(s, ids, np, 0);
     if (!rc) {
         int x = smp_sample(sp, s->m->sc.logits, s->m->c.vocab, &r, &w);
         if (!sink_put(&k, x, NULL)) rc = spec_decode(s, x, np, n - 1, sp, &r, &w, sink_put, &k);
     }
     smp_work_free(&w);
-    return rc ? rc : k.n == n ? 0 : -1;
+    if (after) *after = r;
+    return rc ? rc : k.n == stop ? 0 : -1;
+}
+
+/* Speculative decoding of n tokens. */
+static int spec_gen(spec_ctx *s, const int *ids, int np, int n, const smp_params *sp, uint64_t seed, int *out) {
+    return spec_gen_stop(s, ids, np, n, n, sp, seed, out, NULL);
 }
 
 /* ---------------------------------------------------- greedy identity */
@@ -214,7 +222,9 @@ static void test_rollback(void) {
 /* Sampled output with drafts equals sampling without them, token for
  * token, for each seed, k and filter: the main model's token at each
  * position is drawn under the key plain sampling takes for it, and the
- * drafts under the same keys (the coupling keeps some and rejects some).
+ * drafts under the same keys (the coupling keeps some and rejects some);
+ * a run its sink stops partway leaves the generator where plain sampling
+ * of as many tokens leaves it.
  * Keeping every draft instead (the accept_all seam) gives other tokens:
  * the comparison can fail. */
 static void test_sampling_identity(void) {
@@ -242,6 +252,16 @@ static void test_sampling_identity(void) {
             spec_ctx s;
             spec_opts so = {2, 0, 8, 256};
             CHECK(spec_init(&s, &m, &so) == 0);
+            /* stopped by the sink (a stop token) partway: the generator has
+             * advanced by the tokens emitted, as plain sampling's has */
+            int stop = 1 + (seed * 7) % 39;
+            smp_rng after, want;
+            smp_seed(&want, (uint64_t)seed);
+            for (int i = 0; i < stop; i++) smp_next(&want);
+            s.mtp_pos = 0, s.nq = 0, s.hpos = -1;
+            CHECK(spec_gen_stop(&s, ids, np, 40, stop, &sps[c], (uint64_t)seed, out, &after) == 0);
+            same &= !memcmp(out, ref, (size_t)stop * sizeof(int)) && !memcmp(&after, &want, sizeof want);
+            s.mtp_pos = 0, s.nq = 0, s.hpos = -1;
             s.accept_all = 1;
             CHECK(spec_gen(&s, ids, np, 40, &sps[c], (uint64_t)seed, out) == 0);
             differs += memcmp(out, ref, sizeof ref) != 0;
@@ -311,21 +331,28 @@ static double cost_some(void *ud, int k) { (void)ud; return 1.0 + 0.3 * k; }
  * the blind rounds, before the MTP layer ran (no acceptance could pay:
  * for the run), when they are almost free it settles at 4 (or
  * near it) after its first window and measures the cost without drafts
- * again (c & 2: every 6 rounds), when they cost a little and the drafts
- * are always wrong (hook_wrong) it stops for this conversation only; the
- * tokens are the same every time. */
+ * again (every 6 rounds), when they cost a little and the drafts are
+ * always wrong (hook_wrong) it stops for this conversation only (a rewind
+ * to another continuation ends that); a first turn too short to measure
+ * the costs leaves them to the next; the tokens are the same every time. */
 static void test_auto_cost(void) {
     static coli_model m;
     int ids[64], np, ref[60], out[60];
     smp_params greedy = {0, 0, 1, 0};
     if (greedy_setup(&m, ids, &np, ref)) return;
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < 6; c++) {
         spec_ctx s;
         spec_opts so = {-1, 0, 8, 256};
         CHECK(spec_init(&s, &m, &so) == 0);
         s.draft_hook = c == 4 ? hook_wrong : hook_mix;
         s.cost_hook = c == 4 ? cost_some : c & 1 ? cost_memory : cost_compute;
-        if (c & 2) s.every = 6;
+        if (c == 2 || c == 3) s.every = 6;
+        if (c == 5) { /* a first turn that ends before its costs are measured: the next turn measures them */
+            CHECK(spec_gen(&s, ids, np, 3, &greedy, 1, out) == 0);
+            spec_rewind(&s, 0, 0);
+            spec_rearm(&s);
+            CHECK(s.probe == SPEC_PROBE && s.blind == SPEC_BLIND);
+        }
         CHECK(spec_gen(&s, ids, np, 60, &greedy, 1, out) == 0);
         CHECK(!memcmp(out, ref, sizeof ref));
         printf("DRAFT=-1, case %d: k %d, stopped %d at the end; rounds by k: %ld %ld %ld %ld %ld\n", c, s.k, s.hopeless, s.st.by_k[0], s.st.by_k[1],
@@ -333,13 +360,17 @@ static void test_auto_cost(void) {
         CHECK(s.st.by_k[0] >= SPEC_PROBE && s.st.by_k[1] > 0); /* the probe without drafts, then k = 1 */
         if (c == 0 || c == 2) /* the blind rounds' verify alone costs 2.2 forwards: stopped before the MTP layer ran */
             CHECK(s.k == 0 && s.hopeless == 2 && s.st.by_k[1] == SPEC_BLIND && !s.st.drafted && !s.st.mtp_forwards && !s.st.by_k[2] && !s.st.by_k[4]);
-        if (c == 1) CHECK(s.k >= 3 && s.st.by_k[4] > 0 && !s.hopeless);
+        if (c == 1 || c == 5) CHECK(s.k >= 3 && s.st.by_k[4] > 0 && !s.hopeless);
         if (c == 3) CHECK(s.k >= 3 && s.st.by_k[0] > SPEC_PROBE && s.st.by_k[4] > 0 && s.every >= 12 && !s.hopeless); /* measured again, confirmed */
         if (c == 4) { /* no draft kept: stopped after the first window, for this conversation */
             CHECK(s.k == 0 && s.hopeless == 1 && s.st.drafted == 8 && s.st.by_k[1] == SPEC_BLIND + 8 && s.st.stop_alpha == 0);
             CHECK(!spec_ready(&s, 60 + np));
+            CHECK(spec_rewind(&s, np + 60, np + 61) < np + 60 && s.hopeless == 1); /* the same conversation, on: still stopped */
             spec_rearm(&s);
-            CHECK(!s.hopeless && s.k == 1);
+            CHECK(s.hopeless == 1 && s.k == 0);
+            CHECK(spec_rewind(&s, np, np + 1) == np && !s.hopeless); /* back to the prompt (another answer): in step, drafting again */
+            spec_rearm(&s);
+            CHECK(s.k == 1);
         }
         spec_free(&s);
     }
