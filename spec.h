@@ -94,6 +94,7 @@ typedef struct {
     /* k = -1: the measured costs (spec_decide_) */
     double t_k[SPEC_AUTO_MAX + 2][SPEC_TIMES]; /* the last round times (seconds) by drafts (SPEC_AUTO_MAX + 1: blind rounds), a ring */
     long t_n[SPEC_AUTO_MAX + 2];              /* rounds timed by drafts */
+    double cost[SPEC_AUTO_MAX + 2];           /* their medians (spec_time_), 0 while fewer than 3 */
     double alpha;  /* acceptance per judged draft, the last window's (-1: none yet) */
     double t0;     /* the current round's start */
     int probe;     /* rounds left without drafts to measure their cost */
@@ -118,12 +119,17 @@ static inline void spec_free(spec_ctx *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* DRAFT=-1's cost of a round with k drafts: the median of its last
- * SPEC_TIMES times (a cold round, an expert read on first use, does not
- * move it); 0 while fewer than 3 were measured. */
-static inline double spec_cost_(const spec_ctx *s, int k) {
+/* DRAFT=-1's cost of a round with k drafts (SPEC_AUTO_MAX + 1: a blind
+ * round): the median of its last SPEC_TIMES times, kept by spec_time_;
+ * 0 while fewer than 3 were measured. */
+static inline double spec_cost_(const spec_ctx *s, int k) { return s->cost[k]; }
+
+/* A round of kind k took t seconds: into its ring, and its median again
+ * (a cold round, an expert read on first use, does not move it). */
+static inline void spec_time_(spec_ctx *s, int k, double t) {
+    s->t_k[k][s->t_n[k]++ % SPEC_TIMES] = t;
     int n = s->t_n[k] < SPEC_TIMES ? (int)s->t_n[k] : SPEC_TIMES;
-    if (n < 3) return 0;
+    if (n < 3) return;
     double v[SPEC_TIMES];
     for (int i = 0; i < n; i++) {
         double x = s->t_k[k][i];
@@ -131,7 +137,7 @@ static inline double spec_cost_(const spec_ctx *s, int k) {
         for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
         v[j] = x;
     }
-    return n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    s->cost[k] = n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* A fresh start of the guard and of the window (a new turn); the
@@ -420,7 +426,7 @@ static inline void spec_auto_round_(spec_ctx *s, int k, double t) {
         return;
     }
     int at = s->blind_now ? SPEC_AUTO_MAX + 1 : k;
-    if (at <= SPEC_AUTO_MAX + 1 && t > 0) s->t_k[at][s->t_n[at]++ % SPEC_TIMES] = t;
+    if (at <= SPEC_AUTO_MAX + 1 && t > 0) spec_time_(s, at, t);
     if (s->probe > 0 && k == 0) {
         if (--s->probe == 0 && s->alpha >= 0) spec_settle_k_(s, spec_decide_(s, 0, s->alpha), s->k, spec_decide_(s, 0, SPEC_HIGH_ACCEPT) == 0);
         return;

@@ -1884,7 +1884,7 @@ class Bench:
                                                        dict(env, PROMPT=p, CHAT_TEMPLATE="0", NGEN="100", TEMP=temp, SEED=str(7 + r), DRAFT=k, TOKENS="1"),
                                                        check=False)
                         busy = max(busy, (self.last_others or {}).get("others_cpu_frac") or 0.0)
-                        e = re.search(r"prompt (\d+) tok, ([\d.]+) tok/s \| generated (\d+) tok, ([\d.]+) tok/s", err)
+                        e = END_RE.search(err)
                         g = re.search(r"generated tokens: (.*)", err)
                         if rc or not e:
                             break
@@ -1902,11 +1902,12 @@ class Bench:
             row = {"temp": float(temp), "pairs": len(dec), "decode_ratio_median": round(statistics.median(dec), 3),
                    "decode_ratio_range": [round(min(dec), 3), round(max(dec), 3)], "total_ratio_median": round(statistics.median(tot), 3),
                    "total_ratio_range": [round(min(tot), 3), round(max(tot), 3)], "same_tokens": same, "ends": stops[:3],
-                   "disturbed": busy > BUSY_FRAC}
+                   "others_cpu_frac_max": round(busy, 3), "disturbed": busy > BUSY_FRAC}
             out.append(row)
             self.say("  DRAFT=-1 / DRAFT=0 at TEMP=%s over %d interleaved pairs: decode %.3f (%.3f-%.3f), prefill + decode time %.3f (%.3f-%.3f), "
-                     "tokens %s; e.g. %s" % (temp, len(dec), row["decode_ratio_median"], min(dec), max(dec), row["total_ratio_median"], min(tot), max(tot),
-                                             "the same" if same else "DIFFERENT", stops[0] if stops else "-"))
+                     "tokens %s; other processes took at most %.0f%% of the CPUs; e.g. %s" % (
+                         temp, len(dec), row["decode_ratio_median"], min(dec), max(dec), row["total_ratio_median"], min(tot), max(tot),
+                         "the same" if same else "DIFFERENT", 100 * busy, stops[0] if stops else "-"))
         return out
 
     def cuda(self):
